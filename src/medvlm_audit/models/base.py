@@ -1,0 +1,181 @@
+"""What a model sees (ModelInput) and returns (Response), and the small async Model interface.
+
+A model can only see its ModelInput: pixels, chat messages and decoding parameters. Never the
+case id, the label, the condition name or the dataset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+Modality = Literal["multimodal", "text_only", "vision_only"]
+
+
+@dataclass(frozen=True, slots=True)
+class ImageData:
+    """Final pixels handed to a model (uint8, HxW grayscale or HxWx3 RGB) and their sha256."""
+
+    pixels: np.ndarray
+    sha256: str
+
+    @classmethod
+    def from_array(cls, pixels: np.ndarray) -> ImageData:
+        arr = np.ascontiguousarray(pixels, dtype=np.uint8)
+        return cls(arr, pixel_sha256(arr))
+
+
+def pixel_sha256(pixels: np.ndarray) -> str:
+    """sha256 over shape and raw bytes, so the hash names exactly these pixels."""
+    h = hashlib.sha256()
+    h.update(repr(tuple(pixels.shape)).encode())
+    h.update(np.ascontiguousarray(pixels, dtype=np.uint8).tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decoding:
+    """Decoding parameters. ``logprobs``/``top_logprobs`` ask for first-token log-probabilities."""
+
+    max_new_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    num_beams: int = 1
+    seed: int | None = None
+    logprobs: bool = True
+    top_logprobs: int = 20
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInput:
+    """Exactly what a model sees. Images belong to the first user message."""
+
+    messages: tuple[Message, ...]
+    images: tuple[ImageData, ...] = ()
+    decoding: Decoding = field(default_factory=Decoding)
+    sample_index: int = 0
+
+    @property
+    def prompt(self) -> str:
+        """Concatenated user text (what simple models read)."""
+        return "\n".join(m.content for m in self.messages if m.role == "user")
+
+    def without_images(self) -> ModelInput:
+        return ModelInput(self.messages, (), self.decoding, self.sample_index)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description with image hashes instead of pixels (what the store keeps)."""
+        return {
+            "messages": [[m.role, m.content] for m in self.messages],
+            "images": [im.sha256 for im in self.images],
+            "decoding": self.decoding.as_dict(),
+            "sample_index": self.sample_index,
+        }
+
+
+def input_key(identity: dict[str, Any], inp: ModelInput) -> str:
+    """Content-hash cache key: model identity + every component of the input (image pixel hashes, not paths)."""
+    payload = json.dumps({"model": identity, "input": inp.describe()}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    kind: str  # http_4xx, http_429, http_5xx, timeout, connection, malformed, empty, model, other
+    message: str
+    attempts: int = 1
+    transient: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """Raw model output. ``top_logprobs`` are the first generated token's alternatives, (token, logprob)."""
+
+    text: str | None
+    top_logprobs: tuple[tuple[str, float], ...] | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    error: ErrorInfo | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Model:
+    """Async model adapter. Subclasses set ``name``/``modality`` and implement ``generate``.
+
+    ``batch_size`` inputs are passed per ``generate`` call and at most ``max_concurrency`` calls are
+    in flight at once (an HTTP client: 1 and 32; a local GPU model: 16 and 1).
+    """
+
+    name: str = "model"
+    modality: Modality = "multimodal"
+    batch_size: int = 1
+    max_concurrency: int = 1
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes answers: backend, model id, revision, endpoint model name."""
+        return {"backend": type(self).__name__, "name": self.name}
+
+    async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        raise NotImplementedError
+
+    def prepare(self, inp: ModelInput) -> ModelInput:
+        """Reduce an input to what this model can see (text-only models drop images) before keying."""
+        return inp.without_images() if self.modality == "text_only" else inp
+
+    async def aclose(self) -> None:
+        return None
+
+
+class LocalModel(Model):
+    """A synchronous, in-process model: implement ``predict`` on a batch; it runs in a worker thread."""
+
+    batch_size = 16
+    max_concurrency = 1
+
+    def predict(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        raise NotImplementedError
+
+    async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        return await asyncio.to_thread(self.predict, list(inputs))
+
+
+class TextOnly(Model):
+    """Wraps any model and drops the image: the paper's text-only baseline."""
+
+    modality: Modality = "text_only"
+
+    def __init__(self, inner: Model, name: str | None = None) -> None:
+        self.inner = inner
+        self.name = name or f"{inner.name}[text-only]"
+        self.batch_size = inner.batch_size
+        self.max_concurrency = inner.max_concurrency
+
+    def identity(self) -> dict[str, Any]:
+        return {"text_only": self.inner.identity()}
+
+    async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        return await self.inner.generate([i.without_images() for i in inputs])
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

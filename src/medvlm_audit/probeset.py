@@ -1,0 +1,282 @@
+"""ProbeSet: a validated, deterministic collection of cases plus fixed intervention parameters.
+
+On disk a probe set is a folder with ``manifest.parquet`` (one row per case) and ``probeset.json``
+(provenance: builder, parameters, seed, package version, content hash). Image paths point at the
+user's files (relative to ``image_root`` or absolute); source images are never copied or edited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.case import KINDS, Case
+from medvlm_audit.errors import ProbeSetError
+from medvlm_audit.findings import DISPLAY_NAMES
+
+MANIFEST = "manifest.parquet"
+PROVENANCE = "probeset.json"
+
+#: required manifest columns and their meaning
+REQUIRED_COLUMNS: dict[str, str] = {
+    "case_id": "unique id of the case",
+    "kind": "finding_presence | report_error | mcq | ...",
+    "label": "ground truth: 1 = Yes, 0 = No (binary kinds)",
+}
+#: optional columns with their fill value
+OPTIONAL_COLUMNS: dict[str, Any] = {
+    "finding": None,
+    "sentence": None,  # candidate report sentence (report_error)
+    "image_path": None,
+    "image_width": pd.NA,
+    "image_height": pd.NA,
+    "box_x0": np.nan,
+    "box_y0": np.nan,
+    "box_x1": np.nan,
+    "box_y1": np.nan,
+    "tbox_x0": pd.NA,
+    "tbox_y0": pd.NA,
+    "tbox_x1": pd.NA,
+    "tbox_y1": pd.NA,
+    "ibox_x0": pd.NA,
+    "ibox_y0": pd.NA,
+    "ibox_x1": pd.NA,
+    "ibox_y1": pd.NA,
+    "ibox_overlaps": False,
+    "swap_image_path": None,
+    "swap_patient_id": None,
+    "patient_id": None,
+    "study_id": None,
+    "age": np.nan,
+    "sex": None,
+    "view": None,
+    "source": None,
+    "split": None,
+    "report": None,
+}
+INT_COLUMNS = [f"{p}_{c}" for p in ("tbox", "ibox") for c in ("x0", "y0", "x1", "y1")] + ["image_width", "image_height"]
+META_COLUMNS = ("patient_id", "study_id", "age", "sex", "view", "source", "split")
+BINARY_KINDS = {"finding_presence", "report_error"}
+
+
+def _none(v: Any) -> Any:
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+@dataclass
+class ProbeSet:
+    """A manifest DataFrame, the folder image paths are relative to, and provenance."""
+
+    df: pd.DataFrame
+    image_root: Path
+    provenance: dict[str, Any] = field(default_factory=dict)
+    name: str = "probeset"
+
+    def __post_init__(self) -> None:
+        self.df = normalize_manifest(self.df)
+
+    def __len__(self) -> int:
+        return len(self.df)
+
+    @property
+    def content_hash(self) -> str:
+        return manifest_hash(self.df)
+
+    def resolve(self, path: str | None) -> Path | None:
+        if path is None:
+            return None
+        p = Path(path)
+        return p if p.is_absolute() else self.image_root / p
+
+    def cases(self) -> Iterator[Case]:
+        cols = list(self.df.columns)
+        for row in self.df.itertuples(index=False, name=None):
+            yield row_to_case(dict(zip(cols, row)))
+
+    def case(self, case_id: str) -> Case:
+        rows = self.df[self.df["case_id"] == case_id]
+        if rows.empty:
+            raise KeyError(f"case {case_id!r} not in probe set {self.name!r}")
+        return row_to_case(rows.iloc[0].to_dict())
+
+    def validate(self, check_files: bool = True) -> None:
+        validate_manifest(self.df, self.image_root if check_files else None, name=self.name)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write manifest + provenance atomically (a temp folder renamed into place)."""
+        folder = Path(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            self.df.to_parquet(tmp / MANIFEST, index=False)
+            prov = dict(self.provenance)
+            prov.update(name=self.name, n_cases=len(self.df), content_hash=self.content_hash)
+            root = self.image_root.resolve()
+            prov["image_root"] = os.path.relpath(root, folder.resolve()) if _same_drive(root, folder) else str(root)
+            (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str))
+            if folder.exists():
+                old = folder.with_name(f".{folder.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                folder.rename(old)
+                tmp.rename(folder)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                tmp.rename(folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path, validate: bool = True) -> ProbeSet:
+        folder = Path(folder)
+        man, prov_path = folder / MANIFEST, folder / PROVENANCE
+        if not man.exists():
+            raise ProbeSetError(f"{man}: probe-set manifest not found")
+        try:
+            df = pd.read_parquet(man)
+        except Exception as e:  # pragma: no cover - depends on the corruption
+            raise ProbeSetError(f"{man}: cannot read manifest ({e})") from e
+        prov: dict[str, Any] = {}
+        if prov_path.exists():
+            try:
+                prov = json.loads(prov_path.read_text())
+            except json.JSONDecodeError as e:
+                raise ProbeSetError(f"{prov_path}: invalid JSON ({e})") from e
+        root = Path(prov.get("image_root", "."))
+        root = root if root.is_absolute() else (folder / root)
+        ps = cls(df, root.resolve(), prov, name=str(prov.get("name", folder.name)))
+        if validate:
+            ps.validate()
+        return ps
+
+
+def _same_drive(a: Path, b: Path) -> bool:
+    try:
+        os.path.relpath(a, b.resolve())
+        return True
+    except ValueError:  # pragma: no cover - windows drives
+        return False
+
+
+def normalize_manifest(df: pd.DataFrame) -> pd.DataFrame:
+    """Add missing optional columns with their fill values and fix dtypes (no row is dropped)."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ProbeSetError(f"manifest lacks required column(s) {missing}")
+    df = df.copy()
+    for col, fill in OPTIONAL_COLUMNS.items():
+        if col not in df.columns:
+            df[col] = fill
+    for col in INT_COLUMNS:
+        df[col] = pd.array(pd.to_numeric(df[col], errors="coerce"), dtype="Int64")
+    for col in ("box_x0", "box_y0", "box_x1", "box_y1", "age"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    df["case_id"] = df["case_id"].astype(str)
+    df["ibox_overlaps"] = df["ibox_overlaps"].fillna(False).astype(bool)
+    return df.reset_index(drop=True)
+
+
+def manifest_hash(df: pd.DataFrame) -> str:
+    """Content hash of the manifest (row order and every value), independent of the parquet encoding."""
+    h = hashlib.sha256()
+    h.update(json.dumps(list(df.columns)).encode())
+    h.update(pd.util.hash_pandas_object(df.astype(str), index=False).values.tobytes())
+    return h.hexdigest()
+
+
+def row_to_case(r: dict[str, Any]) -> Case:
+    def box(prefix: str, cast: type) -> Any:
+        vals = [_none(r.get(f"{prefix}_{c}")) for c in ("x0", "y0", "x1", "y1")]
+        return None if any(v is None for v in vals) else tuple(cast(v) for v in vals)
+
+    label = _none(r.get("label"))
+    meta = {k: _none(r.get(k)) for k in META_COLUMNS}
+    known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
+    meta.update({k: _none(v) for k, v in r.items() if k not in known and not isinstance(v, (list, np.ndarray))})
+    opts = r.get("options")
+    return Case(
+        case_id=str(r["case_id"]),
+        kind=str(r["kind"]),
+        label=None if label is None else int(label),
+        finding=_none(r.get("finding")),
+        sentence=_none(r.get("sentence")),
+        image=_none(r.get("image_path")),
+        target_box=box("box", float),
+        tbox=box("tbox", int),
+        ibox=box("ibox", int),
+        ibox_overlaps=bool(_none(r.get("ibox_overlaps")) or False),
+        swap_image=_none(r.get("swap_image_path")),
+        options=tuple(opts) if opts is not None and not isinstance(opts, float) else (),
+        meta=meta,
+    )
+
+
+def validate_manifest(df: pd.DataFrame, image_root: Path | None, name: str = "probeset") -> None:
+    """Raise ProbeSetError naming the case and field of the first problems found (up to 10 listed)."""
+    problems: list[str] = []
+    if len(df) == 0:
+        raise ProbeSetError(f"probe set {name!r} is empty")
+    dup = df["case_id"][df["case_id"].duplicated()].unique()
+    if len(dup):
+        problems.append(f"duplicate case_id(s): {list(dup[:5])}")
+    for row in df.itertuples(index=False):
+        r = row._asdict()
+        cid = r["case_id"]
+        kind = r["kind"]
+        if kind not in KINDS:
+            problems.append(f"case {cid!r}: field 'kind' = {kind!r} is not one of {KINDS}")
+        finding = _none(r.get("finding"))
+        if finding is not None and finding not in DISPLAY_NAMES:
+            problems.append(f"case {cid!r}: field 'finding' = {finding!r} is not a known finding")
+        if kind in BINARY_KINDS:
+            lab = _none(r.get("label"))
+            if lab is None or lab not in (0, 1, True, False) or float(lab) not in (0.0, 1.0):
+                problems.append(f"case {cid!r}: field 'label' = {lab!r} is not binary (0/1)")
+            if kind == "finding_presence" and finding is None:
+                problems.append(f"case {cid!r}: field 'finding' is empty for a finding_presence case")
+            if kind == "report_error" and _none(r.get("sentence")) is None:
+                problems.append(f"case {cid!r}: field 'sentence' is empty for a report_error case")
+        w, h = _none(r.get("image_width")), _none(r.get("image_height"))
+        b = [_none(r.get(f"box_{c}")) for c in ("x0", "y0", "x1", "y1")]
+        if any(v is not None for v in b):
+            if any(v is None for v in b):
+                problems.append(f"case {cid!r}: box has missing coordinates {b}")
+            else:
+                x0, y0, x1, y1 = b
+                if x1 - x0 < 1 or y1 - y0 < 1:
+                    problems.append(f"case {cid!r}: box {b} is under 1 px")
+                if x0 < 0 or y0 < 0 or (w is not None and x1 > w) or (h is not None and y1 > h):
+                    problems.append(f"case {cid!r}: box {b} lies outside the {w}x{h} image")
+        tb = [_none(r.get(f"tbox_{c}")) for c in ("x0", "y0", "x1", "y1")]
+        if all(v is not None for v in tb):
+            if tb[2] - tb[0] < 1 or tb[3] - tb[1] < 1:
+                problems.append(f"case {cid!r}: working box {tb} is under 1 px")
+            if min(tb) < 0 or max(tb) > 224:
+                problems.append(f"case {cid!r}: working box {tb} lies outside the 224x224 image")
+        if image_root is not None:
+            for col in ("image_path", "swap_image_path"):
+                p = _none(r.get(col))
+                if p is not None:
+                    full = Path(p) if Path(p).is_absolute() else image_root / p
+                    if not full.exists():
+                        problems.append(f"case {cid!r}: field {col!r}: file {full} does not exist")
+        if len(problems) >= 10:
+            break
+    if problems:
+        raise ProbeSetError(f"probe set {name!r} is invalid:\n  " + "\n  ".join(problems))
