@@ -1,0 +1,873 @@
+"""Statistics used by every audit suite: plain functions on numpy arrays.
+
+Conventions (DESIGN.md "Statistics conventions"; paper 000, Methods "Statistical analysis"):
+
+* Values are fractions in [0, 1]; callers convert to percent.
+* A proportion is reported as the sample mean, the analytic SE sqrt(p(1-p)/n) and a percentile bootstrap
+  interval (10,000 resamples, seed 0).
+* A paired difference is reported as the difference of means, the SD of the bootstrap differences, the percentile
+  interval and a two-sided shift-and-reflect p-value (Supplementary Algorithm 1 of the paper).
+* Checked against the authors' released code (github.com/mahshadlotfinia/causal, ``Inference/stats_utils.py``):
+  bootstrap SDs use ``ddof=1``; intervals use ``np.percentile`` with its default (linear) interpolation;
+  index resampling is ``np.random.RandomState(seed).randint(0, n, size=(B, n))``; the clustered bootstrap draws
+  ``randint(0, K, size=(B, K))`` over the sorted unique cluster ids and takes the ratio of summed values to
+  summed cluster sizes.
+* Two resampling modes for 0/1 outcomes. ``"exact-counts"`` draws the resampled counts directly (binomial for one
+  proportion, multinomial over the four outcome pairs for a paired difference, multinomial over cluster *types*
+  for a clustered bootstrap): the same distribution as index resampling at O(B) cost, from
+  ``np.random.default_rng(seed)``. ``"index"`` reproduces the released code bit for bit, drawing the index matrix
+  chunk by chunk (bounded memory) from the same ``RandomState`` stream.
+
+Degenerate inputs (n = 0, one class, a single group, constant values) never raise and never warn: they return
+nan / None and say why in ``method`` / ``note`` (e.g. "not estimable (n = 0)"). Malformed inputs (values outside
+{0, 1} where 0/1 is required, nan values, length mismatches) raise ``ValueError`` naming the argument and index.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy import special as _special
+from scipy import stats as _sstats
+
+__all__ = [
+    "Mode",
+    "Estimate",
+    "PairedDiff",
+    "PermutationResult",
+    "NOT_ESTIMABLE_N0",
+    "proportion",
+    "bootstrap_sd",
+    "mean_estimate",
+    "wilson_interval",
+    "paired_difference",
+    "paired_difference_values",
+    "mcnemar_exact",
+    "permutation_test",
+    "benjamini_hochberg",
+    "spearman_permutation",
+    "auroc",
+    "auroc_interval",
+    "brier",
+    "ece",
+    "cohen_kappa",
+    "kendall_tau_b",
+    "binomial_test",
+]
+
+Mode = Literal["exact-counts", "index"]
+NOT_ESTIMABLE_N0 = "not estimable (n = 0)"
+
+# Index-mode chunking: at most this many (resample x case) elements are materialised at once.
+# 2**20 int64 indices = 8 MiB, plus the gathered values.
+_CHUNK_ELEMS = 1 << 20
+
+_NAN = float("nan")
+
+
+# --------------------------------------------------------------------------------------------- result types
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A proportion or mean with uncertainty: point, SE, (1 - alpha) interval, n and how it was computed.
+
+    ``boot_sd`` is the SD (ddof=1) of the bootstrap distribution: the released code's reported "SE" variant.
+    """
+
+    point: float
+    se: float
+    ci_low: float
+    ci_high: float
+    n: int
+    method: str
+    boot_sd: float = _NAN
+
+    @property
+    def estimable(self) -> bool:
+        """True when the point estimate is a number."""
+        return not math.isnan(self.point)
+
+
+@dataclass(frozen=True)
+class PairedDiff:
+    """mean(a) - mean(b) on shared cases: bootstrap SD, percentile interval, shift-and-reflect two-sided p."""
+
+    diff: float
+    sd: float
+    ci_low: float
+    ci_high: float
+    p: float
+    n: int
+    method: str
+
+
+@dataclass(frozen=True)
+class PermutationResult:
+    """A permutation test across groups: observed statistic, Monte-Carlo p = (c + 1)/(B + 1), kept/dropped groups.
+
+    ``p_exact`` is the exact permutation p-value where it is cheap to enumerate (two groups, 0/1 values:
+    hypergeometric tail); nan otherwise.
+    """
+
+    statistic: float
+    p: float
+    B: int
+    n: int
+    groups: tuple[str, ...]
+    dropped: tuple[str, ...]
+    test: str
+    note: str
+    p_exact: float = _NAN
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+
+def _as_1d(x: Any, name: str) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.ndim == 0:
+        raise ValueError(f"{name}: expected a 1-D array, got a scalar")
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+    return arr
+
+
+def _as_binary(x: Any, name: str) -> np.ndarray:
+    """Validate a 0/1 (or bool) vector and return it as int8."""
+    arr = _as_1d(x, name)
+    if arr.dtype == bool:
+        return arr.astype(np.int8)
+    if arr.size == 0:
+        return arr.astype(np.int8)
+    if not np.issubdtype(arr.dtype, np.number):
+        raise ValueError(f"{name}: expected 0/1 values, got dtype {arr.dtype}")
+    bad = ~((arr == 0) | (arr == 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}[{i}] = {arr[i]!r}: expected 0/1 outcomes (nan/other values are not allowed)")
+    return arr.astype(np.int8)
+
+
+def _as_real(x: Any, name: str) -> np.ndarray:
+    """Validate a finite real vector and return it as float64."""
+    arr = _as_1d(x, name)
+    if arr.size and not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise ValueError(f"{name}: expected numbers, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{name}[{i}] = {arr[i]!r}: expected a finite number")
+    return arr
+
+
+def _check_same_length(a: np.ndarray, b: np.ndarray, na: str, nb: str) -> None:
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"{na} and {nb} must have the same length (paired on the same cases): "
+                         f"{a.shape[0]} != {b.shape[0]}")
+
+
+def _check_B(B: int, name: str = "B") -> int:
+    if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 1:
+        raise ValueError(f"{name} must be a positive integer, got {B!r}")
+    return int(B)
+
+
+def _check_alpha(alpha: float) -> float:
+    if not (0.0 < float(alpha) < 1.0):
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    return float(alpha)
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in ("exact-counts", "index"):
+        raise ValueError(f"mode must be 'exact-counts' or 'index', got {mode!r}")
+    return mode
+
+
+def _cluster_inverse(clusters: Any, n: int) -> tuple[np.ndarray, int]:
+    """Map cluster ids to 0..K-1 in ``np.unique`` (sorted) order, as the released code does."""
+    c = _as_1d(clusters, "clusters")
+    if c.shape[0] != n:
+        raise ValueError(f"clusters must have one id per case: {c.shape[0]} ids for {n} cases")
+    if c.dtype == object:
+        for i, v in enumerate(c):
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                raise ValueError(f"clusters[{i}] is missing ({v!r}); every case needs a cluster (patient) id")
+    elif np.issubdtype(c.dtype, np.floating):
+        bad = np.isnan(c)
+        if bad.any():
+            raise ValueError(f"clusters[{int(np.flatnonzero(bad)[0])}] is nan; every case needs a cluster id")
+    try:
+        uniq, inverse = np.unique(c, return_inverse=True)
+    except TypeError as exc:  # mixed, unorderable ids
+        raise ValueError(f"clusters: ids must be mutually comparable (e.g. all str): {exc}") from None
+    return inverse.reshape(-1), int(uniq.shape[0])
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+
+def _percentiles(boot: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Percentile interval with numpy's default (linear) interpolation, as in the released code."""
+    q_lo = 100.0 * alpha / 2.0
+    q_hi = 100.0 - q_lo
+    lo, hi = np.percentile(boot, [q_lo, q_hi])
+    return float(lo), float(hi)
+
+
+def _sd(boot: np.ndarray) -> float:
+    """Bootstrap SD with ddof=1 (released code); nan for fewer than two draws."""
+    if boot.shape[0] < 2:
+        return _NAN
+    return float(np.std(boot, ddof=1))
+
+
+def _pct(alpha: float) -> str:
+    return f"{100 * (1 - alpha):g}%"
+
+
+def _index_chunks(n: int, B: int, seed: int) -> Iterator[np.ndarray]:
+    """Yield the rows of ``RandomState(seed).randint(0, n, (B, n))`` in chunks from one stream.
+
+    ``RandomState.randint`` fills its output element by element (masked rejection on 32-bit draws, no carried
+    buffer), so successive ``(c, n)`` calls reproduce the one-shot ``(B, n)`` matrix exactly (tested).
+    """
+    rs = np.random.RandomState(seed)
+    rows = max(1, _CHUNK_ELEMS // max(n, 1))
+    done = 0
+    while done < B:
+        c = min(rows, B - done)
+        yield rs.randint(0, n, size=(c, n))
+        done += c
+
+
+def _index_means(values: list[np.ndarray], B: int, seed: int) -> list[np.ndarray]:
+    """Bootstrap means of each array under shared index resampling, bit-identical to ``values[idx].mean(1)``."""
+    n = values[0].shape[0]
+    out = [np.empty(B, dtype=np.float64) for _ in values]
+    pos = 0
+    for idx in _index_chunks(n, B, seed):
+        c = idx.shape[0]
+        for v, o in zip(values, out):
+            o[pos:pos + c] = v[idx].mean(axis=1)
+        pos += c
+    return out
+
+
+def _index_binary_means(values: list[np.ndarray], B: int, seed: int) -> list[np.ndarray]:
+    """As ``_index_means`` for 0/1 int8 arrays: integer counts k, then k / n.
+
+    For 0/1 data ``float_values[idx].mean(1)`` is the correctly rounded k / n whatever the summation order,
+    so counting in integers gives the same bits at lower cost.
+    """
+    n = values[0].shape[0]
+    out = [np.empty(B, dtype=np.float64) for _ in values]
+    pos = 0
+    for idx in _index_chunks(n, B, seed):
+        c = idx.shape[0]
+        for v, o in zip(values, out):
+            k = v[idx].sum(axis=1, dtype=np.int64)
+            o[pos:pos + c] = k / n
+        pos += c
+    return out
+
+
+def _cluster_index_means(values: list[np.ndarray], inverse: np.ndarray, K: int, B: int,
+                         seed: int) -> list[np.ndarray]:
+    """Clustered bootstrap (released code): draw K clusters with replacement; mean = sum(values) / sum(sizes)."""
+    counts = np.bincount(inverse, minlength=K).astype(np.float64)
+    sums = [np.bincount(inverse, weights=v.astype(np.float64), minlength=K) for v in values]
+    out = [np.empty(B, dtype=np.float64) for _ in values]
+    pos = 0
+    for draw in _index_chunks(K, B, seed):
+        c = draw.shape[0]
+        total = counts[draw].sum(axis=1)
+        for s, o in zip(sums, out):
+            o[pos:pos + c] = s[draw].sum(axis=1) / total
+        pos += c
+    return out
+
+
+def _cluster_type_counts(columns: list[np.ndarray], inverse: np.ndarray, K: int, B: int,
+                         seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact-counts clustered bootstrap for 0/1 data.
+
+    Clusters with the same (size, per-column sums) are interchangeable, so drawing K clusters with replacement
+    is the same as a Multinomial(K, type frequencies / K) over the distinct cluster types: O(B x types).
+    Returns (resampled column sums (B, ncol), resampled total sizes (B,)).
+    """
+    size = np.bincount(inverse, minlength=K)
+    per = np.stack([size] + [np.bincount(inverse, weights=c, minlength=K).astype(np.int64) for c in columns],
+                   axis=1)
+    types, freq = np.unique(per, axis=0, return_counts=True)
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(K, freq / K, size=B)  # (B, T)
+    tot = draws @ types  # (B, 1 + ncol), exact integers
+    return tot[:, 1:], tot[:, 0]
+
+
+# --------------------------------------------------------------------------------------------- proportions
+
+
+def wilson_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials; (nan, nan) when n == 0.
+
+    The paper uses it for per-finding cells with fewer than 30 cases, where the percentile bootstrap undercovers.
+    """
+    alpha = _check_alpha(alpha)
+    k, n = int(k), int(n)
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"wilson_interval: need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return _NAN, _NAN
+    z = float(_special.ndtri(1.0 - alpha / 2.0))
+    p = k / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (p + z2 / (2.0 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def proportion(x: Any, B: int = 10_000, seed: int = 0, mode: Mode = "exact-counts", clusters: Any = None,
+               alpha: float = 0.05, wilson_below: int = 0) -> Estimate:
+    """Proportion of 1s: mean, analytic SE sqrt(p(1-p)/n), percentile bootstrap interval, n.
+
+    ``mode="exact-counts"``: k* ~ Binomial(n, p_hat) (same distribution as index resampling, O(B)).
+    ``mode="index"``: the released code's ``RandomState(seed).randint(0, n, (B, n))``, chunked, bit-identical.
+    ``clusters``: patient ids; resample whole clusters (ratio of sums). The SE is then the cluster-robust
+    (linearised ratio) SE sqrt(sum_c (s_c - p m_c)^2) / n, which equals sqrt(p(1-p)/n) when every cluster is one
+    case. ``wilson_below``: if n < wilson_below, the interval is Wilson's instead (paper: 30 for per-finding cells).
+    """
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    _check_mode(mode)
+    xb = _as_binary(x, "x")
+    n = int(xb.shape[0])
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    k = int(xb.sum(dtype=np.int64))
+    p = k / n
+    inverse = None
+    if clusters is not None:
+        inverse, K = _cluster_inverse(clusters, n)
+        s_c = np.bincount(inverse, weights=xb, minlength=K)
+        m_c = np.bincount(inverse, minlength=K)
+        se = float(math.sqrt(float(np.sum((s_c - p * m_c) ** 2))) / n)
+        se_txt = f"cluster-robust analytic SE ({K} clusters)"
+    else:
+        se = math.sqrt(p * (1.0 - p) / n)
+        se_txt = "analytic SE sqrt(p(1-p)/n)"
+
+    if inverse is not None:
+        if mode == "index":
+            (boot,) = _cluster_index_means([xb], inverse, K, B, seed)
+        else:
+            sums, tot = _cluster_type_counts([xb], inverse, K, B, seed)
+            boot = sums[:, 0] / tot
+        how = f"cluster bootstrap ({K} clusters, {mode}, B={B}, seed={seed})"
+    elif mode == "index":
+        (boot,) = _index_binary_means([xb], B, seed)
+        how = f"bootstrap ({mode}, B={B}, seed={seed})"
+    else:
+        rng = np.random.default_rng(seed)
+        boot = rng.binomial(n, p, size=B) / n
+        how = f"bootstrap ({mode}, B={B}, seed={seed})"
+    boot_sd = _sd(boot)
+    if n < wilson_below:
+        lo, hi = wilson_interval(k, n, alpha)
+        method = f"Wilson {_pct(alpha)} interval (n = {n} < {wilson_below}); {se_txt}; boot_sd from {how}"
+    else:
+        lo, hi = _percentiles(boot, alpha)
+        method = f"percentile {how} {_pct(alpha)} interval; {se_txt}"
+        if k == 0 or k == n:
+            method += f"; all outcomes are {int(k == n)}: bootstrap interval degenerate, consider Wilson"
+    return Estimate(p, se, lo, hi, n, method, boot_sd)
+
+
+def bootstrap_sd(x: Any, B: int = 10_000, seed: int = 0, mode: Mode = "index") -> float:
+    """SD (ddof=1) of the bootstrap proportions: the SE the released code reports; nan when n == 0."""
+    B = _check_B(B)
+    _check_mode(mode)
+    xb = _as_binary(x, "x")
+    n = int(xb.shape[0])
+    if n == 0:
+        return _NAN
+    if mode == "index":
+        (boot,) = _index_binary_means([xb], B, seed)
+    else:
+        boot = np.random.default_rng(seed).binomial(n, xb.mean(), size=B) / n
+    return _sd(boot)
+
+
+def mean_estimate(values: Any, B: int = 10_000, seed: int = 0, clusters: Any = None,
+                  alpha: float = 0.05) -> Estimate:
+    """Mean of real values: analytic SE s/sqrt(n) (ddof=1; cluster-robust with clusters), index-resampling
+    percentile bootstrap interval (bit-identical to the released code's ``values[idx].mean(1)``)."""
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    v = _as_real(values, "values")
+    n = int(v.shape[0])
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    point = float(v.mean())
+    if clusters is not None:
+        inverse, K = _cluster_inverse(clusters, n)
+        resid = np.bincount(inverse, weights=v - point, minlength=K)
+        se = float(math.sqrt(float(np.sum(resid ** 2))) / n)
+        se_txt = f"cluster-robust analytic SE ({K} clusters)"
+        (boot,) = _cluster_index_means([v], inverse, K, B, seed)
+        how = f"cluster bootstrap ({K} clusters, index, B={B}, seed={seed})"
+    else:
+        se = float(np.std(v, ddof=1) / math.sqrt(n)) if n > 1 else _NAN
+        se_txt = "analytic SE s/sqrt(n)" if n > 1 else "SE not estimable (n = 1)"
+        (boot,) = _index_means([v], B, seed)
+        how = f"bootstrap (index, B={B}, seed={seed})"
+    lo, hi = _percentiles(boot, alpha)
+    return Estimate(point, se, lo, hi, n, f"percentile {how} {_pct(alpha)} interval; {se_txt}", _sd(boot))
+
+
+# --------------------------------------------------------------------------------------------- paired
+
+
+def _shift_reflect_p(boot: np.ndarray, d: float, B: int) -> float:
+    """Two-sided p: share of recentred draws with |d* - d| >= |d|, floored at 1/B; 1 when d == 0."""
+    if d == 0.0:
+        return 1.0
+    share = float(np.count_nonzero(np.abs(boot - d) >= abs(d))) / boot.shape[0]
+    return max(share, 1.0 / B)
+
+
+def _paired_result(boot: np.ndarray, d: float, n: int, B: int, alpha: float, how: str) -> PairedDiff:
+    lo, hi = _percentiles(boot, alpha)
+    p = _shift_reflect_p(boot, d, B)
+    method = (f"paired percentile {how} {_pct(alpha)} interval; sd = bootstrap SD (ddof=1); "
+              f"two-sided shift-and-reflect p floored at 1/B")
+    if d == 0.0:
+        method += "; observed difference is 0 (p = 1)"
+    return PairedDiff(d, _sd(boot), lo, hi, p, n, method)
+
+
+def paired_difference(a: Any, b: Any, B: int = 10_000, seed: int = 0, mode: Mode = "exact-counts",
+                      clusters: Any = None, alpha: float = 0.05) -> PairedDiff:
+    """Paired bootstrap of mean(a) - mean(b) for 0/1 outcomes on the same cases (Supplementary Algorithm 1).
+
+    ``exact-counts``: (n11, n10, n01, n00)* ~ Multinomial(n, observed pair shares), O(B); ``index``: the
+    released code's shared ``RandomState(seed).randint`` index matrix, chunked, bit-identical.
+    """
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    _check_mode(mode)
+    ab = _as_binary(a, "a")
+    bb = _as_binary(b, "b")
+    _check_same_length(ab, bb, "a", "b")
+    n = int(ab.shape[0])
+    if n == 0:
+        return PairedDiff(_NAN, _NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    ka, kb = int(ab.sum(dtype=np.int64)), int(bb.sum(dtype=np.int64))
+    d = ka / n - kb / n  # same float arithmetic as mean(a) - mean(b) on 0/1 data
+    if clusters is not None:
+        inverse, K = _cluster_inverse(clusters, n)
+        if mode == "index":
+            ma, mb = _cluster_index_means([ab, bb], inverse, K, B, seed)
+        else:
+            sums, tot = _cluster_type_counts([ab, bb], inverse, K, B, seed)
+            ma, mb = sums[:, 0] / tot, sums[:, 1] / tot
+        how = f"cluster bootstrap ({K} clusters, {mode}, B={B}, seed={seed})"
+    elif mode == "index":
+        ma, mb = _index_binary_means([ab, bb], B, seed)
+        how = f"bootstrap ({mode}, B={B}, seed={seed})"
+    else:
+        n11 = int(np.count_nonzero((ab == 1) & (bb == 1)))
+        n10 = ka - n11
+        n01 = kb - n11
+        n00 = n - n11 - n10 - n01
+        rng = np.random.default_rng(seed)
+        cnt = rng.multinomial(n, np.array([n11, n10, n01, n00], dtype=np.float64) / n, size=B)
+        ma = (cnt[:, 0] + cnt[:, 1]) / n
+        mb = (cnt[:, 0] + cnt[:, 2]) / n
+        how = f"bootstrap ({mode}, B={B}, seed={seed})"
+    return _paired_result(ma - mb, d, n, B, alpha, how)
+
+
+def paired_difference_values(a: Any, b: Any, B: int = 10_000, seed: int = 0, clusters: Any = None,
+                             alpha: float = 0.05) -> PairedDiff:
+    """Paired bootstrap of mean(a) - mean(b) for real values on the same cases (index resampling, as released)."""
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    av = _as_real(a, "a")
+    bv = _as_real(b, "b")
+    _check_same_length(av, bv, "a", "b")
+    n = int(av.shape[0])
+    if n == 0:
+        return PairedDiff(_NAN, _NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    d = float(av.mean() - bv.mean())
+    if clusters is not None:
+        inverse, K = _cluster_inverse(clusters, n)
+        ma, mb = _cluster_index_means([av, bv], inverse, K, B, seed)
+        how = f"cluster bootstrap ({K} clusters, index, B={B}, seed={seed})"
+    else:
+        ma, mb = _index_means([av, bv], B, seed)
+        how = f"bootstrap (index, B={B}, seed={seed})"
+    return _paired_result(ma - mb, d, n, B, alpha, how)
+
+
+def mcnemar_exact(a: Any, b: Any) -> float:
+    """Exact two-sided McNemar p on the discordant pairs: min(1, 2 * BinomCDF(min(n10, n01); n10 + n01, 1/2)).
+
+    Same definition as ``statsmodels.stats.contingency_tables.mcnemar(exact=True)``; 1.0 with no discordant pair.
+    """
+    ab = _as_binary(a, "a")
+    bb = _as_binary(b, "b")
+    _check_same_length(ab, bb, "a", "b")
+    n10 = int(np.count_nonzero((ab == 1) & (bb == 0)))
+    n01 = int(np.count_nonzero((ab == 0) & (bb == 1)))
+    m = n10 + n01
+    if m == 0:
+        return 1.0
+    return float(min(1.0, 2.0 * _sstats.binom.cdf(min(n10, n01), m, 0.5)))
+
+
+# --------------------------------------------------------------------------------------------- permutation
+
+
+def _perm_rows(rng: np.random.Generator, base: np.ndarray, c: int) -> np.ndarray:
+    """c independent uniform permutations of ``base`` (one per row)."""
+    return rng.permuted(np.tile(base, (c, 1)), axis=1)
+
+
+def _ssb_from_sums(sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Between-group sum of squares of centred data: sum_g S_g^2 / n_g (group sums of centred values)."""
+    return np.sum(sums * sums / sizes, axis=-1)
+
+
+def permutation_test(values: Any, groups: Any, B: int = 1_000, seed: int = 0,
+                     min_stratum: int = 2) -> PermutationResult:
+    """Permutation test that ``values`` have the same mean in every group (labels pooled and reshuffled).
+
+    Two groups: statistic |mean_1 - mean_2| (groups in sorted label order); k > 2: one-way ANOVA F. Groups with
+    fewer than ``min_stratum`` cases are dropped first (reported). p = (c + 1)/(B + 1), c = # permuted
+    statistics >= observed (both statistics are increasing in the between-group sum of squares, which is what
+    is compared, with a 1e-9 relative tolerance for float ties).
+    Exactness: for 0/1 values the permuted group counts of 1s are drawn directly -- hypergeometric (2 groups) or
+    multivariate hypergeometric (k groups) -- which is exactly the distribution of a uniform label permutation,
+    at O(B x k) cost; for two 0/1 groups ``p_exact`` also gives the exact (enumerated) permutation p. Real values
+    are permuted row by row (``Generator.permuted``). The RNG is ``np.random.default_rng(seed)``.
+    """
+    B = _check_B(B)
+    v = _as_real(values, "values")
+    g = _as_1d(groups, "groups")
+    _check_same_length(v, g, "values", "groups")
+    if g.dtype == object:
+        for i, lab in enumerate(g):
+            if lab is None or (isinstance(lab, float) and math.isnan(lab)):
+                raise ValueError(f"groups[{i}] is missing ({lab!r}); drop the case or give it a group")
+    elif np.issubdtype(g.dtype, np.floating) and np.isnan(g).any():
+        raise ValueError(f"groups[{int(np.flatnonzero(np.isnan(g))[0])}] is nan; drop the case or give it a group")
+    labels = np.array([str(x) for x in g.tolist()], dtype=object)
+    names_all = sorted(set(labels.tolist()))
+    sizes_all = {nm: int(np.count_nonzero(labels == nm)) for nm in names_all}
+    kept = tuple(nm for nm in names_all if sizes_all[nm] >= min_stratum)
+    dropped = tuple(nm for nm in names_all if sizes_all[nm] < min_stratum)
+    notes = []
+    if dropped:
+        notes.append("dropped groups with < %d cases: %s" % (
+            min_stratum, ", ".join(f"{nm} (n={sizes_all[nm]})" for nm in dropped)))
+    k = len(kept)
+    test = "two-group |difference of means|" if k == 2 else "one-way ANOVA F"
+    if k < 2:
+        why = "no groups" if not names_all else f"{k} group(s) with >= {min_stratum} cases"
+        notes.insert(0, f"not estimable ({why})")
+        n_kept = sum(sizes_all[nm] for nm in kept)
+        return PermutationResult(_NAN, _NAN, B, n_kept, kept, dropped, test, "; ".join(notes))
+
+    order = np.concatenate([np.flatnonzero(labels == nm) for nm in kept])
+    x = v[order]
+    sizes = np.array([sizes_all[nm] for nm in kept], dtype=np.int64)
+    N = int(sizes.sum())
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    grand = float(x.mean())
+    xc = x - grand
+    sums_obs = np.add.reduceat(xc, starts)
+    ssb_obs = float(_ssb_from_sums(sums_obs, sizes))
+    sst = float(np.sum(xc * xc))
+    ssw_obs = max(sst - ssb_obs, 0.0)
+    means = np.add.reduceat(x, starts) / sizes
+    if k == 2:
+        statistic = float(abs(means[0] - means[1]))
+    elif sst == 0.0:
+        statistic = 0.0
+    elif ssw_obs <= 1e-12 * sst:
+        statistic = math.inf
+    else:
+        statistic = float((ssb_obs / (k - 1)) / (ssw_obs / (N - k)))
+    if sst == 0.0:
+        notes.append("all values identical: no between-group difference possible (p = 1)")
+    tol = 1e-9 * abs(ssb_obs) + 1e-12 * sst
+
+    rng = np.random.default_rng(seed)
+    is_binary = bool(np.all((x == 0.0) | (x == 1.0)))
+    p_exact = _NAN
+    if is_binary:
+        K1 = int(x.sum())
+        if k == 2:
+            k1 = rng.hypergeometric(K1, N - K1, int(sizes[0]), size=B)
+            cnt = np.stack([k1, K1 - k1], axis=1)
+            # exact permutation p: hypergeometric mass of all k1 with SSB >= observed
+            support = np.arange(max(0, K1 - int(sizes[1])), min(K1, int(sizes[0])) + 1)
+            s_sup = np.stack([support, K1 - support], axis=1) - sizes * (K1 / N)
+            ssb_sup = _ssb_from_sums(s_sup, sizes)
+            pmf = _sstats.hypergeom.pmf(support, N, K1, int(sizes[0]))
+            p_exact = float(min(1.0, pmf[ssb_sup >= ssb_obs - tol].sum()))
+        else:
+            cnt = rng.multivariate_hypergeometric(sizes, K1, size=B)
+        sums = cnt - sizes * (K1 / N)
+        ssb = _ssb_from_sums(sums, sizes)
+        c_ge = int(np.count_nonzero(ssb >= ssb_obs - tol))
+        how = "count-based (hypergeometric)" if k == 2 else "count-based (multivariate hypergeometric)"
+    else:
+        c_ge = 0
+        rows = max(1, _CHUNK_ELEMS // N)
+        done = 0
+        while done < B:
+            c = min(rows, B - done)
+            perm = _perm_rows(rng, xc, c)
+            ssb = _ssb_from_sums(np.add.reduceat(perm, starts, axis=1), sizes)
+            c_ge += int(np.count_nonzero(ssb >= ssb_obs - tol))
+            done += c
+        how = "label permutation"
+    p = (c_ge + 1) / (B + 1)
+    notes.append(f"{how}, B={B}, seed={seed}; p = (c + 1)/(B + 1)")
+    return PermutationResult(statistic, p, B, N, kept, dropped, test, "; ".join(notes), p_exact)
+
+
+# --------------------------------------------------------------------------------------------- multiplicity
+
+
+def benjamini_hochberg(pvals: Any) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p (q-values): q_(k) = min_{r >= k} min(m p_(r) / r, 1).
+
+    nan p-values stay nan and are not counted in m.
+    """
+    p = _as_1d(pvals, "pvals").astype(np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    if not ok.any():
+        return out
+    pv = p[ok]
+    if ((pv < 0) | (pv > 1)).any():
+        i = int(np.flatnonzero(ok)[np.flatnonzero((pv < 0) | (pv > 1))[0]])
+        raise ValueError(f"pvals[{i}] = {p[i]!r}: p-values must lie in [0, 1]")
+    m = pv.shape[0]
+    order = np.argsort(pv, kind="stable")
+    adj = pv[order] * m / np.arange(1, m + 1)
+    adj = np.minimum.accumulate(adj[::-1])[::-1]
+    adj = np.minimum(adj, 1.0)
+    res = np.empty(m)
+    res[order] = adj
+    out[ok] = res
+    return out
+
+
+# --------------------------------------------------------------------------------------------- rank statistics
+
+
+def spearman_permutation(x: Any, y: Any, B: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Spearman rho (average ranks for ties, as scipy) with a two-sided permutation p = (c + 1)/(B + 1),
+    c = # permutations of y with |rho*| >= |rho|. (nan, nan) when n < 3 or either variable is constant."""
+    B = _check_B(B)
+    xv = _as_real(x, "x")
+    yv = _as_real(y, "y")
+    _check_same_length(xv, yv, "x", "y")
+    n = int(xv.shape[0])
+    if n < 3:
+        return _NAN, _NAN
+    rx = _sstats.rankdata(xv)
+    ry = _sstats.rankdata(yv)
+    rx = rx - rx.mean()
+    ry = ry - ry.mean()
+    sxx, syy = float(rx @ rx), float(ry @ ry)
+    if sxx == 0.0 or syy == 0.0:
+        return _NAN, _NAN
+    num = float(rx @ ry)
+    rho = num / math.sqrt(sxx * syy)
+    rho = max(-1.0, min(1.0, rho))
+    tol = 1e-9 * abs(num) + 1e-12 * math.sqrt(sxx * syy)
+    rng = np.random.default_rng(seed)
+    c_ge = 0
+    rows = max(1, _CHUNK_ELEMS // n)
+    done = 0
+    while done < B:
+        c = min(rows, B - done)
+        perm = _perm_rows(rng, ry, c)
+        c_ge += int(np.count_nonzero(np.abs(perm @ rx) >= abs(num) - tol))
+        done += c
+    return float(rho), (c_ge + 1) / (B + 1)
+
+
+def _binary_labels(labels: Any, name: str = "labels") -> np.ndarray:
+    return _as_binary(labels, name)
+
+
+def auroc(scores: Any, labels: Any) -> float:
+    """AUROC = Mann-Whitney U / (n_pos n_neg), ties counted 1/2 (= trapezoidal area under the empirical ROC);
+    nan when a class is missing."""
+    s = _as_real(scores, "scores")
+    y = _binary_labels(labels)
+    _check_same_length(s, y, "scores", "labels")
+    n1 = int(y.sum(dtype=np.int64))
+    n0 = int(y.shape[0]) - n1
+    if n1 == 0 or n0 == 0:
+        return _NAN
+    r = _sstats.rankdata(s)
+    return float((r[y == 1].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
+
+
+def auroc_interval(scores: Any, labels: Any, B: int = 10_000, seed: int = 0, alpha: float = 0.05) -> Estimate:
+    """AUROC with a percentile bootstrap interval (index resampling, ``RandomState(seed)``); resamples lacking a
+    class are skipped (their number is in ``method``); se = SD of the bootstrap AUROCs (ddof=1)."""
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    s = _as_real(scores, "scores")
+    y = _binary_labels(labels)
+    _check_same_length(s, y, "scores", "labels")
+    n = int(s.shape[0])
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    point = auroc(s, y)
+    if math.isnan(point):
+        return Estimate(_NAN, _NAN, _NAN, _NAN, n, "not estimable (only one class among labels)")
+    boot = np.empty(B)
+    pos = 0
+    for idx in _index_chunks(n, B, seed):
+        c = idx.shape[0]
+        yy = y[idx]
+        rr = _sstats.rankdata(s[idx], axis=1)
+        n1 = yy.sum(axis=1, dtype=np.int64).astype(np.float64)
+        n0 = n - n1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot[pos:pos + c] = ((rr * yy).sum(axis=1) - n1 * (n1 + 1) / 2.0) / (n1 * n0)
+        pos += c
+    ok = np.isfinite(boot)
+    used = int(ok.sum())
+    skipped = B - used
+    how = f"percentile bootstrap (index, B={B}, seed={seed}) {_pct(alpha)} interval; se = bootstrap SD"
+    if skipped:
+        how += f"; {skipped} resample(s) lacking a class skipped"
+    if used == 0:
+        return Estimate(point, _NAN, _NAN, _NAN, n, how + "; interval not estimable")
+    lo, hi = _percentiles(boot[ok], alpha)
+    sd = _sd(boot[ok])
+    return Estimate(point, sd, lo, hi, n, how, sd)
+
+
+# --------------------------------------------------------------------------------------------- calibration
+
+
+def brier(prob: Any, outcome: Any) -> float:
+    """Brier score mean((prob - outcome)^2); nan when n == 0.
+
+    Paper: prob = confidence in the correct class, outcome = 1 (equivalently P(yes) vs the 0/1 label).
+    """
+    pv = _as_real(prob, "prob")
+    o = _as_binary(outcome, "outcome")
+    _check_same_length(pv, o, "prob", "outcome")
+    if pv.shape[0] == 0:
+        return _NAN
+    if ((pv < 0) | (pv > 1)).any():
+        i = int(np.flatnonzero((pv < 0) | (pv > 1))[0])
+        raise ValueError(f"prob[{i}] = {pv[i]!r}: probabilities must lie in [0, 1]")
+    return float(np.mean((pv - o) ** 2))
+
+
+def ece(confidence: Any, correct: Any, n_bins: int = 10) -> float | None:
+    """Expected calibration error: sum_b |B_b|/N |acc(B_b) - conf(B_b)| over ``n_bins`` equal-width bins of the
+    confidence in the GIVEN answer (bins [e_i, e_{i+1}) with ``np.linspace`` edges, the last one closed, as in the
+    released code). None (N/A) when n == 0 or more than 90% of confidences are exactly 0 or 1 (degenerate)."""
+    cf = _as_real(confidence, "confidence")
+    cr = _as_binary(correct, "correct")
+    _check_same_length(cf, cr, "confidence", "correct")
+    n = int(cf.shape[0])
+    if n == 0:
+        return None
+    if ((cf < 0) | (cf > 1)).any():
+        i = int(np.flatnonzero((cf < 0) | (cf > 1))[0])
+        raise ValueError(f"confidence[{i}] = {cf[i]!r}: confidences must lie in [0, 1]")
+    if int(n_bins) < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins!r}")
+    if np.count_nonzero((cf == 0.0) | (cf == 1.0)) > 0.9 * n:
+        return None
+    edges = np.linspace(0.0, 1.0, int(n_bins) + 1)
+    b = np.searchsorted(edges[1:-1], cf, side="right")  # conf >= edges[i] -> bin i; 1.0 -> last bin
+    cnt = np.bincount(b, minlength=n_bins).astype(np.float64)
+    sconf = np.bincount(b, weights=cf, minlength=n_bins)
+    sacc = np.bincount(b, weights=cr.astype(np.float64), minlength=n_bins)
+    nz = cnt > 0
+    return float(np.sum(np.abs(sacc[nz] - sconf[nz])) / n)
+
+
+# --------------------------------------------------------------------------------------------- agreement
+
+
+def cohen_kappa(a: Any, b: Any, weights: Literal[None, "linear", "quadratic"] = None) -> float:
+    """Cohen's kappa between two raters (weighted by category index distance if asked), as sklearn's
+    ``cohen_kappa_score``; nan when n == 0 or chance agreement is total (both raters use one category)."""
+    if weights not in (None, "linear", "quadratic"):
+        raise ValueError(f"weights must be None, 'linear' or 'quadratic', got {weights!r}")
+    av = _as_1d(a, "a")
+    bv = _as_1d(b, "b")
+    _check_same_length(av, bv, "a", "b")
+    if av.shape[0] == 0:
+        return _NAN
+    try:
+        cats, inv = np.unique(np.concatenate([av, bv]), return_inverse=True)
+    except TypeError as exc:
+        raise ValueError(f"cohen_kappa: ratings must be mutually comparable: {exc}") from None
+    inv = inv.reshape(-1)
+    q = cats.shape[0]
+    n = av.shape[0]
+    ia, ib = inv[:n], inv[n:]
+    obs = np.zeros((q, q))
+    np.add.at(obs, (ia, ib), 1.0)
+    exp = np.outer(obs.sum(axis=1), obs.sum(axis=0)) / obs.sum()
+    if weights is None:
+        w = 1.0 - np.eye(q)
+    else:
+        d = np.abs(np.arange(q)[:, None] - np.arange(q)[None, :]).astype(np.float64)
+        w = d if weights == "linear" else d ** 2
+    den = float(np.sum(w * exp))
+    if den == 0.0:
+        return _NAN
+    return float(1.0 - np.sum(w * obs) / den)
+
+
+def kendall_tau_b(x: Any, y: Any) -> tuple[float, float]:
+    """Kendall's tau-b with its two-sided p (``scipy.stats.kendalltau``, exact for small untied samples);
+    (nan, nan) when n < 2 or either variable is constant."""
+    xv = _as_real(x, "x")
+    yv = _as_real(y, "y")
+    _check_same_length(xv, yv, "x", "y")
+    if xv.shape[0] < 2 or np.all(xv == xv[0]) or np.all(yv == yv[0]):
+        return _NAN, _NAN
+    res = _sstats.kendalltau(xv, yv, variant="b")
+    return float(res.statistic), float(res.pvalue)
+
+
+def binomial_test(k: int, n: int, p0: float, alternative: str = "greater") -> float:
+    """Exact binomial test p-value (``scipy.stats.binomtest``); nan when n == 0."""
+    k, n = int(k), int(n)
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"binomial_test: need 0 <= k <= n, got k={k}, n={n}")
+    if not (0.0 <= float(p0) <= 1.0):
+        raise ValueError(f"binomial_test: p0 must lie in [0, 1], got {p0!r}")
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
+    if n == 0:
+        return _NAN
+    return float(_sstats.binomtest(k, n, float(p0), alternative=alternative).pvalue)
