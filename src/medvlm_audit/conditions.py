@@ -1,0 +1,81 @@
+"""Conditions of the grounding audit: deterministic transforms of a case into the image a model sees.
+
+A condition is (image operation, working resolution, prompt variant). Its pixels are a pure function of the
+source file and the parameters recorded in the probe set (swap partner, target/irrelevant boxes at 224,
+rescaled for 512), described by an :class:`ImageRecipe`. A condition that does not apply to a case (no box,
+no swap partner) is skipped with a reason, never faked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from medvlm_audit.boxes import rescale_box
+from medvlm_audit.case import Case, IntBox
+from medvlm_audit.images import ImageRecipe
+from medvlm_audit.prompts import PROMPT_VARIANTS
+
+IMAGE_OPS: tuple[str, ...] = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")
+WORKING_RES = 224
+RESOLUTIONS: tuple[int, ...] = (224, 512)
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    image_op: str = "original"
+    resolution: int = WORKING_RES
+    prompt_variant: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.image_op not in IMAGE_OPS:
+            raise ValueError(f"unknown condition {self.image_op!r}; known: {IMAGE_OPS}")
+        if self.resolution not in RESOLUTIONS:
+            raise ValueError(f"unsupported resolution {self.resolution}; known: {RESOLUTIONS}")
+        if self.prompt_variant not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt variant {self.prompt_variant!r}; known: {PROMPT_VARIANTS}")
+
+    @property
+    def name(self) -> str:
+        n = self.image_op
+        if self.resolution != WORKING_RES:
+            n += f"@{self.resolution}"
+        if self.prompt_variant != "default":
+            n += f"|prompt={self.prompt_variant}"
+        return n
+
+    @classmethod
+    def parse(cls, name: str) -> Condition:
+        """Inverse of :attr:`name`: ``target_mask@512|prompt=terse``."""
+        rest, _, prompt = name.partition("|prompt=")
+        op, _, res = rest.partition("@")
+        return cls(op, int(res) if res else WORKING_RES, prompt or "default")
+
+    def skip_reason(self, case: Case) -> str | None:
+        """Why this condition cannot be applied to the case, or None when it applies."""
+        if self.image_op == "no_image":
+            return None
+        if case.image is None:
+            return "case has no image"
+        if self.image_op == "swap" and case.swap_image is None:
+            return "no swap partner"
+        if self.image_op == "target_mask" and case.tbox is None:
+            return "no target box"
+        if self.image_op == "irrelevant_mask" and case.ibox is None:
+            return "no irrelevant box"
+        return None
+
+    def recipe(self, case: Case, resolve: callable) -> ImageRecipe | None:  # type: ignore[valid-type]
+        """The image recipe for a case (None for no_image). ``resolve`` maps manifest paths to files."""
+        if self.image_op == "no_image" or case.image is None:
+            return None
+        source = case.swap_image if self.image_op == "swap" else case.image
+        path = str(Path(resolve(source)))
+        fill: IntBox | None = None
+        if self.image_op == "target_mask":
+            fill = case.tbox
+        elif self.image_op == "irrelevant_mask":
+            fill = case.ibox
+        if fill is not None and self.resolution != WORKING_RES:
+            fill = rescale_box(fill, WORKING_RES, self.resolution)
+        return ImageRecipe(path, self.resolution, fill)

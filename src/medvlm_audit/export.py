@@ -1,0 +1,110 @@
+"""Tidy export of a run: one row per model x case x condition x sample, with the scored answer.
+
+Parquet and CSV, written atomically. The columns are documented in docs/tidy-schema.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.store import RunStore
+
+CASE_COLUMNS = ("kind", "finding", "label", "source", "patient_id", "study_id", "age", "sex", "view", "split")
+
+
+def raw_table(store: RunStore) -> pd.DataFrame:
+    """Trials joined with answers, models and case metadata (answers not yet scored)."""
+    df = store.frame(
+        """
+        SELECT t.model, m.modality, t.probe_set, t.case_id, t.condition, t.sample_index, t.key, t.image_sha256,
+               t.payload, r.text AS answer_text, r.top_logprobs, r.finish_reason, r.latency_s,
+               r.error_kind, r.error_message, i.parsed AS imported_parsed, i.confidence AS imported_confidence
+        FROM trials t
+        JOIN models m ON m.name = t.model
+        LEFT JOIN responses r ON r.key = t.key
+        LEFT JOIN imported i ON i.key = t.key
+        ORDER BY t.model, t.probe_set, t.case_id, t.condition, t.sample_index
+        """
+    )
+    missing = df["answer_text"].isna() & df["error_kind"].isna() & df["imported_parsed"].isna()
+    df.loc[missing, "error_kind"] = "not_asked"
+    df["top_logprobs"] = [json.loads(x) if isinstance(x, str) else None for x in df["top_logprobs"]]
+    cases = store.frame("SELECT probe_set, case_id, row FROM cases")
+    rows = [json.loads(r) for r in cases["row"]]
+    meta = pd.DataFrame(rows)
+    meta.insert(0, "probe_set", cases["probe_set"].to_numpy())
+    for col in CASE_COLUMNS:
+        if col not in meta:
+            meta[col] = None
+    meta["has_box"] = meta["tbox_x0"].notna() if "tbox_x0" in meta else False
+    meta["ibox_overlaps"] = meta["ibox_overlaps"].fillna(False).astype(bool) if "ibox_overlaps" in meta else False
+    keep = ["probe_set", "case_id", *CASE_COLUMNS, "has_box", "ibox_overlaps"]
+    df = df.merge(meta[keep], on=["probe_set", "case_id"], how="left")
+    df["age"] = pd.to_numeric(df["age"], errors="coerce").astype(float)
+    cond = df["condition"].str.partition("|prompt=")
+    base = cond[0].str.partition("@")
+    df["image_condition"] = base[0]
+    df["resolution"] = pd.to_numeric(base[2].replace("", "224")).astype(int)
+    df["prompt_variant"] = cond[2].replace("", "default")
+    run_id = store.meta().get("run_id", store.path.parent.name)
+    df.insert(0, "run_id", run_id)
+    return df
+
+
+TIDY_COLUMNS = [
+    "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
+    "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
+    "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
+    "latency_s", "error_kind", "error_message",
+]
+
+
+def tidy(store: RunStore, suite: str | None = None) -> pd.DataFrame:
+    """The scored tidy table of a grounding run (``condition`` is the image condition)."""
+    from medvlm_audit.suites.grounding import score_grounding
+
+    suite = suite or store.meta().get("suite", "grounding")
+    raw = raw_table(store)
+    if suite != "grounding":
+        raise ValueError(f"tidy export for suite {suite!r} is provided by that suite")
+    scored = score_grounding(raw)
+    scored["full_condition"] = scored["condition"]
+    scored["condition"] = scored["image_condition"]
+    scored["label"] = pd.to_numeric(scored["label"], errors="coerce").astype("Int64")
+    scored.loc[scored["error_kind"].notna(), "parsed"] = -1
+    scored.loc[scored["error_kind"].notna(), "correct"] = np.nan
+    return scored[TIDY_COLUMNS].reset_index(drop=True)
+
+
+def write_atomic(df: pd.DataFrame, path: Path) -> None:
+    """Write Parquet or CSV to a temp file in the same folder and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """Write results.parquet and results.csv (tidy) for a run directory; returns both paths."""
+    run_dir = Path(run_dir)
+    out = Path(out_dir) if out_dir else run_dir
+    with RunStore.open_dir(run_dir) as store:
+        df = tidy(store)
+    pq, csv = out / "results.parquet", out / "results.csv"
+    write_atomic(df, pq)
+    write_atomic(df, csv)
+    return pq, csv

@@ -1,0 +1,113 @@
+"""Image loading and the pure pixel transforms of the interventions (resize, box fill).
+
+Transforms are pure functions of (source pixels, recorded parameters); source files are only read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from medvlm_audit.case import IntBox
+from medvlm_audit.errors import ImageError
+
+
+def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
+    """Decode an image file to uint8 grayscale ("L") or RGB; a clear ImageError names a missing or corrupt file."""
+    p = Path(path)
+    if not p.exists():
+        raise ImageError(f"image file {p} does not exist")
+    try:
+        with Image.open(p) as im:
+            im.load()
+            if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+                arr = np.asarray(im, dtype=np.float64)
+                lo, hi = float(arr.min()), float(arr.max())
+                arr = (arr - lo) / (hi - lo or 1.0) * 255.0
+                arr8 = np.ascontiguousarray(arr.round().astype(np.uint8))
+                return arr8 if mode == "L" else np.repeat(arr8[..., None], 3, axis=2)
+            return np.asarray(im.convert(mode), dtype=np.uint8).copy()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise ImageError(f"image file {p} cannot be decoded ({e})") from e
+
+
+def load_gray(path: str | Path) -> np.ndarray:
+    """Decode an image file to uint8 grayscale."""
+    return load_image(path, "L")
+
+
+def resize(pixels: np.ndarray, res: int) -> np.ndarray:
+    """Bilinear resize to res x res (the paper's working resolution is 224)."""
+    if pixels.shape[0] == res and pixels.shape[1] == res:
+        return pixels
+    im = Image.fromarray(pixels)
+    return np.asarray(im.resize((res, res), Image.Resampling.BILINEAR), dtype=np.uint8)
+
+
+def fill_box(pixels: np.ndarray, box: IntBox, value: int = 0) -> np.ndarray:
+    """Copy of ``pixels`` with the xyxy box filled (black by default)."""
+    out = pixels.copy()
+    x0, y0, x1, y1 = box
+    out[y0:y1, x0:x1] = value
+    return out
+
+
+class SourceCache:
+    """Thread-safe LRU of decoded source images, so a case's conditions decode its file once."""
+
+    def __init__(self, max_items: int = 64) -> None:
+        self.max_items = max_items
+        self._d: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: str | Path, mode: str = "L") -> np.ndarray:
+        key = f"{mode}:{path}"
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key]
+        arr = load_image(path, mode)
+        arr.setflags(write=False)
+        with self._lock:
+            self._d[key] = arr
+            while len(self._d) > self.max_items:
+                self._d.popitem(last=False)
+        return arr
+
+
+@dataclass(frozen=True, slots=True)
+class ImageRecipe:
+    """How to make one model image: source file, colour mode, output size (None = native), optional black box.
+
+    The box is in output pixels. Rendering is a pure function of the file and these parameters.
+    """
+
+    source: str
+    resolution: int | None = 224
+    fill: IntBox | None = None
+    mode: str = "L"  # "L" grayscale (radiographs) or "RGB"
+
+    def cache_key(self) -> str:
+        """Identifies the output pixels: the file (path, size, mtime) and the parameters."""
+        try:
+            st = os.stat(self.source)
+        except OSError as e:
+            raise ImageError(f"image file {self.source} does not exist") from e
+        return json.dumps([self.source, st.st_size, st.st_mtime_ns, self.resolution, self.fill, self.mode])
+
+    def render(self, cache: SourceCache | None = None) -> np.ndarray:
+        src = (cache or _DEFAULT_CACHE).get(self.source, self.mode)
+        out = src if self.resolution is None else resize(src, self.resolution)
+        if self.fill is not None:
+            out = fill_box(out, self.fill)
+        return out
+
+
+_DEFAULT_CACHE = SourceCache(8)

@@ -1,0 +1,103 @@
+"""The paper's yes/no parser and first-token P(yes) (paper 000, Methods; DESIGN.md "Grounding audit").
+
+Parse order: strip tokenizer artifacts and ``<think>...</think>``; the final non-empty line against the
+affirmative/negative token sets; then the first whitespace token; then the first 60 lower-cased characters
+for an unambiguous yes or no matched as whole words (so "cannot" and "abnormality" are not read as No).
+Returns 1 (Yes), 0 (No) or -1 (unparsed, an explicit class: never coerced).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+YES, NO, UNPARSED = 1, 0, -1
+AFFIRMATIVE = frozenset({"yes", "yeah", "correct", "true", "present", "positive"})
+NEGATIVE = frozenset({"no", "not", "absent", "negative", "false", "incorrect"})
+
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_OPEN_THINK = re.compile(r"^.*</think>", re.S | re.I)  # a trace whose opening tag was cut off
+_ARTIFACTS = re.compile(
+    r"<\|[^|>]*\|>|</?s>|<pad>|<unk>|<eos>|<bos>|<end_of_turn>|<start_of_turn>|\[/?INST\]|<image>|\u2581|\u0120|\u010a"
+)
+_STRIP = " \t\r\n.,;:!?\"'`*_()[]{}<>\u201c\u201d\u2018\u2019-"
+_WORD = re.compile(r"[a-z]+")
+
+
+def clean(text: str) -> str:
+    """Remove reasoning traces and tokenizer artifacts."""
+    t = _THINK.sub(" ", text)
+    if "</think>" in t.lower():
+        t = _OPEN_THINK.sub(" ", t)
+    t = _ARTIFACTS.sub(" ", t)
+    return t
+
+
+def _classify_token(token: str) -> int:
+    tok = token.strip(_STRIP).lower()
+    if tok in AFFIRMATIVE:
+        return YES
+    if tok in NEGATIVE:
+        return NO
+    return UNPARSED
+
+
+def _classify_line(line: str) -> int:
+    """A line is read as a yes/no token when, stripped of punctuation, it is one of the tokens."""
+    whole = _classify_token(line)
+    if whole != UNPARSED:
+        return whole
+    words = line.strip(_STRIP).split()
+    if words:
+        return _classify_token(words[0])
+    return UNPARSED
+
+
+def parse_yes_no(text: str | None) -> int:
+    """1 = Yes, 0 = No, -1 = unparsed."""
+    if not text:
+        return UNPARSED
+    t = clean(text)
+    lines = [ln for ln in t.splitlines() if ln.strip(_STRIP)]
+    if not lines:
+        return UNPARSED
+    got = _classify_line(lines[-1])
+    if got != UNPARSED:
+        return got
+    first = t.split()
+    if first:
+        got = _classify_token(first[0])
+        if got != UNPARSED:
+            return got
+    words = set(_WORD.findall(t.strip().lower()[:60]))
+    has_yes, has_no = "yes" in words, "no" in words
+    if has_yes != has_no:
+        return YES if has_yes else NO
+    return UNPARSED
+
+
+def _token_class(token: str) -> int:
+    tok = _ARTIFACTS.sub("", token).strip(_STRIP).lower()
+    if tok in ("yes", "yeah", "y"):
+        return YES
+    if tok in ("no", "n"):
+        return NO
+    return UNPARSED
+
+
+def p_yes(top_logprobs: Iterable[tuple[str, float]] | None) -> float:
+    """First-token P(yes) renormalised over the yes/no token variants; NaN (undefined) when neither appears."""
+    if not top_logprobs:
+        return math.nan
+    py = pn = 0.0
+    for token, lp in top_logprobs:
+        if lp is None or not math.isfinite(lp):
+            continue
+        cls = _token_class(token)
+        if cls == YES:
+            py += math.exp(lp)
+        elif cls == NO:
+            pn += math.exp(lp)
+    total = py + pn
+    return py / total if total > 0 else math.nan

@@ -1,0 +1,106 @@
+"""The grounding suite (paper 000): original / swap / target_mask / irrelevant_mask / no_image, at 224 and
+optionally 512, under the default prompt and optionally the terse and radiologist phrasings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.conditions import IMAGE_OPS, Condition
+from medvlm_audit.models.base import Message
+from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.prompts import grounding_prompt
+from medvlm_audit.scoring.yesno import UNPARSED, p_yes, parse_yes_no
+from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
+
+DEFAULT_CONDITIONS: tuple[str, ...] = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")
+
+
+@dataclass(frozen=True)
+class GroundingOptions:
+    conditions: Sequence[str] = DEFAULT_CONDITIONS
+    resolutions: Sequence[int] = (224,)
+    prompt_variants: Sequence[str] = ("default",)
+    #: case ids that get the non-default prompt variants (None = all cases)
+    prompt_subsample: frozenset[str] | None = None
+    #: case ids that get the 512 resolution probe (None = all cases)
+    res512_subsample: frozenset[str] | None = None
+    repeats: int = 1
+
+
+def conditions_for(opts: GroundingOptions) -> list[Condition]:
+    """Every (image op, resolution, prompt variant) combination the options ask for."""
+    for c in opts.conditions:
+        if c not in IMAGE_OPS:
+            raise ValueError(f"unknown grounding condition {c!r}; known: {IMAGE_OPS}")
+    out = []
+    for res in opts.resolutions:
+        for variant in opts.prompt_variants:
+            for op in opts.conditions:
+                if res != 224 and (op == "no_image" or variant != "default"):
+                    continue  # the resolution probe uses the default phrasing; no_image has no resolution
+                out.append(Condition(op, res, variant))
+    return out
+
+
+def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Plan:
+    plan = Plan()
+    conds = conditions_for(opts)
+    for ps in probe_sets:
+        plan.sources.append(PlanSource(ps.name, str(ps.image_root), ps.content_hash, ps.df, ps.provenance))
+        for case in ps.cases():
+            for cond in conds:
+                if cond.prompt_variant != "default" and opts.prompt_subsample is not None:
+                    if case.case_id not in opts.prompt_subsample:
+                        continue
+                if cond.resolution != 224 and opts.res512_subsample is not None:
+                    if case.case_id not in opts.res512_subsample:
+                        continue
+                reason = cond.skip_reason(case)
+                if reason is not None:
+                    plan.skipped.append(Skip(ps.name, case.case_id, cond.name, reason))
+                    continue
+                recipe = cond.recipe(case, ps.resolve)
+                msgs = (Message("user", grounding_prompt(case, cond.prompt_variant)),)
+                for s in range(opts.repeats):
+                    plan.trials.append(
+                        Trial(ps.name, case.case_id, cond.name, msgs, (recipe,) if recipe else (), s)
+                    )
+    return plan
+
+
+def score_grounding(tidy: pd.DataFrame) -> pd.DataFrame:
+    """Parse yes/no, compute P(yes), and correctness (NaN when unparsed or errored)."""
+    out = tidy.copy()
+    parsed = np.fromiter((parse_yes_no(t) for t in out["answer_text"]), dtype=np.int8, count=len(out))
+    if "imported_parsed" in out:
+        imp = out["imported_parsed"].to_numpy()
+        has = ~pd.isna(imp)
+        parsed[has] = imp[has].astype(np.int8)
+    out["parsed"] = parsed
+    conf = np.array([p_yes(tl) for tl in out["top_logprobs"]], dtype=float)
+    if "imported_confidence" in out:
+        ic = out["imported_confidence"].to_numpy(dtype=float)
+        conf = np.where(out["imported_parsed"].notna(), ic, conf)
+    out["confidence"] = conf
+    label = pd.to_numeric(out["label"], errors="coerce").to_numpy(dtype=float)
+    ok = parsed != UNPARSED
+    out["correct"] = np.where(ok & ~np.isnan(label), (parsed == label).astype(float), np.nan)
+    return out
+
+
+class GroundingSuite:
+    name = "grounding"
+
+    def __init__(self, probe_sets: Sequence[ProbeSet], opts: GroundingOptions) -> None:
+        self.probe_sets = list(probe_sets)
+        self.opts = opts
+
+    def plan(self, config: object = None) -> Plan:
+        return plan_grounding(self.probe_sets, self.opts)
+
+    def score(self, tidy: pd.DataFrame) -> pd.DataFrame:
+        return score_grounding(tidy)

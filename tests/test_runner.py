@@ -1,0 +1,128 @@
+"""Runner and run store: dedup by content key, resume, skipped conditions, errors recorded."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import BrightSpotModel, PromptLengthModel
+
+from medvlm_audit.export import tidy
+from medvlm_audit.models.base import LocalModel, Response, TextOnly
+from medvlm_audit.runner import execute
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+
+
+def run(store, plan, models, **kw):
+    return asyncio.run(execute(store, plan, models, progress=False, **kw))
+
+
+def test_text_only_model_is_asked_once_per_question(tmp_path: Path, tiny_probeset) -> None:
+    plan = plan_grounding([tiny_probeset], GroundingOptions())
+    text = PromptLengthModel()
+    store = RunStore(tmp_path / "run" / "run.sqlite")
+    summary = run(store, plan, [BrightSpotModel(), text])
+    # one distinct question ("Is lung nodule present...") for all 12 cases x 5 conditions
+    assert text.calls == 1
+    assert summary.per_model["prompt-only"]["trials"] == 12 * 5
+    assert summary.per_model["prompt-only"]["distinct_inputs"] == 1
+    df = tidy(store)
+    t = df[df.model == "prompt-only"]
+    assert (t.answer_text == "Yes").all() and t.key.nunique() == 1
+
+
+def test_rerun_asks_nothing_and_resume_fills_gaps(tmp_path: Path, tiny_probeset) -> None:
+    plan = plan_grounding([tiny_probeset], GroundingOptions())
+    store = RunStore(tmp_path / "run.sqlite")
+    m = BrightSpotModel()
+    run(store, plan, [m])
+    first = m.calls
+    assert first == store.counts()["responses"]
+    m2 = BrightSpotModel()
+    run(store, plan, [m2])
+    assert m2.calls == 0
+    # delete some answers: a resume asks exactly those again
+    store.db.execute("DELETE FROM responses WHERE rowid IN (SELECT rowid FROM responses LIMIT 7)")
+    m3 = BrightSpotModel()
+    run(store, plan, [m3])
+    assert m3.calls == 7
+
+
+def test_masks_change_pixels_and_answers(tmp_path: Path, tiny_probeset) -> None:
+    store = RunStore(tmp_path / "run.sqlite")
+    run(store, plan_grounding([tiny_probeset], GroundingOptions()), [BrightSpotModel()])
+    df = tidy(store)
+    orig = df[df.condition == "original"].set_index("case_id")
+    tm = df[df.condition == "target_mask"].set_index("case_id")
+    im = df[df.condition == "irrelevant_mask"].set_index("case_id")
+    assert (orig.image_sha256 != tm.image_sha256).all()
+    pos = orig.index[orig.label == 1]
+    assert (orig.loc[pos, "parsed"] == 1).all()
+    assert (tm.loc[pos, "parsed"] == 0).all()  # masking the bright box removes the evidence
+    assert (im.loc[pos, "parsed"] == 1).all()  # masking a corner does not
+    no_img = df[df.condition == "no_image"]
+    assert (no_img.parsed == -1).all() and no_img.correct.isna().all()
+    assert set(df.columns) >= {"parsed", "confidence", "correct", "latency_s", "error_kind"}
+    conf = orig.loc[pos, "confidence"].to_numpy()
+    assert np.all(conf > 0.5)
+
+
+def test_skipped_conditions_are_counted_not_faked(tmp_path: Path, tiny_probeset) -> None:
+    df = tiny_probeset.df.copy()
+    df.loc[0, "swap_image_path"] = None
+    for c in ("tbox_x0", "tbox_y0", "tbox_x1", "tbox_y1"):
+        df.loc[1, c] = None
+    from medvlm_audit.probeset import ProbeSet
+
+    ps = ProbeSet(df, tiny_probeset.image_root, name="tiny2")
+    plan = plan_grounding([ps], GroundingOptions())
+    reasons = {(s.case_id, s.condition): s.reason for s in plan.skipped}
+    assert reasons == {("c000", "swap"): "no swap partner", ("c001", "target_mask"): "no target box"}
+    store = RunStore(tmp_path / "run.sqlite")
+    run(store, plan, [BrightSpotModel()])
+    assert store.counts()["skipped"] == 2
+    assert len(tidy(store)) == 12 * 5 - 2
+
+
+class Exploding(LocalModel):
+    name = "exploding"
+
+    def predict(self, inputs):
+        raise RuntimeError("out of memory")
+
+
+def test_model_exceptions_are_recorded_per_input_and_retried_on_request(tmp_path: Path, tiny_probeset) -> None:
+    plan = plan_grounding([tiny_probeset], GroundingOptions(conditions=("original",)))
+    store = RunStore(tmp_path / "run.sqlite")
+    run(store, plan, [Exploding()])
+    df = tidy(store)
+    assert (df.error_kind == "model").all() and df.error_message.str.contains("out of memory").all()
+    m = BrightSpotModel()
+    m.name = "exploding"  # same name; different identity -> new keys; use retry to re-ask errored keys
+    run(store, plan, [m], retry_errors=True)
+    assert m.calls == 12
+
+
+def test_text_only_wrapper_drops_images(tmp_path: Path, tiny_probeset) -> None:
+    inner = BrightSpotModel()
+    wrapped = TextOnly(inner, name="bright-text")
+    store = RunStore(tmp_path / "run.sqlite")
+    run(store, plan_grounding([tiny_probeset], GroundingOptions()), [wrapped])
+    df = tidy(store)
+    assert df.image_sha256.isna().all()
+    assert inner.calls == 1
+    assert (df.answer_text == "I cannot tell without an image.").all()
+
+
+def test_corrupt_image_fails_before_any_model_call(tmp_path: Path, tiny_probeset) -> None:
+    (tiny_probeset.image_root / "images" / "img003.png").write_bytes(b"not a png")
+    m = BrightSpotModel()
+    store = RunStore(tmp_path / "run.sqlite")
+    from medvlm_audit.errors import ImageError
+
+    with pytest.raises(ImageError, match=r"case .c00[13]. .*img003.png cannot be decoded"):
+        run(store, plan_grounding([tiny_probeset], GroundingOptions()), [m])
+    assert m.calls == 0 and store.counts()["responses"] == 0
