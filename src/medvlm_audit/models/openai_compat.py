@@ -1,0 +1,505 @@
+"""Chat-completions client for OpenAI-compatible endpoints: vLLM, OpenAI, Azure OpenAI, Ollama, llama.cpp, LM Studio.
+
+One shared aiohttp session per event loop; at most ``max_concurrency`` requests in flight, spread over
+several base URLs by least outstanding requests. Transient failures (429, 408, 500/502/503/504,
+timeouts, dropped connections, malformed JSON, empty content) are retried with exponential backoff
+and full jitter, honouring ``Retry-After``; permanent ones (other 4xx) are not. A failed input comes
+back as a :class:`Response` with ``error`` set, never as an exception.
+
+The API key is read from the environment variable ``api_key_env`` at request time. It is never stored
+on the object and is scrubbed from every message this module returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import os
+import random
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import aiohttp
+from yarl import URL
+
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.models.base import ErrorInfo, ImageData, Modality, Model, ModelInput, Response
+from medvlm_audit.models.encoding import data_url
+
+ApiStyle = Literal["openai", "azure"]
+
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+DEFAULT_AZURE_API_VERSION = "2024-10-21"
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+_SECRETISH = re.compile(r"(?i)(bearer\s+)\S+|\bsk-[A-Za-z0-9_\-*.]{6,}")
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delta seconds or an HTTP date); None if absent/invalid."""
+    if value is None:
+        return None
+    v = value.strip()
+    if not v:
+        return None
+    try:
+        secs = float(v)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(v)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        secs = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(secs):
+        return None
+    return max(0.0, secs)
+
+
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
+    """Remove credentials from a message: the given secrets, ``Bearer ...`` tokens and ``sk-...`` keys."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "[REDACTED]")
+    return _SECRETISH.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
+
+
+def _redact_url(url: str) -> str:
+    """The URL without user info and query (either may carry a key), for repr and messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class _Endpoint:
+    __slots__ = ("url", "display", "inflight", "cooldown_until", "sent")
+
+    def __init__(self, url: URL, display: str) -> None:
+        self.url = url
+        self.display = display
+        self.inflight = 0
+        self.cooldown_until = 0.0
+        self.sent = 0
+
+
+class _DataUrlCache:
+    """Small LRU of encoded images keyed by pixel hash: one image is often asked with several prompts."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._d: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, image: ImageData, fmt: str) -> str:
+        if self.maxsize <= 0:
+            return data_url(image.pixels, fmt)
+        key = (image.sha256, fmt)
+        with self._lock:
+            hit = self._d.get(key)
+            if hit is not None:
+                self._d.move_to_end(key)
+                return hit
+        url = data_url(image.pixels, fmt)
+        with self._lock:
+            self._d[key] = url
+            if len(self._d) > self.maxsize:
+                self._d.popitem(last=False)
+        return url
+
+
+class _Failure:
+    __slots__ = ("kind", "message", "transient", "retry_after")
+
+    def __init__(self, kind: str, message: str, transient: bool, retry_after: float | None = None) -> None:
+        self.kind = kind
+        self.message = message
+        self.transient = transient
+        self.retry_after = retry_after
+
+
+class OpenAIChatModel(Model):
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint (or several replicas of it).
+
+    ``base_urls`` include the API prefix, as the OpenAI SDK takes them (``http://host:8000/v1``); for
+    ``api_style="azure"`` they are the resource root (``https://NAME.openai.azure.com``) and ``model``
+    is the deployment name. ``seed`` is sent as ``decoding.seed + sample_index`` so repeated samples
+    differ yet stay reproducible.
+    """
+
+    batch_size = 1
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        base_urls: Sequence[str] | str,
+        api_key_env: str | None = None,
+        api_style: ApiStyle = "openai",
+        azure_api_version: str | None = None,
+        max_concurrency: int = 32,
+        timeout_s: float = 60.0,
+        max_retries: int = 6,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        image_format: Literal["png", "jpeg"] = "png",
+        extra_body: Mapping[str, Any] | None = None,
+        revision: str | None = None,
+        *,
+        modality: Modality = "multimodal",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        retry_after_max_s: float = 300.0,
+        image_cache_size: int = 128,
+    ) -> None:
+        urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        if not urls:
+            raise ConfigError(f"model {name!r}: base_urls is empty")
+        if api_style not in ("openai", "azure"):
+            raise ConfigError(f"model {name!r}: api_style must be 'openai' or 'azure', got {api_style!r}")
+        if image_format not in ("png", "jpeg"):
+            raise ConfigError(f"model {name!r}: image_format must be 'png' or 'jpeg', got {image_format!r}")
+        if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
+            raise ConfigError(f"model {name!r}: need max_concurrency >= 1, max_retries >= 0 and timeout_s > 0")
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise ConfigError(f"model {name!r}: max_tokens_field must be 'max_tokens' or 'max_completion_tokens'")
+        self.name = name
+        self.model = model
+        self.modality = modality
+        self.api_key_env = api_key_env
+        self.api_style: ApiStyle = api_style
+        self.azure_api_version = azure_api_version or DEFAULT_AZURE_API_VERSION
+        self.max_concurrency = int(max_concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_base_s = float(backoff_base_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.retry_after_max_s = float(retry_after_max_s)
+        self.image_format = image_format
+        self.extra_body = dict(extra_body or {})
+        self.revision = revision
+        self.max_tokens_field = max_tokens_field
+        self._url_secrets = [p for u in urls if (p := urlsplit(u).password)]
+        self._endpoints = [_Endpoint(self._chat_url(u), _redact_url(u)) for u in urls]
+        self._rr = 0
+        self._rng = random.Random()
+        self._images = _DataUrlCache(image_cache_size)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+
+    # -- description ---------------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """Backend, model id, revision and API style; plus image format and extra body when they change answers.
+
+        Base URLs are not identity (replicas serve the same model) and no credential ever is.
+        """
+        ident: dict[str, Any] = {"backend": "openai", "model": self.model, "revision": self.revision,
+                                 "api_style": self.api_style}
+        if self.image_format != "png":
+            ident["image_format"] = self.image_format  # lossy encoding changes the pixels the model sees
+        if self.extra_body:
+            ident["extra_body"] = json.loads(json.dumps(self.extra_body, sort_keys=True, default=str))
+        return ident
+
+    def __repr__(self) -> str:
+        urls = [e.display for e in self._endpoints]
+        return (f"OpenAIChatModel(name={self.name!r}, model={self.model!r}, base_urls={urls!r}, "
+                f"api_style={self.api_style!r}, api_key_env={self.api_key_env!r}, "
+                f"max_concurrency={self.max_concurrency})")
+
+    @property
+    def endpoint_counts(self) -> dict[str, int]:
+        """Requests sent per base URL (redacted) since construction: to check load spreading."""
+        return {e.display: e.sent for e in self._endpoints}
+
+    def _chat_url(self, base: str) -> URL:
+        base = base.rstrip("/")
+        if self.api_style == "azure":
+            url = f"{base}/openai/deployments/{quote(self.model, safe='')}/chat/completions"
+            return URL(url).update_query({"api-version": self.azure_api_version})
+        if base.endswith("/chat/completions"):
+            return URL(base)
+        return URL(base + "/chat/completions")
+
+    # -- request building ----------------------------------------------------------------------------
+    def _api_key(self) -> str | None:
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"model {self.name!r}: environment variable {self.api_key_env} is not set or empty")
+        return key
+
+    def _headers(self, key: str | None) -> dict[str, str]:
+        if key is None:
+            return _JSON_HEADERS
+        h = dict(_JSON_HEADERS)
+        if self.api_style == "azure":
+            h["api-key"] = key
+        else:
+            h["Authorization"] = f"Bearer {key}"
+        return h
+
+    def build_body(self, inp: ModelInput) -> dict[str, Any]:
+        """The JSON body for one input: images as data URLs before the text of the first user message."""
+        images = inp.images if self.modality != "text_only" else ()
+        messages: list[dict[str, Any]] = []
+        placed = not images
+        for m in inp.messages:
+            if not placed and m.role == "user":
+                parts: list[dict[str, Any]] = [
+                    {"type": "image_url", "image_url": {"url": self._images.get(im, self.image_format)}}
+                    for im in images
+                ]
+                parts.append({"type": "text", "text": m.content})
+                messages.append({"role": "user", "content": parts})
+                placed = True
+            else:
+                messages.append({"role": m.role, "content": m.content})
+        if not placed:  # no user message at all: the images form one
+            messages.append({"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": self._images.get(im, self.image_format)}} for im in images
+            ]})
+        d = inp.decoding
+        body: dict[str, Any] = {}
+        if self.api_style == "openai":
+            body["model"] = self.model
+        body["messages"] = messages
+        body[self.max_tokens_field] = d.max_new_tokens
+        body["temperature"] = d.temperature
+        body["top_p"] = d.top_p
+        if d.seed is not None:
+            body["seed"] = d.seed + inp.sample_index
+        if d.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = d.top_logprobs
+        if d.top_k is not None and d.top_k > 0:
+            body["top_k"] = d.top_k  # vLLM / llama.cpp extension
+        if d.num_beams > 1:
+            body["use_beam_search"] = True  # vLLM extension
+            body["best_of"] = d.num_beams
+        if self.extra_body:
+            body.update(self.extra_body)
+        return body
+
+    # -- session -------------------------------------------------------------------------------------
+    def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_concurrency + 8, limit_per_host=0, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                timeout=self._timeout,
+            )
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+            self._loop = loop
+        assert self._sem is not None
+        return self._session, self._sem
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP session (call from the loop that used it)."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+        self._sem = None
+        self._loop = None
+
+    # -- generation ----------------------------------------------------------------------------------
+    async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        """Answer every input (any number, at most ``max_concurrency`` requests in flight); order preserved.
+
+        Raises ConfigError only when the API key variable is missing; per-input failures come back as
+        responses with ``error`` set.
+        """
+        self._api_key()  # fail fast, naming the variable, before any request
+        self._ensure_session()
+        n = len(inputs)
+        if n == 1:
+            return [await self._one(inputs[0])]
+        out: list[Response | None] = [None] * n
+        indices = iter(range(n))
+
+        async def worker() -> None:
+            for i in indices:
+                out[i] = await self._one(inputs[i])
+
+        await asyncio.gather(*(worker() for _ in range(min(n, self.max_concurrency))))
+        return out  # type: ignore[return-value]
+
+    def _pick(self) -> _Endpoint:
+        """Least outstanding requests; ties go round robin; endpoints cooling down after a 429 come last."""
+        eps = self._endpoints
+        n = len(eps)
+        if n == 1:
+            return eps[0]
+        start = self._rr
+        self._rr = (start + 1) % n
+        best = eps[start]
+        now = -1.0
+        for j in range(1, n):
+            e = eps[(start + j) % n]
+            if e.cooldown_until or best.cooldown_until:
+                if now < 0:
+                    now = time.monotonic()
+                e_cool, b_cool = e.cooldown_until > now, best.cooldown_until > now
+                if e_cool != b_cool:
+                    if b_cool:
+                        best = e
+                    continue
+            if e.inflight < best.inflight:
+                best = e
+        return best
+
+    async def _one(self, inp: ModelInput) -> Response:
+        secrets: list[str] = list(self._url_secrets)
+        try:
+            key = self._api_key()
+            if key:
+                secrets.append(key)
+            payload = json.dumps(self.build_body(inp), separators=(",", ":")).encode()
+            headers = self._headers(key)
+            attempt = 0
+            while True:
+                attempt += 1
+                result = await self._attempt(payload, headers)
+                if isinstance(result, Response):
+                    return result
+                fail = result
+                if not fail.transient or attempt > self.max_retries:
+                    return Response(text=None, error=ErrorInfo(
+                        fail.kind, scrub(fail.message, secrets), attempt, fail.transient))
+                await asyncio.sleep(self._backoff(attempt, fail.retry_after))
+                key = self._api_key()  # keys can rotate between attempts
+                if key and key not in secrets:
+                    secrets.append(key)
+                headers = self._headers(key)
+        except ConfigError as exc:
+            return Response(text=None, error=ErrorInfo("other", str(exc), 1, False))
+        except Exception as exc:  # noqa: BLE001 - never raise for one input; record what happened
+            return Response(text=None, error=ErrorInfo(
+                "other", scrub(f"{type(exc).__name__}: {exc}", secrets), 1, False))
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Full jitter: uniform(0, min(max, base * 2**(attempt-1))), but never less than Retry-After."""
+        cap = min(self.backoff_max_s, self.backoff_base_s * (2.0 ** (attempt - 1)))
+        delay = self._rng.uniform(0.0, cap)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.retry_after_max_s))
+        return delay
+
+    async def _attempt(self, payload: bytes, headers: Mapping[str, str]) -> Response | _Failure:
+        session, sem = self._ensure_session()
+        async with sem:
+            ep = self._pick()
+            if ep.cooldown_until:
+                wait = ep.cooldown_until - time.monotonic()
+                if wait > 0:  # every endpoint is rate limited: wait here rather than collect another 429
+                    await asyncio.sleep(wait)
+                else:
+                    ep.cooldown_until = 0.0
+            ep.inflight += 1
+            ep.sent += 1
+            retry_after: float | None = None
+            t0 = time.perf_counter()
+            try:
+                async with session.post(ep.url, data=payload, headers=headers) as resp:
+                    status = resp.status
+                    raw = await resp.read()
+                    if status >= 400:
+                        ra = resp.headers.get("retry-after-ms")
+                        retry_after = (float(ra) / 1000.0 if _is_number(ra) else
+                                       parse_retry_after(resp.headers.get("Retry-After")))
+            except TimeoutError:
+                return _Failure("timeout", f"no complete answer from {ep.display} within {self.timeout_s:g} s", True)
+            except (aiohttp.ClientError, OSError) as exc:
+                return _Failure("connection", f"{type(exc).__name__} from {ep.display}: {exc}", True)
+            finally:
+                ep.inflight -= 1
+            latency = time.perf_counter() - t0
+        if status >= 400:
+            if status == 429 and retry_after:
+                ep.cooldown_until = max(ep.cooldown_until, time.monotonic() + min(retry_after, self.retry_after_max_s))
+            kind = "http_429" if status == 429 else ("http_5xx" if status >= 500 else "http_4xx")
+            return _Failure(kind, f"HTTP {status} from {ep.display}: {_error_message(raw)}",
+                            status in RETRYABLE_STATUS, retry_after)
+        return _parse_completion(raw, latency, ep.display)
+
+
+def _is_number(v: str | None) -> bool:
+    if not v:
+        return False
+    try:
+        return math.isfinite(float(v)) and float(v) >= 0
+    except ValueError:
+        return False
+
+
+def _error_message(raw: bytes, limit: int = 300) -> str:
+    """The server's error message (OpenAI ``{"error": {"message": ...}}`` or the raw text), shortened."""
+    try:
+        data = json.loads(raw)
+        if isinstance(data, dict):
+            err = data.get("error", data.get("detail", data.get("message")))
+            if isinstance(err, dict):
+                err = err.get("message", err)
+            if err is not None:
+                text = str(err)
+                return text[:limit]
+    except ValueError:
+        pass
+    return raw[:limit].decode("utf-8", "replace")
+
+
+def _parse_completion(raw: bytes, latency: float, where: str) -> Response | _Failure:
+    """A Response from a 200 body; malformed or empty bodies are (transient) failures."""
+    try:
+        data = json.loads(raw)
+        choice = data["choices"][0]
+        message = choice.get("message") or {}
+        content = message.get("content")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return _Failure("malformed", f"unreadable completion from {where}: {raw[:120]!r}", True)
+    if isinstance(content, list):  # some servers return content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    finish = choice.get("finish_reason")
+    if content is None or not str(content).strip():
+        refusal = message.get("refusal")
+        if refusal:
+            content = str(refusal)
+        elif finish == "length":  # the token budget ran out before any answer: retrying will not help
+            return _Failure("empty", f"empty answer from {where}: max tokens reached before any content", False)
+        else:
+            return _Failure("empty", f"empty answer from {where} (finish_reason={finish})", True)
+    top: tuple[tuple[str, float], ...] | None = None
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        tokens = lp.get("content")
+        if isinstance(tokens, list) and tokens and isinstance(tokens[0], dict):
+            first = tokens[0]
+            try:
+                alts = first.get("top_logprobs")
+                if alts:
+                    top = tuple((str(a["token"]), float(a["logprob"])) for a in alts)
+                elif "token" in first and "logprob" in first:
+                    top = ((str(first["token"]), float(first["logprob"])),)
+            except (KeyError, TypeError, ValueError):
+                top = None
+    usage = data.get("usage") if isinstance(data, dict) else None
+    usage = usage if isinstance(usage, dict) else {}
+    return Response(
+        text=str(content),
+        top_logprobs=top,
+        finish_reason=finish,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        latency_s=latency,
+    )
