@@ -332,7 +332,9 @@ def wilson_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     denom = 1.0 + z2 / n
     center = (p + z2 / (2.0 * n)) / denom
     half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
+    lo = 0.0 if k == 0 else max(0.0, center - half)  # exactly 0 / 1 at the edges (float rounding aside)
+    hi = 1.0 if k == n else min(1.0, center + half)
+    return lo, hi
 
 
 def proportion(x: Any, B: int = 10_000, seed: int = 0, mode: Mode = "exact-counts", clusters: Any = None,
