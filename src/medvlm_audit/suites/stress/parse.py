@@ -1,0 +1,144 @@
+"""Option parser: which option a free-text MCQ answer chose, or that it refused, or that it cannot be read.
+
+Order: drop ``<think>…</think>``; the last ``<answer>…</answer>`` tag (letter and/or option text; a letter
+that contradicts the text is ``unparsed``, not guessed); else a lone letter (``B``, ``(B)``, ``B.``,
+``Answer: B``, ``the answer is B``); else exactly one option text quoted in the reply. A reply that picks
+nothing and declines (``cannot determine without the image``) is a ``refusal``; anything else is
+``unparsed``. Refusals and unparsed answers are their own classes, never coerced into an option.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from medvlm_audit.suites.stress.items import LETTERS, norm_option
+
+Status = Literal["answer", "refusal", "unparsed", "no_response"]
+STATUSES: tuple[str, ...] = ("answer", "refusal", "unparsed", "no_response")
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
+_TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.S | re.I)
+_LEAD_LETTER = re.compile(r"^\s*(?:option\s+)?[\(\[]?([A-Za-z])[\)\]]?(?:\s*[.:)\-]\s*|\s+|$)(.*)$", re.S)
+_LONE = re.compile(r"^\s*[\(\[]?([A-Z])[\)\]]?\s*[.!]?\s*$")
+_SAYS = re.compile(
+    r"(?:answer|option|choice)\s*(?:is|would be|:)?\s*[:\-]?\s*[\(\[]?\b([A-Z])\b[\)\]]?(?=$|[\s.,;:!)])", re.I
+)
+_REFUSAL = re.compile(
+    r"\b(cannot|can ?not|can't|unable to|not able to|impossible to|won't|will not)\b.{0,60}"
+    r"\b(determine|answer|tell|assess|identify|select|choose|provide|diagnos\w*|evaluate|interpret|see|view)"
+    r"|\bno image\b|\bwithout (?:the |an |any )?image\b|\bimage (?:is )?(?:not|missing|unavailable)"
+    r"|\binsufficient (?:information|data)\b|\bnot enough information\b|\bi'?m sorry\b|\bi apologi[sz]e\b",
+    re.I | re.S,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedOption:
+    """The parse of one answer: ``index`` (0-based) when status is ``answer``; ``via`` says which rule."""
+
+    status: str
+    index: int | None = None
+    via: str = ""
+
+    @property
+    def letter(self) -> str | None:
+        return None if self.index is None else LETTERS[self.index]
+
+
+def _match_text(text: str, keys: Sequence[str]) -> int | None:
+    """Index of the option whose normalised text equals ``text``; None when none or ambiguous."""
+    t = norm_option(text)
+    if not t:
+        return None
+    hits = [i for i, k in enumerate(keys) if k == t]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _contained(text: str, keys: Sequence[str]) -> int | None:
+    """The single option whose text occurs as a phrase in ``text`` (longest wins if one contains another)."""
+    t = " " + " ".join(text.casefold().split()) + " "
+    t = re.sub(r"[^\w\s'/-]", " ", t)
+    t = " " + " ".join(t.split()) + " "
+    hits = []
+    for i, k in enumerate(keys):
+        kk = " ".join(re.sub(r"[^\w\s'/-]", " ", k).split())
+        if kk and f" {kk} " in t:
+            hits.append(i)
+    if not hits:
+        return None
+    if len(hits) == 1:
+        return hits[0]
+    # drop hits that are substrings of another hit ("effusion" inside "pleural effusion")
+    kept = [i for i in hits if not any(j != i and keys[i] in keys[j] for j in hits)]
+    return kept[0] if len(kept) == 1 else None
+
+
+def _parse_body(body: str, keys: Sequence[str], k: int, tagged: bool) -> ParsedOption | None:
+    m = _LEAD_LETTER.match(body)
+    if m and m.group(1).upper() in LETTERS[:k] and (m.group(1).isupper() or tagged):
+        idx = LETTERS.index(m.group(1).upper())
+        rest = m.group(2).strip()
+        rest_norm = norm_option(rest)
+        if not rest_norm or rest_norm == keys[idx]:
+            return ParsedOption("answer", idx, "tag_letter" if tagged else "letter")
+        other = _match_text(rest, keys)
+        if other is not None and other != idx:
+            return ParsedOption("unparsed", None, "letter_text_conflict")
+        if keys[idx].startswith(rest_norm) or rest_norm.startswith(keys[idx]):
+            return ParsedOption("answer", idx, "tag_letter" if tagged else "letter")
+        if tagged and len(body.strip()) <= 3:
+            return ParsedOption("answer", idx, "tag_letter")
+        if tagged:
+            # a letter followed by text matching no option: trust the letter only if the body starts "X." / "(X)"
+            if re.match(r"^\s*[\(\[]?[A-Z][\)\].:]", body):
+                return ParsedOption("answer", idx, "tag_letter")
+    exact = _match_text(body, keys)
+    if exact is not None:
+        return ParsedOption("answer", exact, "tag_text" if tagged else "text")
+    return None
+
+
+def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
+    """Parse one reply against the options shown; see the module docstring for the rules."""
+    if text is None:
+        return ParsedOption("no_response", None, "none")
+    k = len(options)
+    keys = [norm_option(o) for o in options]
+    s = _THINK.sub(" ", str(text)).strip()
+    if not s:
+        return ParsedOption("unparsed", None, "empty")
+    tags = _TAG.findall(s)
+    if tags:
+        body = tags[-1].strip()
+        got = _parse_body(body, keys, k, tagged=True)
+        if got is not None:
+            return got
+        inside = _contained(body, keys)
+        if inside is not None:
+            return ParsedOption("answer", inside, "tag_contains")
+        if _REFUSAL.search(body) or _REFUSAL.search(s):
+            return ParsedOption("refusal", None, "tag_refusal")
+        return ParsedOption("unparsed", None, "tag_unreadable")
+    lone = _LONE.match(s)
+    if lone and lone.group(1) in LETTERS[:k]:
+        return ParsedOption("answer", LETTERS.index(lone.group(1)), "lone_letter")
+    lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
+    last = lines[-1] if lines else s
+    for cand, whole in ((last, False), (s, True)):
+        said = [x for x in _SAYS.findall(cand) if x in LETTERS[:k]]
+        if said and (not whole or len(set(said)) == 1):
+            return ParsedOption("answer", LETTERS.index(said[-1]), "says_letter")
+    got = _parse_body(last, keys, k, tagged=False)
+    if got is not None and got.status == "answer":
+        return got
+    inside = _contained(s, keys)
+    if inside is not None and not _REFUSAL.search(s):
+        return ParsedOption("answer", inside, "contains")
+    if _REFUSAL.search(s):
+        return ParsedOption("refusal", None, "refusal")
+    if inside is not None:
+        return ParsedOption("answer", inside, "contains")
+    return ParsedOption("unparsed", None, "unreadable")
