@@ -1,0 +1,58 @@
+"""Build models from ModelSpecs. Backends import lazily so the core install stays light."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from medvlm_audit.config import ModelSpec
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.models.base import Model, TextOnly
+
+
+def load_model(spec: ModelSpec, *, context: dict[str, Any] | None = None) -> Model:
+    """Instantiate one model. ``context`` carries shared objects (e.g. a fitted reference panel cache)."""
+    params = spec.params()
+    try:
+        model = _build(spec.backend, spec.name, params, context or {})
+    except TypeError as e:
+        raise ConfigError(f"model {spec.name!r} (backend {spec.backend}): bad parameters: {e}") from e
+    if spec.text_only and model.modality != "text_only":
+        model = TextOnly(model, name=spec.name)
+    return model
+
+
+def _build(backend: str, name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
+    if backend == "openai":
+        from medvlm_audit.models.openai_compat import OpenAIChatModel
+
+        return OpenAIChatModel(name=name, **params)
+    if backend == "hf":
+        from medvlm_audit.models.hf import HFModel
+
+        return HFModel(name=name, **params)
+    if backend == "gemma":
+        from medvlm_audit.models.gemma import gemma3_270m
+
+        return gemma3_270m(name=name, **params)
+    if backend == "reference":
+        from medvlm_audit.models.reference import make_reference_model
+        from medvlm_audit.probeset import ProbeSet
+
+        train_path = params.pop("train", None)
+        kind = params.pop("kind", None)
+        if train_path is None or kind is None:
+            raise ConfigError(f"model {name!r}: backend 'reference' needs 'kind' and 'train' (a training probe set)")
+        cache = context.setdefault("train_sets", {})
+        train = cache.get(train_path) or cache.setdefault(train_path, ProbeSet.load(train_path))
+        model = make_reference_model(kind, train, **params)
+        model.name = name
+        return model
+    if backend == "vision_probe":
+        from medvlm_audit.models.vision_probe import VisionProbe
+        from medvlm_audit.probeset import ProbeSet
+
+        train_path = params.pop("train")
+        probe = VisionProbe.fit(ProbeSet.load(train_path), **params)
+        probe.name = name
+        return probe
+    raise ConfigError(f"model {name!r}: unknown backend {backend!r}")

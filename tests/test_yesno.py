@@ -1,0 +1,56 @@
+"""The paper's yes/no parser (DESIGN.md order, whole-word fallback) and renormalised first-token P(yes)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from medvlm_audit.scoring.yesno import p_yes, parse_yes_no
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Yes", 1),
+        ("No.", 0),
+        ("  yes\n", 1),
+        ("**No**", 0),
+        ("<think>The heart is big, so yes? no wait</think>\nNo", 0),
+        ("<think>long reasoning... the answer is no</think> Yes", 1),
+        ("Looking at the image carefully.\nFinal answer: present", -1),  # final line starts "final"; no yes/no word in 60 chars
+        ("The effusion is\nabsent", 0),  # final line token
+        ("Correct, there is an effusion.", 1),  # first whitespace token
+        ("Negative for pneumothorax.", 0),
+        ("I think the answer is yes because...", 1),  # first 60 characters, whole word
+        ("I cannot determine any abnormality from this image.", -1),  # no substring 'no' match on cannot/abnormality
+        ("Hmm, yes and no.", -1),  # ambiguous: both within 60 chars
+        ("", -1),
+        (None, -1),
+        ("<|im_start|>assistant\nYes<|im_end|>", 1),
+        ("\u2581Yes", 1),
+        ("Not present.", 0),
+        ("Maybe", -1),
+    ],
+)
+def test_parse_yes_no(text, expected) -> None:
+    assert parse_yes_no(text) == expected
+
+
+def test_sixty_character_window() -> None:
+    pad = "The image shows several structures worth describing here, okay"  # 60 chars, no yes/no
+    assert len(pad) >= 60
+    assert parse_yes_no(pad + " yes, in the end") == -1
+
+
+def test_p_yes_renormalises_over_variants() -> None:
+    # P(Yes)=0.5, P(" yes")=0.1, P("No")=0.2, other token 0.2 -> 0.6 / 0.8 = 0.75
+    tl = [("Yes", math.log(0.5)), (" yes", math.log(0.1)), ("No", math.log(0.2)), ("The", math.log(0.2))]
+    assert p_yes(tl) == pytest.approx(0.75)
+
+
+def test_p_yes_undefined_not_zero() -> None:
+    assert math.isnan(p_yes(None))
+    assert math.isnan(p_yes([]))
+    assert math.isnan(p_yes([("The", -0.1), ("A", -2.0)]))
+    assert p_yes([("No", -0.01)]) == 0.0
