@@ -1,0 +1,107 @@
+"""A run survives SIGKILL at random moments and rate limits; credentials never reach the store, exports or logs."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import make_tiny_probeset
+
+from medvlm_audit.testing.fake_openai import ThreadedFakeServer
+
+SECRET = "sk-test-4f7c2a9e-DO-NOT-LEAK"
+
+
+def _config(tmp: Path, probeset: Path, base_url: str, run_dir: Path, **model_kw) -> Path:
+    cfg = {
+        "probe_sets": [str(probeset)],
+        "run_dir": str(run_dir),
+        "models": [
+            {"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [base_url],
+             "api_key_env": "MEDVLM_TEST_KEY", "max_concurrency": 4, "timeout_s": 5, "backoff_base_s": 0.05,
+             **model_kw},
+            {"name": "vlm-text", "backend": "openai", "model": "fake-vlm", "base_urls": [base_url],
+             "api_key_env": "MEDVLM_TEST_KEY", "text_only": True, "max_concurrency": 2},
+        ],
+    }
+    p = tmp / f"{run_dir.name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def _cli(cfg: Path, env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _answers(run_dir: Path) -> dict[str, tuple]:
+    db = sqlite3.connect(run_dir / "run.sqlite")
+    rows = db.execute("SELECT key, text, error_kind FROM responses").fetchall()
+    trials = db.execute("SELECT model, case_id, condition, key FROM trials ORDER BY 1, 2, 3").fetchall()
+    db.close()
+    return {"responses": sorted(rows), "trials": trials}
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=40)
+    env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
+    rng = random.Random(7)
+    with ThreadedFakeServer(delay_ms=60) as srv:
+        ref_cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "ref")
+        out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(ref_cfg), "--no-progress", "--no-report"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        reference = _answers(tmp_path / "ref")
+        assert len(reference["responses"]) > 100
+
+        cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "killed")
+        kills = 0
+        progress = []
+        for attempt in range(60):
+            proc = _cli(cfg, env)
+            if kills < 12:
+                time.sleep(rng.uniform(0.5, 3.0))
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait()
+                    kills += 1
+                    if (tmp_path / "killed" / "run.sqlite").exists():
+                        progress.append(len(_answers(tmp_path / "killed")["responses"]))
+                    continue
+            out_text, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0, out_text
+            if kills >= 10:
+                break
+        assert kills >= 10
+        final = _answers(tmp_path / "killed")
+        assert final == reference
+        assert progress == sorted(progress)  # answers only accumulate across kills
+
+
+def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
+    with ThreadedFakeServer(record_bodies=True) as srv:
+        cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
+        out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        seen = list(srv.stats.authorization)
+    assert any(SECRET in h for h in seen), "the key must actually be sent to the server"
+    assert SECRET not in out.stdout + out.stderr
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert any(p.name == "results.parquet" for p in files)
+    for p in files:
+        assert SECRET.encode() not in p.read_bytes(), p
+    assert len(ps) == 6
