@@ -179,8 +179,19 @@ def build_tiny_causal_lm(folder: str | Path, seed: int = 0, chat_template: bool 
     return folder
 
 
-def build_tiny_vit(folder: str | Path, seed: int = 0, image_size: int = 32) -> Path:
-    """Save a tiny random DINOv2 image encoder and its image processor (RAD-DINO's architecture, in small)."""
+def build_tiny_vit(
+    folder: str | Path,
+    seed: int = 0,
+    image_size: int = 32,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    patch_size: int = 8,
+) -> Path:
+    """Save a small random DINOv2 image encoder and its image processor (RAD-DINO's architecture, in small).
+
+    The defaults are tiny (tests); the benchmark uses a larger one at 224 px to time real-ish encoding.
+    """
     _require_torch()
     import torch
     from transformers import BitImageProcessor, Dinov2Config, Dinov2Model
@@ -189,11 +200,11 @@ def build_tiny_vit(folder: str | Path, seed: int = 0, image_size: int = 32) -> P
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     config = Dinov2Config(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
         mlp_ratio=2,
-        patch_size=8,
+        patch_size=patch_size,
         image_size=image_size,
         num_channels=3,
     )
