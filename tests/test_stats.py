@@ -307,13 +307,21 @@ def test_real_valued_permutation_matches_enumeration():
     r = S.permutation_test(values, groups, B=20_000)
     f_obs = sstats.f_oneway(values[:3], values[3:6], values[6:]).statistic
     assert r.statistic == pytest.approx(f_obs)
-    # enumerate all 9! / (3!)^3 = 1680 distinct partitions (as label orderings of positions)
+    # enumerate all 9! / (3!)^3 = 1680 distinct assignments of the labels to positions
+    def f_stat(ga, gb, gc):
+        gs = [values[list(g)] for g in (ga, gb, gc)]
+        grand = values.mean()
+        ssb = sum(len(g) * (g.mean() - grand) ** 2 for g in gs)
+        ssw = sum(((g - g.mean()) ** 2).sum() for g in gs)
+        return (ssb / 2) / (ssw / 6)
+
     hits = total = 0
-    for perm in set(itertools.permutations("aaabbbccc")):
-        lab = np.array(perm)
-        f = sstats.f_oneway(values[lab == "a"], values[lab == "b"], values[lab == "c"]).statistic
-        hits += f >= f_obs - 1e-9
-        total += 1
+    for ga in itertools.combinations(range(9), 3):
+        rest = [i for i in range(9) if i not in ga]
+        for gb in itertools.combinations(rest, 3):
+            gc = [i for i in rest if i not in gb]
+            hits += f_stat(ga, gb, gc) >= f_obs * (1 - 1e-9)
+            total += 1
     assert total == 1680
     assert r.p == pytest.approx(hits / total, abs=0.012)
 
@@ -410,6 +418,21 @@ def test_auroc_interval_bootstrap():
     one = S.auroc_interval([0.1, 0.2], [1, 1])
     assert math.isnan(one.point) and "not estimable" in one.method
     assert S.auroc_interval([], []).method == S.NOT_ESTIMABLE_N0
+
+
+def test_auroc_interval_equals_naive_per_resample_loop(monkeypatch):
+    monkeypatch.setattr(S, "_CHUNK_ELEMS", 300)
+    rng = np.random.default_rng(4)
+    n, B = 25, 400
+    y = (rng.random(n) < 0.3).astype(int)
+    s = np.round(rng.random(n) + 0.4 * y, 1)  # ties
+    idx = np.random.RandomState(0).randint(0, n, size=(B, n))
+    boot = np.array([S.auroc(s[i], y[i]) for i in idx])
+    ok = np.isfinite(boot)
+    e = S.auroc_interval(s, y, B=B)
+    assert (e.ci_low, e.ci_high) == pytest.approx(tuple(np.percentile(boot[ok], [2.5, 97.5])), abs=1e-12)
+    assert e.se == pytest.approx(boot[ok].std(ddof=1), abs=1e-12)
+    assert f"{B - ok.sum()} resample(s) lacking a class skipped" in e.method or ok.all()
 
 
 def test_brier_hand():

@@ -745,16 +745,24 @@ def auroc_interval(scores: Any, labels: Any, B: int = 10_000, seed: int = 0, alp
     point = auroc(s, y)
     if math.isnan(point):
         return Estimate(_NAN, _NAN, _NAN, _NAN, n, "not estimable (only one class among labels)")
+    # Per resample, count positives / negatives at each distinct score level (one bincount, no sorting), then
+    # U = sum_l pos_l * (negatives below level l + neg_l / 2): the Mann-Whitney count with ties 1/2.
+    levels, lev = np.unique(s, return_inverse=True)
+    L = int(levels.shape[0])
+    code = lev.reshape(-1) * 2 + y
     boot = np.empty(B)
     pos = 0
     for idx in _index_chunks(n, B, seed):
         c = idx.shape[0]
-        yy = y[idx]
-        rr = _sstats.rankdata(s[idx], axis=1)
-        n1 = yy.sum(axis=1, dtype=np.int64).astype(np.float64)
+        flat = (code[idx] + (np.arange(c, dtype=np.int64) * (2 * L))[:, None]).ravel()
+        cnt = np.bincount(flat, minlength=c * 2 * L).reshape(c, L, 2).astype(np.float64)
+        neg, pos_ = cnt[:, :, 0], cnt[:, :, 1]
+        below = np.cumsum(neg, axis=1) - neg
+        u = np.sum(pos_ * (below + 0.5 * neg), axis=1)
+        n1 = pos_.sum(axis=1)
         n0 = n - n1
         with np.errstate(invalid="ignore", divide="ignore"):
-            boot[pos:pos + c] = ((rr * yy).sum(axis=1) - n1 * (n1 + 1) / 2.0) / (n1 * n0)
+            boot[pos:pos + c] = u / (n1 * n0)
         pos += c
     ok = np.isfinite(boot)
     used = int(ok.sum())
