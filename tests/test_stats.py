@@ -536,3 +536,62 @@ def test_clusters_validation():
         S.proportion([0, 1, 1], clusters=["a", "b"])
     with pytest.raises(ValueError, match=r"clusters\[1\]"):
         S.proportion([0, 1], clusters=np.array(["a", None], dtype=object))
+
+
+# ------------------------------------------------------------------------------------------ properties
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1), st.just(float("nan"))), max_size=30), st.randoms())
+def test_bh_properties(ps, rnd):
+    p = np.array(ps, dtype=float)
+    q = S.benjamini_hochberg(p)
+    ok = ~np.isnan(p)
+    assert np.array_equal(np.isnan(q), ~ok)  # nan stays nan
+    assert np.all(q[ok] >= p[ok] - 1e-15) and np.all(q[ok] <= 1.0)
+    order = np.argsort(p[ok], kind="stable")
+    assert np.all(np.diff(q[ok][order]) >= -1e-15)  # monotone in p
+    perm = list(range(len(p)))
+    rnd.shuffle(perm)
+    np.testing.assert_allclose(S.benjamini_hochberg(p[perm]), q[perm])  # order of input does not matter
+    # m counts only non-nan p: appending nan leaves the others unchanged
+    np.testing.assert_allclose(S.benjamini_hochberg(np.append(p, np.nan))[:-1], q)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1)), min_size=1, max_size=40))
+def test_paired_difference_invariants(pairs):
+    a = np.array([x for x, _ in pairs])
+    b = np.array([y for _, y in pairs])
+    r = S.paired_difference(a, b, B=500)
+    assert r.diff == pytest.approx(a.mean() - b.mean())
+    assert 1 / 500 <= r.p <= 1.0
+    assert -1.0 <= r.ci_low <= r.ci_high <= 1.0
+    # swapping the arms mirrors everything (index mode: the same resamples, so exactly)
+    r = S.paired_difference(a, b, B=500, mode="index")
+    s = S.paired_difference(b, a, B=500, mode="index")
+    assert s.diff == pytest.approx(-r.diff) and s.p == r.p
+    assert (s.ci_low, s.ci_high) == pytest.approx((-r.ci_high, -r.ci_low))
+    assert S.mcnemar_exact(a, b) == S.mcnemar_exact(b, a)
+
+
+def test_bootstrap_sd_modes_and_cluster_mean_estimate():
+    x = _binary(400, 0.3, seed=21)
+    sd_e = S.bootstrap_sd(x, mode="exact-counts")
+    sd_i = S.bootstrap_sd(x, mode="index")
+    # ideal bootstrap SD = sqrt(p(1-p)/n)
+    ideal = math.sqrt(x.mean() * (1 - x.mean()) / 400)
+    assert sd_e == pytest.approx(ideal, rel=0.03) and sd_i == pytest.approx(ideal, rel=0.03)
+    # mean_estimate with clusters: duplicated cases (every case twice, same patient) -> same cluster-robust SE
+    # as the original cases without clusters up to the n/(n-1) of the ddof=1 SE
+    v = np.random.default_rng(3).normal(size=150)
+    e1 = S.mean_estimate(v)
+    e2 = S.mean_estimate(np.repeat(v, 2), clusters=np.repeat(np.arange(150), 2))
+    assert e2.point == pytest.approx(e1.point)
+    assert e2.se == pytest.approx(e1.se * math.sqrt(149 / 150), rel=1e-9)
+    assert e2.boot_sd == pytest.approx(e1.boot_sd, rel=0.05)
+    # ignoring the duplication shrinks the SE by ~sqrt(2): the reason for the cluster option
+    assert S.mean_estimate(np.repeat(v, 2)).se == pytest.approx(e1.se / math.sqrt(2), rel=0.01)
