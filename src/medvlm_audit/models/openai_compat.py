@@ -31,7 +31,7 @@ from yarl import URL
 
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import ErrorInfo, ImageData, Modality, Model, ModelInput, Response
-from medvlm_audit.models.encoding import data_url
+from medvlm_audit.models.encoding import data_url_bytes
 
 ApiStyle = Literal["openai", "azure"]
 
@@ -92,27 +92,35 @@ class _Endpoint:
 
 
 class _DataUrlCache:
-    """Small LRU of encoded images keyed by pixel hash: one image is often asked with several prompts."""
+    """LRU of encoded data URLs keyed by pixel hash, bounded in bytes: one image is often asked with
+    several prompts (and a swap partner is another case's original image)."""
 
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._d: OrderedDict[tuple[str, str], str] = OrderedDict()
+    def __init__(self, max_bytes: int, fmt: str, png_level: int) -> None:
+        self.max_bytes = max_bytes
+        self.fmt = fmt
+        self.png_level = png_level
+        self.size = 0
+        self._d: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, image: ImageData, fmt: str) -> str:
-        if self.maxsize <= 0:
-            return data_url(image.pixels, fmt)
-        key = (image.sha256, fmt)
+    def peek(self, image: ImageData) -> bytes | None:
+        return self._d.get(image.sha256)
+
+    def get(self, image: ImageData) -> bytes:
+        key = image.sha256
         with self._lock:
             hit = self._d.get(key)
             if hit is not None:
                 self._d.move_to_end(key)
                 return hit
-        url = data_url(image.pixels, fmt)
-        with self._lock:
-            self._d[key] = url
-            if len(self._d) > self.maxsize:
-                self._d.popitem(last=False)
+        url = data_url_bytes(image.pixels, self.fmt, self.png_level)
+        if len(url) <= self.max_bytes:
+            with self._lock:
+                if key not in self._d:
+                    self._d[key] = url
+                    self.size += len(url)
+                while self.size > self.max_bytes:
+                    self.size -= len(self._d.popitem(last=False)[1])
         return url
 
 
@@ -157,7 +165,9 @@ class OpenAIChatModel(Model):
         modality: Modality = "multimodal",
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         retry_after_max_s: float = 300.0,
-        image_cache_size: int = 128,
+        png_level: int = 1,
+        encode_in_thread: bool = False,
+        image_cache_mb: float = 64.0,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -168,8 +178,12 @@ class OpenAIChatModel(Model):
             raise ConfigError(f"model {name!r}: image_format must be 'png' or 'jpeg', got {image_format!r}")
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
             raise ConfigError(f"model {name!r}: need max_concurrency >= 1, max_retries >= 0 and timeout_s > 0")
+        if not 0 <= png_level <= 9:
+            raise ConfigError(f"model {name!r}: png_level must be 0-9, got {png_level}")
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise ConfigError(f"model {name!r}: max_tokens_field must be 'max_tokens' or 'max_completion_tokens'")
+        if api_key_env and any(urlsplit(u).username for u in urls):
+            raise ConfigError(f"model {name!r}: a base URL carries user:password and api_key_env is set; use one")
         self.name = name
         self.model = model
         self.modality = modality
@@ -183,6 +197,8 @@ class OpenAIChatModel(Model):
         self.backoff_max_s = float(backoff_max_s)
         self.retry_after_max_s = float(retry_after_max_s)
         self.image_format = image_format
+        self.png_level = int(png_level)
+        self.encode_in_thread = bool(encode_in_thread)
         self.extra_body = dict(extra_body or {})
         self.revision = revision
         self.max_tokens_field = max_tokens_field
@@ -190,7 +206,8 @@ class OpenAIChatModel(Model):
         self._endpoints = [_Endpoint(self._chat_url(u), _redact_url(u)) for u in urls]
         self._rr = 0
         self._rng = random.Random()
-        self._images = _DataUrlCache(image_cache_size)
+        self._images = _DataUrlCache(int(image_cache_mb * 2**20), image_format, self.png_level)
+        self._placeholder = f"@medvlm-image-{os.urandom(8).hex()}-"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -249,17 +266,38 @@ class OpenAIChatModel(Model):
             h["Authorization"] = f"Bearer {key}"
         return h
 
+    def _images_of(self, inp: ModelInput) -> tuple[ImageData, ...]:
+        return inp.images if self.modality != "text_only" else ()
+
     def build_body(self, inp: ModelInput) -> dict[str, Any]:
         """The JSON body for one input: images as data URLs before the text of the first user message."""
-        images = inp.images if self.modality != "text_only" else ()
+        urls = [self._images.get(im).decode("ascii") for im in self._images_of(inp)]
+        return self._body(inp, urls)
+
+    def encode_payload(self, inp: ModelInput) -> bytes:
+        """The exact request bytes: ``build_body`` serialised, with the (already JSON-safe) base64 image
+        URLs spliced in after serialisation so the JSON encoder never scans them."""
+        images = self._images_of(inp)
+        if not images:
+            return json.dumps(self._body(inp, []), separators=(",", ":")).encode()
+        marks = [f"{self._placeholder}{i}" for i in range(len(images))]
+        text = json.dumps(self._body(inp, marks), separators=(",", ":")).encode()
+        pieces: list[bytes] = []
+        rest = text
+        for mark, im in zip(marks, images):
+            before, found, rest = rest.partition(b'"' + mark.encode() + b'"')
+            if not found:  # cannot happen: the placeholder is a random nonce the encoder leaves intact
+                raise AssertionError("image placeholder lost in JSON encoding")
+            pieces += [before, b'"', self._images.get(im), b'"']
+        pieces.append(rest)
+        return b"".join(pieces)
+
+    def _body(self, inp: ModelInput, image_urls: Sequence[str]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
-        placed = not images
+        placed = not image_urls
         for m in inp.messages:
             if not placed and m.role == "user":
-                parts: list[dict[str, Any]] = [
-                    {"type": "image_url", "image_url": {"url": self._images.get(im, self.image_format)}}
-                    for im in images
-                ]
+                parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
                 parts.append({"type": "text", "text": m.content})
                 messages.append({"role": "user", "content": parts})
                 placed = True
@@ -267,8 +305,7 @@ class OpenAIChatModel(Model):
                 messages.append({"role": m.role, "content": m.content})
         if not placed:  # no user message at all: the images form one
             messages.append({"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": self._images.get(im, self.image_format)}} for im in images
-            ]})
+                {"type": "image_url", "image_url": {"url": u}} for u in image_urls]})
         d = inp.decoding
         body: dict[str, Any] = {}
         if self.api_style == "openai":
@@ -365,7 +402,10 @@ class OpenAIChatModel(Model):
             key = self._api_key()
             if key:
                 secrets.append(key)
-            payload = json.dumps(self.build_body(inp), separators=(",", ":")).encode()
+            if self.encode_in_thread and any(self._images.peek(im) is None for im in self._images_of(inp)):
+                payload = await asyncio.to_thread(self.encode_payload, inp)
+            else:
+                payload = self.encode_payload(inp)
             headers = self._headers(key)
             attempt = 0
             while True:

@@ -1,0 +1,146 @@
+"""HTTP client throughput: OpenAIChatModel.generate against a bare aiohttp loop, same server, same bodies.
+
+    .venv/bin/python benchmarks/bench_http_client.py [--n 3000] [--concurrency 32] [--delay-ms 20] [--rounds 3]
+
+The fake OpenAI server runs in a separate process (so client and server do not share an event loop)
+with a fixed delay; the ideal rate is concurrency / delay (32 / 0.020 s = 1,600 answers/s).
+(a) the bare loop posts pre-serialised JSON bodies (the exact bodies the model would send, 224x224
+images included); (b) the model builds every body itself, encoding each image to a PNG data URL per
+request (every input has its own image, so no encoding cache helps). Rounds alternate a/b and the
+median is reported. Target: (b)/(a) >= 0.80.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput  # noqa: E402
+from medvlm_audit.models.encoding import data_url  # noqa: E402
+from medvlm_audit.models.openai_compat import OpenAIChatModel  # noqa: E402
+from medvlm_audit.testing.fake_openai import spawn_fake_server  # noqa: E402
+
+
+async def _bare(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[float, int]:
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    ok = 0
+    async with aiohttp.ClientSession(connector=connector) as session:
+        it = iter(bodies)
+
+        async def worker() -> None:
+            nonlocal ok
+            for body in it:
+                async with session.post(url, data=body, headers=headers) as resp:
+                    data = json.loads(await resp.read())
+                    if resp.status == 200 and data["choices"][0]["message"]["content"]:
+                        ok += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    return elapsed, ok
+
+
+def bare_aiohttp_loop(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
+    """Answers per second of the simplest correct client: ``concurrency`` workers over one aiohttp session
+    posting ``bodies`` (pre-serialised JSON) to the full chat-completions ``url``. The baseline to beat."""
+    elapsed, ok = asyncio.run(_bare(url, bodies, concurrency))
+    if ok != len(bodies):
+        raise RuntimeError(f"bare loop: only {ok} of {len(bodies)} requests answered")
+    return ok / elapsed
+
+
+def model_rate(base_url: str, inputs: Sequence[ModelInput], concurrency: int, **model_kw: Any) -> float:
+    """Answers per second of OpenAIChatModel.generate over ``inputs`` (a fresh model: cold image cache)."""
+
+    async def go() -> float:
+        model = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=concurrency, **model_kw)
+        try:
+            t0 = time.perf_counter()
+            responses = await model.generate(inputs)
+            elapsed = time.perf_counter() - t0
+        finally:
+            await model.aclose()
+        bad = [r.error for r in responses if not r.ok]
+        if bad:
+            raise RuntimeError(f"model: {len(bad)} failed, first: {bad[0]}")
+        return len(responses) / elapsed
+
+    return asyncio.run(go())
+
+
+def make_inputs(n: int, size: int = 224, seed: int = 0) -> list[ModelInput]:
+    """n inputs with distinct smooth-noise grayscale images (radiograph-like texture) and prompts."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[:size, :size].astype(np.float32)
+    base = 110 + 50 * np.sin(x / 23.0) * np.cos(y / 31.0)
+    out = []
+    for i in range(n):
+        noise = rng.normal(0, 4, (size, size)).astype(np.float32)
+        px = np.clip(base + noise + (i % 40), 0, 255).astype(np.uint8)
+        out.append(ModelInput(
+            (Message("user", f"Is there evidence of a pleural effusion in this radiograph? (item {i})"),),
+            (ImageData.from_array(px),),
+            Decoding(max_new_tokens=8, logprobs=True, top_logprobs=5),
+        ))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--delay-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+
+    inputs = make_inputs(args.n)
+    t0 = time.perf_counter()
+    for inp in inputs[:500]:
+        data_url(inp.images[0].pixels, "png")
+    enc_ms = (time.perf_counter() - t0) / 500 * 1e3
+
+    proc, base_url = spawn_fake_server(args.delay_ms)
+    try:
+        builder = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
+        bodies = [json.dumps(builder.build_body(i), separators=(",", ":")).encode() for i in inputs]
+        url = str(builder._endpoints[0].url)
+        mean_kb = sum(map(len, bodies)) / len(bodies) / 1024
+        # warm-up: connections, server code paths
+        bare_aiohttp_loop(url, bodies[:200], args.concurrency)
+        model_rate(base_url, inputs[:200], args.concurrency)
+        bare, mod = [], []
+        for _ in range(args.rounds):
+            bare.append(bare_aiohttp_loop(url, bodies, args.concurrency))
+            mod.append(model_rate(base_url, inputs, args.concurrency))
+    finally:
+        proc.terminate()
+        proc.wait()
+
+    ideal = args.concurrency / (args.delay_ms / 1000.0)
+    a, b = statistics.median(bare), statistics.median(mod)
+    print(f"requests per run: {args.n}, concurrency {args.concurrency}, server delay {args.delay_ms:g} ms, "
+          f"body {mean_kb:.1f} KiB (224x224 PNG data URL), rounds {args.rounds}")
+    print(f"PNG data-URL encoding, 224x224 grayscale: {enc_ms:.3f} ms/image")
+    print(f"(a) bare aiohttp loop      : {a:8.1f} answers/s  ({a / ideal:5.1%} of ideal {ideal:,.0f}/s)  "
+          f"runs: {', '.join(f'{v:.0f}' for v in bare)}")
+    print(f"(b) OpenAIChatModel.generate: {b:8.1f} answers/s  ({b / ideal:5.1%} of ideal {ideal:,.0f}/s)  "
+          f"runs: {', '.join(f'{v:.0f}' for v in mod)}")
+    print(f"ratio (b)/(a): {b / a:.3f}  (target >= 0.80)")
+
+
+if __name__ == "__main__":
+    main()
