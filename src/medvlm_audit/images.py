@@ -82,6 +82,36 @@ class SourceCache:
         return arr
 
 
+class PixelCache:
+    """Thread-safe LRU of rendered model images under a byte budget: planning renders every image once to
+    hash it, and execution reuses those pixels instead of decoding and resizing the source again."""
+
+    def __init__(self, max_bytes: int = 512 * 2**20) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._d: OrderedDict[object, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> np.ndarray | None:
+        with self._lock:
+            arr = self._d.get(key)
+            if arr is not None:
+                self._d.move_to_end(key)
+            return arr
+
+    def put(self, key: object, arr: np.ndarray) -> None:
+        if arr.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._d:
+                return
+            self._d[key] = arr
+            self.nbytes += arr.nbytes
+            while self.nbytes > self.max_bytes:
+                _, old = self._d.popitem(last=False)
+                self.nbytes -= old.nbytes
+
+
 @dataclass(frozen=True, slots=True)
 class ImageRecipe:
     """How to make one model image: source file, colour mode, output size (None = native), optional black box.

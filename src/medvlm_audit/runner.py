@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from medvlm_audit.errors import ImageError
-from medvlm_audit.images import ImageRecipe, SourceCache
+from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache
 from medvlm_audit.models.base import (
     Decoding,
     ErrorInfo,
@@ -63,8 +63,16 @@ class RunSummary:
         }
 
 
-def hash_images(store: RunStore, trials: Sequence[Trial], cache: SourceCache, workers: int = 2) -> dict[ImageRecipe, str]:
-    """Pixel sha256 of every distinct recipe; cached in the store so a resumed run does not re-render."""
+def hash_images(
+    store: RunStore,
+    trials: Sequence[Trial],
+    cache: SourceCache,
+    workers: int = 2,
+    pixels: PixelCache | None = None,
+) -> dict[ImageRecipe, str]:
+    """Pixel sha256 of every distinct recipe; cached in the store so a resumed run does not re-render.
+
+    Rendered pixels are kept in ``pixels`` (bounded) so execution need not render them again."""
     recipes: dict[ImageRecipe, Trial] = {}
     for t in trials:
         for r in t.images:
@@ -85,7 +93,10 @@ def hash_images(store: RunStore, trials: Sequence[Trial], cache: SourceCache, wo
     def one(item: tuple[ImageRecipe, str]) -> tuple[ImageRecipe, str, str]:
         r, ck = item
         try:
-            return r, ck, pixel_sha256(r.render(cache))
+            px = r.render(cache)
+            if pixels is not None:
+                pixels.put(r, px)
+            return r, ck, pixel_sha256(px)
         except ImageError as e:
             t = recipes[r]
             raise ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}") from None
@@ -147,32 +158,40 @@ def plan_model(
     return work
 
 
-def _materialise(inp: ModelInput, recipes: tuple[ImageRecipe, ...], cache: SourceCache) -> ModelInput:
+def _materialise(
+    inp: ModelInput, recipes: tuple[ImageRecipe, ...], cache: SourceCache, pixels: PixelCache | None = None
+) -> ModelInput:
     if not recipes:
         return inp
     images = []
     for r, placeholder in zip(recipes, inp.images):
-        px = r.render(cache)
+        px = pixels.get(r) if pixels is not None else None
+        if px is None:
+            px = r.render(cache)
         images.append(ImageData(px, placeholder.sha256))
     return ModelInput(inp.messages, tuple(images), inp.decoding, inp.sample_index)
 
 
-async def _run_model(store: RunStore, work: ModelWork, cache: SourceCache, on_done: Any) -> dict[str, int]:
+async def _run_model(
+    store: RunStore, work: ModelWork, cache: SourceCache, pixels: PixelCache, on_done: Any
+) -> dict[str, int]:
     model = work.model
     items = list(work.pending.items())
     bs = max(1, model.batch_size)
     batches = [items[i : i + bs] for i in range(0, len(items), bs)]
     sem = asyncio.Semaphore(max(1, model.max_concurrency))
     stats = {"asked": 0, "errors": 0}
-    render_in_thread = bs > 1  # large local batches: render off the event loop
+
+    def cached(recipes: tuple[ImageRecipe, ...]) -> bool:
+        return all(pixels.get(r) is not None for r in recipes)
 
     async def one(batch: list[tuple[str, tuple[ModelInput, tuple[ImageRecipe, ...]]]]) -> None:
         async with sem:
             try:
-                if render_in_thread:
-                    inputs = await asyncio.to_thread(lambda: [_materialise(i, r, cache) for _, (i, r) in batch])
-                else:
-                    inputs = [_materialise(i, r, cache) for _, (i, r) in batch]
+                if all(cached(r) for _, (_, r) in batch):
+                    inputs = [_materialise(i, r, cache, pixels) for _, (i, r) in batch]
+                else:  # decoding and resizing release the GIL: keep the event loop free for I/O
+                    inputs = await asyncio.to_thread(lambda: [_materialise(i, r, cache, pixels) for _, (i, r) in batch])
                 responses = await model.generate(inputs)
                 if len(responses) != len(inputs):
                     raise RuntimeError(f"model returned {len(responses)} responses for {len(inputs)} inputs")
@@ -198,6 +217,7 @@ async def execute(
     retry_errors: bool = False,
     progress: bool = True,
     workers: int = 2,
+    pixel_cache_mb: int = 512,
 ) -> RunSummary:
     """Plan every model, then ask all pending inputs concurrently (models side by side), committing each answer."""
     t0 = time.perf_counter()
@@ -209,7 +229,8 @@ async def execute(
         store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance)
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
     cache = SourceCache(256)
-    hashes = hash_images(store, plan.trials, cache, workers)
+    pixels = PixelCache(pixel_cache_mb * 2**20)
+    hashes = hash_images(store, plan.trials, cache, workers, pixels)
     answered = store.answered_keys(include_errors=not retry_errors)
     works = [plan_model(store, m, plan.trials, hashes, decoding, retry_errors, answered) for m in models]
     per_model: dict[str, dict[str, int]] = {
@@ -218,7 +239,7 @@ async def execute(
     pending_total = sum(len(w.pending) for w in works)
     if pending_total:
         with _progress(progress, works) as advance:
-            results = await asyncio.gather(*(_run_model(store, w, cache, advance) for w in works))
+            results = await asyncio.gather(*(_run_model(store, w, cache, pixels, advance) for w in works))
         for w, r in zip(works, results):
             per_model[w.model.name].update(r)
     for m in models:

@@ -1,0 +1,120 @@
+"""Harness overhead: the full runner against a bare aiohttp loop, same fake server (20 ms), same requests.
+
+    .venv/bin/python benchmarks/bench_runner.py [--cases 800] [--concurrency 32] [--delay-ms 20]
+
+(a) bare asyncio + aiohttp loop posting the pre-built JSON bodies of every distinct input;
+(b) medvlm_audit.runner.execute on a fresh run store: planning (decode, transform and hash every image),
+    keying, rendering and PNG-encoding per request, HTTP, parsing, and one SQLite commit per answer.
+Both against the ideal concurrency / delay. Target: (b) >= 0.80 x (a). Also prints the image-intervention
+rate (render + encode per image, one core), target >= 300 images/s per core at 224x224.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_http_client import bare_aiohttp_loop  # noqa: E402
+from medvlm_audit.images import SourceCache  # noqa: E402
+from medvlm_audit.models.base import Decoding  # noqa: E402
+from medvlm_audit.models.encoding import encode_image  # noqa: E402
+from medvlm_audit.models.openai_compat import OpenAIChatModel  # noqa: E402
+from medvlm_audit.runner import _materialise, execute, hash_images, plan_model  # noqa: E402
+from medvlm_audit.store import RunStore  # noqa: E402
+from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding  # noqa: E402
+from medvlm_audit.testing.fake_openai import spawn_fake_server  # noqa: E402
+
+
+def make_probeset(folder: Path, n: int):
+    """n cases on 512x512 radiograph-like PNG sources with boxes and swap partners."""
+    from conftest import make_tiny_probeset  # 64x64; rebuild bigger images in place
+
+    ps = make_tiny_probeset(folder, n=n)
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[:512, :512].astype(np.float32)
+    base = 110 + 50 * np.sin(x / 40.0) * np.cos(y / 55.0)
+    from PIL import Image
+
+    for i in range(n):
+        px = np.clip(base + rng.normal(0, 6, (512, 512)) + (i % 50), 0, 255).astype(np.uint8)
+        Image.fromarray(px).save(folder / "images" / f"img{i:03d}.png", compress_level=1)
+    return ps
+
+
+def intervention_rate(ps, seconds: float = 3.0) -> float:
+    """Render (decode once per source, resize 224, fill box) + PNG-encode, one thread."""
+    plan = plan_grounding([ps], GroundingOptions(conditions=("original", "swap", "target_mask", "irrelevant_mask")))
+    recipes = [r for t in plan.trials for r in t.images]
+    cache = SourceCache(4096)
+    for r in recipes:  # decode every source once (what the runner's LRU achieves)
+        cache.get(r.source)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        encode_image(recipes[n % len(recipes)].render(cache))
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", type=int, default=800)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--delay-ms", type=float, default=20.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp())
+    ps = make_probeset(tmp / "data", args.cases)
+    opts = GroundingOptions(conditions=("original", "swap", "target_mask", "irrelevant_mask"))
+    proc, base_url = spawn_fake_server(args.delay_ms)
+    try:
+        ideal = args.concurrency / (args.delay_ms / 1000)
+        dec = Decoding(max_new_tokens=8, top_logprobs=5)
+        # the exact bodies the runner sends, built once for the bare loop
+        store = RunStore(tmp / "probe.sqlite")
+        plan = plan_grounding([ps], opts)
+        model = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
+        hashes = hash_images(store, plan.trials, SourceCache(256))
+        work = plan_model(store, model, plan.trials, hashes, dec, False)
+        cache = SourceCache(256)
+        import json
+
+        bodies = [json.dumps(model.build_body(_materialise(i, r, cache))).encode() for i, r in work.pending.values()]
+        url = base_url.rstrip("/") + "/chat/completions"
+        bare, harness, plan_share = [], [], []
+        for rnd in range(args.rounds):
+            bare.append(bare_aiohttp_loop(url, bodies, args.concurrency))
+            store = RunStore(tmp / f"run{rnd}.sqlite")
+            m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
+            t0 = time.perf_counter()
+            summary = asyncio.run(execute(store, plan_grounding([ps], opts), [m], dec, progress=False))
+            el = time.perf_counter() - t0
+            asked = summary.per_model["bench"]["asked"]
+            assert asked == len(bodies) and summary.per_model["bench"]["errors"] == 0
+            harness.append(asked / el)
+            store.close()
+        b, h = float(np.median(bare)), float(np.median(harness))
+        print(f"distinct inputs per run: {len(bodies)} ({args.cases} cases x 4 image conditions, deduplicated)")
+        print(f"ideal ({args.concurrency} / {args.delay_ms:.0f} ms):      {ideal:8.0f} answers/s")
+        print(f"(a) bare aiohttp loop:           {b:8.0f} answers/s  ({b / ideal:.0%} of ideal)  rounds {[round(x) for x in bare]}")
+        print(f"(b) runner, end to end:          {h:8.0f} answers/s  ({h / ideal:.0%} of ideal)  rounds {[round(x) for x in harness]}")
+        print(f"ratio (b)/(a):                   {h / b:8.2f}   (target >= 0.80)")
+    finally:
+        proc.terminate()
+        proc.wait()
+    rate = intervention_rate(ps)
+    print(f"image interventions (render 512->224 + box + PNG encode, 1 thread): {rate:,.0f} images/s (target >= 300)")
+
+
+if __name__ == "__main__":
+    main()
