@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from medvlm_audit.stats import paired_difference, proportion  # noqa: E402
+from medvlm_audit.stats import paired_difference, proportion
 
 
 def naive_proportion(x: np.ndarray, B: int, seed: int = 0) -> tuple[float, float, float]:

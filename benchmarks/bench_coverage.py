@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from medvlm_audit.stats import paired_difference, proportion, wilson_interval  # noqa: E402
+from medvlm_audit.stats import paired_difference, proportion, wilson_interval
 
 NS = (30, 100, 300, 1000, 2000)
 PS = (0.05, 0.2, 0.5, 0.8, 0.95)
@@ -114,8 +114,10 @@ def clustered(sims: int, B: int, rng: np.random.Generator) -> None:
         for s in range(sims):
             pp = rng.beta(al, be, size=k)
             x = (rng.random(k * m) < pp[cl]).astype(np.int8)
-            hit_i += (lambda e: e.ci_low <= mu <= e.ci_high)(proportion(x, B=B, seed=s))
-            hit_c += (lambda e: e.ci_low <= mu <= e.ci_high)(proportion(x, B=B, seed=s, clusters=cl))
+            ei = proportion(x, B=B, seed=s)
+            ec = proportion(x, B=B, seed=s, clusters=cl)
+            hit_i += ei.ci_low <= mu <= ei.ci_high
+            hit_c += ec.ci_low <= mu <= ec.ci_high
         ci, cc = hit_i / sims, hit_c / sims
         print(f"| {k} | {m} | {mu:g} | {sd:g} | {100 * ci:.1f}{_flag(ci)} | {100 * cc:.1f}{_flag(cc)} |")
 

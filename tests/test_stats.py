@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats as sstats
 
 from medvlm_audit import stats as S
@@ -539,9 +541,6 @@ def test_clusters_validation():
 
 
 # ------------------------------------------------------------------------------------------ properties
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)

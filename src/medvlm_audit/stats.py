@@ -35,28 +35,28 @@ from scipy import special as _special
 from scipy import stats as _sstats
 
 __all__ = [
-    "Mode",
+    "NOT_ESTIMABLE_N0",
     "Estimate",
+    "Mode",
     "PairedDiff",
     "PermutationResult",
-    "NOT_ESTIMABLE_N0",
-    "proportion",
-    "bootstrap_sd",
-    "mean_estimate",
-    "wilson_interval",
-    "paired_difference",
-    "paired_difference_values",
-    "mcnemar_exact",
-    "permutation_test",
-    "benjamini_hochberg",
-    "spearman_permutation",
     "auroc",
     "auroc_interval",
-    "brier",
-    "ece",
-    "cohen_kappa",
-    "kendall_tau_b",
+    "benjamini_hochberg",
     "binomial_test",
+    "bootstrap_sd",
+    "brier",
+    "cohen_kappa",
+    "ece",
+    "kendall_tau_b",
+    "mcnemar_exact",
+    "mean_estimate",
+    "paired_difference",
+    "paired_difference_values",
+    "permutation_test",
+    "proportion",
+    "spearman_permutation",
+    "wilson_interval",
 ]
 
 Mode = Literal["exact-counts", "index"]
@@ -579,8 +579,8 @@ def permutation_test(values: Any, groups: Any, B: int = 1_000, seed: int = 0,
     dropped = tuple(nm for nm in names_all if sizes_all[nm] < min_stratum)
     notes = []
     if dropped:
-        notes.append("dropped groups with < %d cases: %s" % (
-            min_stratum, ", ".join(f"{nm} (n={sizes_all[nm]})" for nm in dropped)))
+        listed = ", ".join(f"{nm} (n={sizes_all[nm]})" for nm in dropped)
+        notes.append(f"dropped groups with < {min_stratum} cases: {listed}")
     k = len(kept)
     test = "two-group |difference of means|" if k == 2 else "one-way ANOVA F"
     if k < 2:
@@ -825,7 +825,7 @@ def ece(confidence: Any, correct: Any, n_bins: int = 10) -> float | None:
 # --------------------------------------------------------------------------------------------- agreement
 
 
-def cohen_kappa(a: Any, b: Any, weights: Literal[None, "linear", "quadratic"] = None) -> float:
+def cohen_kappa(a: Any, b: Any, weights: Literal["linear", "quadratic"] | None = None) -> float:
     """Cohen's kappa between two raters (weighted by category index distance if asked), as sklearn's
     ``cohen_kappa_score``; nan when n == 0 or chance agreement is total (both raters use one category)."""
     if weights not in (None, "linear", "quadratic"):
