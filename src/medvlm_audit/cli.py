@@ -120,6 +120,30 @@ def report_cmd(
         _fail(e)
 
 
+@app.command("import-results")
+def import_results_cmd(
+    manifest: Annotated[Path, typer.Argument(help="The released manifest CSV.")],
+    results_dir: Annotated[Path, typer.Argument(help="Folder with one sub-folder of condition CSVs per model.")],
+    out: Annotated[Path, typer.Option(help="New run directory to create.")] = Path("runs/imported"),
+    text_only: Annotated[list[str], typer.Option("--text-only", help="Model folder that is a text-only baseline (repeatable).")] = [],  # noqa: B006
+    vision_only: Annotated[list[str], typer.Option("--vision-only", help="Model folder that is a vision-only probe (repeatable).")] = [],  # noqa: B006
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after importing.")] = True,
+) -> None:
+    """Import the paper's released result layout into a run store that `report` analyses like any other."""
+    from medvlm_audit.import_results import import_results
+
+    try:
+        run_dir = import_results(manifest, results_dir, out, text_only=tuple(text_only), vision_only=tuple(vision_only))
+        from medvlm_audit import api
+
+        api.export(run_dir)
+    except AuditError as e:
+        _fail(e)
+    console.print(f"imported into {run_dir}")
+    if report:
+        _report(run_dir)
+
+
 @app.command("demo")
 def demo_cmd(
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("demo-run"),

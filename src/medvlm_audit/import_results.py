@@ -1,0 +1,203 @@
+"""Import the paper's released result layout into a run store, so existing runs can be re-analysed.
+
+Layout: a manifest CSV (case_id, source, image_path, ..., box_x/y/w/h, irrelevant_box_x/y/w/h at the working
+resolution) and a results folder with one sub-folder per model holding original.csv, swap.csv,
+target_mask.csv and irrelevant_mask.csv (case_id, source, model_name, condition, prompt_variant, raw_answer,
+parsed_answer in {1, 0, -1}, confidence = P(yes), ground_truth). The imported parsed answers and confidences
+are kept as given (the store marks them imported); raw answers are kept as text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.errors import AuditError
+from medvlm_audit.findings import normalize_finding
+from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.store import STORE_FILE, RunStore
+
+MANIFEST_COLUMNS = (
+    "case_id", "source", "image_path", "report_path", "dicom_id", "subject_id", "study_id", "view", "age", "gender",
+    "finding", "label", "label_text", "box_x", "box_y", "box_w", "box_h", "original_sentence", "error_sentence",
+    "error_type", "error_present", "swap_image_path", "irrelevant_box_x", "irrelevant_box_y", "irrelevant_box_w",
+    "irrelevant_box_h",
+)
+RESULT_COLUMNS = (
+    "case_id", "source", "model_name", "condition", "prompt_variant", "raw_answer", "parsed_answer", "confidence",
+    "ground_truth",
+)
+CONDITION_FILES = ("original", "swap", "target_mask", "irrelevant_mask")
+
+
+class ImportError_(AuditError):
+    """An imported file is malformed (the message names file, row and column)."""
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, dtype={"case_id": str}, keep_default_na=True)
+    except Exception as e:
+        raise ImportError_(f"{path}: cannot read CSV ({e})") from e
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        unknown = [c for c in df.columns if c not in required]
+        raise ImportError_(f"{path}: missing column(s) {missing}" + (f"; unexpected column(s) {unknown}" if unknown else ""))
+    return df
+
+
+def _box(df: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    x, y, w, h = (pd.to_numeric(df[f"{prefix}_{c}"], errors="coerce") for c in ("x", "y", "w", "h"))
+    return pd.DataFrame({"x0": x.round(), "y0": y.round(), "x1": (x + w).round(), "y1": (y + h).round()})
+
+
+def manifest_to_probeset(path: Path, image_root: Path | None = None) -> ProbeSet:
+    """The released manifest as a ProbeSet (boxes are at the 224 working resolution)."""
+    m = _read_csv(path, MANIFEST_COLUMNS)
+    dup = m["case_id"][m["case_id"].duplicated()].unique()
+    if len(dup):
+        raise ImportError_(f"{path}: duplicate case_id(s) {list(dup[:5])}")
+    is_err = m["error_sentence"].notna() & (m["error_sentence"].astype(str).str.strip() != "")
+    findings = []
+    for i, (f, err) in enumerate(zip(m["finding"], is_err)):
+        if pd.isna(f) or str(f).strip() == "":
+            if not err:
+                raise ImportError_(f"{path}: row {i + 2}, column 'finding': empty for a finding-presence case")
+            findings.append(None)
+            continue
+        try:
+            findings.append(normalize_finding(str(f)))
+        except KeyError as e:
+            raise ImportError_(f"{path}: row {i + 2}, column 'finding': {e.args[0]}") from None
+    label = pd.to_numeric(m["label"], errors="coerce")
+    bad = label.notna() & ~label.isin([0, 1])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ImportError_(f"{path}: row {i + 2}, column 'label': {str(m['label'].iloc[i])!r} is not 0/1")
+    err_present = pd.to_numeric(m["error_present"], errors="coerce")
+    label = label.where(label.notna() | ~is_err, 1 - err_present)
+    tb, ib = _box(m, "box"), _box(m, "irrelevant_box")
+    sex = m["gender"].astype(str).str.upper().str[0].where(m["gender"].notna())
+    df = pd.DataFrame(
+        {
+            "case_id": m["case_id"].astype(str),
+            "kind": np.where(is_err, "report_error", "finding_presence"),
+            "label": label.astype("Int64"),
+            "finding": findings,
+            "sentence": m["error_sentence"].where(is_err),
+            "image_path": m["image_path"],
+            "swap_image_path": m["swap_image_path"],
+            **{f"tbox_{c}": tb[c] for c in ("x0", "y0", "x1", "y1")},
+            **{f"ibox_{c}": ib[c] for c in ("x0", "y0", "x1", "y1")},
+            "patient_id": m["subject_id"].astype(str).where(m["subject_id"].notna()),
+            "study_id": m["study_id"].astype(str).where(m["study_id"].notna()),
+            "age": pd.to_numeric(m["age"], errors="coerce"),
+            "sex": sex,
+            "view": m["view"],
+            "source": m["source"],
+            "split": "test",
+            "dicom_id": m["dicom_id"],
+            "error_type": m["error_type"],
+            "label_text": m["label_text"],
+        }
+    )
+    from medvlm_audit.boxes import boxes_overlap
+
+    df["ibox_overlaps"] = [
+        bool(not np.isnan(a).any() and not np.isnan(b).any() and boxes_overlap(tuple(a), tuple(b)))
+        for a, b in zip(tb.to_numpy(float), ib.to_numpy(float))
+    ]
+    return ProbeSet(df, image_root or path.parent, {"builder": "import-results", "manifest": str(path)}, name=path.stem)
+
+
+def import_results(
+    manifest: str | Path,
+    results_dir: str | Path,
+    run_dir: str | Path,
+    *,
+    text_only: tuple[str, ...] = (),
+    vision_only: tuple[str, ...] = (),
+) -> Path:
+    """Validate everything first, then write a new run store (atomically: built in a temp folder, renamed)."""
+    manifest, results_dir, run_dir = Path(manifest), Path(results_dir), Path(run_dir)
+    if (run_dir / STORE_FILE).exists():
+        raise AuditError(f"{run_dir} already holds a run store; import into a new folder")
+    ps = manifest_to_probeset(manifest)
+    ps.validate(check_files=False)
+    known = set(ps.df["case_id"])
+    model_dirs = sorted(p for p in results_dir.iterdir() if p.is_dir()) if results_dir.is_dir() else []
+    if not model_dirs:
+        raise ImportError_(f"{results_dir}: no model folders found")
+    frames = []
+    for mdir in model_dirs:
+        files = [mdir / f"{c}.csv" for c in CONDITION_FILES if (mdir / f"{c}.csv").exists()]
+        if not files:
+            raise ImportError_(f"{mdir}: none of {[c + '.csv' for c in CONDITION_FILES]} found")
+        for f in files:
+            r = _read_csv(f, RESULT_COLUMNS)
+            unknown = ~r["case_id"].isin(known)
+            if unknown.any():
+                i = int(np.flatnonzero(unknown.to_numpy())[0])
+                raise ImportError_(f"{f}: row {i + 2}, column 'case_id': unknown case id {r['case_id'].iloc[i]!r}")
+            parsed = pd.to_numeric(r["parsed_answer"], errors="coerce")
+            bad = ~parsed.isin([1, 0, -1])
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise ImportError_(
+                    f"{f}: row {i + 2}, column 'parsed_answer': {str(r['parsed_answer'].iloc[i])!r} is not one of 1, 0, -1"
+                )
+            conds = set(r["condition"].dropna().astype(str))
+            if conds - {f.stem}:
+                raise ImportError_(f"{f}: column 'condition' holds {sorted(conds - {f.stem})}, expected {f.stem!r}")
+            r = r.assign(model=mdir.name, parsed=parsed.astype(int), file=str(f))
+            frames.append(r)
+    res = pd.concat(frames, ignore_index=True)
+    res["prompt_variant"] = res["prompt_variant"].fillna("default").astype(str)
+    res["condition_name"] = np.where(
+        res["prompt_variant"] == "default", res["condition"].astype(str),
+        res["condition"].astype(str) + "|prompt=" + res["prompt_variant"],
+    )
+    dup = res.duplicated(["model", "case_id", "condition_name"])
+    if dup.any():
+        row = res[dup].iloc[0]
+        raise ImportError_(f"{row['file']}: case {row['case_id']!r} appears twice for model {row['model']!r}")
+
+    tmp = run_dir.with_name(f".{run_dir.name}.importing")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        store = RunStore(tmp / STORE_FILE)
+        store.set_meta(run_id=run_dir.name, suite="grounding", imported_from=str(results_dir), started_at=time.time(),
+                       seeds={"construction": None, "resampling": 0})
+        store.add_probe_set(ps.name, str(manifest), ps.content_hash, ps.df, ps.provenance)
+        trials, responses, imported = [], [], []
+        for model, g in res.groupby("model", sort=True):
+            modality = "text_only" if model in text_only else "vision_only" if model in vision_only else "multimodal"
+            store.add_model(str(model), modality, {"imported": str(model)})
+            for row in g.itertuples(index=False):
+                key = hashlib.sha256(json.dumps([model, row.case_id, row.condition_name]).encode()).hexdigest()
+                trials.append((model, ps.name, row.case_id, row.condition_name, 0, key, None, None))
+                text = None if pd.isna(row.raw_answer) else str(row.raw_answer)
+                responses.append((key, text))
+                conf = None if pd.isna(row.confidence) else float(row.confidence)
+                imported.append((key, int(row.parsed), conf))
+        store.add_trials(trials)
+        now = time.time()
+        with store.db:
+            store.db.executemany(
+                "INSERT OR REPLACE INTO responses(key, text, attempts, created_at) VALUES(?, ?, 1, ?)",
+                [(k, t, now) for k, t in responses],
+            )
+        store.add_imported(imported)
+        store.close()
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(run_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return run_dir
