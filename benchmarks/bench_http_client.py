@@ -7,7 +7,9 @@ with a fixed delay; the ideal rate is concurrency / delay (32 / 0.020 s = 1,600 
 (a) the bare loop posts pre-serialised JSON bodies (the exact bodies the model would send, 224x224
 images included); (b) the model builds every body itself, encoding each image to a PNG data URL per
 request (every input has its own image, so no encoding cache helps). Rounds alternate a/b and the
-median is reported. Target: (b)/(a) >= 0.80.
+median is reported, with the client process's CPU time per answer (robust when the machine is
+shared). Run once per PNG level: the default (auto: stored on loopback) and level 1 (compressed).
+Target: (b)/(a) >= 0.80.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import sys
 import time
@@ -27,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput  # noqa: E402
-from medvlm_audit.models.encoding import data_url  # noqa: E402
-from medvlm_audit.models.openai_compat import OpenAIChatModel  # noqa: E402
-from medvlm_audit.testing.fake_openai import spawn_fake_server  # noqa: E402
+from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
+from medvlm_audit.models.encoding import data_url
+from medvlm_audit.models.openai_compat import OpenAIChatModel
+from medvlm_audit.testing.fake_openai import spawn_fake_server
 
 
 async def _bare(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[float, int]:
@@ -99,47 +102,71 @@ def make_inputs(n: int, size: int = 224, seed: int = 0) -> list[ModelInput]:
     return out
 
 
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _timed(f: Any) -> tuple[float, float]:
+    c0 = _cpu()
+    rate = f()
+    return rate, _cpu() - c0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--delay-ms", type=float, default=20.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--png-levels", default="auto,1", help="comma list: auto (the default) and/or 0-9")
     args = ap.parse_args()
 
     inputs = make_inputs(args.n)
-    t0 = time.perf_counter()
-    for inp in inputs[:500]:
-        data_url(inp.images[0].pixels, "png")
-    enc_ms = (time.perf_counter() - t0) / 500 * 1e3
+    enc = {}
+    for lvl in (0, 1):
+        t0 = time.perf_counter()
+        for inp in inputs[:500]:
+            data_url(inp.images[0].pixels, "png", png_level=lvl)
+        enc[lvl] = (time.perf_counter() - t0) / 500 * 1e3
 
+    ideal = args.concurrency / (args.delay_ms / 1000.0)
     proc, base_url = spawn_fake_server(args.delay_ms)
+    lines = []
     try:
-        builder = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
-        bodies = [json.dumps(builder.build_body(i), separators=(",", ":")).encode() for i in inputs]
-        url = str(builder._endpoints[0].url)
-        mean_kb = sum(map(len, bodies)) / len(bodies) / 1024
-        # warm-up: connections, server code paths
-        bare_aiohttp_loop(url, bodies[:200], args.concurrency)
-        model_rate(base_url, inputs[:200], args.concurrency)
-        bare, mod = [], []
-        for _ in range(args.rounds):
-            bare.append(bare_aiohttp_loop(url, bodies, args.concurrency))
-            mod.append(model_rate(base_url, inputs, args.concurrency))
+        for spec in args.png_levels.split(","):
+            level = None if spec == "auto" else int(spec)
+            builder = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency,
+                                      png_level=level)
+            bodies = [builder.encode_payload(i) for i in inputs]  # exactly what the model sends
+            url = str(builder._endpoints[0].url)
+            mean_kb = sum(map(len, bodies)) / len(bodies) / 1024
+            bare_aiohttp_loop(url, bodies[:200], args.concurrency)  # warm-up
+            model_rate(base_url, inputs[:200], args.concurrency, png_level=level)
+            bare, mod = [], []
+            for _ in range(args.rounds):
+                bare.append(_timed(lambda u=url, bs=bodies: bare_aiohttp_loop(u, bs, args.concurrency)))
+                mod.append(_timed(lambda lv=level: model_rate(base_url, inputs, args.concurrency, png_level=lv)))
+            a = statistics.median(r for r, _ in bare)
+            b = statistics.median(r for r, _ in mod)
+            ca = statistics.median(c for _, c in bare) / args.n * 1e3
+            cb = statistics.median(c for _, c in mod) / args.n * 1e3
+            name = f"png_level={spec}" + (f" (= {builder.png_level} here)" if spec == "auto" else "")
+            lines += [
+                f"-- {name}: body {mean_kb:.1f} KiB",
+                (f"(a) bare aiohttp loop       : {a:7.1f} answers/s ({a / ideal:5.1%} of ideal {ideal:,.0f}/s), "
+                 f"client CPU {ca:.3f} ms/answer; runs {', '.join(f'{r:.0f}' for r, _ in bare)}"),
+                (f"(b) OpenAIChatModel.generate: {b:7.1f} answers/s ({b / ideal:5.1%} of ideal {ideal:,.0f}/s), "
+                 f"client CPU {cb:.3f} ms/answer; runs {', '.join(f'{r:.0f}' for r, _ in mod)}"),
+                f"ratio (b)/(a): {b / a:.3f}  (target >= 0.80)",
+            ]
     finally:
         proc.terminate()
         proc.wait()
-
-    ideal = args.concurrency / (args.delay_ms / 1000.0)
-    a, b = statistics.median(bare), statistics.median(mod)
-    print(f"requests per run: {args.n}, concurrency {args.concurrency}, server delay {args.delay_ms:g} ms, "
-          f"body {mean_kb:.1f} KiB (224x224 PNG data URL), rounds {args.rounds}")
-    print(f"PNG data-URL encoding, 224x224 grayscale: {enc_ms:.3f} ms/image")
-    print(f"(a) bare aiohttp loop      : {a:8.1f} answers/s  ({a / ideal:5.1%} of ideal {ideal:,.0f}/s)  "
-          f"runs: {', '.join(f'{v:.0f}' for v in bare)}")
-    print(f"(b) OpenAIChatModel.generate: {b:8.1f} answers/s  ({b / ideal:5.1%} of ideal {ideal:,.0f}/s)  "
-          f"runs: {', '.join(f'{v:.0f}' for v in mod)}")
-    print(f"ratio (b)/(a): {b / a:.3f}  (target >= 0.80)")
+    print(f"requests per run: {args.n}, concurrency {args.concurrency}, server delay {args.delay_ms:g} ms "
+          f"(separate process), 224x224 grayscale image per request, rounds {args.rounds} (median)")
+    print(f"PNG data URL per 224x224 grayscale image: level 0 {enc[0]:.3f} ms, level 1 {enc[1]:.3f} ms")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

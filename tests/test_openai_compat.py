@@ -28,7 +28,7 @@ from medvlm_audit.testing import (
 
 T = TypeVar("T")
 KEY = "sk-test-0123456789abcdefSECRET"
-FAST = dict(backoff_base_s=0.01, backoff_max_s=0.05, timeout_s=5.0)
+FAST: dict[str, Any] = {"backoff_base_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 5.0}
 
 
 def run(coro: Awaitable[T]) -> T:

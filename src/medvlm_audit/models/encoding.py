@@ -115,5 +115,5 @@ def decode_data_url(url: str) -> np.ndarray:
     try:
         with Image.open(io.BytesIO(base64.b64decode(payload, validate=True))) as im:
             return np.asarray(im)
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is the same user-facing error
+    except Exception as exc:
         raise ImageError(f"image data URL does not decode: {exc}") from exc

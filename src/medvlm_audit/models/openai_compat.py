@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ipaddress
 import json
 import math
 import os
@@ -81,7 +82,7 @@ def _redact_url(url: str) -> str:
 
 
 class _Endpoint:
-    __slots__ = ("url", "display", "inflight", "cooldown_until", "sent")
+    __slots__ = ("cooldown_until", "display", "inflight", "sent", "url")
 
     def __init__(self, url: URL, display: str) -> None:
         self.url = url
@@ -125,7 +126,7 @@ class _DataUrlCache:
 
 
 class _Failure:
-    __slots__ = ("kind", "message", "transient", "retry_after")
+    __slots__ = ("kind", "message", "retry_after", "transient")
 
     def __init__(self, kind: str, message: str, transient: bool, retry_after: float | None = None) -> None:
         self.kind = kind
@@ -140,7 +141,10 @@ class OpenAIChatModel(Model):
     ``base_urls`` include the API prefix, as the OpenAI SDK takes them (``http://host:8000/v1``); for
     ``api_style="azure"`` they are the resource root (``https://NAME.openai.azure.com``) and ``model``
     is the deployment name. ``seed`` is sent as ``decoding.seed + sample_index`` so repeated samples
-    differ yet stay reproducible.
+    differ yet stay reproducible. PNG images are lossless at every ``png_level``; the default (None)
+    stores them uncompressed when every endpoint is on this machine (CPU is the bottleneck there) and
+    uses zlib level 1 otherwise (bandwidth matters). ``encode_in_thread`` moves image encoding off the
+    event loop, which pays on clients with idle cores.
     """
 
     batch_size = 1
@@ -165,7 +169,7 @@ class OpenAIChatModel(Model):
         modality: Modality = "multimodal",
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         retry_after_max_s: float = 300.0,
-        png_level: int = 1,
+        png_level: int | None = None,
         encode_in_thread: bool = False,
         image_cache_mb: float = 64.0,
     ) -> None:
@@ -178,6 +182,8 @@ class OpenAIChatModel(Model):
             raise ConfigError(f"model {name!r}: image_format must be 'png' or 'jpeg', got {image_format!r}")
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
             raise ConfigError(f"model {name!r}: need max_concurrency >= 1, max_retries >= 0 and timeout_s > 0")
+        if png_level is None:  # same machine: bandwidth is free and the CPU is shared with the server
+            png_level = 0 if all(_is_loopback(u) for u in urls) else 1
         if not 0 <= png_level <= 9:
             raise ConfigError(f"model {name!r}: png_level must be 0-9, got {png_level}")
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
@@ -455,9 +461,9 @@ class OpenAIChatModel(Model):
                     status = resp.status
                     raw = await resp.read()
                     if status >= 400:
-                        ra = resp.headers.get("retry-after-ms")
-                        retry_after = (float(ra) / 1000.0 if _is_number(ra) else
-                                       parse_retry_after(resp.headers.get("Retry-After")))
+                        ra_ms = parse_retry_after(resp.headers.get("retry-after-ms"))  # Azure's extension
+                        retry_after = (ra_ms / 1000.0 if ra_ms is not None
+                                       else parse_retry_after(resp.headers.get("Retry-After")))
             except TimeoutError:
                 return _Failure("timeout", f"no complete answer from {ep.display} within {self.timeout_s:g} s", True)
             except (aiohttp.ClientError, OSError) as exc:
@@ -474,11 +480,12 @@ class OpenAIChatModel(Model):
         return _parse_completion(raw, latency, ep.display)
 
 
-def _is_number(v: str | None) -> bool:
-    if not v:
-        return False
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
     try:
-        return math.isfinite(float(v)) and float(v) >= 0
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 

@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -229,7 +229,7 @@ class FakeOpenAIServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> FakeOpenAIServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -289,10 +289,11 @@ class FakeOpenAIServer:
         raw = await request.read()
         try:
             body = json.loads(raw)
-            if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                raise ValueError("'messages' must be a list")
         except ValueError as exc:
             return web.Response(status=400, body=_error_body(400, f"invalid JSON body: {exc}"),
+                                content_type="application/json")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return web.Response(status=400, body=_error_body(400, "'messages' must be a list"),
                                 content_type="application/json")
         if self.record_bodies:
             st.bodies.append(body)
@@ -423,7 +424,7 @@ class ThreadedFakeServer:
         self._loop.close()
         self._loop, self._thread = None, None
 
-    def __enter__(self) -> ThreadedFakeServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
