@@ -1,0 +1,728 @@
+"""Shared pieces of the dataset builders: input discovery, label/view/sex encodings, the exclusion log,
+per-stratum sampling with shortfall reports, swap partners, working/irrelevant boxes, image checks, saving.
+
+Every builder turns a local copy of a dataset into a :class:`~medvlm_audit.probeset.ProbeSet` plus an
+``exclusions.csv`` (one row per excluded record: id, source, stage, reason) and a shortfall report
+(requested vs obtained per stratum), so no record is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.boxes import irrelevant_box, working_box
+from medvlm_audit.errors import AuditError
+from medvlm_audit.probeset import ProbeSet
+
+SEED = 42
+EXCLUSIONS_FILE = "exclusions.csv"
+SHORTFALLS_FILE = "shortfalls.csv"
+IMAGE_CHECK_CACHE = "image_checks.jsonl"
+EXCLUSION_COLUMNS = ["record_id", "source", "stage", "reason"]
+
+# label states of the CheXpert labeler encoding (MIMIC-CXR-JPG and CheXpert CSVs)
+POS, NEG, UNC, BLANK = 1, 0, -1, -9
+
+#: CheXpert-vocabulary column name (as in mimic-cxr-2.0.0-chexpert.csv / CheXpert train.csv) -> finding id
+CHEXPERT_COLUMNS: dict[str, str] = {
+    "Atelectasis": "atelectasis",
+    "Cardiomegaly": "cardiomegaly",
+    "Consolidation": "consolidation",
+    "Edema": "edema",
+    "Enlarged Cardiomediastinum": "enlarged_cardiomediastinum",
+    "Fracture": "fracture",
+    "Lung Lesion": "lung_lesion",
+    "Lung Opacity": "lung_opacity",
+    "No Finding": "no_finding",
+    "Pleural Effusion": "pleural_effusion",
+    "Pleural Other": "pleural_other",
+    "Pneumonia": "pneumonia",
+    "Pneumothorax": "pneumothorax",
+    "Support Devices": "support_devices",
+}
+#: the 13 findings sampled 50 present / 50 absent (Supplementary Tables 8 and 9), in the paper's order
+CHEXPERT_FINDINGS: tuple[str, ...] = (
+    "atelectasis",
+    "cardiomegaly",
+    "consolidation",
+    "edema",
+    "enlarged_cardiomediastinum",
+    "fracture",
+    "lung_lesion",
+    "lung_opacity",
+    "pleural_effusion",
+    "pleural_other",
+    "pneumonia",
+    "pneumothorax",
+    "support_devices",
+)
+
+FRONTAL_VIEWS = ("PA", "AP")
+#: every view code the builders know (MIMIC ViewPosition, CheXpert AP/PA, NIH View Position); others are
+#: reported as "unknown view code" exclusions.
+KNOWN_VIEWS = {
+    "PA", "AP", "LATERAL", "LL", "RL", "AP AXIAL", "PA LLD", "PA RLD", "AP LLD", "AP RLD", "LAO", "RAO",
+    "LPO", "RPO", "SWIMMERS", "XTABLE LATERAL", "LLD", "RLD", "LATERAL DECUB", "OBLIQUE", "AP LATERAL",
+}
+
+
+class DatasetError(AuditError):
+    """A dataset input is missing or malformed (names the file, column, row and value)."""
+
+
+# ----------------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """One stratum that got fewer cases than requested, with the reason."""
+
+    stratum: str
+    requested: int
+    obtained: int
+    available: int
+    reason: str
+
+
+@dataclass
+class BuildResult:
+    """What a builder returns: the saved probe set, the exclusion log and the per-stratum shortfalls."""
+
+    probe_set: ProbeSet
+    exclusions: pd.DataFrame
+    shortfalls: list[Shortfall]
+    out_dir: Path
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        lines = [f"{self.probe_set.name}: {len(self.probe_set)} cases -> {self.out_dir}"]
+        for k, v in self.counts.items():
+            lines.append(f"  {k}: {v}")
+        lines.append(f"  exclusions: {len(self.exclusions)} records (see {EXCLUSIONS_FILE})")
+        lines.extend(format_shortfalls(self.shortfalls).splitlines())
+        return "\n".join(lines)
+
+
+class ExclusionLog:
+    """Collects excluded records (id, source, stage, reason); vectorised so 100k-row pools stay fast."""
+
+    def __init__(self) -> None:
+        self._parts: list[pd.DataFrame] = []
+
+    def add(self, record_id: str, source: str, stage: str, reason: str) -> None:
+        self._parts.append(pd.DataFrame([[str(record_id), source, stage, reason]], columns=EXCLUSION_COLUMNS))
+
+    def add_many(self, ids: Iterable[Any], source: str, stage: str, reason: str | Sequence[str]) -> int:
+        ids = pd.Series(list(ids) if not isinstance(ids, pd.Series) else ids, dtype=object).astype(str)
+        if len(ids) == 0:
+            return 0
+        reasons = reason if isinstance(reason, str) else list(reason)
+        part = pd.DataFrame({"record_id": ids.values, "source": source, "stage": stage, "reason": reasons})
+        self._parts.append(part)
+        return len(part)
+
+    def frame(self) -> pd.DataFrame:
+        if not self._parts:
+            return pd.DataFrame(columns=EXCLUSION_COLUMNS)
+        return pd.concat(self._parts, ignore_index=True)[EXCLUSION_COLUMNS]
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+
+def format_shortfalls(shortfalls: Sequence[Shortfall]) -> str:
+    """Human-readable shortfall table (printed by every builder and kept in the provenance)."""
+    if not shortfalls:
+        return "  shortfalls: none (every stratum reached its requested count)"
+    out = ["  shortfalls (stratum: obtained/requested, available, reason):"]
+    for s in shortfalls:
+        out.append(f"    {s.stratum}: {s.obtained}/{s.requested} (available {s.available}) - {s.reason}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def find_file(root: Path, names: Sequence[str], what: str) -> Path:
+    """First existing ``root/name`` (also tried with ``.gz``); a DatasetError lists what was looked for."""
+    root = Path(root)
+    tried: list[str] = []
+    for name in names:
+        for cand in (name, name + ".gz") if not name.endswith(".gz") else (name,):
+            p = root / cand
+            tried.append(str(p))
+            if p.is_file():
+                return p
+    raise DatasetError(f"{what}: none of the expected files exists: {', '.join(tried)}")
+
+
+def read_csv(path: Path, required: Sequence[str], what: str, **kw: Any) -> pd.DataFrame:
+    """Read a CSV (plain or .gz) and check it has the required columns; errors name the file and columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{what}: file {path} does not exist")
+    try:
+        df = pd.read_csv(path, **kw)
+    except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError) as e:
+        raise DatasetError(f"{what}: cannot parse {path} ({e})") from e
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise DatasetError(
+            f"{what}: {path} lacks required column(s) {missing}; found columns {list(df.columns)[:30]}"
+        )
+    return df
+
+
+def file_fingerprint(path: Path) -> dict[str, Any]:
+    """Path, size and sha256 of an input file, recorded in the provenance."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"path": str(path), "bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def check_unique(df: pd.DataFrame, cols: Sequence[str], path: Path, what: str) -> None:
+    """Raise if the key columns repeat (duplicate ids within or across sources)."""
+    dup = df.duplicated(list(cols), keep=False)
+    if dup.any():
+        first = df.loc[dup, list(cols)].head(3).to_dict("records")
+        raise DatasetError(f"{what}: {path} has {int(dup.sum())} rows with duplicate {list(cols)}, e.g. {first}")
+
+
+def decode_chexpert(values: pd.Series, path: Path, column: str) -> np.ndarray:
+    """CheXpert-labeler encoding (1.0 / 0.0 / -1.0 / blank) -> int8 states POS/NEG/UNC/BLANK.
+
+    Any other value raises a DatasetError naming the file, column, row and value.
+    """
+    num = pd.to_numeric(values, errors="coerce")
+    bad = num.isna() & values.notna() & (values.astype(str).str.strip() != "")
+    bad |= num.notna() & ~num.isin([1.0, 0.0, -1.0])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DatasetError(
+            f"{path}: column {column!r} row {i + 2} has value {values.iloc[i]!r}; "
+            "the CheXpert label encoding allows only 1.0, 0.0, -1.0 or blank"
+        )
+    out = np.full(len(values), BLANK, dtype=np.int8)
+    arr = num.to_numpy()
+    out[arr == 1.0] = POS
+    out[arr == 0.0] = NEG
+    out[arr == -1.0] = UNC
+    return out
+
+
+def isin(values: pd.Series | np.ndarray, members: Iterable[Any]) -> np.ndarray:
+    """Boolean membership test through a Python set (pandas' string isin is slow on 100k-row id columns)."""
+    st = members if isinstance(members, (set, frozenset)) else set(members)
+    return np.fromiter((v in st for v in np.asarray(values, dtype=object)), dtype=bool, count=len(values))
+
+
+def normalize_sex(values: pd.Series) -> pd.Series:
+    """M/F from M, F, Male, Female (any case); anything else (Unknown, blank, O) -> None."""
+    s = values.astype("string").str.strip().str.upper()
+    out = s.map({"M": "M", "F": "F", "MALE": "M", "FEMALE": "F"})
+    return out.astype(object).where(out.notna(), None)
+
+
+def normalize_view(values: pd.Series) -> pd.Series:
+    """Upper-cased, stripped view codes ('' for missing)."""
+    return values.astype("string").fillna("").str.strip().str.upper()
+
+
+def view_exclusion_reason(view: str) -> str | None:
+    """None for PA/AP; otherwise the reason the image is not a usable frontal view."""
+    if view in FRONTAL_VIEWS:
+        return None
+    if view == "":
+        return "missing view code"
+    if view in KNOWN_VIEWS:
+        return f"view {view} is not frontal (PA/AP)"
+    return f"unknown view code {view!r}"
+
+
+def view_reasons(views: pd.Series) -> pd.Series:
+    """Vectorised :func:`view_exclusion_reason` (None where frontal)."""
+    uniq = {v: view_exclusion_reason(v) for v in pd.unique(views)}
+    return views.map(uniq)
+
+
+# ------------------------------------------------------------------------------------------------ sampling
+
+
+def stratum_rng(seed: int, *keys: str) -> np.random.Generator:
+    """A generator seeded from the build seed and the stratum name, so strata are independent of each other."""
+    digest = hashlib.sha256(("/".join([str(seed), *keys])).encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def shuffled_one_per_patient(
+    pool: pd.DataFrame, rng: np.random.Generator, patient_col: str = "patient_id", sort_col: str = "record_id"
+) -> pd.DataFrame:
+    """The pool in a seeded random order with at most one record per patient (input row order is irrelevant)."""
+    if pool.empty:
+        return pool
+    pool = pool.sort_values(sort_col, kind="mergesort")
+    perm = rng.permutation(len(pool))
+    pool = pool.iloc[perm]
+    return pool.drop_duplicates(patient_col, keep="first")
+
+
+def allocate_balanced(available: dict[str, int], total: int) -> dict[str, int]:
+    """Split ``total`` as evenly as possible over groups, moving what a short group lacks to the others.
+
+    Deterministic: remainders go to groups in sorted-name order.
+    """
+    alloc = {k: 0 for k in available}
+    remaining = total
+    open_groups = sorted(k for k, v in available.items() if v > 0)
+    while remaining > 0 and open_groups:
+        share, extra = divmod(remaining, len(open_groups))
+        progressed = 0
+        for i, k in enumerate(open_groups):
+            want = share + (1 if i < extra else 0)
+            give = min(want, available[k] - alloc[k])
+            alloc[k] += give
+            progressed += give
+        remaining -= progressed
+        open_groups = [k for k in open_groups if alloc[k] < available[k]]
+        if progressed == 0:
+            break
+    return alloc
+
+
+# ------------------------------------------------------------------------------------------------ images
+
+
+def read_image_header(path: Path, full_decode: bool = False) -> tuple[int, int]:
+    """(width, height) of an image file (JPEG/PNG via Pillow, DICOM via pydicom); raises on a bad file."""
+    suffix = path.suffix.lower()
+    if suffix in (".dcm", ".dicom"):
+        try:
+            import pydicom
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise DatasetError(f"{path}: reading DICOM needs pydicom (pip install pydicom)") from e
+        ds = pydicom.dcmread(str(path), stop_before_pixels=not full_decode)
+        if full_decode:
+            _ = ds.pixel_array
+        return int(ds.Columns), int(ds.Rows)
+    from PIL import Image
+
+    with Image.open(path) as im:
+        size = im.size
+        if full_decode:
+            im.load()
+        else:
+            im.verify()
+    return int(size[0]), int(size[1])
+
+
+def load_dicom_gray(path: str | Path) -> np.ndarray:
+    """Decode a DICOM radiograph to uint8 grayscale (MONOCHROME1 inverted, min-max windowed)."""
+    import pydicom
+
+    ds = pydicom.dcmread(str(path))
+    arr = ds.pixel_array.astype(np.float64)
+    if getattr(ds, "PhotometricInterpretation", "") == "MONOCHROME1":
+        arr = arr.max() - arr
+    lo, hi = float(arr.min()), float(arr.max())
+    return np.ascontiguousarray(((arr - lo) / (hi - lo or 1.0) * 255.0).round().astype(np.uint8))
+
+
+@dataclass(frozen=True)
+class ImageCheck:
+    path: str
+    ok: bool
+    width: int | None
+    height: int | None
+    error: str | None
+
+
+class ImageChecker:
+    """Parallel, resumable image checks: results are appended to a JSONL cache keyed by path, size and mtime.
+
+    A rerun (after a crash or with more inputs) reads the cache and checks only what is new or changed.
+    """
+
+    def __init__(self, image_root: Path, cache_path: Path | None, workers: int = 2, full_decode: bool = False):
+        self.image_root = Path(image_root)
+        self.cache_path = cache_path
+        self.workers = max(1, int(workers))
+        self.full_decode = full_decode
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.n_checked = 0
+        self.n_cached = 0
+        if cache_path is not None and cache_path.exists():
+            for line in cache_path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                    self._cache[rec["path"]] = rec
+                except (json.JSONDecodeError, KeyError):
+                    continue  # a torn last line after a crash: that image is simply checked again
+
+    def _key(self, full: Path) -> tuple[int, int] | None:
+        try:
+            st = full.stat()
+            return st.st_size, st.st_mtime_ns
+        except OSError:
+            return None
+
+    def _check_one(self, rel: str) -> ImageCheck:
+        full = self.image_root / rel
+        key = self._key(full)
+        if key is None:
+            return ImageCheck(rel, False, None, None, f"file {full} does not exist")
+        cached = self._cache.get(rel)
+        if cached is not None and cached.get("size") == key[0] and cached.get("mtime_ns") == key[1]:
+            with self._lock:
+                self.n_cached += 1
+            return ImageCheck(rel, cached["ok"], cached.get("width"), cached.get("height"), cached.get("error"))
+        try:
+            w, h = read_image_header(full, self.full_decode)
+            res = ImageCheck(rel, True, w, h, None)
+        except DatasetError:
+            raise
+        except Exception as e:  # any decoder failure becomes an exclusion reason
+            res = ImageCheck(rel, False, None, None, f"image {full} fails to decode ({type(e).__name__}: {e})")
+        rec = {"path": rel, "size": key[0], "mtime_ns": key[1], **{k: v for k, v in asdict(res).items() if k != "path"}}
+        with self._lock:
+            self._cache[rel] = rec
+            self.n_checked += 1
+            if self.cache_path is not None:
+                self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.cache_path, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+        return res
+
+    def check(self, rel_paths: Iterable[str]) -> dict[str, ImageCheck]:
+        """Check each distinct path (in parallel); returns path -> ImageCheck."""
+        todo = sorted(set(rel_paths))
+        if not todo:
+            return {}
+        if self.workers == 1 or len(todo) < 4:
+            return {p: self._check_one(p) for p in todo}
+        with ThreadPoolExecutor(self.workers) as ex:
+            return dict(zip(todo, ex.map(self._check_one, todo)))
+
+    def records(self) -> list[dict[str, Any]]:
+        return list(self._cache.values())
+
+
+def select_checked(
+    strata: dict[str, pd.DataFrame],
+    want: dict[str, int],
+    checker: ImageChecker | None,
+    log: ExclusionLog,
+    source: str,
+    path_col: str = "image_path",
+) -> dict[str, pd.DataFrame]:
+    """Take the first ``want[k]`` rows of each ordered candidate frame whose image passes the check.
+
+    Failed images become exclusions (stage ``image_check``) and the next candidate takes their place; checks of
+    all strata run together in parallel rounds.
+    """
+    taken: dict[str, list[int]] = {k: [] for k in strata}
+    cursor = {k: 0 for k in strata}
+    failed: set[str] = set()
+    good: dict[str, ImageCheck] = {}
+    while True:
+        batch: dict[str, list[int]] = {}
+        for k, df in strata.items():
+            need = want.get(k, 0) - len(taken[k])
+            if need <= 0 or cursor[k] >= len(df):
+                continue
+            stop = min(len(df), cursor[k] + need)
+            batch[k] = list(range(cursor[k], stop))
+            cursor[k] = stop
+        if not batch:
+            break
+        if checker is not None:
+            paths = {strata[k][path_col].iat[i] for k, idx in batch.items() for i in idx}
+            res = checker.check(p for p in paths if p not in good and p not in failed)
+            for p, r in res.items():
+                if r.ok:
+                    good[p] = r
+                else:
+                    failed.add(p)
+                    log.add(p, source, "image_check", r.error or "image check failed")
+        for k, idx in batch.items():
+            for i in idx:
+                if checker is None or strata[k][path_col].iat[i] in good:
+                    taken[k].append(i)
+    out = {}
+    for k, df in strata.items():
+        sel = df.iloc[taken[k]].copy()
+        if checker is not None and len(sel):
+            sel["_checked_w"] = [good[p].width for p in sel[path_col]]
+            sel["_checked_h"] = [good[p].height for p in sel[path_col]]
+        out[k] = sel
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ swaps
+
+
+class SwapPool:
+    """Frontal images that can serve as swap partners, indexed by a match key (e.g. ``cardiomegaly=1``).
+
+    ``pick`` returns a seeded random pool image of another patient carrying the same key; ``None`` keys pick
+    from the whole pool ("any different-patient frontal").
+    """
+
+    def __init__(self, paths: np.ndarray, patients: np.ndarray, keys: dict[str, np.ndarray], views: np.ndarray):
+        self.paths = paths
+        self.patients = patients
+        self.views = views
+        self.keys = keys  # key -> row indices
+        self.all = np.arange(len(paths))
+
+    def pick(
+        self,
+        key: str | None,
+        patient: str,
+        rng: np.random.Generator,
+        exclude: set[str] | None = None,
+        view: str | None = None,
+        tries: int = 64,
+    ) -> int | None:
+        idx = self.all if key is None else self.keys.get(key, np.empty(0, dtype=np.int64))
+        if len(idx) == 0:
+            return None
+        for _ in range(tries):
+            j = int(idx[rng.integers(len(idx))])
+            if self.patients[j] != patient and (view is None or self.views[j] == view):
+                if exclude is None or self.paths[j] not in exclude:
+                    return j
+        # dense fallback: every eligible candidate, then a seeded choice
+        ok = self.patients[idx] != patient
+        if view is not None:
+            ok &= self.views[idx] == view
+        cand = idx[ok]
+        if exclude:
+            cand = cand[~isin(self.paths[cand], exclude)]
+        if len(cand) == 0:
+            return None
+        return int(cand[rng.integers(len(cand))])
+
+
+def assign_swaps(
+    cases: pd.DataFrame,
+    pool: SwapPool,
+    key_col: str,
+    seed: int,
+    log: ExclusionLog,
+    source: str,
+    checker: ImageChecker | None = None,
+    same_view: bool = False,
+    fallback_any: bool = False,
+) -> pd.DataFrame:
+    """Fill swap_image_path / swap_patient_id / swap_match for every case (label-matched, different patient).
+
+    A case whose key has no partner gets a key-free partner only when ``fallback_any`` (ReXErr cases with no
+    inferable finding); otherwise it is excluded with the reason. Partners whose image fails the check are
+    logged and redrawn.
+    """
+    cases = cases.copy()
+    paths: list[str | None] = []
+    pats: list[str | None] = []
+    matched: list[str | None] = []
+    failed: set[str] = set()
+    drop: list[int] = []
+    for i, row in enumerate(cases.itertuples(index=False)):
+        r = row._asdict()
+        key = r[key_col]
+        key = None if key is None or (isinstance(key, float) and np.isnan(key)) else str(key)
+        rng = stratum_rng(seed, "swap", str(r["case_id"]))
+        view = r.get("view") if same_view else None
+        choice, used = None, key
+        for _ in range(16):
+            j = pool.pick(used, str(r["patient_id"]), rng, exclude=failed, view=view)
+            if j is None and used is not None and fallback_any:
+                used = None
+                continue
+            if j is None:
+                break
+            p = str(pool.paths[j])
+            if checker is not None:
+                res = checker.check([p])[p]
+                if not res.ok:
+                    failed.add(p)
+                    log.add(p, source, "image_check", (res.error or "image check failed") + " (swap candidate)")
+                    continue
+            choice = j
+            break
+        if choice is None:
+            drop.append(i)
+            log.add(r["case_id"], source, "swap", f"no different-patient frontal swap partner with {key or 'any key'}")
+            paths.append(None), pats.append(None), matched.append(None)
+        else:
+            paths.append(str(pool.paths[choice]))
+            pats.append(str(pool.patients[choice]))
+            matched.append(used if used is not None else "any_frontal")
+    cases["swap_image_path"] = paths
+    cases["swap_patient_id"] = pats
+    cases["swap_match"] = matched
+    if drop:
+        cases = cases.drop(cases.index[drop])
+    return cases
+
+
+# ------------------------------------------------------------------------------------------------ boxes
+
+
+def add_boxes(df: pd.DataFrame, ann_w: str = "_ann_w", ann_h: str = "_ann_h", res: int = 224) -> pd.DataFrame:
+    """Working (tbox_*, at ``res``) and irrelevant (ibox_*) boxes for rows with a source box.
+
+    The working box comes from the annotation's own coordinate frame (``ann_w`` x ``ann_h``), exactly as the
+    paper rescales MS-CXR boxes; rows without a box keep NA.
+    """
+    df = df.copy()
+    for p in ("tbox", "ibox"):
+        for c in ("x0", "y0", "x1", "y1"):
+            df[f"{p}_{c}"] = pd.NA
+    df["ibox_overlaps"] = False
+    has = df[["box_x0", "box_y0", "box_x1", "box_y1"]].notna().all(axis=1) if "box_x0" in df else pd.Series(False)
+    for i in np.flatnonzero(has.to_numpy()):
+        r = df.iloc[i]
+        ax0, ay0, ax1, ay1 = (float(r[f"_ann_{c}"]) for c in ("x0", "y0", "x1", "y1"))
+        tb = working_box((ax0, ay0, ax1, ay1), float(r[ann_w]), float(r[ann_h]), res)
+        ib, ov = irrelevant_box(tb, res)
+        for c, v in zip(("x0", "y0", "x1", "y1"), tb):
+            df.iat[i, df.columns.get_loc(f"tbox_{c}")] = v
+        for c, v in zip(("x0", "y0", "x1", "y1"), ib):
+            df.iat[i, df.columns.get_loc(f"ibox_{c}")] = v
+        df.iat[i, df.columns.get_loc("ibox_overlaps")] = bool(ov)
+    return df
+
+
+def box_size_at(x0: pd.Series, y0: pd.Series, x1: pd.Series, y1: pd.Series, w: pd.Series, h: pd.Series, res: int = 224):
+    """Box width and height (float) after rescaling a w x h image to res x res."""
+    return (x1 - x0) * res / w, (y1 - y0) * res / h
+
+
+def box_outside_reason(x0, y0, x1, y1, w, h, tol: float = 0.5) -> pd.Series:
+    """Per-row reason a box is degenerate or lies outside its w x h image (None where fine)."""
+    bad_size = (x1 - x0 < 1) | (y1 - y0 < 1)
+    outside = (x0 < -tol) | (y0 < -tol) | (x1 > w + tol) | (y1 > h + tol)
+    reason = pd.Series([None] * len(x0), index=x0.index, dtype=object)
+    txt = (
+        "box (" + x0.round(1).astype(str) + ", " + y0.round(1).astype(str) + ", " + x1.round(1).astype(str) + ", "
+        + y1.round(1).astype(str) + ")"
+    )
+    reason[outside] = txt[outside] + " lies outside the " + w[outside].astype(str) + "x" + h[outside].astype(str) + " image"
+    reason[bad_size & ~outside] = txt[bad_size & ~outside] + " is under 1 px"
+    return reason
+
+
+# ------------------------------------------------------------------------------------------------ saving
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def finalize(
+    manifest: pd.DataFrame,
+    *,
+    name: str,
+    builder: str,
+    image_root: Path,
+    out_dir: Path,
+    params: dict[str, Any],
+    inputs: dict[str, Path],
+    log: ExclusionLog,
+    shortfalls: list[Shortfall],
+    counts: dict[str, int],
+    checker: ImageChecker | None,
+    seed: int = SEED,
+    verbose: bool = True,
+    fingerprint: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> BuildResult:
+    """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache."""
+    if manifest["case_id"].duplicated().any():
+        dup = manifest.loc[manifest["case_id"].duplicated(), "case_id"].head(5).tolist()
+        raise DatasetError(f"{builder}: duplicate case ids across sources: {dup}")
+    manifest = manifest[[c for c in manifest.columns if not c.startswith("_")]].reset_index(drop=True)
+    from medvlm_audit import __version__
+
+    prov = {
+        "builder": builder,
+        "package_version": __version__,
+        "seed": seed,
+        "parameters": params,
+        "inputs": {k: (file_fingerprint(p) if fingerprint else {"path": str(p)}) for k, p in inputs.items()},
+        "counts": counts,
+        "shortfalls": [asdict(s) for s in shortfalls],
+        "n_exclusions": len(log),
+        "image_checks": None if checker is None else {"checked": checker.n_checked, "cached": checker.n_cached},
+        **(extra or {}),
+    }
+    ps = ProbeSet(manifest, Path(image_root), prov, name=name)
+    ps.validate(check_files=False)
+    out_dir = Path(out_dir)
+    ps.save(out_dir)
+    excl = log.frame()
+    fd, tmp = tempfile.mkstemp(prefix=".exclusions.", dir=out_dir)
+    os.close(fd)
+    excl.to_csv(tmp, index=False)
+    os.replace(tmp, out_dir / EXCLUSIONS_FILE)
+    sf = pd.DataFrame([asdict(s) for s in shortfalls], columns=["stratum", "requested", "obtained", "available", "reason"])
+    _atomic_write_text(out_dir / SHORTFALLS_FILE, sf.to_csv(index=False))
+    if checker is not None:  # save() replaced the folder: put the resumable check cache back
+        _atomic_write_text(out_dir / IMAGE_CHECK_CACHE, "".join(json.dumps(r) + "\n" for r in checker.records()))
+    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts)
+    if verbose:
+        print(result.summary())
+    return result
+
+
+def checker_for(out_dir: Path, image_root: Path, check_images: bool, workers: int, full_decode: bool) -> ImageChecker | None:
+    """An ImageChecker whose cache lives in the output folder (None when checks are off)."""
+    if not check_images:
+        return None
+    return ImageChecker(image_root, Path(out_dir) / IMAGE_CHECK_CACHE, workers=workers, full_decode=full_decode)
+
+
+def stratum_shortfall(stratum: str, requested: int, obtained: int, available: int, why: str) -> Shortfall | None:
+    """A Shortfall when obtained < requested, else None."""
+    if obtained >= requested:
+        return None
+    return Shortfall(stratum, int(requested), int(obtained), int(available), why)
+
+
+def apply_filters(
+    df: pd.DataFrame,
+    filters: Sequence[tuple[str, pd.Series | Callable[[pd.DataFrame], pd.Series]]],
+    log: ExclusionLog,
+    source: str,
+    id_col: str = "record_id",
+) -> pd.DataFrame:
+    """Apply (stage, reason-series) filters in order; rows with a non-null reason are logged and removed."""
+    for stage, reasons in filters:
+        r = reasons(df) if callable(reasons) else reasons.reindex(df.index)
+        bad = r.notna()
+        if bad.any():
+            log.add_many(df.loc[bad, id_col], source, stage, r[bad].astype(str).tolist())
+            df = df.loc[~bad]
+    return df
