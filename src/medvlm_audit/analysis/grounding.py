@@ -1,0 +1,239 @@
+"""The grounding analysis: from a tidy run table to the paper's tables (paper 000; DESIGN.md "Grounding audit").
+
+``analyse_grounding(tidy)`` computes, per probe set and model, accuracy, sensitivity, specificity, parse rate,
+CGR, UAR, IS (default denominator and the all-parsed Eq. 8 version, labelled), GSP, the image-contingent
+fraction, per-finding / per-source / subgroup rates, confidence by regime and calibration; the deterministic
+categories with reasons and their threshold sweep; paired comparisons against text-only baselines and between
+all pairs with Benjamini-Hochberg per declared family; subgroup permutation tests; resolution, prompt and
+cross-dataset robustness; and a plain-language verdict per model. Main metrics use resolution 224 and the
+default prompt. Nothing here raises on degenerate data: such cells carry a note instead of a number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.analysis.categories import SWEEP_THRESHOLDS, Rate, categorize, threshold_sweep, verdict
+from medvlm_audit.analysis.comparisons import (
+    COMPARISON_COLUMNS,
+    ROBUSTNESS_COLUMNS,
+    adjust_families,
+    baseline_comparisons,
+    cross_dataset,
+    pairwise_comparisons,
+    prompt_robustness,
+    resolution_robustness,
+    subgroup_tests,
+)
+from medvlm_audit.analysis.grounding_metrics import (
+    AnalysisInputError,
+    Options,
+    Panel,
+    build_panels,
+    model_metric_rows,
+    model_vectors,
+)
+
+__all__ = ["GroundingAnalysis", "analyse_grounding", "METRIC_COLUMNS", "CATEGORY_COLUMNS"]
+
+METRIC_COLUMNS = ["probe_set", "model", "modality", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
+                  "unit", "method", "note", "k"]
+CATEGORY_COLUMNS = ["probe_set", "model", "modality", "category", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
+                    "uar", "uar_low", "uar_high", "n_uar", "is_", "is_low", "is_high", "n_is", "accuracy", "acc_low",
+                    "acc_high", "n_acc", "gsp", "sweep_stable"]
+MAIN_RESOLUTION, MAIN_PROMPT = 224, "default"
+
+
+@dataclass
+class GroundingAnalysis:
+    """Everything the grounding report shows (tables as DataFrames, verdicts, a JSON-able summary)."""
+
+    metrics: pd.DataFrame
+    comparisons: pd.DataFrame
+    categories: pd.DataFrame
+    threshold_sweep: pd.DataFrame
+    robustness: pd.DataFrame
+    verdicts: dict[str, str]
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _json(v: Any) -> Any:
+    """JSON-able copy: numpy scalars to Python, NaN / inf to None."""
+    if isinstance(v, dict):
+        return {str(k): _json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.bool_,)):
+        return bool(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    return v
+
+
+def _main_rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, Rate]]:
+    """model -> metric -> Rate for the subset "all" rows."""
+    out: dict[str, dict[str, Rate]] = {}
+    for r in rows:
+        if r["subset"] == "all" and r["unit"] == "%":
+            out.setdefault(r["model"], {})[r["metric"]] = Rate.from_row(r)
+    return out
+
+
+def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
+                      mode: Literal["exact-counts", "index"] = "exact-counts",
+                      is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
+                      baselines: list[str] | None = None) -> GroundingAnalysis:
+    """Run the full grounding analysis on a tidy run table (schema of ``medvlm_audit.export.tidy``).
+
+    ``mode``: bootstrap resampling ("exact-counts", or "index" for bit-exact agreement with the paper's code);
+    ``is_denominator``: "correct" (correct-on-original boxed cases, the paper's Table 1) or "all" (Eq. 8);
+    ``baselines``: models compared against (default: every text-only model). Raises AnalysisInputError on a
+    malformed table (naming the row / column) or an unknown baseline.
+    """
+    if mode not in ("exact-counts", "index"):
+        raise ValueError(f"mode must be 'exact-counts' or 'index', got {mode!r}")
+    if is_denominator not in ("correct", "all"):
+        raise ValueError(f"is_denominator must be 'correct' or 'all', got {is_denominator!r}")
+    opts = Options(B=int(B), seed=int(seed), mode=mode, is_denominator=is_denominator,
+                   cluster_by_patient=bool(cluster_by_patient))
+    panels, notes = build_panels(tidy)
+    all_models: list[str] = []
+    modality: dict[str, str] = {}
+    for p in panels.values():
+        for m in p.models:
+            if m not in modality:
+                all_models.append(m)
+                modality[m] = p.modality[m]
+    if baselines is None:
+        base = [m for m in all_models if modality[m] == "text_only"]
+    else:
+        unknown = [b for b in baselines if b not in modality]
+        if unknown:
+            raise AnalysisInputError(f"baseline(s) {unknown} are not models of this run; models: {all_models}")
+        base = list(baselines)
+
+    probe_sets = list(dict.fromkeys(k[0] for k in panels))
+    metric_rows: list[dict[str, Any]] = []
+    comp_rows: list[dict[str, Any]] = []
+    robust_rows: list[dict[str, Any]] = []
+    cat_rows: list[dict[str, Any]] = []
+    sweep_rows: list[dict[str, Any]] = []
+    rates_by_ps: dict[str, dict[str, dict[str, Rate]]] = {}
+    verdict_parts: dict[str, list[tuple[str, str, int]]] = {}
+    ps_info: dict[str, Any] = {}
+
+    for ps in probe_sets:
+        main = panels.get((ps, MAIN_RESOLUTION, MAIN_PROMPT))
+        if main is None:
+            notes.append(f"probe set {ps!r} has no rows at resolution {MAIN_RESOLUTION} with the default prompt: "
+                         f"no main metrics")
+            continue
+        for cond in ("original", "swap", "target_mask", "irrelevant_mask"):
+            if cond not in main.answers:
+                notes.append(f"probe set {ps!r}: condition {cond!r} absent; metrics that need it are not estimable")
+        n_boxed = int(main.has_box.sum())
+        ps_info[ps] = {"n_cases": main.n_cases, "n_boxed": n_boxed,
+                       "n_ibox_overlaps": int((main.has_box & main.ibox_overlaps).sum()),
+                       "models": list(main.models), "conditions": sorted(main.answers)}
+        vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
+        rows_ps: list[dict[str, Any]] = []
+        for i, m in enumerate(main.models):
+            rows_ps.extend(model_metric_rows(main, i, opts, vecs[m]))
+        metric_rows.extend(rows_ps)
+        rates = _main_rates(rows_ps)
+        rates_by_ps[ps] = rates
+        gsp = {r["model"]: r["point"] for r in rows_ps if r["metric"] == "gsp" and r["subset"] == "all"}
+        cats: dict[str, str] = {}
+        for m in main.models:
+            r = rates[m]
+            cgr, uar, is_, acc = r["cgr"], r["uar"], r["is"], r["accuracy"]
+            cat, reason = categorize(cgr, uar, is_)
+            sweep = threshold_sweep(cgr, uar, is_)
+            cats[m] = cat
+            cat_rows.append({"probe_set": ps, "model": m, "modality": main.modality[m], "category": cat,
+                             "reason": reason, "cgr": cgr.point, "cgr_low": cgr.ci_low, "cgr_high": cgr.ci_high,
+                             "n_cgr": cgr.n, "uar": uar.point, "uar_low": uar.ci_low, "uar_high": uar.ci_high,
+                             "n_uar": uar.n, "is_": is_.point, "is_low": is_.ci_low, "is_high": is_.ci_high,
+                             "n_is": is_.n, "accuracy": acc.point, "acc_low": acc.ci_low, "acc_high": acc.ci_high,
+                             "n_acc": acc.n, "gsp": gsp.get(m, np.nan),
+                             "sweep_stable": len({c for _, c in sweep}) == 1})
+            sweep_rows.extend({"probe_set": ps, "model": m, "threshold": t, "category": c} for t, c in sweep)
+            v = vecs[m]
+            n_edited = int((v["cgr"].elig | v["uar"].elig | v["is"].elig).sum())
+            verdict_parts.setdefault(m, []).append(
+                (ps, verdict(cat, reason, cgr, uar, is_, int(r["parse_rate"].n), n_edited), n_boxed))
+        comp_rows.extend(baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts))
+        comp_rows.extend(pairwise_comparisons(main, vecs, opts))
+        comp_rows.extend(subgroup_tests(main, vecs, opts))
+        for (ps2, res, var), pnl in panels.items():
+            if ps2 == ps and var == MAIN_PROMPT and res != MAIN_RESOLUTION:
+                rb, cp, mr = resolution_robustness(main, pnl, rates, cats, opts)
+                robust_rows.extend(rb)
+                comp_rows.extend(cp)
+                metric_rows.extend(mr)
+        variants = [pnl for (ps2, res, var), pnl in panels.items()
+                    if ps2 == ps and res == MAIN_RESOLUTION and var != MAIN_PROMPT]
+        if variants:
+            rb, mr = prompt_robustness(main, variants, cats, opts)
+            robust_rows.extend(rb)
+            metric_rows.extend(mr)
+    rb, cp = cross_dataset(rates_by_ps, modality, opts)
+    robust_rows.extend(rb)
+    comp_rows.extend(cp)
+
+    metrics = pd.DataFrame(metric_rows, columns=METRIC_COLUMNS)
+    comparisons = adjust_families(pd.DataFrame(comp_rows, columns=COMPARISON_COLUMNS))
+    categories = pd.DataFrame(cat_rows, columns=CATEGORY_COLUMNS)
+    sweep_df = pd.DataFrame(sweep_rows, columns=["probe_set", "model", "threshold", "category"])
+    robustness = pd.DataFrame(robust_rows, columns=ROBUSTNESS_COLUMNS)
+
+    verdicts: dict[str, str] = {}
+    for m, parts in verdict_parts.items():
+        if len(parts) == 1:
+            verdicts[m] = parts[0][1]
+        else:
+            # lead with the probe set that has the most boxed cases (where all three interventions apply)
+            parts = sorted(parts, key=lambda t: -t[2])
+            verdicts[m] = " | ".join(f"{ps}: {text}" for ps, text, _ in parts)
+
+    key: dict[str, Any] = {}
+    for r in metric_rows:
+        if r["subset"] == "all" and r["metric"] in ("accuracy", "cgr", "uar", "is", "is_all_parsed", "gsp"):
+            key.setdefault(r["probe_set"], {}).setdefault(r["model"], {})[r["metric"]] = {
+                "point": r["point"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"], "note": r["note"]}
+    run_ids = []
+    if isinstance(tidy, pd.DataFrame) and "run_id" in tidy.columns:
+        run_ids = [str(x) for x in pd.unique(tidy["run_id"].dropna())]
+    summary = {
+        "run_ids": run_ids,
+        "probe_sets": ps_info,
+        "models": {m: modality[m] for m in all_models},
+        "baselines": base,
+        "categories": {ps: {r["model"]: r["category"] for r in cat_rows if r["probe_set"] == ps} for ps in ps_info},
+        "key_metrics": key,
+        "is_denominator": ("correct-on-original boxed cases with a parsed irrelevant-mask answer (paper Table 1)"
+                           if is_denominator == "correct"
+                           else "all boxed cases parsed under original and irrelevant mask (Eq. 8)"),
+        "is_denominator_option": is_denominator,
+        "resampling": {"mode": mode, "B": opts.B, "seed": opts.seed, "permutations": opts.n_perm,
+                       "cluster_by_patient": opts.cluster_by_patient,
+                       "wilson_below": opts.wilson_below},
+        "category_rule": {"ignores_image": "CGR = 0, UAR = 100, IS = 100, each on >= 100 cases",
+                          "unstable": "IS < 70", "uses_image": "CGR > 0 with 95% interval excluding 0 and IS >= 90",
+                          "threshold_sweep": f"one IS threshold T in {list(SWEEP_THRESHOLDS)}: unstable below T, "
+                                             f"uses image at or above T (paper Supplementary Table 13)"},
+        "families": sorted(set(comparisons["family"])) if len(comparisons) else [],
+        "main_setting": {"resolution": MAIN_RESOLUTION, "prompt_variant": MAIN_PROMPT},
+        "notes": notes,
+    }
+    return GroundingAnalysis(metrics=metrics, comparisons=comparisons, categories=categories,
+                             threshold_sweep=sweep_df, robustness=robustness, verdicts=verdicts,
+                             summary=_json(summary))

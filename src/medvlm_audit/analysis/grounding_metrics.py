@@ -1,0 +1,575 @@
+"""Per-model outcome vectors of the grounding audit and their estimates (paper 000, Eqs. 6-9; DESIGN.md).
+
+The tidy run table is turned once into *panels*: for one probe set x resolution x prompt variant, an
+``(n_models, n_cases)`` int8 answer matrix per condition (1 = Yes, 0 = No, -1 = unparsed, -2 = no row) plus
+per-case metadata arrays. Every metric is then a pair of boolean vectors over the cases -- who is eligible and
+who scores 1 -- so a subset (a finding, a sex, a view) is one boolean AND, with no DataFrame filtering in the
+hot path. Estimates come only from :mod:`medvlm_audit.stats`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit import stats
+from medvlm_audit.errors import AuditError
+
+__all__ = [
+    "AnalysisInputError",
+    "Options",
+    "Panel",
+    "Vec",
+    "build_panels",
+    "model_vectors",
+    "rate_row",
+    "model_metric_rows",
+    "subgroup_masks",
+    "AGE_BINS",
+    "NOT_ESTIMABLE",
+    "DEGENERATE",
+    "METRIC_NAMES",
+]
+
+NOT_ESTIMABLE = "not estimable (n = 0)"
+DEGENERATE = "N/A (degenerate confidence)"
+MISSING, UNPARSED = -2, -1
+CONDITIONS = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")
+MASK_CONDITIONS = ("target_mask", "irrelevant_mask")
+#: age strata of the subgroup analysis: the released code's [0, 50), [50, 70), [70, inf) bins.
+AGE_BINS: tuple[tuple[str, float, float], ...] = (("<50", -math.inf, 50.0), ("50-70", 50.0, 70.0),
+                                                   (">70", 70.0, math.inf))
+METRIC_NAMES = ("accuracy", "sensitivity", "specificity", "parse_rate", "cgr", "uar", "is", "is_all_parsed", "gsp",
+                "image_contingent", "no_image_accuracy", "auroc", "brier", "ece", "confidence_coverage",
+                "conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect")
+REQUIRED_COLUMNS = ("probe_set", "model", "case_id", "label", "condition", "parsed")
+OPTIONAL_COLUMNS: dict[str, Any] = {
+    "modality": "multimodal", "run_id": None, "kind": None, "finding": None, "source": None, "patient_id": None,
+    "sex": None, "view": None, "age": np.nan, "has_box": False, "ibox_overlaps": False, "resolution": 224,
+    "prompt_variant": "default", "sample_index": 0, "confidence": np.nan,
+}
+
+
+class AnalysisInputError(AuditError, ValueError):
+    """The tidy run table is malformed (the message names the row, model, case or column)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Resampling and definition choices shared by every estimate of one analysis."""
+
+    B: int = 10_000
+    seed: int = 0
+    mode: Literal["exact-counts", "index"] = "exact-counts"
+    is_denominator: Literal["correct", "all"] = "correct"
+    cluster_by_patient: bool = False
+    n_perm: int = 1_000
+    wilson_below: int = 30
+
+
+@dataclass
+class Panel:
+    """Answers of every model on one probe set at one resolution and prompt variant, as arrays."""
+
+    probe_set: str
+    resolution: int
+    prompt_variant: str
+    case_ids: np.ndarray
+    label: np.ndarray
+    has_box: np.ndarray
+    finding: np.ndarray
+    source: np.ndarray
+    sex: np.ndarray
+    view: np.ndarray
+    age: np.ndarray
+    patient: np.ndarray
+    ibox_overlaps: np.ndarray
+    models: tuple[str, ...]
+    modality: dict[str, str]
+    answers: dict[str, np.ndarray]
+    confidence: np.ndarray
+    filled: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def n_cases(self) -> int:
+        return int(self.case_ids.shape[0])
+
+    def index(self, model: str) -> int:
+        return self.models.index(model)
+
+    def answer(self, cond: str, i: int) -> np.ndarray:
+        """Answers of model ``i`` under ``cond`` (all -2 when the condition is absent)."""
+        a = self.answers.get(cond)
+        if a is None:
+            return np.full(self.n_cases, MISSING, dtype=np.int8)
+        return a[i]
+
+
+@dataclass(frozen=True)
+class Vec:
+    """A binary metric over the cases of a panel: ``elig`` (who enters the denominator), ``val`` (who scores 1)."""
+
+    elig: np.ndarray
+    val: np.ndarray
+
+    def take(self, sel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(0/1 values, case positions) of the eligible cases, optionally within the subset ``sel``."""
+        m = self.elig if sel is None else self.elig & sel
+        pos = np.flatnonzero(m)
+        return self.val[pos].astype(np.int8), pos
+
+
+# ------------------------------------------------------------------------------------------------ panels
+
+
+def _col(df: pd.DataFrame, name: str) -> np.ndarray:
+    if name in df.columns:
+        return df[name].to_numpy()
+    return np.full(len(df), OPTIONAL_COLUMNS[name], dtype=object)
+
+
+def _as_obj(a: np.ndarray) -> np.ndarray:
+    """Object array with None for missing values (NaN, pd.NA)."""
+    out = np.asarray(a, dtype=object).copy()
+    miss = pd.isna(out)
+    out[miss] = None
+    return out
+
+
+def _row_desc(df: pd.DataFrame, i: int) -> str:
+    r = df.iloc[i]
+    return (f"row {int(df.index[i])} (model {r['model']!r}, case {r['case_id']!r}, condition {r['condition']!r})")
+
+
+def build_panels(tidy: pd.DataFrame) -> tuple[dict[tuple[str, int, str], Panel], list[str]]:
+    """Validate the tidy table and turn it into panels keyed by (probe_set, resolution, prompt_variant).
+
+    Returns the panels and a list of plain-language notes (repeats ignored, text-only answers reused).
+    Raises AnalysisInputError naming the row, model, case or column on malformed input.
+    """
+    if not isinstance(tidy, pd.DataFrame):
+        raise AnalysisInputError(f"expected a pandas DataFrame (the tidy run table), got {type(tidy).__name__}")
+    missing = [c for c in REQUIRED_COLUMNS if c not in tidy.columns]
+    if missing:
+        raise AnalysisInputError(f"tidy table lacks required column(s) {missing}; has {list(tidy.columns)}")
+    notes: list[str] = []
+    df = tidy
+    if len(df) == 0:
+        return {}, ["the tidy table is empty"]
+    for name in ("probe_set", "model", "case_id", "condition"):
+        bad = pd.isna(df[name].to_numpy())
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise AnalysisInputError(f"column {name!r} is missing at row {int(df.index[i])}")
+    if "sample_index" in df.columns:
+        si = pd.to_numeric(df["sample_index"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        if (si > 0).any():
+            notes.append(f"{int((si > 0).sum())} repeat rows (sample_index > 0) ignored: metrics use sample 0")
+            df = df.loc[~(si > 0)]
+    parsed = pd.to_numeric(df["parsed"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    bad = ~((parsed == 1.0) | (parsed == 0.0) | (parsed == -1.0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise AnalysisInputError(f"column 'parsed' must be 1, 0 or -1; got {df['parsed'].iloc[i]!r} at "
+                                 f"{_row_desc(df, i)}")
+    label = pd.to_numeric(df["label"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    bad = ~((label == 1.0) | (label == 0.0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise AnalysisInputError(f"column 'label' must be 1 or 0; got {df['label'].iloc[i]!r} at {_row_desc(df, i)}")
+    conf = pd.to_numeric(pd.Series(_col(df, "confidence")), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    badc = np.isfinite(conf) & ((conf < 0) | (conf > 1))
+    if badc.any():
+        i = int(np.flatnonzero(badc)[0])
+        raise AnalysisInputError(f"column 'confidence' must lie in [0, 1] or be NaN; got {conf[i]!r} at "
+                                 f"{_row_desc(df, i)}")
+    res = pd.to_numeric(pd.Series(_col(df, "resolution")), errors="coerce").fillna(224).to_numpy(dtype=np.int64)
+    variant = pd.Series(_col(df, "prompt_variant")).fillna("default").astype(str).to_numpy(dtype=object)
+    cond = df["condition"].astype(str).to_numpy(dtype=object)
+    unknown = sorted(set(pd.unique(cond)) - set(CONDITIONS))
+    if unknown:
+        notes.append(f"conditions {unknown} are not part of the grounding audit and were ignored")
+
+    model_codes, model_names = pd.factorize(df["model"].astype(str), sort=False)
+    modality_col = pd.Series(_col(df, "modality")).fillna("multimodal").astype(str).to_numpy(dtype=object)
+    modality: dict[str, str] = {}
+    first_model_row = np.unique(model_codes, return_index=True)[1]
+    for code, row in enumerate(first_model_row):
+        modality[str(model_names[code])] = str(modality_col[row])
+    incons = modality_col != np.array([modality[str(model_names[c])] for c in range(len(model_names))],
+                                      dtype=object)[model_codes]
+    if incons.any():
+        i = int(np.flatnonzero(incons)[0])
+        raise AnalysisInputError(f"model {df['model'].iloc[i]!r} has two modalities "
+                                 f"({modality[str(df['model'].iloc[i])]!r} and {modality_col[i]!r}) at {_row_desc(df, i)}")
+
+    ps_codes, ps_names = pd.factorize(df["probe_set"].astype(str), sort=False)
+    panels: dict[tuple[str, int, str], Panel] = {}
+    meta_cols = {c: _col(df, c) for c in ("finding", "source", "sex", "view", "patient_id")}
+    age_all = pd.to_numeric(pd.Series(_col(df, "age")), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    box_all = pd.Series(_col(df, "has_box")).fillna(False).astype(bool).to_numpy()
+    ovl_all = pd.Series(_col(df, "ibox_overlaps")).fillna(False).astype(bool).to_numpy()
+    case_all = df["case_id"].astype(str).to_numpy(dtype=object)
+    cond_code_map = {c: j for j, c in enumerate(CONDITIONS)}
+    cond_codes = np.array([cond_code_map.get(c, -1) for c in pd.unique(cond)], dtype=np.int64)
+    cond_lookup = dict(zip(pd.unique(cond), cond_codes))
+    cond_idx = pd.Series(cond).map(cond_lookup).to_numpy(dtype=np.int64)
+
+    for p, ps in enumerate(ps_names):
+        rows = np.flatnonzero(ps_codes == p)
+        case_codes, case_names = pd.factorize(case_all[rows], sort=True)
+        n_cases = len(case_names)
+        first = np.unique(case_codes, return_index=True)[1]
+        fr = rows[first]
+        lab = label[fr].astype(np.int8)
+        clash = label[rows] != lab[case_codes]
+        if clash.any():
+            i = int(rows[np.flatnonzero(clash)[0]])
+            raise AnalysisInputError(f"case {case_all[i]!r} of probe set {ps!r} has two labels "
+                                     f"({int(lab[case_codes[np.flatnonzero(clash)[0]]])} and {int(label[i])}) at "
+                                     f"{_row_desc(df, i)}")
+        patient = _as_obj(meta_cols["patient_id"][fr])
+        no_pat = np.array([v is None for v in patient], dtype=bool)
+        patient[no_pat] = np.asarray(case_names, dtype=object)[no_pat]
+        base = dict(
+            case_ids=np.asarray(case_names, dtype=object), label=lab, has_box=box_all[fr],
+            finding=_as_obj(meta_cols["finding"][fr]), source=_as_obj(meta_cols["source"][fr]),
+            sex=_as_obj(meta_cols["sex"][fr]), view=_as_obj(meta_cols["view"][fr]), age=age_all[fr],
+            patient=np.array([str(v) for v in patient], dtype=object), ibox_overlaps=ovl_all[fr],
+        )
+        settings = pd.factorize(pd.Series(list(zip(res[rows].tolist(), variant[rows].tolist()))), sort=False)
+        set_codes, set_names = settings
+        for s, (r, v) in enumerate(set_names):
+            srows = rows[set_codes == s]
+            scase = case_codes[set_codes == s]
+            smodels = model_codes[srows]
+            present_models = np.unique(smodels)
+            mpos = np.full(len(model_names), -1, dtype=np.int64)
+            mpos[present_models] = np.arange(present_models.size)
+            models = tuple(str(model_names[c]) for c in present_models)
+            nm = len(models)
+            scond = cond_idx[srows]
+            # duplicate (model, case, condition) rows are an error: which answer would count?
+            keyv = (mpos[smodels] * n_cases + scase) * len(CONDITIONS) + np.maximum(scond, 0)
+            known = scond >= 0
+            uniq, counts = np.unique(keyv[known], return_counts=True)
+            if (counts > 1).any():
+                dup = uniq[counts > 1][0]
+                i = int(srows[known][np.flatnonzero(keyv[known] == dup)[1]])
+                raise AnalysisInputError(f"duplicate answer for model {df['model'].iloc[i]!r}, case {case_all[i]!r}, "
+                                         f"condition {cond[i]!r}, resolution {r}, prompt {v!r} at {_row_desc(df, i)}")
+            answers: dict[str, np.ndarray] = {}
+            confm = np.full((nm, n_cases), np.nan)
+            for cname, cj in cond_code_map.items():
+                m = scond == cj
+                if not m.any():
+                    continue
+                arr = np.full((nm, n_cases), MISSING, dtype=np.int8)
+                arr[mpos[smodels[m]], scase[m]] = parsed[srows[m]].astype(np.int8)
+                answers[cname] = arr
+                if cname == "original":
+                    confm[mpos[smodels[m]], scase[m]] = conf[srows[m]]
+            panel = Panel(probe_set=str(ps), resolution=int(r), prompt_variant=str(v), models=models,
+                          modality={mm: modality[mm] for mm in models}, answers=answers, confidence=confm, **base)
+            _fill_text_only(panel)
+            panels[(str(ps), int(r), str(v))] = panel
+    filled = sorted({(m, c) for pnl in panels.values() for m, cs in pnl.filled.items() for c in cs})
+    if filled:
+        by_model: dict[str, list[str]] = {}
+        for m, c in filled:
+            by_model.setdefault(m, []).append(c)
+        notes.append("text-only models receive no image, so missing image-condition answers were taken from their "
+                     "original answer: " + "; ".join(f"{m}: {', '.join(cs)}" for m, cs in by_model.items()))
+    return panels, notes
+
+
+def _fill_text_only(panel: Panel) -> None:
+    """Text-only models never see the image: a missing swap / mask answer equals the original answer."""
+    orig = panel.answers.get("original")
+    if orig is None:
+        return
+    for i, m in enumerate(panel.models):
+        if panel.modality[m] != "text_only":
+            continue
+        for cond in ("swap", "target_mask", "irrelevant_mask"):
+            applies = orig[i] != MISSING
+            if cond in MASK_CONDITIONS:
+                applies &= panel.has_box
+            arr = panel.answers.get(cond)
+            if arr is None:
+                arr = np.full_like(orig, MISSING)
+                panel.answers[cond] = arr
+            gap = applies & (arr[i] == MISSING)
+            if gap.any():
+                arr[i, gap] = orig[i, gap]
+                panel.filled.setdefault(m, []).append(cond)
+
+
+# ------------------------------------------------------------------------------------------------ vectors
+
+
+def model_vectors(panel: Panel, i: int, is_denominator: Literal["correct", "all"] = "correct") -> dict[str, Vec]:
+    """Eligibility and outcome vectors of every binary metric for model ``i`` of ``panel``.
+
+    CGR (Eq. 6): flips under target_mask among correct-on-original boxed cases with a parsed target-mask answer.
+    UAR (Eq. 7): unchanged under swap among correct-on-original cases with a parsed swap answer.
+    IS: unchanged under irrelevant_mask among correct-on-original boxed cases with a parsed answer (default) or
+    among all boxed cases parsed in both conditions (Eq. 8, ``is_denominator="all"``); ``is_all_parsed`` is
+    always the Eq. 8 version.
+    """
+    if is_denominator not in ("correct", "all"):
+        raise ValueError(f"is_denominator must be 'correct' or 'all', got {is_denominator!r}")
+    y = panel.label
+    box = panel.has_box
+    a_o = panel.answer("original", i)
+    a_s = panel.answer("swap", i)
+    a_t = panel.answer("target_mask", i)
+    a_i = panel.answer("irrelevant_mask", i)
+    a_n = panel.answer("no_image", i)
+    present = a_o != MISSING
+    parsed = a_o >= 0
+    correct = parsed & (a_o == y)
+    p_s, p_t, p_i = a_s >= 0, (a_t >= 0) & box, (a_i >= 0) & box
+    out = {
+        "accuracy": Vec(parsed, correct),
+        "sensitivity": Vec(parsed & (y == 1), a_o == 1),
+        "specificity": Vec(parsed & (y == 0), a_o == 0),
+        "parse_rate": Vec(present, parsed),
+        "cgr": Vec(correct & p_t, a_t != a_o),
+        "uar": Vec(correct & p_s, a_s == a_o),
+        "is_all_parsed": Vec(parsed & p_i, a_i == a_o),
+        "no_image_accuracy": Vec(a_n >= 0, a_n == y),
+        # flips under each mask on the cases entering both CGR and IS: the paired GSP interval
+        "gsp_target_flip": Vec(correct & p_t & p_i, a_t != a_o),
+        "gsp_irrelevant_flip": Vec(correct & p_t & p_i, a_i != a_o),
+    }
+    out["is"] = Vec(correct & p_i, a_i == a_o) if is_denominator == "correct" else out["is_all_parsed"]
+    for cond in ("swap", "target_mask", "irrelevant_mask", "no_image"):
+        a = panel.answer(cond, i)
+        out[f"parse_rate:{cond}"] = Vec(a != MISSING, a >= 0)
+    return out
+
+
+def subgroup_masks(panel: Panel) -> dict[str, tuple[str, np.ndarray]]:
+    """Subset name -> (contrast, case mask) for sex (M/F), view (PA/AP) and the three age strata."""
+    out: dict[str, tuple[str, np.ndarray]] = {}
+    for s in ("M", "F"):
+        out[f"sex={s}"] = ("sex", panel.sex == s)
+    for v in ("PA", "AP"):
+        out[f"view={v}"] = ("view", panel.view == v)
+    age = panel.age
+    for name, lo, hi in AGE_BINS:
+        out[f"age={name}"] = ("age", np.isfinite(age) & (age >= lo) & (age < hi))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ estimates
+
+
+def _finite(x: float) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, wilson_below: int = 0,
+             label: str = "") -> dict[str, Any]:
+    """Estimate of a 0/1 proportion in percent (point, SE in pp, 95% interval, n, k, method, note)."""
+    est = stats.proportion(values, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=clusters,
+                           wilson_below=wilson_below)
+    n = int(est.n)
+    note = ""
+    if n == 0:
+        note = NOT_ESTIMABLE
+    elif n < wilson_below:
+        note = f"Wilson interval (n < {wilson_below})"
+    method = est.method if not label else f"{label}; {est.method}"
+    return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
+            "ci_high": 100.0 * est.ci_high, "n": n, "k": int(values.sum()) if n else 0, "unit": "%",
+            "method": method, "note": note}
+
+
+def _empty_row(unit: str, note: str, method: str = "") -> dict[str, Any]:
+    return {"point": np.nan, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": 0, "k": 0, "unit": unit,
+            "method": method, "note": note}
+
+
+def _reflect(row: dict[str, Any], method: str) -> dict[str, Any]:
+    """100 - rate, with the interval reflected (the image-contingent fraction from UAR)."""
+    out = dict(row)
+    if row["n"]:
+        out.update(point=100.0 - row["point"], ci_low=100.0 - row["ci_high"], ci_high=100.0 - row["ci_low"],
+                   k=row["n"] - row["k"])
+    out["method"] = method + "; " + row["method"] if row["method"] else method
+    return out
+
+
+def _clusters(panel: Panel, pos: np.ndarray, opts: Options) -> np.ndarray | None:
+    return panel.patient[pos] if opts.cluster_by_patient else None
+
+
+def _rate(vec: Vec, panel: Panel, opts: Options, sel: np.ndarray | None = None, wilson_below: int = 0,
+          label: str = "") -> dict[str, Any]:
+    x, pos = vec.take(sel)
+    return rate_row(x, _clusters(panel, pos, opts), opts, wilson_below=wilson_below, label=label)
+
+
+def _subsets(values: Iterable[Any]) -> list[str]:
+    return sorted({str(v) for v in values if v is not None})
+
+
+def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] | None = None) -> list[dict[str, Any]]:
+    """All metric rows (schema of ``GroundingAnalysis.metrics``) of model ``i`` on a main panel."""
+    vecs = vecs if vecs is not None else model_vectors(panel, i, opts.is_denominator)
+    model = panel.models[i]
+    rows: list[dict[str, Any]] = []
+
+    def add(metric: str, subset: str, row: dict[str, Any]) -> dict[str, Any]:
+        rows.append({"probe_set": panel.probe_set, "model": model, "modality": panel.modality[model],
+                     "metric": metric, "subset": subset, **row})
+        return row
+
+    is_label = ("IS over correct-on-original boxed cases (default denominator)" if opts.is_denominator == "correct"
+                else "IS over all parsed boxed cases (Eq. 8)")
+    for metric in ("accuracy", "sensitivity", "specificity", "parse_rate"):
+        add(metric, "all", _rate(vecs[metric], panel, opts))
+    for cond in ("swap", "target_mask", "irrelevant_mask"):
+        if cond in panel.answers:
+            add("parse_rate", f"condition={cond}", _rate(vecs[f"parse_rate:{cond}"], panel, opts))
+    cgr = add("cgr", "all", _rate(vecs["cgr"], panel, opts))
+    uar = add("uar", "all", _rate(vecs["uar"], panel, opts))
+    is_ = add("is", "all", _rate(vecs["is"], panel, opts, label=is_label))
+    add("is_all_parsed", "all", _rate(vecs["is_all_parsed"], panel, opts, label="IS over all parsed boxed cases (Eq. 8)"))
+    add("gsp", "all", gsp_row(cgr, is_, vecs, panel, opts))
+    add("image_contingent", "all", _reflect(uar, "100 - UAR"))
+    if "no_image" in panel.answers:
+        add("no_image_accuracy", "all", _rate(vecs["no_image_accuracy"], panel, opts))
+
+    # per source
+    sources = _subsets(panel.source)
+    if len(sources) > 1:
+        for s in sources:
+            sel = panel.source == s
+            add("accuracy", f"source={s}", _rate(vecs["accuracy"], panel, opts, sel))
+            add("uar", f"source={s}", _rate(vecs["uar"], panel, opts, sel))
+            if (panel.has_box & sel).any():
+                add("cgr", f"source={s}", _rate(vecs["cgr"], panel, opts, sel))
+    # per finding: Wilson interval where n < 30 (paper, Supplementary Table 2)
+    for f in _subsets(panel.finding):
+        sel = panel.finding == f
+        w = opts.wilson_below
+        if (panel.has_box & sel).any():
+            add("cgr", f"finding={f}", _rate(vecs["cgr"], panel, opts, sel, wilson_below=w))
+        add("accuracy", f"finding={f}", _rate(vecs["accuracy"], panel, opts, sel, wilson_below=w))
+        add("uar", f"finding={f}", _rate(vecs["uar"], panel, opts, sel, wilson_below=w))
+    # subgroups (descriptive rates; the tests are in comparisons)
+    for name, (_, sel) in subgroup_masks(panel).items():
+        if not sel.any():
+            continue
+        add("accuracy", name, _rate(vecs["accuracy"], panel, opts, sel))
+        add("uar", name, _rate(vecs["uar"], panel, opts, sel))
+        if (panel.has_box & sel).any():
+            add("cgr", name, _rate(vecs["cgr"], panel, opts, sel))
+    rows.extend(calibration_rows(panel, i, opts, vecs))
+    return rows
+
+
+def gsp_row(cgr: dict[str, Any], is_: dict[str, Any], vecs: dict[str, Vec], panel: Panel,
+            opts: Options) -> dict[str, Any]:
+    """GSP = CGR - (100 - IS) in points (Eq. 9); interval from the paired bootstrap of flip(target) minus
+    flip(irrelevant) on the cases entering both."""
+    if not cgr["n"] or not is_["n"]:
+        which = "CGR" if not cgr["n"] else "IS"
+        return _empty_row("pp", NOT_ESTIMABLE, f"GSP = CGR - (100 - IS); {which} has n = 0")
+    point = cgr["point"] - (100.0 - is_["point"])
+    a, pos = vecs["gsp_target_flip"].take()
+    b, _ = vecs["gsp_irrelevant_flip"].take()
+    if a.size == 0:
+        return {"point": point, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": 0, "k": 0, "unit": "pp",
+                "method": "GSP = CGR - (100 - IS)", "note": "interval not estimable (no case with both masks parsed)"}
+    d = stats.paired_difference(a, b, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=_clusters(panel, pos, opts))
+    return {"point": point, "se": 100.0 * d.sd, "ci_low": 100.0 * d.ci_low, "ci_high": 100.0 * d.ci_high,
+            "n": int(d.n), "k": 0, "unit": "pp",
+            "method": (f"GSP = CGR - (100 - IS) from the two estimates; interval and SD from the paired bootstrap of "
+                       f"flip(target) - flip(irrelevant) on the {d.n} correct boxed cases parsed under both masks "
+                       f"(diff there {100.0 * d.diff:.1f}); {d.method}"),
+            "note": ""}
+
+
+def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]:
+    n = int(est.n)
+    if n == 0:
+        note = note or NOT_ESTIMABLE
+    return {"point": est.point, "se": est.se, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": n, "k": 0,
+            "unit": unit, "method": est.method, "note": note}
+
+
+def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) -> list[dict[str, Any]]:
+    """AUROC of P(yes) vs the label, Brier, ECE of the confidence in the given answer, coverage of defined
+    confidences, and mean confidence (in the given answer) by decision regime."""
+    model = panel.models[i]
+    a_o = panel.answer("original", i)
+    y = panel.label
+    conf = panel.confidence[i]
+    parsed = a_o >= 0
+    defined = parsed & np.isfinite(conf)
+    rows: list[dict[str, Any]] = []
+
+    def add(metric: str, row: dict[str, Any]) -> None:
+        rows.append({"probe_set": panel.probe_set, "model": model, "modality": panel.modality[model],
+                     "metric": metric, "subset": "all", **row})
+
+    add("confidence_coverage", rate_row(defined[parsed].astype(np.int8),
+                                        _clusters(panel, np.flatnonzero(parsed), opts), opts,
+                                        label="share of parsed original answers with a defined P(yes)"))
+    pos = np.flatnonzero(defined)
+    p_yes = conf[pos]
+    given = np.where(a_o[pos] == 1, p_yes, 1.0 - p_yes)
+    corr = (a_o[pos] == y[pos]).astype(np.int8)
+    n = int(pos.size)
+    constant = n > 0 and bool(np.all(p_yes == p_yes[0]))
+    if n == 0:
+        for m, unit in (("auroc", "prob"), ("brier", "prob"), ("ece", "prob")):
+            add(m, _empty_row(unit, NOT_ESTIMABLE, "no parsed original answer with a defined confidence"))
+    else:
+        if constant:
+            add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
+        else:
+            est = stats.auroc_interval(p_yes, y[pos], B=opts.B, seed=opts.seed)
+            note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
+            add("auroc", {**_value_row(est, "prob", note),
+                          "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method})
+        b = stats.brier(p_yes, y[pos])
+        add("brier", {"point": b, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": n, "k": 0, "unit": "prob",
+                      "method": "Brier score mean((P(yes) - label)^2) (point estimate)",
+                      "note": DEGENERATE if constant else ""})
+        e = stats.ece(given, corr)
+        add("ece", {"point": np.nan if e is None else e, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": n,
+                    "k": 0, "unit": "prob",
+                    "method": "ECE, 10 equal-width bins of the confidence in the given answer vs correctness",
+                    "note": DEGENERATE if e is None or constant else ""})
+    # confidence by regime, in the given answer; grounded / ungrounded need a parsed target-mask answer
+    cgr = vecs["cgr"]
+    regimes = {
+        "conf_grounded_correct": cgr.elig & cgr.val,
+        "conf_ungrounded_correct": cgr.elig & ~cgr.val,
+        "conf_incorrect": parsed & (a_o != y),
+    }
+    given_all = np.where(a_o == 1, conf, 1.0 - conf)
+    for name, sel in regimes.items():
+        m = sel & defined
+        v = given_all[m]
+        if v.size == 0:
+            why = NOT_ESTIMABLE
+            add(name, _empty_row("prob", why, "mean confidence in the given answer"))
+            continue
+        sd = float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
+        add(name, {"point": float(v.mean()), "se": sd / math.sqrt(v.size) if v.size > 1 else np.nan,
+                   "ci_low": np.nan, "ci_high": np.nan, "n": int(v.size), "k": 0, "unit": "prob",
+                   "method": "mean confidence in the given answer, reported as mean +/- SD (paper Table 3; SD in "
+                             "note, se = SD/sqrt(n)); no interval",
+                   "note": f"sd = {sd:.3f}" if math.isfinite(sd) else "sd not estimable (n = 1)"})
+    return rows

@@ -1,0 +1,410 @@
+"""Grounding analysis: hand-computed metrics on a 6-case table, designed categories of synthetic models,
+BH families, the IS denominator option, robustness, degenerate and malformed inputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medvlm_audit import stats
+from medvlm_audit.analysis import analyse_grounding
+from medvlm_audit.analysis.categories import Rate, categorize, threshold_sweep
+from medvlm_audit.analysis.grounding_metrics import AnalysisInputError
+from medvlm_audit.analysis.synthetic import (
+    SyntheticDesign,
+    always_yes,
+    ignores_image,
+    make_tidy,
+    paper_sized_models,
+    tidy_from_answers,
+    unstable,
+    uses_image,
+)
+
+B = 2000
+
+# ----------------------------------------------------------------------------------------- a table counted by hand
+# cases c0..c5: labels 1,1,1,1,0,0; c0..c3 boxed (maskable).
+LABELS = [1, 1, 1, 1, 0, 0]
+BOX = [True, True, True, True, False, False]
+A = {  # multimodal model A
+    "original": [1, 1, 1, 0, 0, 1],  # correct: c0 c1 c2 c4; wrong: c3 c5
+    "swap": [1, 1, 0, 0, 0, -1],  # among correct & parsed: c0 c1 c4 unchanged, c2 flipped -> UAR 3/4
+    "target_mask": [0, 1, -1, 1, -2, -2],  # correct boxed parsed: c0 flipped, c1 kept (c2 unparsed) -> CGR 1/2
+    "irrelevant_mask": [1, 0, 1, 1, -2, -2],  # correct boxed: c0 kept, c1 flipped, c2 kept -> IS 2/3; all: 2/4
+}
+T = {"original": [1, 1, 1, 1, 1, 0]}  # text-only: only original rows; correct everywhere but c4
+P_YES_A = [0.95, 0.85, 0.75, 0.65, 0.25, 0.35]
+
+
+def _tiny(**kw) -> pd.DataFrame:
+    return tidy_from_answers({"A": A, "T": T}, LABELS, BOX, modality={"A": "multimodal", "T": "text_only"},
+                             confidence={"A": P_YES_A}, **kw)
+
+
+def _m(res, model, metric, subset="all"):
+    df = res.metrics
+    row = df[(df.model == model) & (df.metric == metric) & (df.subset == subset)]
+    assert len(row) == 1, (model, metric, subset, len(row))
+    return row.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return analyse_grounding(_tiny(), B=B)
+
+
+def test_hand_computed_rates(tiny):
+    exp = {"accuracy": (4, 6), "sensitivity": (3, 4), "specificity": (1, 2), "parse_rate": (6, 6),
+           "cgr": (1, 2), "uar": (3, 4), "is": (2, 3), "is_all_parsed": (2, 4), "image_contingent": (1, 4)}
+    for metric, (k, n) in exp.items():
+        r = _m(tiny, "A", metric)
+        assert r.n == n, metric
+        assert r.point == pytest.approx(100 * k / n), metric
+        assert r.unit == "%"
+    # SE is the analytic binomial SE in points
+    r = _m(tiny, "A", "uar")
+    assert r.se == pytest.approx(100 * math.sqrt(0.75 * 0.25 / 4))
+    # interval comes from stats.proportion on the same vector
+    est = stats.proportion(np.array([1, 1, 0, 1]), B=B, seed=0)
+    assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
+    assert _m(tiny, "A", "parse_rate", "condition=target_mask").point == pytest.approx(75.0)
+    # GSP = CGR - (100 - IS) = 50 - (100 - 66.67)
+    assert _m(tiny, "A", "gsp").point == pytest.approx(50 - (100 - 200 / 3))
+    assert _m(tiny, "A", "gsp").unit == "pp"
+
+
+def test_text_only_answers_reused_under_image_conditions(tiny):
+    assert _m(tiny, "T", "accuracy").point == pytest.approx(500 / 6)
+    assert (_m(tiny, "T", "uar").point, _m(tiny, "T", "uar").n) == (100.0, 5)
+    assert (_m(tiny, "T", "cgr").point, _m(tiny, "T", "cgr").n) == (0.0, 4)
+    assert (_m(tiny, "T", "is").point, _m(tiny, "T", "is").n) == (100.0, 4)
+    assert any("text-only" in n for n in tiny.summary["notes"])
+
+
+def test_hand_computed_calibration(tiny):
+    assert _m(tiny, "A", "auroc").point == pytest.approx(1.0)
+    assert _m(tiny, "A", "brier").point == pytest.approx(0.395 / 6)
+    # ECE on the confidence in the given answer: (2*.35 + 2*.25 + .15 + .05) / 6
+    assert _m(tiny, "A", "ece").point == pytest.approx(1.4 / 6)
+    assert _m(tiny, "A", "confidence_coverage").point == pytest.approx(100.0)
+    assert _m(tiny, "A", "conf_grounded_correct").point == pytest.approx(0.95)
+    assert _m(tiny, "A", "conf_ungrounded_correct").point == pytest.approx(0.85)
+    r = _m(tiny, "A", "conf_incorrect")
+    assert (r.point, r.n) == (pytest.approx(0.35), 2)
+
+
+def test_hand_computed_paired_comparisons(tiny):
+    c = tiny.comparisons
+    acc = c[(c.family == "baseline:tiny:accuracy:T") & (c.model_a == "A")].iloc[0]
+    assert acc.n == 6 and acc["diff"] == pytest.approx(100 * (4 / 6 - 5 / 6))
+    d = stats.paired_difference(np.array([1, 1, 1, 0, 1, 0]), np.array([1, 1, 1, 1, 0, 1]), B=B, seed=0)
+    assert acc.p == pytest.approx(d.p) and acc.ci_low == pytest.approx(100 * d.ci_low)
+    # UAR on cases correct for both and swap-parsed for both: c0 c1 c2 -> A 2/3, T 3/3
+    uar = c[(c.family == "baseline:tiny:uar:T") & (c.model_a == "A")].iloc[0]
+    assert uar.n == 3 and uar["diff"] == pytest.approx(100 * (2 / 3 - 1))
+    assert acc.test == "paired-bootstrap"
+    pairs = c[c.family == "pairs:tiny:accuracy"]
+    assert len(pairs) == 1 and pairs.iloc[0]["diff"] == pytest.approx(acc["diff"])
+    # one-test family: BH leaves the p-value alone
+    assert acc.p_adj == pytest.approx(acc.p)
+
+
+def test_tiny_categories_and_reasons(tiny):
+    cats = tiny.categories.set_index("model")
+    assert cats.loc["A", "category"] == "unstable"  # IS 66.7 < 70
+    assert "IS = 66.7" in cats.loc["A", "reason"]
+    # never changed, but on fewer than 100 cases
+    assert cats.loc["T", "category"] == "indeterminate"
+    assert "fewer than 100" in cats.loc["T", "reason"]
+    assert cats.loc["A", "n_cgr"] == 2 and cats.loc["A", "gsp"] == pytest.approx(50 - (100 - 200 / 3))
+
+
+def test_is_denominator_option():
+    res = analyse_grounding(_tiny(), B=B, is_denominator="all")
+    r = _m(res, "A", "is")
+    assert (r.point, r.n) == (50.0, 4)
+    assert "Eq. 8" in r.method
+    assert res.summary["is_denominator_option"] == "all" and "Eq. 8" in res.summary["is_denominator"]
+    # the GSP follows the chosen IS
+    assert _m(res, "A", "gsp").point == pytest.approx(50 - (100 - 50))
+    default = analyse_grounding(_tiny(), B=B)
+    assert "default denominator" in _m(default, "A", "is").method
+    assert _m(default, "A", "is_all_parsed").point == 50.0
+    with pytest.raises(ValueError, match="is_denominator"):
+        analyse_grounding(_tiny(), is_denominator="parsed")
+
+
+def test_index_mode_and_clusters_run():
+    res = analyse_grounding(_tiny(), B=500, mode="index", cluster_by_patient=True)
+    r = _m(res, "A", "uar")
+    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]))
+    assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
+    assert "cluster" in r.method
+
+
+# ----------------------------------------------------------------------------------------- designed behaviour
+
+
+@pytest.fixture(scope="module")
+def designed():
+    models = [
+        uses_image("reader", cgr=0.30, swap_flip=0.20, irrelevant_flip=0.02, accuracy=0.75),
+        uses_image("probe", cgr=0.08, swap_flip=0.15, irrelevant_flip=0.0, accuracy=0.7, modality="vision_only"),
+        unstable("wobbly", cgr=0.4, irrelevant_flip=0.45),
+        always_yes("yes-man"),
+        ignores_image("prior", accuracy=0.7),
+        ignores_image("prior-mm", accuracy=0.66, modality="multimodal"),
+    ]
+    design = SyntheticDesign(n_cases=700, n_boxed=350, probe_set="syn", n_res512=60, n_prompt=64)
+    tidy = make_tidy(models, design)
+    return tidy, analyse_grounding(tidy, B=B)
+
+
+def test_designed_categories(designed):
+    _, res = designed
+    cats = dict(zip(res.categories.model, res.categories.category))
+    assert cats == {"reader": "uses_image", "probe": "uses_image", "wobbly": "unstable", "yes-man": "ignores_image",
+                    "prior": "ignores_image", "prior-mm": "ignores_image"}
+    assert "uses the image" in res.verdicts["reader"]
+    assert "ignores the image" in res.verdicts["yes-man"]
+    assert "unstable" in res.verdicts["wobbly"]
+
+
+def test_designed_rates_are_recovered_exactly(designed):
+    tidy, res = designed
+    # count the eligible cases from the table itself, then compare with the designed exact share
+    t = tidy[(tidy.model == "reader") & (tidy.resolution == 224) & (tidy.prompt_variant == "default")]
+    o = t[t.condition == "original"].set_index("case_id")
+    correct_boxed = o[(o.parsed == o.label) & o.has_box].index
+    n = len(correct_boxed)
+    assert _m(res, "reader", "cgr").n == n
+    assert _m(res, "reader", "cgr").point == pytest.approx(100 * round(0.30 * n) / n)
+    nc = int((o.parsed == o.label).sum())
+    assert _m(res, "reader", "uar").point == pytest.approx(100 * (1 - round(0.20 * nc) / nc))
+    assert _m(res, "reader", "accuracy").point == pytest.approx(100 * round(0.75 * 700) / 700)
+    assert _m(res, "yes-man", "sensitivity").point == 100.0 and _m(res, "yes-man", "specificity").point == 0.0
+
+
+def test_per_finding_cgr_uses_wilson_below_30(designed):
+    _, res = designed
+    rows = res.metrics[(res.metrics.model == "reader") & (res.metrics.metric == "cgr")
+                       & res.metrics.subset.str.startswith("finding=")]
+    assert len(rows) == 8
+    small = rows[rows.n < 30]
+    assert len(small) > 0
+    for _, r in small.iterrows():
+        lo, hi = stats.wilson_interval(int(r.k), int(r.n))
+        assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi))
+        assert r.note == "Wilson interval (n < 30)"
+    assert rows.n.sum() == _m(res, "reader", "cgr").n
+
+
+def test_bh_families(designed):
+    _, res = designed
+    c = res.comparisons
+    fams = set(c.family)
+    baselines = ["prior"]  # the only text_only model
+    for metric in ("accuracy", "uar"):
+        f = f"baseline:syn:{metric}:prior"
+        assert f in fams and (c.family == f).sum() == 5
+    assert (c.family == "pairs:syn:accuracy").sum() == 15
+    for m in ("reader", "probe", "wobbly", "yes-man", "prior", "prior-mm"):
+        sub = c[c.family == f"subgroups:syn:{m}"]
+        assert list(zip(sub.metric, sub.subset)) == [("cgr", "sex"), ("cgr", "view"), ("cgr", "age"), ("uar", "sex"),
+                                                     ("uar", "age")]
+    for fam, grp in c.groupby("family"):
+        expected = stats.benjamini_hochberg(grp.p.to_numpy(float))
+        np.testing.assert_allclose(grp.p_adj.to_numpy(float), expected, equal_nan=True)
+    # adjusting within families differs from one global adjustment
+    glob = stats.benjamini_hochberg(c.p.to_numpy(float))
+    assert not np.allclose(glob, c.p_adj.to_numpy(float), equal_nan=True)
+    assert baselines == res.summary["baselines"]
+
+
+def test_explicit_baselines(designed):
+    tidy, _ = designed
+    res = analyse_grounding(tidy, B=300, baselines=["prior-mm", "prior"])
+    fams = set(res.comparisons.family)
+    assert {"baseline:syn:accuracy:prior-mm", "baseline:syn:uar:prior"} <= fams
+    with pytest.raises(AnalysisInputError, match="not-a-model"):
+        analyse_grounding(tidy, B=300, baselines=["not-a-model"])
+
+
+def test_subgroup_tests_detect_a_view_effect():
+    models = [uses_image("viewy", cgr=0.7, ap_cgr=0.02, swap_flip=0.2, irrelevant_flip=0.0, accuracy=0.8)]
+    tidy = make_tidy(models, SyntheticDesign(n_cases=600, n_boxed=400, probe_set="v"))
+    res = analyse_grounding(tidy, B=300)
+    c = res.comparisons.set_index(["metric", "subset"])
+    view = c.loc[("cgr", "view")]
+    assert view.test == "permutation-|diff|" and view.p < 0.01 and view["diff"] > 50
+    assert c.loc[("cgr", "age")].test == "permutation-anova-F"
+    assert "PA" in view.note and "AP" in view.note
+    # CGR by view appears as descriptive rates too
+    assert _m(res, "viewy", "cgr", "view=PA").point > _m(res, "viewy", "cgr", "view=AP").point + 50
+
+
+def test_threshold_sweep_of_an_unstable_model():
+    # the paper's Mistral-Small: IS = 56 -> uses image at T = 50, unstable for T = 60..90
+    cgr, uar, is_ = Rate(40.0, 20.0, 60.0, 25, 10), Rate(75.0, 70.0, 80.0, 300, 225), Rate(56.0, 36.0, 76.0, 25, 14)
+    assert categorize(cgr, uar, is_)[0] == "unstable"
+    sweep = dict(threshold_sweep(cgr, uar, is_))
+    assert sweep[50] == "uses_image" and all(sweep[t] == "unstable" for t in range(60, 95, 5))
+    # an image user with IS 80: indeterminate under the main rule (between 70 and 90), with the reason
+    cat, reason = categorize(cgr, uar, Rate(80.0, 70.0, 90.0, 200, 160))
+    assert cat == "indeterminate" and "between 70 and 90" in reason
+    # a CGR interval touching 0 is not enough for uses image
+    cat, reason = categorize(Rate(2.0, 0.0, 5.0, 100, 2), uar, Rate(99.0, 97.0, 100.0, 100, 99))
+    assert cat == "indeterminate" and "does not exclude 0" in reason
+
+
+def test_sweep_table_and_stability(designed):
+    _, res = designed
+    sw = res.threshold_sweep
+    assert set(sw.threshold) == set(range(50, 95, 5))
+    stable = dict(zip(res.categories.model, res.categories.sweep_stable))
+    assert stable["reader"] and stable["yes-man"]
+    assert len(sw) == 6 * 9
+
+
+def test_robustness_resolution_and_prompt(designed):
+    _, res = designed
+    rb = res.robustness
+    resn = rb[(rb.kind == "resolution") & (rb.model != "")]
+    assert len(resn) == 6
+    # the low-CGR probe may lose "interval excludes 0" on ~40 cases; every other model keeps its category
+    assert not resn[resn.model != "probe"].changed.any()
+    probe = resn[resn.model == "probe"].iloc[0]
+    assert bool(probe.changed) == (probe.category != "uses_image")
+    cohort = rb[(rb.kind == "resolution") & (rb.model == "")].iloc[0]
+    assert cohort.n_models == 6 and -1 <= cohort.rho <= 1
+    assert (res.comparisons.test == "spearman-permutation").any()
+    pr = rb[rb.kind == "prompt"]
+    assert set(pr.variant) == {"prompt=terse", "prompt=radiologist"}
+    assert (pr.parse_rate == 100.0).all()
+    assert _m(res, "reader", "cgr", "res=512").n > 0
+    assert _m(res, "reader", "accuracy", "prompt=default").n == 64
+
+
+def test_cross_dataset_rank_agreement():
+    models = [uses_image(f"u{i}", cgr=0.2, swap_flip=0.05 * (i + 1), accuracy=0.55 + 0.05 * i) for i in range(4)]
+    models.append(ignores_image("t", accuracy=0.6))
+    t1 = make_tidy(models, SyntheticDesign(n_cases=400, n_boxed=150, probe_set="one"))
+    t2 = make_tidy(models, SyntheticDesign(n_cases=300, n_boxed=0, probe_set="two", seed=7))
+    res = analyse_grounding(pd.concat([t1, t2], ignore_index=True), B=300)
+    cd = res.robustness[res.robustness.kind == "cross_dataset"]
+    assert set(cd.metric) == {"accuracy", "uar"} and (cd.n_models == 5).all()
+    uar = cd[(cd.metric == "uar") & (cd.variant == "all models")].iloc[0]
+    assert uar.rho == pytest.approx(1.0)
+    # the box-free probe set cannot estimate CGR / IS: indeterminate with the reason
+    two = res.categories[res.categories.probe_set == "two"].set_index("model")
+    assert (two.category == "indeterminate").all()
+    assert "CGR not estimable" in two.loc["u0", "reason"]
+    assert res.verdicts["u0"].startswith("one: ")
+
+
+# ----------------------------------------------------------------------------------------- degenerate input
+
+
+def _no_nan_text(res) -> None:
+    texts = list(res.verdicts.values()) + list(res.categories.reason) + list(res.metrics.note) + \
+        list(res.comparisons.note)
+    for t in texts:
+        assert "nan" not in str(t).lower().replace("nan", "", 0) or "nan" not in str(t).split(), t
+        assert " nan" not in str(t).lower() and "nan%" not in str(t).lower(), t
+    json.dumps(res.summary, allow_nan=False)
+
+
+def test_zero_parsed_missing_conditions_constant_confidence():
+    answers = {
+        "dead": {"original": [-1] * 6, "swap": [-1] * 6},
+        "flat": {"original": [1, 0, 1, 0, 1, 0], "swap": [1, 0, 1, 0, 1, 0]},
+    }
+    tidy = tidy_from_answers(answers, LABELS, BOX, confidence={"flat": [0.5] * 6})
+    res = analyse_grounding(tidy, B=300)
+    for metric in ("accuracy", "cgr", "uar", "is", "gsp", "auroc", "brier", "ece"):
+        r = _m(res, "dead", metric)
+        assert r.n == 0 and r.note == "not estimable (n = 0)", metric
+    assert _m(res, "dead", "parse_rate").point == 0.0
+    assert _m(res, "flat", "auroc").note == "N/A (degenerate confidence)"
+    assert _m(res, "flat", "ece").note == "N/A (degenerate confidence)"
+    assert _m(res, "flat", "cgr").note == "not estimable (n = 0)"  # no target-mask condition at all
+    cats = res.categories.set_index("model")
+    assert (cats.category == "indeterminate").all()
+    assert "CGR not estimable" in cats.loc["flat", "reason"]
+    assert any("target_mask" in n for n in res.summary["notes"])
+    _no_nan_text(res)
+
+
+def test_one_case_subgroup_and_binary_confidence():
+    answers = {"m": {"original": [1, 1, 1, 0, 0, 1], "target_mask": [0, 1, 1, 1, -2, -2],
+                     "irrelevant_mask": [1, 1, 1, 0, -2, -2], "swap": [1, 0, 1, 0, 0, 1]}}
+    meta = {"sex": ["M", "M", "M", "F", "M", "M"], "view": ["PA", "PA", "PA", "PA", "PA", "PA"],
+            "age": [30.0, 30.0, 80.0, 60.0, np.nan, 40.0]}
+    tidy = tidy_from_answers(answers, LABELS, BOX, confidence={"m": [1.0, 1.0, 1.0, 0.0, 0.0, 1.0]}, meta=meta)
+    res = analyse_grounding(tidy, B=300)
+    c = res.comparisons[res.comparisons.family.str.startswith("subgroups:")].set_index(["metric", "subset"])
+    # view: only PA -> one group: not estimable, no exception; sex for CGR: F has no correct boxed case
+    assert math.isnan(c.loc[("cgr", "view")].p) and "not estimable" in c.loc[("cgr", "view")].note
+    assert math.isnan(c.loc[("cgr", "view")].p_adj)
+    assert _m(res, "m", "ece").note == "N/A (degenerate confidence)"  # all confidences exactly 0 or 1
+    _no_nan_text(res)
+
+
+def test_empty_table_returns_empty_analysis():
+    tidy = tidy_from_answers({"a": {"original": [1]}}, [1], [True]).iloc[:0]
+    res = analyse_grounding(tidy)
+    assert len(res.metrics) == 0 and res.verdicts == {} and len(res.categories) == 0
+    json.dumps(res.summary, allow_nan=False)
+
+
+# ----------------------------------------------------------------------------------------- malformed input
+
+
+def test_bad_input_names_row_and_column():
+    tidy = _tiny()
+    bad = tidy.copy()
+    bad.loc[3, "parsed"] = 2
+    with pytest.raises(AnalysisInputError, match=r"'parsed'.*row 3.*case 'c3'"):
+        analyse_grounding(bad)
+    with pytest.raises(AnalysisInputError, match="required column"):
+        analyse_grounding(tidy.drop(columns=["label"]))
+    dup = pd.concat([tidy, tidy.iloc[[0]]], ignore_index=True)
+    with pytest.raises(AnalysisInputError, match="duplicate answer for model 'A', case 'c0'"):
+        analyse_grounding(dup)
+    two_labels = tidy.copy()
+    two_labels.loc[(two_labels.model == "T") & (two_labels.case_id == "c1"), "label"] = 0
+    with pytest.raises(AnalysisInputError, match="case 'c1'.*two labels"):
+        analyse_grounding(two_labels)
+    conf = tidy.copy()
+    conf.loc[0, "confidence"] = 1.5
+    with pytest.raises(AnalysisInputError, match="confidence"):
+        analyse_grounding(conf)
+    with pytest.raises(ValueError, match="mode"):
+        analyse_grounding(tidy, mode="fast")
+
+
+def test_repeats_are_ignored_with_a_note():
+    tidy = _tiny()
+    rep = tidy[tidy.model == "A"].copy()
+    rep["sample_index"] = 1
+    rep["parsed"] = 0
+    res = analyse_grounding(pd.concat([tidy, rep], ignore_index=True), B=300)
+    assert _m(res, "A", "cgr").point == 50.0
+    assert any("sample_index" in n for n in res.summary["notes"])
+
+
+@pytest.mark.slow
+def test_paper_sized_cohort_categories():
+    from medvlm_audit.analysis.synthetic import paper_sized_run
+
+    res = analyse_grounding(paper_sized_run(n_cases=1200, n_boxed=500), B=500)
+    cats = dict(zip(res.categories.model, res.categories.category))
+    expected = {m.name: ("unstable" if m.name.startswith("mistral") else
+                         "ignores_image" if m.cgr == 0 and m.swap_flip == 0 else "uses_image")
+                for m in paper_sized_models()}
+    assert cats == expected
