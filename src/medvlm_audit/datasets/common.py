@@ -213,7 +213,7 @@ def decode_chexpert(values: pd.Series, path: Path, column: str) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise DatasetError(
-            f"{path}: column {column!r} row {i + 2} has value {values.iloc[i]!r}; "
+            f"{path}: column {column!r} row {i + 2} has value {py(values.iloc[i])!r}; "
             "the CheXpert label encoding allows only 1.0, 0.0, -1.0 or blank"
         )
     out = np.full(len(values), BLANK, dtype=np.int8)
@@ -222,6 +222,11 @@ def decode_chexpert(values: pd.Series, path: Path, column: str) -> np.ndarray:
     out[arr == 0.0] = NEG
     out[arr == -1.0] = UNC
     return out
+
+
+def py(v: Any) -> Any:
+    """A numpy scalar as the plain Python value (for readable error messages)."""
+    return v.item() if hasattr(v, "item") else v
 
 
 def isin(values: pd.Series | np.ndarray, members: Iterable[Any]) -> np.ndarray:

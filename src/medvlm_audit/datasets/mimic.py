@@ -37,6 +37,7 @@ from medvlm_audit.datasets.common import (
     decode_chexpert,
     find_file,
     isin,
+    py,
     finalize,
     normalize_sex,
     normalize_view,
@@ -176,7 +177,7 @@ def _load_ms_cxr(ms_cxr_root: Path) -> tuple[pd.DataFrame, Path]:
         num = pd.to_numeric(df[c], errors="coerce")
         if num.isna().any():
             i = int(np.flatnonzero(num.isna().to_numpy())[0])
-            raise DatasetError(f"MS-CXR: {f} column {c!r} row {i + 2} has non-numeric value {df[c].iloc[i]!r}")
+            raise DatasetError(f"MS-CXR: {f} column {c!r} row {i + 2} has non-numeric value {py(df[c].iloc[i])!r}")
         df[c] = num.astype(float)
     df["record_id"] = df["dicom_id"] + "#" + (df.index + 2).astype(str)
     return df, f
@@ -193,7 +194,7 @@ def _load_rexerr(rexerr_root: Path, split: str) -> tuple[pd.DataFrame, Path]:
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise DatasetError(
-            f"ReXErr-v1: {f} column 'error_present' row {i + 2} has value {df['error_present'].iloc[i]!r}; "
+            f"ReXErr-v1: {f} column 'error_present' row {i + 2} has value {py(df['error_present'].iloc[i])!r}; "
             "expected 0 (unchanged), 1 (error) or 2 (neutral)"
         )
     df["error_present"] = ep.astype(int)
@@ -401,7 +402,7 @@ def build_mimic(
     first_reason = ex.sort_values(["record_id", "order"]).drop_duplicates("record_id").set_index("record_id")["reason"]
     link_reason = pd.Series(np.where(isin(rx["record_id"], good["record_id"]), None,
                                      "no linked frontal image with complete age/sex: "
-                                     + rx["record_id"].map(first_reason).fillna("no dicom_id").astype(str)),
+                                     + rx["record_id"].map(first_reason).astype(object).fillna("no dicom_id").astype(str)),
                             index=rx.index)
     rx = apply_filters(rx, [("rexerr:link", link_reason)], log, "rexerr")
     rx = rx.drop(columns=["dicom_id", "study_id", "subject_id"]).merge(
