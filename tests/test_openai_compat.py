@@ -410,6 +410,30 @@ def test_least_outstanding_favours_the_faster_replica() -> None:
     assert slow * 3 < min(fast1, fast2)  # round robin would give each 40
 
 
+def test_rate_limited_replica_is_avoided_while_it_cools_down() -> None:
+    async def go() -> tuple[list[Response], Any, Any]:
+        limited = FakeOpenAIServer(rules=[FaultRule("", "429", times=1, param=0.5)])
+        healthy = FakeOpenAIServer(delay_ms=5)
+        await limited.start()
+        await healthy.start()
+        try:
+            m = OpenAIChatModel("m", "vlm", [limited.base_url, healthy.base_url], max_concurrency=2, **FAST)
+            try:
+                out = await m.generate([q(f"Cool {i}?") for i in range(10)])
+            finally:
+                await m.aclose()
+            return out, limited.stats, healthy.stats
+        finally:
+            await limited.stop()
+            await healthy.stop()
+
+    out, lim, ok = run(go())
+    assert all(r.ok for r in out)
+    # one 429, then nothing is sent there until Retry-After has passed; its retry is answered
+    assert lim.total == 2 and sum(len(v) for v in lim.faults.values()) == 1
+    assert ok.total == 9
+
+
 def test_azure_style_path_query_header_and_no_model_field(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AZ_KEY", KEY)
 
