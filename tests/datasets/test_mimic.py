@@ -12,15 +12,15 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import dsfixtures as F  # noqa: E402
+import dsfixtures as F
 
-from medvlm_audit.boxes import irrelevant_box, working_box  # noqa: E402
-from medvlm_audit.datasets.common import EXCLUSION_COLUMNS, DatasetError  # noqa: E402
-from medvlm_audit.datasets.mimic import build_mimic  # noqa: E402
-from medvlm_audit.probeset import ProbeSet  # noqa: E402
+from medvlm_audit.boxes import irrelevant_box, working_box
+from medvlm_audit.datasets.common import EXCLUSION_COLUMNS, DatasetError
+from medvlm_audit.datasets.mimic import build_mimic
+from medvlm_audit.probeset import ProbeSet
 
-SMALL = dict(n_subjects=60, n_studies=150, n_images=220, test_every=2, n_rexerr=200,
-             ms_eligible={c: 3 for c in F.MS_CATS}, ms_ineligible_per_cat=2, size=(256, 320), gz=True)
+SMALL = {"n_subjects": 60, "n_studies": 150, "n_images": 220, "test_every": 2, "n_rexerr": 200,
+         "ms_eligible": dict.fromkeys(F.MS_CATS, 3), "ms_ineligible_per_cat": 2, "size": (256, 320), "gz": True}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def _labels(tree) -> pd.DataFrame:
 
 
 def test_small_tree_counts_and_shortfalls(small_build):
-    res, tree = small_build
+    res, _ = small_build
     df = res.probe_set.df
     ms = df[df.source == "ms_cxr"]
     assert ms.groupby("finding").size().to_dict() == {f: 3 for f in

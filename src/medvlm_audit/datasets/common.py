@@ -400,7 +400,7 @@ class ImageChecker:
             res = ImageCheck(rel, True, w, h, None)
         except DatasetError:
             raise
-        except Exception as e:  # any decoder failure becomes an exclusion reason
+        except Exception as e:  # noqa: BLE001 - any decoder failure becomes an exclusion reason
             res = ImageCheck(rel, False, None, None, f"image {full} fails to decode ({type(e).__name__}: {e})")
         rec = {"path": rel, "size": key[0], "mtime_ns": key[1], **{k: v for k, v in asdict(res).items() if k != "path"}}
         with self._lock:
@@ -731,3 +731,76 @@ def apply_filters(
             log.add_many(df.loc[bad, id_col], source, stage, r[bad].astype(str).tolist())
             df = df.loc[~bad]
     return df
+
+
+def sample_label_strata(
+    pool: pd.DataFrame,
+    *,
+    findings: Sequence[str],
+    per_finding: int,
+    n_normal: int,
+    negatives: str,
+    seed: int,
+    prefix: str,
+    source: str,
+    log: ExclusionLog,
+    checker: ImageChecker | None,
+    eligible: str,
+) -> tuple[pd.DataFrame, list[Shortfall], dict[str, dict[str, int]]]:
+    """Per finding ``per_finding`` present + ``per_finding`` absent records, plus ``n_normal`` No-Finding ones.
+
+    ``pool`` has one row per eligible image with an int8 label-state column per finding (POS/NEG/UNC/BLANK) and
+    ``record_id``/``patient_id``/``image_path``. At most one record per patient per stratum; uncertain labels
+    are logged as exclusions for that finding. Negatives: ``explicit`` (0.0 only), ``explicit_then_blank``
+    (explicit first, then not-mentioned), ``explicit_or_blank`` (mixed). Normals are asked "any acute
+    abnormality?" so their label is 0 (finding_state records the No Finding = 1.0 label).
+    """
+    shortfalls: list[Shortfall] = []
+    strata_info: dict[str, dict[str, int]] = {}
+    normal_key = f"{prefix}:no_finding:normal"
+    strata: dict[str, pd.DataFrame] = {}
+    want: dict[str, int] = {}
+    avail: dict[str, int] = {}
+    meta_of: dict[str, tuple[str, int, int]] = {}
+    for f in findings:
+        st = pool[f].to_numpy()
+        unc = pool[st == UNC]
+        log.add_many(unc["record_id"], source, f"{prefix}:{f}", f"uncertain (-1.0) label for {f} (not eligible for this finding)")
+        pos = shuffled_one_per_patient(pool[st == POS], stratum_rng(seed, prefix, f, "present"))
+        exp = shuffled_one_per_patient(pool[st == NEG], stratum_rng(seed, prefix, f, "absent"))
+        blank = pool[st == BLANK]
+        if negatives == "explicit":
+            neg = exp
+        elif negatives == "explicit_then_blank":
+            blank = shuffled_one_per_patient(blank[~isin(blank["patient_id"], exp["patient_id"])],
+                                             stratum_rng(seed, prefix, f, "absent_blank"))
+            neg = pd.concat([exp, blank])
+        else:
+            neg = shuffled_one_per_patient(pd.concat([pool[st == NEG], blank]), stratum_rng(seed, prefix, f, "absent"))
+        for lab, cand in (("present", pos), ("absent", neg)):
+            k = f"{prefix}:{f}:{lab}"
+            strata[k], want[k], avail[k] = cand, per_finding, len(cand)
+            meta_of[k] = (f, 1 if lab == "present" else 0, POS if lab == "present" else NEG)
+    normals = shuffled_one_per_patient(pool[pool["no_finding"].to_numpy() == POS], stratum_rng(seed, prefix, "no_finding"))
+    strata[normal_key], want[normal_key] = normals, n_normal
+    avail[normal_key] = len(normals)
+    meta_of[normal_key] = ("no_finding", 0, POS)
+    sel = select_checked(strata, want, checker, log, source)
+    rows = []
+    for k, df in sel.items():
+        f, lab, state = meta_of[k]
+        df = df.copy()
+        if f != "no_finding":
+            df["finding_state"] = df[f].astype(int)
+        else:
+            df["finding_state"] = POS
+        df["finding"], df["label"], df["stratum"] = f, lab, k
+        df["swap_key"] = f + ("=1" if state == POS else "=0")
+        rows.append(df)
+        strata_info[k] = {"requested": want[k], "obtained": len(df), "available": avail[k]}
+        why = (f"too few eligible records ({eligible})"
+               if len(df) >= avail[k] else "candidate images failed the image check")
+        s = stratum_shortfall(k, want[k], len(df), avail[k], why)
+        if s:
+            shortfalls.append(s)
+    return pd.concat(rows, ignore_index=True), shortfalls, strata_info

@@ -21,7 +21,6 @@ from medvlm_audit.datasets.common import (
     NEG,
     POS,
     SEED,
-    UNC,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -35,15 +34,15 @@ from medvlm_audit.datasets.common import (
     check_unique,
     checker_for,
     decode_chexpert,
+    finalize,
     find_file,
     isin,
-    py,
-    finalize,
     normalize_sex,
     normalize_view,
+    py,
     read_csv,
+    sample_label_strata,
     select_checked,
-    shuffled_one_per_patient,
     stratum_rng,
     stratum_shortfall,
     view_reasons,
@@ -321,52 +320,12 @@ def build_mimic(
     log.add_many(pool.loc[dup, "record_id"], "mimic_cxr", "mimic:one_image_per_study",
                  "another frontal image of the same study represents it")
     pool = pool.loc[~dup]
-    strata: dict[str, pd.DataFrame] = {}
-    want: dict[str, int] = {}
-    avail: dict[str, int] = {}
-    meta_of: dict[str, tuple[str, int, int]] = {}
-    for f in CHEXPERT_FINDINGS:
-        st = pool[f].to_numpy()
-        unc = pool[st == UNC]
-        log.add_many(unc["record_id"], "mimic_cxr", f"mimic:{f}", f"uncertain (-1.0) label for {f} (not eligible for this finding)")
-        pos = shuffled_one_per_patient(pool[st == POS], stratum_rng(seed, "mimic", f, "present"))
-        exp = shuffled_one_per_patient(pool[st == NEG], stratum_rng(seed, "mimic", f, "absent"))
-        blank = pool[st == BLANK]
-        if negatives == "explicit":
-            neg = exp
-        elif negatives == "explicit_then_blank":
-            blank = shuffled_one_per_patient(blank[~isin(blank["patient_id"], exp["patient_id"])],
-                                             stratum_rng(seed, "mimic", f, "absent_blank"))
-            neg = pd.concat([exp, blank])
-        else:
-            neg = shuffled_one_per_patient(pd.concat([pool[st == NEG], blank]), stratum_rng(seed, "mimic", f, "absent"))
-        for lab, cand in (("present", pos), ("absent", neg)):
-            k = f"mimic:{f}:{lab}"
-            strata[k], want[k], avail[k] = cand, per_finding, len(cand)
-            meta_of[k] = (f, 1 if lab == "present" else 0, POS if lab == "present" else NEG)
-    normals = shuffled_one_per_patient(pool[pool["no_finding"].to_numpy() == POS], stratum_rng(seed, "mimic", "no_finding"))
-    strata["mimic:no_finding:normal"], want["mimic:no_finding:normal"] = normals, n_normal
-    avail["mimic:no_finding:normal"] = len(normals)
-    meta_of["mimic:no_finding:normal"] = ("no_finding", 0, POS)
-    sel = select_checked(strata, want, checker, log, "mimic_cxr")
-    mimic_rows = []
-    for k, df in sel.items():
-        f, lab, state = meta_of[k]
-        df = df.copy()
-        if f != "no_finding":
-            df["finding_state"] = df[f].astype(int)
-        else:
-            df["finding_state"] = POS
-        df["finding"], df["label"], df["stratum"] = f, lab, k
-        df["swap_key"] = f + ("=1" if state == POS else "=0")
-        mimic_rows.append(df)
-        strata_info[k] = {"requested": want[k], "obtained": len(df), "available": avail[k]}
-        why = ("too few eligible studies (frontal, complete age/sex, certain label, one per patient, not MS-CXR)"
-               if len(df) >= avail[k] else "candidate images failed the image check")
-        s = stratum_shortfall(k, want[k], len(df), avail[k], why)
-        if s:
-            shortfalls.append(s)
-    mimic_cases = pd.concat(mimic_rows, ignore_index=True)
+    mimic_cases, sf, info = sample_label_strata(
+        pool, findings=CHEXPERT_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives=negatives,
+        seed=seed, prefix="mimic", source="mimic_cxr", log=log, checker=checker,
+        eligible="frontal, complete age/sex, certain label, one per patient, not MS-CXR")
+    shortfalls.extend(sf)
+    strata_info.update(info)
     lab_word = np.where(mimic_cases["finding"] == "no_finding", "normal",
                         np.where(mimic_cases["label"] == 1, "present", "absent"))
     mimic_cases["case_id"] = "mimic-" + mimic_cases["finding"] + "-" + lab_word + "-" + mimic_cases["dicom_id"].astype(str)
