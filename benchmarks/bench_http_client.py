@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import statistics
 import sys
@@ -107,10 +108,20 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _timed(f: Any) -> tuple[float, float]:
-    c0 = _cpu()
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds used so far by another process (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _timed(f: Any, server_pid: int) -> tuple[float, float, float]:
+    """(answers/s, client CPU s, server CPU s) of one run."""
+    c0, s0 = _cpu(), _proc_cpu(server_pid)
     rate = f()
-    return rate, _cpu() - c0
+    return rate, _cpu() - c0, _proc_cpu(server_pid) - s0
 
 
 def main() -> None:
@@ -145,21 +156,20 @@ def main() -> None:
             model_rate(base_url, inputs[:200], args.concurrency, png_level=level)
             bare, mod = [], []
             for _ in range(args.rounds):
-                bare.append(_timed(lambda u=url, bs=bodies: bare_aiohttp_loop(u, bs, args.concurrency)))
-                mod.append(_timed(lambda lv=level: model_rate(base_url, inputs, args.concurrency, png_level=lv)))
-            a = statistics.median(r for r, _ in bare)
-            b = statistics.median(r for r, _ in mod)
-            ca = statistics.median(c for _, c in bare) / args.n * 1e3
-            cb = statistics.median(c for _, c in mod) / args.n * 1e3
+                bare.append(_timed(lambda u=url, bs=bodies: bare_aiohttp_loop(u, bs, args.concurrency), proc.pid))
+                mod.append(_timed(lambda lv=level: model_rate(base_url, inputs, args.concurrency, png_level=lv),
+                                  proc.pid))
             name = f"png_level={spec}" + (f" (= {builder.png_level} here)" if spec == "auto" else "")
-            lines += [
-                f"-- {name}: body {mean_kb:.1f} KiB",
-                (f"(a) bare aiohttp loop       : {a:7.1f} answers/s ({a / ideal:5.1%} of ideal {ideal:,.0f}/s), "
-                 f"client CPU {ca:.3f} ms/answer; runs {', '.join(f'{r:.0f}' for r, _ in bare)}"),
-                (f"(b) OpenAIChatModel.generate: {b:7.1f} answers/s ({b / ideal:5.1%} of ideal {ideal:,.0f}/s), "
-                 f"client CPU {cb:.3f} ms/answer; runs {', '.join(f'{r:.0f}' for r, _ in mod)}"),
-                f"ratio (b)/(a): {b / a:.3f}  (target >= 0.80)",
-            ]
+            lines.append(f"-- {name}: body {mean_kb:.1f} KiB")
+            med = {}
+            for label, runs in (("(a) bare aiohttp loop       ", bare), ("(b) OpenAIChatModel.generate", mod)):
+                r = statistics.median(x[0] for x in runs)
+                cc = statistics.median(x[1] for x in runs) / args.n * 1e3
+                sc = statistics.median(x[2] for x in runs) / args.n * 1e3
+                med[label[:3]] = r
+                lines.append(f"{label}: {r:7.1f} answers/s ({r / ideal:5.1%} of ideal {ideal:,.0f}/s); CPU ms/answer "
+                             f"client {cc:.3f}, server {sc:.3f}; runs {', '.join(f'{x[0]:.0f}' for x in runs)}")
+            lines.append(f"ratio (b)/(a): {med['(b)'] / med['(a)']:.3f}  (target >= 0.80)")
     finally:
         proc.terminate()
         proc.wait()

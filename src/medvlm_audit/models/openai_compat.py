@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from yarl import URL
@@ -208,7 +208,9 @@ class OpenAIChatModel(Model):
         self.extra_body = dict(extra_body or {})
         self.revision = revision
         self.max_tokens_field = max_tokens_field
+        # URL user info and query values may be credentials: scrubbed from every message
         self._url_secrets = [p for u in urls if (p := urlsplit(u).password)]
+        self._url_secrets += [v for u in urls for v in URL(u).query.values() if len(v) >= 8]
         self._endpoints = [_Endpoint(self._chat_url(u), _redact_url(u)) for u in urls]
         self._rr = 0
         self._rng = random.Random()
@@ -245,13 +247,15 @@ class OpenAIChatModel(Model):
         return {e.display: e.sent for e in self._endpoints}
 
     def _chat_url(self, base: str) -> URL:
-        base = base.rstrip("/")
+        """The full chat-completions URL for a base URL (its query, if any, is kept)."""
+        u = URL(base)
+        path = u.path.rstrip("/")
         if self.api_style == "azure":
-            url = f"{base}/openai/deployments/{quote(self.model, safe='')}/chat/completions"
-            return URL(url).update_query({"api-version": self.azure_api_version})
-        if base.endswith("/chat/completions"):
-            return URL(base)
-        return URL(base + "/chat/completions")
+            path = f"{path}/openai/deployments/{self.model}/chat/completions"
+            return u.with_path(path).with_query(u.query).update_query({"api-version": self.azure_api_version})
+        if not path.endswith("/chat/completions"):
+            path += "/chat/completions"
+        return u.with_path(path).with_query(u.query)
 
     # -- request building ----------------------------------------------------------------------------
     def _api_key(self) -> str | None:
