@@ -497,6 +497,11 @@ def test_identity_ignores_urls_but_not_what_changes_answers() -> None:
     assert OpenAIChatModel("c", "vlm", "http://h/v1", image_format="jpeg").identity() != b.identity()
     assert OpenAIChatModel("c", "vlm", "http://h/v1", extra_body={"top_k": 1}).identity() != b.identity()
     assert b.batch_size == 1 and b.max_concurrency == 3
+    assert run(b.generate([])) == []
+    with pytest.raises(ConfigError, match="api_style"):
+        OpenAIChatModel("d", "vlm", "http://h/v1", api_style="anthropic")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="base_urls"):
+        OpenAIChatModel("d", "vlm", [])
 
 
 # -- the fake server itself -----------------------------------------------------------------------------

@@ -368,8 +368,10 @@ class OpenAIChatModel(Model):
         responses with ``error`` set.
         """
         self._api_key()  # fail fast, naming the variable, before any request
-        self._ensure_session()
         n = len(inputs)
+        if n == 0:
+            return []
+        self._ensure_session()
         if n == 1:
             return [await self._one(inputs[0])]
         out: list[Response | None] = [None] * n
