@@ -142,7 +142,8 @@ def main() -> None:
         enc[lvl] = (time.perf_counter() - t0) / 500 * 1e3
 
     ideal = args.concurrency / (args.delay_ms / 1000.0)
-    proc, base_url = spawn_fake_server(args.delay_ms)
+    proc = spawn_fake_server(args.delay_ms)
+    base_url = proc.base_url
     lines = []
     try:
         for spec in args.png_levels.split(","):
@@ -171,8 +172,7 @@ def main() -> None:
                              f"client {cc:.3f}, server {sc:.3f}; runs {', '.join(f'{x[0]:.0f}' for x in runs)}")
             lines.append(f"ratio (b)/(a): {med['(b)'] / med['(a)']:.3f}  (target >= 0.80)")
     finally:
-        proc.terminate()
-        proc.wait()
+        proc.stop()
     print(f"requests per run: {args.n}, concurrency {args.concurrency}, server delay {args.delay_ms:g} ms "
           f"(separate process), 224x224 grayscale image per request, rounds {args.rounds} (median)")
     print(f"PNG data URL per 224x224 grayscale image: level 0 {enc[0]:.3f} ms, level 1 {enc[1]:.3f} ms")

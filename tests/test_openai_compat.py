@@ -6,7 +6,6 @@ import asyncio
 import email.utils
 import json
 import time
-import urllib.request
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -19,10 +18,10 @@ from medvlm_audit.models.encoding import data_url, decode_data_url, encode_image
 from medvlm_audit.models.openai_compat import OpenAIChatModel, parse_retry_after, scrub
 from medvlm_audit.testing import (
     FakeOpenAIServer,
+    FakeServerProcess,
     FaultRule,
     ThreadedFakeServer,
     parse_fault_markers,
-    spawn_fake_server,
     yes_no_answer,
 )
 
@@ -527,9 +526,8 @@ def test_threaded_server_rules_and_process_server() -> None:
         out = run(go())
         assert all(r.ok for r in out)
         assert srv.stats.requests["has marker-A"] == 2 and srv.stats.faults["has marker-A"] == ["503"]
-    proc, url = spawn_fake_server(0, ["--fault-rate", "500=0.5", "--max-faults-per-key", "1"])
-    try:
-        m2 = OpenAIChatModel("m", "vlm", url, **FAST)
+    with FakeServerProcess(0, ["--fault-rate", "500=0.5", "--max-faults-per-key", "1"]) as proc:
+        m2 = OpenAIChatModel("m", "vlm", proc.base_url, **FAST)
 
         async def go2() -> list[Response]:
             try:
@@ -538,10 +536,6 @@ def test_threaded_server_rules_and_process_server() -> None:
                 await m2.aclose()
 
         assert all(r.ok for r in run(go2()))
-        with urllib.request.urlopen(url.removesuffix("/v1") + "/_fake/stats") as f:
-            stats = json.load(f)
+        stats = proc.stats()
         assert sum(stats["answers"].values()) == 20 and set(stats["answers"].values()) == {1}
         assert stats["total"] == 20 + sum(len(v) for v in stats["faults"].values()) > 20
-    finally:
-        proc.terminate()
-        proc.wait()

@@ -9,6 +9,7 @@ from typing import Any
 
 __all__ = [
     "FakeOpenAIServer",
+    "FakeServerProcess",
     "FaultRule",
     "ServerStats",
     "ThreadedFakeServer",

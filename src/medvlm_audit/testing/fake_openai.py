@@ -432,22 +432,70 @@ class ThreadedFakeServer:
         self.stop()
 
 
-def spawn_fake_server(
-    delay_ms: float = 0.0, extra_args: Sequence[str] = (), python: str | None = None
-) -> tuple[subprocess.Popen[str], str]:
-    """Start the server in a separate process on an ephemeral port; return (process, base URL).
+class FakeServerProcess:
+    """The server in a separate Python process on an ephemeral port (so it does not share the client's
+    event loop or GIL): ``with FakeServerProcess(delay_ms=20) as srv: srv.base_url``."""
 
-    The caller stops it with ``proc.terminate(); proc.wait()``.
-    """
-    cmd = [python or sys.executable, "-m", "medvlm_audit.testing.fake_openai", "--port", "0",
-           "--delay-ms", str(delay_ms), *extra_args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith("http"):
-        proc.kill()
-        raise RuntimeError(f"fake server did not start (printed {line!r})")
-    return proc, line.strip()
+    def __init__(self, delay_ms: float = 0.0, extra_args: Sequence[str] = (), python: str | None = None) -> None:
+        self.cmd = [python or sys.executable, "-m", "medvlm_audit.testing.fake_openai", "--port", "0",
+                    "--delay-ms", str(delay_ms), *extra_args]
+        self.proc: subprocess.Popen[str] | None = None
+        self.base_url = ""
+
+    @property
+    def root_url(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self) -> str:
+        """Start the process; return the base URL (``http://127.0.0.1:PORT/v1``) once it listens."""
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("http"):
+            self.stop()
+            raise RuntimeError(f"fake server did not start (printed {line!r})")
+        self.base_url = line.strip()
+        return self.base_url
+
+    def stats(self) -> dict[str, Any]:
+        """The server's counters (``GET /_fake/stats``)."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.root_url + "/_fake/stats", timeout=10) as f:
+            result: dict[str, Any] = json.load(f)
+        return result
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.proc = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def spawn_fake_server(delay_ms: float = 0.0, extra_args: Sequence[str] = ()) -> FakeServerProcess:
+    """Start :class:`FakeServerProcess` and return it (started); ``.stop()`` ends it."""
+    srv = FakeServerProcess(delay_ms, extra_args)
+    srv.start()
+    return srv
 
 
 def main(argv: Sequence[str] | None = None) -> None:
