@@ -21,9 +21,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from medvlm_audit.models.base import ImageData  # noqa: E402
-from medvlm_audit.models.vision_probe import FeatureCache, ImageEncoder, cached_features  # noqa: E402
-from medvlm_audit.testing.tiny_models import build_tiny_vit  # noqa: E402
+from medvlm_audit.models.base import ImageData
+from medvlm_audit.models.vision_probe import FeatureCache, ImageEncoder, cached_features
+from medvlm_audit.testing.tiny_models import build_tiny_vit
 
 
 def images(n: int, res: int = 224, seed: int = 42) -> list[ImageData]:
@@ -76,7 +76,9 @@ def main() -> None:
     print(f"encoder: {enc.identity()['encoder']}  feature dim {dim}  images {n}  batch {args.batch_size}")
     print(f"no cache (encode only) : {t_none:8.3f} s  {1000 * t_none / n:8.3f} ms/image")
     print(f"cold cache (encode+put): {t_cold:8.3f} s  {1000 * t_cold / n:8.3f} ms/image")
-    print(f"warm cache (read only) : {t_warm:8.3f} s  {1000 * t_warm / n:8.3f} ms/image  encoder passes: {warm_passes}")
+    print(
+        f"warm cache (read only) : {t_warm:8.3f} s  {1000 * t_warm / n:8.3f} ms/image  encoder passes: {warm_passes}"
+    )
     print(f"ratio cold/warm        : {t_cold / t_warm:8.1f}x")
     print(f"ratio cold/no-cache    : {t_cold / t_none:8.3f}  (cache write overhead)")
 

@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from PIL import Image  # noqa: E402
-from sklearn.linear_model import LogisticRegression  # noqa: E402
+from PIL import Image
+from sklearn.linear_model import LogisticRegression
 
-from medvlm_audit.errors import ConfigError, ProbeSetError  # noqa: E402
-from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput  # noqa: E402
-from medvlm_audit.models.vision_probe import (  # noqa: E402
+from medvlm_audit.errors import ConfigError, ProbeSetError
+from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
+from medvlm_audit.models.vision_probe import (
     ImageEncoder,
     VisionProbe,
     _match_display_name,
@@ -24,12 +24,15 @@ from medvlm_audit.models.vision_probe import (  # noqa: E402
     finding_of,
     working_image,
 )
-from medvlm_audit.probeset import ProbeSet  # noqa: E402
-from medvlm_audit.scoring.yesno import p_yes  # noqa: E402
-from medvlm_audit.testing.tiny_models import build_tiny_vit  # noqa: E402
+from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.scoring.yesno import p_yes
+from medvlm_audit.testing.tiny_models import build_tiny_vit
 
 NAMES = {"pleural_effusion": "pleural effusion", "pneumothorax": "pneumothorax"}
-BLOB = {"pleural_effusion": (95, 35), "pneumothorax": (30, 95)}  # (row, col) centre of the finding's bright blob
+BLOB = {
+    "pleural_effusion": (95, 35),
+    "pneumothorax": (30, 95),
+}  # (row, col) centre of the finding's bright blob
 
 
 def write_image(path: Path, rng: np.random.Generator, present: dict[str, int]) -> None:
@@ -52,8 +55,14 @@ def make_probeset(root: Path, n: int, seed: int, splits: list[str]) -> ProbeSet:
         write_image(root / name, rng, labels)
         for f, lab in labels.items():
             rows.append(
-                dict(case_id=f"s{seed}_{i}_{f}", kind="finding_presence", label=lab, finding=f, image_path=name,
-                     split=splits[i % len(splits)])
+                {
+                    "case_id": f"s{seed}_{i}_{f}",
+                    "kind": "finding_presence",
+                    "label": lab,
+                    "finding": f,
+                    "image_path": name,
+                    "split": splits[i % len(splits)],
+                }
             )
     ps = ProbeSet(pd.DataFrame(rows), root, name=f"blobs{seed}")
     ps.validate()
@@ -96,7 +105,7 @@ def test_probe_learns_the_blob_and_answers_yes_no(world, probe):
     correct = 0
     for r, resp in zip(rows, out):
         assert resp.ok and resp.text in ("Yes", "No")
-        probs = dict((t, math.exp(lp)) for t, lp in resp.top_logprobs)
+        probs = {t: math.exp(lp) for t, lp in resp.top_logprobs}
         assert probs["Yes"] + probs["No"] == pytest.approx(1.0)
         assert (resp.text == "Yes") == (probs["Yes"] > 0.5)
         assert p_yes(resp.top_logprobs) == pytest.approx(probs["Yes"])  # the shared scorer reads it
@@ -130,7 +139,7 @@ def test_probability_is_sigmoid_of_l2_logistic_head_on_train_standardised_featur
 
 
 def test_feature_cache_means_a_second_run_encodes_nothing(world, tmp_path):
-    root, enc, train, test = world
+    _root, enc, train, _test = world
     cache = tmp_path / "features"
     first = VisionProbe.fit(train, enc, cache, device="cpu")
     n_images = train.df["image_path"].nunique()
@@ -164,8 +173,13 @@ def test_only_the_finding_name_is_read_from_the_prompt(world, probe):
     assert a.top_logprobs == b.top_logprobs
     c = probe.predict([ask(question("pleural_effusion"), img)])[0]
     assert c.top_logprobs != a.top_logprobs
-    bad = probe.predict([ask("Is the heart visible?", img), ask(question("pneumothorax"), None),
-                         ask("Is there cardiomegaly?", img)])
+    bad = probe.predict(
+        [
+            ask("Is the heart visible?", img),
+            ask(question("pneumothorax"), None),
+            ask("Is there cardiomegaly?", img),
+        ]
+    )
     assert "names no known finding" in bad[0].error.message
     assert "needs an image" in bad[1].error.message
     assert "no probe head for finding 'cardiomegaly'" in bad[2].error.message
@@ -190,12 +204,18 @@ def test_answer_from_probability():
 
 
 def test_single_class_and_bad_input_errors(world, tmp_path):
-    root, enc, train, _ = world
+    _root, enc, train, _ = world
     one_class = ProbeSet(train.df[train.df["label"] == 1], train.image_root, name="pos-only")
     with pytest.raises(ProbeSetError, match="pneumothorax.*both classes"):
         VisionProbe.fit(one_class, enc, None, findings=["pneumothorax"], device="cpu")
-    mixed = pd.concat([train.df, train.df[train.df["finding"] == "pneumothorax"].assign(
-        case_id=lambda d: d["case_id"] + "_c", finding="cardiomegaly", label=1)])
+    mixed = pd.concat(
+        [
+            train.df,
+            train.df[train.df["finding"] == "pneumothorax"].assign(
+                case_id=lambda d: d["case_id"] + "_c", finding="cardiomegaly", label=1
+            ),
+        ]
+    )
     p = VisionProbe.fit(ProbeSet(mixed, train.image_root), enc, None, device="cpu")
     assert set(p.heads) == {"pleural_effusion", "pneumothorax"} and "cardiomegaly" in p.skipped
     broken = train.df.copy()
@@ -207,7 +227,7 @@ def test_single_class_and_bad_input_errors(world, tmp_path):
 
 
 def test_save_and_load_round_trip(world, probe, tmp_path):
-    _, enc, _, test = world
+    _, _enc, _, test = world
     path = probe.save(tmp_path / "probe.npz")
     again = VisionProbe.load(path, cache_dir=None, device="cpu")
     img = working_image(test.resolve(test.df["image_path"].iloc[0]))

@@ -51,7 +51,9 @@ def gemma_gguf_path(cache_dir: str | Path | None = None) -> Path:
     try:
         return Path(pkg.assemble(out))
     except (FileNotFoundError, FileExistsError, ValueError) as e:
-        raise ConfigError(f"cannot assemble the Gemma 3 270M GGUF into {out or 'the package cache'}: {e}") from e
+        raise ConfigError(
+            f"cannot assemble the Gemma 3 270M GGUF into {out or 'the package cache'}: {e}"
+        ) from e
 
 
 def gemma3_270m(name: str = "gemma3-270m", cache_dir: str | Path | None = None, **kw: Any) -> HFModel:

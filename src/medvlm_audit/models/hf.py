@@ -192,21 +192,29 @@ class HFModel(LocalModel):
             cls = transformers.AutoModelForImageTextToText
         else:
             cls = transformers.AutoModelForCausalLM
-        self.model = cls.from_pretrained(str(self.path), dtype=self.torch_dtype, **common).to(self.device).eval()
+        self.model = (
+            cls.from_pretrained(str(self.path), dtype=self.torch_dtype, **common).to(self.device).eval()
+        )
         self.config = self.model.config
-        has_vision = getattr(self.config, "vision_config", None) is not None or hasattr(self.model, "vision_tower")
+        has_vision = getattr(self.config, "vision_config", None) is not None or hasattr(
+            self.model, "vision_tower"
+        )
         self.modality: Modality = "multimodal" if has_vision else "text_only"
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         gen = getattr(self.model, "generation_config", None)
         eos = getattr(gen, "eos_token_id", None) if gen is not None else None
         if eos is None:
             eos = self.tokenizer.eos_token_id
-        self.eos_ids: list[int] = [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
+        self.eos_ids: list[int] = [
+            int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None
+        ]
         self._bos_id = getattr(gen, "bos_token_id", None) if gen is not None else None
 
-        weights = [self.path / gguf_file] if gguf_file else [
-            f for f in self.path.rglob("*") if f.is_file() and f.suffix in WEIGHT_SUFFIXES
-        ]
+        weights = (
+            [self.path / gguf_file]
+            if gguf_file
+            else [f for f in self.path.rglob("*") if f.is_file() and f.suffix in WEIGHT_SUFFIXES]
+        )
         config_json = self.config.to_json_string(use_diff=False)
         self._fingerprint = revision or fingerprint(self.path, config_json, weights, self._template_text)
 
@@ -280,7 +288,7 @@ class HFModel(LocalModel):
                 chunk = idxs[start : start + self.batch_size]
                 try:
                     res = self._run([inputs[i] for i in chunk])
-                except Exception as e:  # one failing batch must not kill the run: record it per input
+                except Exception as e:  # noqa: BLE001 - one failing batch must not kill the run: record it per input
                     err = ErrorInfo(kind="model", message=f"{type(e).__name__}: {e}")
                     res = [Response(text=None, error=err) for _ in chunk]
                 for i, r in zip(chunk, res):
@@ -338,7 +346,9 @@ class HFModel(LocalModel):
             if inp.decoding.logprobs and inp.decoding.top_logprobs > 0:
                 k = min(inp.decoding.top_logprobs, logprobs.shape[-1])
                 vals, tids = torch.topk(logprobs[row], k)
-                top = tuple((token_text(self.tokenizer, t), float(v)) for t, v in zip(tids.tolist(), vals.tolist()))
+                top = tuple(
+                    (token_text(self.tokenizer, t), float(v)) for t, v in zip(tids.tolist(), vals.tolist())
+                )
             responses.append(
                 Response(
                     text=text,

@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,15 @@ import numpy as np
 
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
-from medvlm_audit.models.base import ErrorInfo, ImageData, LocalModel, Modality, ModelInput, Response, pixel_sha256
+from medvlm_audit.models.base import (
+    ErrorInfo,
+    ImageData,
+    LocalModel,
+    Modality,
+    ModelInput,
+    Response,
+    pixel_sha256,
+)
 from medvlm_audit.models.hf import WEIGHT_SUFFIXES, fingerprint, import_torch_transformers, resolve_device
 from medvlm_audit.probeset import ProbeSet
 
@@ -34,6 +42,7 @@ WORKING_RES = 224
 TRAIN_SPLITS = ("train",)
 FIT_SPLITS = ("train", "validate", "validation", "val")
 
+_shared_finding_from_prompt: Callable[[str], str | None] | None
 try:  # the shared prompt parser, when present; else the private matcher below
     from medvlm_audit.prompt_parsing import finding_from_prompt as _shared_finding_from_prompt
 except ImportError:  # pragma: no cover - depends on the tree
@@ -81,8 +90,12 @@ class ImageEncoder:
         self.batch_size = batch_size
         self.device = resolve_device(device, torch)
         self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-        self.processor = transformers.AutoImageProcessor.from_pretrained(str(self.path), local_files_only=True)
-        model = transformers.AutoModel.from_pretrained(str(self.path), local_files_only=True, dtype=self.dtype)
+        self.processor = transformers.AutoImageProcessor.from_pretrained(
+            str(self.path), local_files_only=True
+        )
+        model = transformers.AutoModel.from_pretrained(
+            str(self.path), local_files_only=True, dtype=self.dtype
+        )
         self.model = model.to(self.device).eval()
         weights = [f for f in self.path.rglob("*") if f.is_file() and f.suffix in WEIGHT_SUFFIXES]
         cfg = self.model.config.to_json_string(use_diff=False)
@@ -265,8 +278,14 @@ class VisionProbe(LocalModel):
             split = rows["split"].astype("string").str.lower()
             rows = rows[split.isna() | split.isin([s.lower() for s in splits])]
         if rows.empty:
-            raise ProbeSetError(f"probe set {train.name!r} has no labelled finding_presence cases with images to fit on")
-        wanted = list(dict.fromkeys(findings)) if findings is not None else sorted(rows["finding"].dropna().unique())
+            raise ProbeSetError(
+                f"probe set {train.name!r} has no labelled finding_presence cases with images to fit on"
+            )
+        wanted = (
+            list(dict.fromkeys(findings))
+            if findings is not None
+            else sorted(rows["finding"].dropna().unique())
+        )
         for f in wanted:
             if f not in DISPLAY_NAMES:
                 raise ConfigError(f"unknown finding {f!r}; known: {sorted(DISPLAY_NAMES)}")
@@ -307,7 +326,9 @@ class VisionProbe(LocalModel):
                 continue
             lr = LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter)
             lr.fit(Z[sel], y)
-            heads[f] = Head(lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), int(sel.sum()), int(y.sum()))
+            heads[f] = Head(
+                lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), int(sel.sum()), int(y.sum())
+            )
         probe = cls(encoder, mean, scale, heads, cache_dir=cache_dir, name=name, C=C)
         probe.skipped = skipped
         return probe
@@ -323,7 +344,12 @@ class VisionProbe(LocalModel):
             h.update(f.encode())
             h.update(hd.coef.tobytes())
             h.update(repr(hd.intercept).encode())
-        return {"backend": "vision_probe", "encoder": self.encoder.identity(), "C": self.C, "heads": h.hexdigest()[:16]}
+        return {
+            "backend": "vision_probe",
+            "encoder": self.encoder.identity(),
+            "C": self.C,
+            "heads": h.hexdigest()[:16],
+        }
 
     def p_yes(self, finding: str, images: Sequence[ImageData]) -> np.ndarray:
         """P(yes) of ``finding``'s head for each image."""
@@ -371,13 +397,17 @@ class VisionProbe(LocalModel):
             "C": self.C,
             "encoder_path": str(self.encoder.path),
             "encoder": self.encoder.identity(),
-            "heads": {f: {"intercept": h.intercept, "n_train": h.n_train, "n_pos": h.n_pos} for f, h in self.heads.items()},
+            "heads": {
+                f: {"intercept": h.intercept, "n_train": h.n_train, "n_pos": h.n_pos}
+                for f, h in self.heads.items()
+            },
         }
-        arrays = {f"coef__{f}": h.coef for f, h in self.heads.items()}
+        arrays: dict[str, Any] = {"mean": self.mean, "scale": self.scale, "meta": np.array(json.dumps(meta))}
+        arrays.update({f"coef__{f}": h.coef for f, h in self.heads.items()})
         fd, tmp = tempfile.mkstemp(prefix=".tmp.", suffix=".npz", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, mean=self.mean, scale=self.scale, meta=np.array(json.dumps(meta)), **arrays)
+                np.savez(fh, **arrays)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -386,7 +416,11 @@ class VisionProbe(LocalModel):
 
     @classmethod
     def load(
-        cls, path: str | Path, cache_dir: str | Path | None = None, encoder_path: str | Path | None = None, device: str = "auto"
+        cls,
+        path: str | Path,
+        cache_dir: str | Path | None = None,
+        encoder_path: str | Path | None = None,
+        device: str = "auto",
     ) -> VisionProbe:
         """Read a probe saved by :meth:`save`; refuses an encoder whose identity differs from the one fitted."""
         path = Path(path)
@@ -398,9 +432,12 @@ class VisionProbe(LocalModel):
             coefs = {k.removeprefix("coef__"): z[k] for k in z.files if k.startswith("coef__")}
         encoder = ImageEncoder(encoder_path or meta["encoder_path"], device=device)
         if encoder.identity()["fingerprint"] != meta["encoder"]["fingerprint"]:
-            raise ConfigError(f"{path}: the probe was fitted on encoder {meta['encoder']} but {encoder.path} differs")
+            raise ConfigError(
+                f"{path}: the probe was fitted on encoder {meta['encoder']} but {encoder.path} differs"
+            )
         heads = {
-            f: Head(coefs[f], float(h["intercept"]), int(h["n_train"]), int(h["n_pos"])) for f, h in meta["heads"].items()
+            f: Head(coefs[f], float(h["intercept"]), int(h["n_train"]), int(h["n_pos"]))
+            for f, h in meta["heads"].items()
         }
         return cls(encoder, mean, scale, heads, cache_dir=cache_dir, name=meta["name"], C=float(meta["C"]))
 

@@ -54,7 +54,9 @@ def build_tiny_tokenizer(vocab_size: int = 200):  # -> PreTrainedTokenizerFast
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
     words = _CORPUS_WORDS.split()
     # every word alone, capitalised and after a space, so "Yes", "▁Yes", "yes", "▁yes" become whole tokens
-    corpus = [" ".join(words)] * 4 + [w for w in words] + [f"Answer: {w}" for w in ("Yes", "No", "yes", "no")] * 20
+    corpus = (
+        [" ".join(words)] * 4 + [w for w in words] + [f"Answer: {w}" for w in ("Yes", "No", "yes", "no")] * 20
+    )
     tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -135,7 +137,9 @@ def build_tiny_llava(folder: str | Path, seed: int = 0) -> Path:
     model = LlavaForConditionalGeneration(config).eval()
     _sharpen(model)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     image_processor = CLIPImageProcessor(
         size={"shortest_edge": 32},
@@ -172,7 +176,9 @@ def build_tiny_causal_lm(folder: str | Path, seed: int = 0, chat_template: bool 
     model = LlamaForCausalLM(_llama_config(len(tokenizer), tokenizer)).eval()
     _sharpen(model)
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
