@@ -180,3 +180,46 @@ def make_mimic_tree(
         for i in range(n_images):
             _write_jpeg(mroot / paths[i], W, H, i)
     return {"mimic_root": mroot, "ms_cxr_root": msroot, "rexerr_root": rxroot, "mimic_iv_root": ivroot}
+
+
+CHEXPERT_ORDER = ["No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
+                  "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other",
+                  "Fracture", "Support Devices"]
+
+
+def make_chexpert_tree(root: Path, *, n_patients: int = 400, images: bool = True, size: tuple[int, int] = (64, 80),
+                       rare_negative: str = "Pleural Other", seed: int = 1) -> Path:
+    """CheXpert-v1.0-small/{train,valid}.csv + train/patientNNNNN/studyN/viewK_{frontal,lateral}.jpg."""
+    rng = np.random.default_rng(seed)
+    base = Path(root) / "CheXpert-v1.0-small"
+    rows = {"train": [], "valid": []}
+    for p in range(1, n_patients + 1):
+        part = "valid" if p % 50 == 0 else "train"
+        sex = rng.choice(["Male", "Female", "Unknown"], p=[0.49, 0.49, 0.02])
+        age = int(rng.integers(18, 90))
+        healthy = rng.random() < 0.45
+        for s in range(1, int(rng.integers(1, 4)) + 1):
+            labels = {}
+            for c in CHEXPERT_ORDER[1:]:
+                if healthy:
+                    labels[c] = 0.0 if rng.random() < 0.05 else np.nan
+                    continue
+                u = rng.random()
+                neg_p = 0.01 if c == rare_negative else 0.3
+                labels[c] = 1.0 if u < 0.3 else (0.0 if u < 0.3 + neg_p else (-1.0 if u < 0.35 + neg_p else np.nan))
+            labels["No Finding"] = 1.0 if healthy else np.nan
+            stem = f"CheXpert-v1.0-small/{part}/patient{p:05d}/study{s}"
+            view = "PA" if rng.random() < 0.4 else "AP"
+            rows[part].append({"Path": f"{stem}/view1_frontal.jpg", "Sex": sex, "Age": age, "Frontal/Lateral": "Frontal",
+                               "AP/PA": view, **labels})
+            if rng.random() < 0.5:
+                rows[part].append({"Path": f"{stem}/view2_lateral.jpg", "Sex": sex, "Age": age,
+                                   "Frontal/Lateral": "Lateral", "AP/PA": None, **labels})
+    base.mkdir(parents=True, exist_ok=True)
+    for part, rr in rows.items():
+        df = pd.DataFrame(rr)[["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *CHEXPERT_ORDER]]
+        df.to_csv(base / f"{part}.csv", index=False, float_format="%.1f")
+        if images:
+            for i, pth in enumerate(df["Path"]):
+                _write_jpeg(Path(root) / pth, size[0], size[1], i)
+    return base

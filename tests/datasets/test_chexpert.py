@@ -1,0 +1,74 @@
+"""build_chexpert on a generated CheXpert-v1.0-small tree (train.csv/valid.csv, 1.0/0.0/-1.0/blank labels)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dsfixtures as F
+
+from medvlm_audit.datasets.chexpert import build_chexpert, chexpert_patient_split
+from medvlm_audit.datasets.common import DatasetError
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return F.make_chexpert_tree(tmp_path_factory.mktemp("chx"), n_patients=1500)
+
+
+@pytest.fixture(scope="module")
+def built(tree, tmp_path_factory):
+    return build_chexpert(tree, tmp_path_factory.mktemp("o") / "chx", check_images=True, verbose=False)
+
+
+def test_counts_and_pleural_other_shortfall(built):
+    df = built.probe_set.df
+    per = df.groupby(["finding", "label"]).size()
+    assert per["no_finding"].to_dict() == {0: 100}
+    full = [f for f in per.index.get_level_values(0).unique() if f not in ("no_finding", "pleural_other")]
+    assert all(per[f].to_dict() == {0: 50, 1: 50} for f in full)
+    # explicit 0.0 negatives are rare for Pleural Other: a reported shortfall, as in Supplementary Table 9
+    sf = {s.stratum: s for s in built.shortfalls}
+    assert "chexpert:pleural_other:absent" in sf
+    s = sf["chexpert:pleural_other:absent"]
+    assert s.obtained == per["pleural_other"].get(0, 0) == s.available < 50
+    assert len(df) == 1400 - (50 - s.obtained)
+
+
+def test_protocol(built, tree):
+    df = built.probe_set.df
+    assert (df.split == "test").all() and df.view.isin(["PA", "AP"]).all()
+    assert (df.swap_patient_id != df.patient_id).all() and df.swap_image_path.str.startswith("CheXpert-v1.0-small/").all()
+    assert df.sex.isin(["M", "F"]).all() and df.image_width.eq(64).all()
+    assert not df.duplicated(["stratum", "patient_id"]).any()
+    labels = pd.concat([pd.read_csv(tree / "train.csv"), pd.read_csv(tree / "valid.csv")]).set_index("Path")
+    col = {"atelectasis": "Atelectasis", "no_finding": "No Finding", "pleural_other": "Pleural Other"}
+    for r in df[df.finding.isin(col)].itertuples():
+        want = 1.0 if r.finding_state == 1 else 0.0
+        assert labels.loc[r.image_path, col[r.finding]] == want
+        assert labels.loc[r.swap_image_path, col[r.finding]] == want
+    ex = built.exclusions
+    assert ex.reason.str.contains("not frontal").any() and ex.reason.str.contains("missing sex").any()
+    assert ex.reason.str.contains(r"uncertain \(-1.0\)").any()
+
+
+def test_patient_split_is_deterministic_and_patient_level():
+    pats = pd.Series([f"patient{i:05d}" for i in range(100) for _ in range(3)])
+    a, b = chexpert_patient_split(pats), chexpert_patient_split(pats)
+    assert (a == b).all() and (a == "test").sum() == 60
+    assert pd.DataFrame({"p": pats, "s": a}).groupby("p").s.nunique().eq(1).all()
+
+
+def test_bad_label_and_missing_column(tree, tmp_path):
+    df = pd.read_csv(tree / "train.csv")
+    bad = tmp_path / "labels.csv"
+    df.assign(Edema=df.Edema.where(df.index != 7, "yes")).to_csv(bad, index=False)
+    with pytest.raises(DatasetError, match=r"'Edema' row 9 has value 'yes'"):
+        build_chexpert(tree, tmp_path / "o", labels_csv=bad, check_images=False, verbose=False)
+    df.drop(columns=["AP/PA"]).to_csv(bad, index=False)
+    with pytest.raises(DatasetError, match=r"lacks required column\(s\) \['AP/PA'\]"):
+        build_chexpert(tree, tmp_path / "o", labels_csv=bad, check_images=False, verbose=False)
