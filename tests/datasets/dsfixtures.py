@@ -223,3 +223,50 @@ def make_chexpert_tree(root: Path, *, n_patients: int = 400, images: bool = True
             for i, pth in enumerate(df["Path"]):
                 _write_jpeg(Path(root) / pth, size[0], size[1], i)
     return base
+
+
+NIH_BOX_LABELS = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltrate", "Mass", "Nodule", "Pneumonia", "Pneumothorax"]
+NIH_ALL = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia", "Pneumothorax",
+           "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia"]
+
+
+def make_nih_tree(root: Path, *, n_images: int = 900, n_boxes: int = 60, images: bool = True, layout: str = "flat",
+                  seed: int = 2) -> Path:
+    """NIH ChestX-ray14: Data_Entry_2017_v2020.csv, BBox_List_2017.csv, test_list.txt and 1024x1024 PNGs
+    in ``images/`` (flat) or ``images_001/images/`` (kaggle layout)."""
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    img_dir = root / ("images" if layout == "flat" else "images_001/images")
+    img_dir.mkdir(parents=True, exist_ok=True)
+    rows, names = [], []
+    pid = 0
+    while len(rows) < n_images:
+        pid += 1
+        for k in range(int(rng.integers(1, 4))):
+            name = f"{pid:08d}_{k:03d}.png"
+            u = rng.random()
+            labs = ["No Finding"] if u < 0.35 else sorted(set(rng.choice(NIH_ALL, int(rng.integers(1, 3))).tolist()))
+            rows.append([name, "|".join(labs), k, pid, int(rng.integers(20, 85)), rng.choice(["M", "F"]),
+                         rng.choice(["PA", "AP"], p=[0.6, 0.4]), 2500, 2048, 0.143, 0.143])
+            names.append(name)
+    header = ("Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,"
+              "OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y]\n")
+    with open(root / "Data_Entry_2017_v2020.csv", "w") as f:
+        f.write(header)
+        for r in rows:
+            f.write(",".join(str(v) for v in r) + "\n")
+    (root / "test_list.txt").write_text("\n".join(names[: len(names) // 2]) + "\n")
+    with open(root / "BBox_List_2017.csv", "w") as f:
+        f.write("Image Index,Finding Label,Bbox [x,y,w,h],,,\n")
+        box_imgs = rng.choice(len(rows), n_boxes, replace=False)
+        for i, j in enumerate(box_imgs):
+            lab = NIH_BOX_LABELS[i % len(NIH_BOX_LABELS)]
+            small = i % 5 == 4
+            w, h = (rng.uniform(40, 120), rng.uniform(40, 120)) if small else (rng.uniform(260, 500), rng.uniform(260, 500))
+            x, y = rng.uniform(0, 1024 - w), rng.uniform(0, 1024 - h)
+            f.write(f"{rows[j][0]},{lab},{x},{y},{w},{h}\n")
+    if images:
+        for i, n in enumerate(names):
+            arr = np.full((1024, 1024), i % 200, dtype=np.uint8)
+            Image.fromarray(arr).save(img_dir / n, compress_level=1)
+    return root

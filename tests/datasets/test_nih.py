@@ -1,0 +1,71 @@
+"""build_nih on a generated NIH ChestX-ray14 tree (real CSV headers, pipe-joined labels, 1024 px PNGs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import dsfixtures as F
+
+from medvlm_audit.boxes import working_box
+from medvlm_audit.datasets import nih
+from medvlm_audit.datasets.common import DatasetError
+from medvlm_audit.datasets.nih import build_nih
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    return F.make_nih_tree(tmp_path_factory.mktemp("nih"), n_images=500, n_boxes=50, layout="kaggle")
+
+
+def test_build_boxes_strata_swaps(tree, tmp_path):
+    res = build_nih(tree, tmp_path / "o", per_finding=10, n_normal=20, check_images=True, verbose=False,
+                    metadata_from="root")
+    df = res.probe_set.df
+    boxed = df[df.stratum.str.startswith("nih_box:")]
+    bbox = pd.read_csv(tree / "BBox_List_2017.csv", header=None, skiprows=1, names=["i", "l", "x", "y", "w", "h"])
+    big = bbox[(bbox.w * 224 / 1024 >= 50) & (bbox.h * 224 / 1024 >= 50)]
+    assert len(boxed) == len(big) and (boxed.label == 1).all()
+    for r in boxed.itertuples():
+        b = bbox[bbox.i == r.image_index].iloc[0]
+        assert (r.tbox_x0, r.tbox_y0, r.tbox_x1, r.tbox_y1) == working_box((b.x, b.y, b.x + b.w, b.y + b.h), 1024, 1024)
+    assert boxed.image_path.str.startswith("images_001/images/").all()
+    ex = res.exclusions
+    assert (ex.stage == "nih_box:box_size").sum() == len(bbox) - len(big)
+    lab = df[~df.stratum.str.startswith("nih_box:")]
+    assert not set(lab.image_index) & set(bbox.i)
+    assert (df[df.finding == "no_finding"].label == 0).all()
+    entry = pd.read_csv(tree / "Data_Entry_2017_v2020.csv", index_col=False).set_index("Image Index")
+    for r in df.itertuples():
+        assert r.swap_patient_id != r.patient_id
+        partner = entry.loc[Path(r.swap_image_path).name, "Finding Labels"].split("|")
+        tok = {"pleural_effusion": "Effusion", "no_finding": "No Finding"}.get(r.finding, r.finding.capitalize())
+        tok = {"Infiltration": "Infiltration", "Pleural_thickening": "Pleural_Thickening"}.get(tok, tok)
+        assert (tok in partner) == (r.finding_state == 1), r.case_id
+    for s in res.shortfalls:
+        assert s.obtained < s.requested
+
+
+def test_bad_label_token_and_fallback_to_torchxrayvision(tree, tmp_path, monkeypatch):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    txt = (tree / "Data_Entry_2017_v2020.csv").read_text().splitlines()
+    first = txt[1].split(",")
+    first[1] = "Cardiomegaly|Pneumonitis"
+    (bad / "Data_Entry_2017_v2020.csv").write_text("\n".join([txt[0], ",".join(first), *txt[2:]]) + "\n")
+    (bad / "BBox_List_2017.csv").write_text((tree / "BBox_List_2017.csv").read_text())
+    with pytest.raises(DatasetError, match="row 2 column 'Finding Labels' has label 'Pneumonitis'"):
+        build_nih(bad, tmp_path / "o", check_images=False, verbose=False, metadata_from="root")
+    # no CSVs in the user's folder: they are read from the torchxrayvision package data folder
+    empty = tmp_path / "imgs_only"
+    empty.mkdir()
+    monkeypatch.setattr(nih, "torchxrayvision_data_dir", lambda: tree)
+    res = build_nih(empty, tmp_path / "o2", per_finding=5, n_normal=5, check_images=False, verbose=False)
+    assert res.probe_set.provenance["inputs"]["data_entry"]["path"] == str(tree / "Data_Entry_2017_v2020.csv")
+    monkeypatch.setattr(nih, "torchxrayvision_data_dir", lambda: None)
+    with pytest.raises(DatasetError, match="Data_Entry_2017"):
+        build_nih(empty, tmp_path / "o3", check_images=False, verbose=False)
