@@ -103,6 +103,18 @@ def make_inputs(n: int, size: int = 224, seed: int = 0) -> list[ModelInput]:
     return out
 
 
+def encoding_costs(images: Sequence[np.ndarray]) -> dict[str, float]:
+    """Milliseconds per image to build the data URL, for grayscale and RGB, PNG levels 0/1 and JPEG."""
+    out = {}
+    for space, imgs in (("gray", list(images)), ("RGB", [np.repeat(im[:, :, None], 3, axis=2) for im in images])):
+        for label, fmt, level in (("png0", "png", 0), ("png1", "png", 1), ("jpeg", "jpeg", 1)):
+            t0 = time.perf_counter()
+            for im in imgs:
+                data_url(im, fmt, png_level=level)
+            out[f"{space} {label}"] = (time.perf_counter() - t0) / len(imgs) * 1e3
+    return out
+
+
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -134,12 +146,7 @@ def main() -> None:
     args = ap.parse_args()
 
     inputs = make_inputs(args.n)
-    enc = {}
-    for lvl in (0, 1):
-        t0 = time.perf_counter()
-        for inp in inputs[:500]:
-            data_url(inp.images[0].pixels, "png", png_level=lvl)
-        enc[lvl] = (time.perf_counter() - t0) / 500 * 1e3
+    enc = encoding_costs([i.images[0].pixels for i in inputs[:300]])
 
     ideal = args.concurrency / (args.delay_ms / 1000.0)
     proc = spawn_fake_server(args.delay_ms)
@@ -175,7 +182,7 @@ def main() -> None:
         proc.stop()
     print(f"requests per run: {args.n}, concurrency {args.concurrency}, server delay {args.delay_ms:g} ms "
           f"(separate process), 224x224 grayscale image per request, rounds {args.rounds} (median)")
-    print(f"PNG data URL per 224x224 grayscale image: level 0 {enc[0]:.3f} ms, level 1 {enc[1]:.3f} ms")
+    print("data URL encoding, ms per 224x224 image: " + ", ".join(f"{k} {v:.3f}" for k, v in enc.items()))
     print("\n".join(lines))
 
 
