@@ -510,3 +510,44 @@ def test_numpy_values_in_summary_are_json_safe(tmp_path: Path, monkeypatch: pyte
     write_report(a, tmp_path, title="t", run_info={"when": pd.Timestamp("2026-11-22")})
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["B"] == 10000 and s["auroc"] is None and s["ok"] is True and s["seeds"] == [0, 42]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# against the real grounding analysis (analysis/grounding.py), on small synthetic runs
+
+
+def _real_analysis(drop_conditions: tuple[str, ...] = ()) -> Any:
+    syn = pytest.importorskip("medvlm_audit.analysis.synthetic")
+    grounding = pytest.importorskip("medvlm_audit.analysis.grounding")
+    models = [syn.uses_image("reader"), syn.ignores_image("prior"), syn.always_yes("yes"), syn.unstable("wobbly"),
+              syn.uses_image("mute", parse_rate=0.0), syn.ignores_image("flatconf", confidence="binary")]
+    tidy = syn.make_tidy(models, syn.SyntheticDesign(n_cases=200, n_boxed=120, n_res512=40, n_prompt=30))
+    if drop_conditions:
+        tidy = tidy[~tidy["condition"].isin(drop_conditions)].reset_index(drop=True)
+    return grounding.analyse_grounding(tidy, B=200)
+
+
+def test_real_analysis_renders(tmp_path: Path) -> None:
+    a = _real_analysis()
+    path = write_report(a, tmp_path, title="real analysis", run_info={"run_id": "synthetic-run"})
+    page = path.read_text()
+    assert not NAN_WORD.search(page) and not EXTERNAL_REF.search(page)
+    assert len(pd.read_csv(tmp_path / "metrics.csv")) == len(a.metrics)
+    table = re.search(r'id="metrics-all">(.*?)</table>', page, re.S).group(1)
+    assert table.split("<tbody>", 1)[1].count("<tr>") == len(a.metrics)
+    head = page.split('<section id="figures">')[0]
+    for model, cat in zip(a.categories["model"], a.categories["category"]):
+        row = [li for li in head.split("<li>") if f'<span class="model">{model}</span>' in li][0]
+        label = {"uses_image": "uses image", "ignores_image": "ignores image"}.get(cat, cat)
+        assert f">{label}</span>" in row, (model, cat)
+    # the resampling block of the real summary feeds the run-information header
+    assert "exact-counts" in head and "10000" not in head and ">200<" in head
+    assert "Causal triad on" in page and "Per-finding causal grounding rate" in page
+    assert "not estimable (n = 0)" in page  # the model with no parsed answer
+
+
+def test_real_analysis_with_missing_conditions_renders(tmp_path: Path) -> None:
+    a = _real_analysis(drop_conditions=("irrelevant_mask", "swap"))
+    page = write_report(a, tmp_path, title="no swap, no irrelevant mask", run_info={}).read_text()
+    assert not NAN_WORD.search(page)
+    assert "Causal triad" in page

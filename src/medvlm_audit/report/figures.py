@@ -354,7 +354,8 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
             xh.append(float(r["is_high"]) if _fin(r["is_high"]) else np.nan)
             yl.append(float(r["cgr_low"]) + shift if _fin(r["cgr_low"]) else np.nan)
             yh.append(float(r["cgr_high"]) + shift if _fin(r["cgr_high"]) else np.nan)
-            ax.text(x - 0.4, y, model, ha="right", va="center", fontsize=6.5, zorder=4)
+            ax.annotate(model, (x, y), xytext=(-7, 0), textcoords="offset points", ha="right", va="center",
+                        fontsize=6.5, zorder=4)
     _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=50, lw=1.1)
     ax.set_xlim(xlo, 101.5)
     ax.set_ylim(ybot, ytop)
@@ -1108,8 +1109,9 @@ def build_figures(analysis: Any) -> list[Figure]:
         fs = [f for f in fams if f.startswith(f"pairs:{ps}:")]
         if fs:
             figs.append(forest_figure(comp, families=fs, title=f"All pairwise differences — {ps}"))
-        known = ("baseline:", "pairs:", "subgroups:")
-        fs = [f for f in fams if not f.startswith(known) and f":{ps}:" in f":{f}:"]
+        known = ("baseline:", "pairs:", "subgroups:", "robustness:")  # robustness rows are rank correlations
+        fs = [f for f in fams if not f.startswith(known) and f":{ps}:" in f":{f}:"
+              and comp.loc[comp["family"] == f, "diff"].map(_fin).any()]
         if fs:
             figs.append(forest_figure(comp, families=fs, title=f"Other paired comparisons — {ps}"))
         if len(sweep) and "probe_set" in sweep.columns and (sweep["probe_set"] == ps).any():

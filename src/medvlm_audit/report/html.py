@@ -307,17 +307,19 @@ footer{margin-top:40px;font-size:12px;color:var(--muted)}
 
 #: (label, keys looked up in run_info then summary) for the run-information block, in display order.
 _RUN_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Run id", ("run_id", "run")),
+    ("Run id", ("run_id", "run_ids", "run")),
     ("Probe sets", ("probe_sets", "probe_set")),
     ("Models", ("models",)),
     ("Cases", ("n_cases", "cases")),
     ("Config", ("config", "config_summary")),
     ("Package version", ("package_version", "version")),
     ("Seeds", ("seeds", "seed")),
+    ("Baselines", ("baselines",)),
     ("IS denominator", ("is_denominator", "is_denom", "is_denominator_used")),
-    ("Resampling mode", ("resampling_mode", "resampling", "mode")),
+    ("Resampling mode", ("resampling_mode", "mode", "resampling")),
     ("Resamples (B)", ("B", "b", "n_resamples", "n_boot", "bootstrap_resamples")),
     ("Permutations", ("n_permutations", "permutations")),
+    ("Patient-clustered bootstrap", ("cluster_by_patient",)),
 )
 
 
@@ -370,8 +372,9 @@ def _value_text(value: Any) -> str:
 
 
 def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
-    nested = [v for k in ("run_info", "run", "info") if isinstance(v := summary.get(k), Mapping)]
-    sources: list[Mapping[str, Any]] = [run_info, summary, *nested, derived]
+    # nested blocks first (e.g. summary["resampling"] = {"mode", "B", "seed", ...}), so scalars win over dicts
+    nested = [v for k in ("resampling", "run_info", "run", "info") if isinstance(v := summary.get(k), Mapping)]
+    sources: list[Mapping[str, Any]] = [run_info, *nested, summary, derived]
     used: set[str] = set()
     items: list[str] = []
     for label, aliases in _RUN_FIELDS:

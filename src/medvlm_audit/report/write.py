@@ -91,10 +91,13 @@ def _summary_bytes(analysis: Any, title: str, run_info: Mapping[str, Any]) -> by
 def _commit(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> None:
     """Write every payload to a temp file in out_dir, then rename all into place; clean up on any failure."""
     temps: list[tuple[Path, Path]] = []
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         for name, data in payloads:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
             temps.append((Path(tmp), out_dir / name))
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the files ordinary permissions
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
