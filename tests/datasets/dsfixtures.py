@@ -253,8 +253,7 @@ def make_nih_tree(root: Path, *, n_images: int = 900, n_boxes: int = 60, images:
               "OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y]\n")
     with open(root / "Data_Entry_2017_v2020.csv", "w") as f:
         f.write(header)
-        for r in rows:
-            f.write(",".join(str(v) for v in r) + "\n")
+        f.writelines(",".join(str(v) for v in r) + "\n" for r in rows)
     (root / "test_list.txt").write_text("\n".join(names[: len(names) // 2]) + "\n")
     with open(root / "BBox_List_2017.csv", "w") as f:
         f.write("Image Index,Finding Label,Bbox [x,y,w,h],,,\n")
@@ -269,4 +268,61 @@ def make_nih_tree(root: Path, *, n_images: int = 900, n_boxes: int = 60, images:
         for i, n in enumerate(names):
             arr = np.full((1024, 1024), i % 200, dtype=np.uint8)
             Image.fromarray(arr).save(img_dir / n, compress_level=1)
+    return root
+
+
+VINDR_LOCAL = ["Aortic enlargement", "Cardiomegaly", "Pleural effusion", "Nodule/Mass", "Other lesion", "Lung Opacity"]
+
+
+def write_dicom(path: Path, w: int, h: int, value: int) -> None:
+    """A minimal MONOCHROME2 16-bit DICOM file (as VinDr-CXR ships them)."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, SecondaryCaptureImageStorage, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = SecondaryCaptureImageStorage
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Rows, ds.Columns, ds.SamplesPerPixel = h, w, 1
+    ds.PhotometricInterpretation = "MONOCHROME2"
+    ds.BitsAllocated, ds.BitsStored, ds.HighBit, ds.PixelRepresentation = 16, 12, 11, 0
+    ds.PixelData = np.full((h, w), value % 4096, dtype=np.uint16).tobytes()
+    ds.save_as(path, enforce_file_format=True)
+
+
+def make_vindr_tree(root: Path, *, n_images: int = 240, fmt: str = "png", size: tuple[int, int] = (512, 640),
+                    seed: int = 3) -> Path:
+    """VinDr-CXR 1.0.0: annotations/annotations_test.csv, annotations/image_labels_test.csv, test/<id>.{png,dicom}."""
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    (root / "test").mkdir(parents=True, exist_ok=True)
+    W, H = size
+    ann, labs = [], []
+    ids = _hex_ids(rng, n_images)
+    for i, iid in enumerate(ids):
+        iid = iid.replace("-", "")[:32]
+        ids[i] = iid
+        lab = dict.fromkeys(VINDR_LOCAL + ["No finding", "Pneumonia"], 0)
+        if rng.random() < 0.4:
+            ann.append((iid, "R8", "No finding", None, None, None, None))
+            lab["No finding"] = 1
+        else:
+            for c in rng.choice(VINDR_LOCAL, int(rng.integers(1, 3)), replace=False):
+                for _ in range(int(rng.integers(1, 3))):  # one or two boxes of the same class
+                    bw, bh = rng.uniform(0.05, 0.4) * W, rng.uniform(0.05, 0.4) * H
+                    x, y = rng.uniform(0, W - bw), rng.uniform(0, H - bh)
+                    ann.append((iid, "R8", c, x, y, x + bw, y + bh))
+                lab[c] = 1
+        labs.append({"image_id": iid, "rad_id": "R8", **lab})
+        if fmt == "png":
+            Image.fromarray(np.full((H, W), i % 200, dtype=np.uint8)).save(root / "test" / f"{iid}.png", compress_level=1)
+        else:
+            write_dicom(root / "test" / f"{iid}.dicom", W, H, i)
+    pd.DataFrame(ann, columns=["image_id", "rad_id", "class_name", "x_min", "y_min", "x_max", "y_max"]).to_csv(
+        root / "annotations" / "annotations_test.csv", index=False)
+    pd.DataFrame(labs).to_csv(root / "annotations" / "image_labels_test.csv", index=False)
     return root
