@@ -136,6 +136,9 @@ def build_vindr(
                 pos_sets.setdefault(VINDR_CLASSES[col], set()).update(lab.loc[v == 1, "image_id"])
     for f, ids in ann.dropna(subset=["finding"]).groupby("finding")["image_id"]:
         pos_sets.setdefault(str(f), set()).update(ids)
+    # normal only when no reader marked anything (multi-reader train sets mix "No finding" with findings)
+    marked = set(ann.loc[ann["class_name"] != "No finding", "image_id"])
+    pos_sets["no_finding"] = pos_sets.get("no_finding", set()) - marked
     skipped = ann[ann["finding"].isna()]
     log.add_many(skipped["record_id"], "vindr", "vindr:class",
                  ("class " + skipped["class_name"] + " has no finding id in the prompt vocabulary").tolist())
