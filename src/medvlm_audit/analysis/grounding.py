@@ -168,8 +168,12 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             sweep_rows.extend({"probe_set": ps, "model": m, "threshold": t, "category": c} for t, c in sweep)
             v = vecs[m]
             n_edited = int((v["cgr"].elig | v["uar"].elig | v["is"].elig).sum())
-            verdict_parts.setdefault(m, []).append(
-                (ps, verdict(cat, reason, cgr, uar, is_, int(r["parse_rate"].n), n_edited), n_boxed))
+            if acc.n == 0:
+                text = (f"no parsed answer on the original image ({r['parse_rate'].n} asked): not assessable"
+                        if r["parse_rate"].n else "no answers on the original image: not assessable")
+            else:
+                text = verdict(cat, reason, cgr, uar, is_, acc.n, n_edited)
+            verdict_parts.setdefault(m, []).append((ps, text, n_boxed))
         comp_rows.extend(baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts))
         comp_rows.extend(pairwise_comparisons(main, vecs, opts))
         comp_rows.extend(subgroup_tests(main, vecs, opts))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -375,11 +376,23 @@ def _finite(x: float) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
+@lru_cache(maxsize=8192)
+def _proportion_from_counts(k: int, n: int, B: int, seed: int, wilson_below: int) -> stats.Estimate:
+    """stats.proportion in exact-counts mode without clusters: its result depends on (k, n) only, so identical
+    count pairs (common across subsets and ignores-image models) are estimated once."""
+    x = np.zeros(n, dtype=np.int8)
+    x[:k] = 1
+    return stats.proportion(x, B=B, seed=seed, mode="exact-counts", wilson_below=wilson_below)
+
+
 def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, wilson_below: int = 0,
              label: str = "") -> dict[str, Any]:
     """Estimate of a 0/1 proportion in percent (point, SE in pp, 95% interval, n, k, method, note)."""
-    est = stats.proportion(values, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=clusters,
-                           wilson_below=wilson_below)
+    if clusters is None and opts.mode == "exact-counts":
+        est = _proportion_from_counts(int(values.sum()), int(values.shape[0]), opts.B, opts.seed, wilson_below)
+    else:
+        est = stats.proportion(values, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=clusters,
+                               wilson_below=wilson_below)
     n = int(est.n)
     note = ""
     if n == 0:
