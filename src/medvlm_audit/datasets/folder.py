@@ -1,0 +1,183 @@
+"""A probe set from any folder of images plus a CSV of (image, finding, label, box, patient, age, sex, view).
+
+Each CSV row becomes one finding-presence case; ``label`` is the correct answer to "Is [display] present ...?"
+(so a normal image asked about ``no_finding`` - "any acute abnormality" - has label 0). Boxes (x0, y0, x1, y1 in
+the image's pixels) enable the masking conditions; swap partners are drawn from the other rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.datasets.common import (
+    SEED,
+    BuildResult,
+    DatasetError,
+    ExclusionLog,
+    SwapPool,
+    add_boxes,
+    apply_filters,
+    assign_swaps,
+    box_outside_reason,
+    checker_for,
+    finalize,
+    normalize_sex,
+    normalize_view,
+    py,
+    read_csv,
+    view_reasons,
+)
+from medvlm_audit.findings import normalize_finding
+
+LABEL_VALUES = {
+    "1": 1, "1.0": 1, "yes": 1, "true": 1, "present": 1, "positive": 1,
+    "0": 0, "0.0": 0, "no": 0, "false": 0, "absent": 0, "negative": 0,
+    "-1": -1, "-1.0": -1, "uncertain": -1,
+}
+ALIASES = {
+    "image": ("image", "image_path", "path", "file"),
+    "patient_id": ("patient_id", "patient", "subject_id"),
+    "x0": ("x0", "box_x0", "x_min", "xmin"),
+    "y0": ("y0", "box_y0", "y_min", "ymin"),
+    "x1": ("x1", "box_x1", "x_max", "xmax"),
+    "y1": ("y1", "box_y1", "y_max", "ymax"),
+}
+
+
+def _col(df: pd.DataFrame, key: str) -> str | None:
+    for c in ALIASES.get(key, (key,)):
+        if c in df.columns:
+            return c
+    return None
+
+
+def build_folder(
+    images_dir: str | Path,
+    csv_path: str | Path,
+    out_dir: str | Path,
+    *,
+    frontal_only: bool = True,
+    require_demographics: bool = False,
+    min_box_side: float = 0.0,
+    swap_same_view: bool = False,
+    check_images: bool = True,
+    full_decode: bool = False,
+    workers: int = 2,
+    seed: int = SEED,
+    name: str = "folder",
+    verbose: bool = True,
+    fingerprint_inputs: bool = True,
+) -> BuildResult:
+    """Build a probe set from ``csv_path`` (columns image, finding, label; optional x0, y0, x1, y1, patient_id,
+    age, sex, view, study_id, split, case_id, width, height) with image paths relative to ``images_dir``."""
+    images_dir, out_dir, csv_path = Path(images_dir), Path(out_dir), Path(csv_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = ExclusionLog()
+    raw = read_csv(csv_path, ["finding", "label"], "folder CSV", dtype=str, keep_default_na=False, na_values=[""])
+    img_col = _col(raw, "image")
+    if img_col is None:
+        raise DatasetError(f"folder CSV: {csv_path} lacks an image column (one of {ALIASES['image']})")
+    df = pd.DataFrame({"image_path": raw[img_col].astype(str), "record_id": raw[img_col].astype(str)})
+    df["row"] = raw.index + 2
+    # findings and labels: clear errors naming the row and value
+    fins = []
+    for i, v in enumerate(raw["finding"]):
+        try:
+            fins.append(normalize_finding(str(v)))
+        except KeyError:
+            raise DatasetError(f"folder CSV: {csv_path} row {i + 2} column 'finding' has unknown finding {v!r}") from None
+    df["finding"] = fins
+    lab = raw["label"].astype("string").str.strip().str.lower().map(LABEL_VALUES)
+    if lab.isna().any():
+        i = int(np.flatnonzero(lab.isna().to_numpy())[0])
+        raise DatasetError(f"folder CSV: {csv_path} row {i + 2} column 'label' has value {py(raw['label'].iloc[i])!r}; "
+                           f"allowed: {sorted(LABEL_VALUES)}")
+    df["label"] = lab.astype(int)
+    pcol = _col(raw, "patient_id")
+    df["patient_id"] = raw[pcol].astype(str) if pcol else df["image_path"]
+    df["case_id"] = raw["case_id"].astype(str) if "case_id" in raw else (
+        "folder-" + df["finding"] + "-r" + df["row"].astype(str))
+    if df["case_id"].duplicated().any():
+        raise DatasetError(f"folder CSV: {csv_path} repeats case_id {df['case_id'][df['case_id'].duplicated()].iloc[0]!r}")
+    df["study_id"] = raw["study_id"].astype(str) if "study_id" in raw else df["image_path"]
+    df["split"] = raw["split"] if "split" in raw else None
+    df["age"] = pd.to_numeric(raw["age"], errors="coerce").astype(float) if "age" in raw else np.nan
+    df["sex"] = normalize_sex(raw["sex"]) if "sex" in raw else None
+    df["view"] = normalize_view(raw["view"]).astype(str) if "view" in raw else ""
+    for k in ("x0", "y0", "x1", "y1"):
+        c = _col(raw, k)
+        df[f"_ann_{k}"] = pd.to_numeric(raw[c], errors="coerce") if c else np.nan
+        if c and (raw[c].notna() & df[f"_ann_{k}"].isna()).any():
+            i = int(np.flatnonzero((raw[c].notna() & df[f"_ann_{k}"].isna()).to_numpy())[0])
+            raise DatasetError(f"folder CSV: {csv_path} row {i + 2} column {c!r} has non-numeric value {raw[c].iloc[i]!r}")
+    has_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().all(axis=1)
+    part_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().any(axis=1) & ~has_box
+    reasons: list[tuple[str, pd.Series]] = [
+        ("folder:label", pd.Series(np.where(df["label"] == -1, "uncertain label", None), index=df.index)),
+        ("folder:box", pd.Series(np.where(part_box, "box has missing coordinates", None), index=df.index)),
+    ]
+    if frontal_only and "view" in raw:
+        vr = view_reasons(df["view"])
+        vr[df["view"] == ""] = None  # a blank view is allowed in a generic folder
+        reasons.append(("folder:view", vr))
+    if require_demographics:
+        d = pd.Series([None] * len(df), index=df.index, dtype=object)
+        d[df["sex"].isna()] = "missing sex"
+        d[df["age"].isna()] = "missing age"
+        reasons.append(("folder:demographics", d))
+    df = apply_filters(df, reasons, log, "folder")
+    df["view"] = df["view"].replace("", None)
+    checker = checker_for(out_dir, images_dir, check_images, workers, full_decode)
+    if checker is not None:
+        res = checker.check(df["image_path"])
+        df = apply_filters(df, [("image_check", df["image_path"].map(lambda p: None if res[p].ok else res[p].error))],
+                           log, "folder")
+        df["_checked_w"] = df["image_path"].map(lambda p: res[p].width)
+        df["_checked_h"] = df["image_path"].map(lambda p: res[p].height)
+    else:
+        missing = df["image_path"].map(lambda p: None if (images_dir / p).is_file() else f"file {images_dir / p} does not exist")
+        df = apply_filters(df, [("folder:file", missing)], log, "folder")
+    w = df["_checked_w"] if "_checked_w" in df else (pd.to_numeric(raw["width"], errors="coerce").reindex(df.index) if "width" in raw else np.nan)
+    h = df["_checked_h"] if "_checked_h" in df else (pd.to_numeric(raw["height"], errors="coerce").reindex(df.index) if "height" in raw else np.nan)
+    df["_ann_w"], df["_ann_h"] = pd.Series(w, index=df.index).astype(float), pd.Series(h, index=df.index).astype(float)
+    boxed = df[["_ann_x0", "_ann_y0", "_ann_x1", "_ann_y1"]].notna().all(axis=1)
+    nosize = boxed & df["_ann_w"].isna()
+    if nosize.any():
+        raise DatasetError(f"folder CSV: row {int(df.loc[nosize, 'row'].iloc[0])} has a box but the image size is "
+                           "unknown: keep check_images on or add width and height columns")
+    out = box_outside_reason(df["_ann_x0"], df["_ann_y0"], df["_ann_x1"], df["_ann_y1"], df["_ann_w"], df["_ann_h"]).where(boxed)
+    sw = (df["_ann_x1"] - df["_ann_x0"]) * 224 / df["_ann_w"]
+    sh = (df["_ann_y1"] - df["_ann_y0"]) * 224 / df["_ann_h"]
+    small = boxed & ((sw < min_box_side) | (sh < min_box_side))
+    df = apply_filters(df, [("folder:box", out), ("folder:box_size", (
+        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small))],
+        log, "folder")
+    for k in ("x0", "y0", "x1", "y1"):
+        df[f"box_{k}"] = df[f"_ann_{k}"]
+    df["swap_key"] = df["finding"] + "=" + df["label"].astype(str)
+    pool_src = df.drop_duplicates("image_path").sort_values("image_path")
+    keys = {k: np.flatnonzero(pool_src["swap_key"].to_numpy() == k) for k in pool_src["swap_key"].unique()}
+    sp = SwapPool(pool_src["image_path"].to_numpy(), pool_src["patient_id"].to_numpy(), keys,
+                  pool_src["view"].to_numpy())
+    df = df.assign(kind="finding_presence", source="folder", finding_state=df["label"])
+    df = assign_swaps(df, sp, "swap_key", seed, log, "folder", None, swap_same_view)
+    df = add_boxes(df)
+    df["image_width"], df["image_height"] = df["_ann_w"], df["_ann_h"]
+    keep = ["case_id", "kind", "label", "finding", "image_path", "image_width", "image_height", "box_x0", "box_y0",
+            "box_x1", "box_y1", "tbox_x0", "tbox_y0", "tbox_x1", "tbox_y1", "ibox_x0", "ibox_y0", "ibox_x1", "ibox_y1",
+            "ibox_overlaps", "swap_image_path", "swap_patient_id", "patient_id", "study_id", "age", "sex", "view",
+            "source", "split", "swap_match"]
+    manifest = df[keep]
+    if manifest.empty:
+        raise DatasetError(f"folder CSV: no usable row in {csv_path}; see the exclusions above")
+    params: dict[str, Any] = {"frontal_only": frontal_only, "require_demographics": require_demographics,
+                              "min_box_side": min_box_side, "swap_same_view": swap_same_view,
+                              "patient_ids": "from CSV" if pcol else "none given: each image is its own patient"}
+    counts = {"folder": len(manifest), "boxed": int(manifest["tbox_x0"].notna().sum()), "total": len(manifest)}
+    return finalize(manifest, name=name, builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
+                    inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
+                    verbose=verbose, fingerprint=fingerprint_inputs)
