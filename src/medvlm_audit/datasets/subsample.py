@@ -1,0 +1,63 @@
+"""The prompt-sensitivity subsample: 100 cases balanced over findings and, within each finding, over labels.
+
+Paper 000 (Robustness analyses) draws "a 100-case finding- and label-balanced sub-sample of the MIMIC probe set";
+the released code sampled all-positive MS-CXR cases instead. Here the allocation is explicit: ``n`` is split as
+evenly as possible over findings (a finding with too few cases passes its share on), then each finding's share
+over its labels the same way; cases are drawn with seed 42 per (finding, label) stratum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from medvlm_audit.datasets.common import SEED, allocate_balanced, stratum_rng
+from medvlm_audit.probeset import ProbeSet
+
+
+def balanced_allocation(df: pd.DataFrame, n: int) -> dict[tuple[str, int], int]:
+    """(finding, label) -> number of cases to draw, balanced over findings first, then labels."""
+    counts = df.groupby(["finding", "label"]).size()
+    by_finding = counts.groupby(level=0).sum()
+    per_finding = allocate_balanced({str(f): int(c) for f, c in by_finding.items()}, n)
+    out: dict[tuple[str, int], int] = {}
+    for f, k in per_finding.items():
+        labs = {str(int(lab)): int(c) for (ff, lab), c in counts.items() if ff == f}
+        for lab, m in allocate_balanced(labs, k).items():
+            out[(f, int(lab))] = m
+    return out
+
+
+def balanced_subsample_ids(df: pd.DataFrame, n: int = 100, seed: int = SEED,
+                           kinds: Sequence[str] = ("finding_presence",)) -> list[str]:
+    """Case ids of the finding- and label-balanced subsample (manifest order preserved)."""
+    elig = df[df["kind"].isin(list(kinds)) & df["finding"].notna() & df["label"].notna()].copy()
+    elig["label"] = elig["label"].astype(int)
+    alloc = balanced_allocation(elig, n)
+    chosen: set[str] = set()
+    for (f, lab), k in alloc.items():
+        sub = elig[(elig["finding"] == f) & (elig["label"] == lab)].sort_values("case_id", kind="mergesort")
+        perm = stratum_rng(seed, "prompt_subsample", f, str(lab)).permutation(len(sub))
+        chosen.update(sub["case_id"].iloc[perm[:k]].tolist())
+    return [c for c in df["case_id"] if c in chosen]
+
+
+def prompt_sensitivity_subsample(probe_set: ProbeSet, n: int = 100, seed: int = SEED,
+                                 kinds: Sequence[str] = ("finding_presence",), name: str | None = None) -> ProbeSet:
+    """A new ProbeSet with the balanced subsample; provenance names the parent set, its hash and the allocation."""
+    df = probe_set.df
+    ids = set(balanced_subsample_ids(df, n, seed, kinds))
+    sub = df[df["case_id"].isin(ids)].reset_index(drop=True)
+    elig = df[df["kind"].isin(list(kinds)) & df["finding"].notna()].assign(label=lambda d: d["label"].astype(int))
+    alloc = balanced_allocation(elig, n)
+    prov: dict[str, Any] = {
+        "builder": "prompt_sensitivity_subsample",
+        "seed": seed,
+        "parameters": {"n": n, "kinds": list(kinds)},
+        "parent": {"name": probe_set.name, "content_hash": probe_set.content_hash},
+        "allocation": {f"{f}:{lab}": k for (f, lab), k in sorted(alloc.items())},
+        "shortfall": max(0, n - len(sub)),
+    }
+    return ProbeSet(sub, probe_set.image_root, prov, name=name or f"{probe_set.name}-prompt{n}")

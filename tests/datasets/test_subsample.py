@@ -1,0 +1,52 @@
+"""The 100-case finding- and label-balanced prompt-sensitivity subsample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from medvlm_audit.datasets.subsample import balanced_allocation, prompt_sensitivity_subsample
+from medvlm_audit.probeset import ProbeSet
+
+
+def _probe() -> ProbeSet:
+    rows = []
+    # MIMIC-like: 13 findings x 50/50 + 100 normals (label 0) + all-positive MS-CXR cases on 8 findings
+    fins = ["atelectasis", "cardiomegaly", "consolidation", "edema", "enlarged_cardiomediastinum", "fracture",
+            "lung_lesion", "lung_opacity", "pleural_effusion", "pleural_other", "pneumonia", "pneumothorax",
+            "support_devices"]
+    for f in fins:
+        for lab in (0, 1):
+            rows += [{"case_id": f"{f}-{lab}-{i}", "kind": "finding_presence", "finding": f, "label": lab} for i in range(50)]
+    rows += [{"case_id": f"nf-{i}", "kind": "finding_presence", "finding": "no_finding", "label": 0} for i in range(100)]
+    rows += [{"case_id": f"ms-{i}", "kind": "finding_presence", "finding": "cardiomegaly", "label": 1} for i in range(100)]
+    rows += [{"case_id": f"rx-{i}", "kind": "report_error", "sentence": "s", "label": i % 2} for i in range(50)]
+    return ProbeSet(pd.DataFrame(rows), Path("."), name="mimic")
+
+
+def test_balanced_over_findings_then_labels():
+    ps = _probe()
+    sub = prompt_sensitivity_subsample(ps)
+    df = sub.df
+    assert len(df) == 100 and (df.kind == "finding_presence").all()
+    per = df.groupby("finding").size()
+    assert per.max() - per.min() <= 1 and len(per) == 14  # 100 over 14 findings: 7 or 8 each
+    for f, g in df.groupby("finding"):
+        c = g.label.value_counts()
+        if f == "no_finding":
+            assert set(c.index) == {0}
+        else:
+            assert abs(c.get(0, 0) - c.get(1, 0)) <= 1  # balanced labels, unlike the all-positive released sample
+    assert sub.provenance["parent"]["content_hash"] == ps.content_hash
+    again = prompt_sensitivity_subsample(ps)
+    assert list(again.df.case_id) == list(df.case_id)
+    other = prompt_sensitivity_subsample(ps, seed=7)
+    assert list(other.df.case_id) != list(df.case_id)
+
+
+def test_short_strata_pass_their_share_on():
+    df = pd.DataFrame({"finding": ["edema"] * 3 + ["cardiomegaly"] * 200, "label": [1, 1, 1] + [0, 1] * 100})
+    alloc = balanced_allocation(df, 100)
+    assert alloc[("edema", 1)] == 3 and alloc[("cardiomegaly", 0)] + alloc[("cardiomegaly", 1)] == 97
+    assert abs(alloc[("cardiomegaly", 0)] - alloc[("cardiomegaly", 1)]) <= 1
