@@ -19,19 +19,19 @@ from medvlm_audit.suites.stress.items import LETTERS, norm_option
 Status = Literal["answer", "refusal", "unparsed", "no_response"]
 STATUSES: tuple[str, ...] = ("answer", "refusal", "unparsed", "no_response")
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
-_TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.S | re.I)
-_LEAD_LETTER = re.compile(r"^\s*(?:option\s+)?[\(\[]?([A-Za-z])[\)\]]?(?:\s*[.:)\-]\s*|\s+|$)(.*)$", re.S)
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
+_LEAD_LETTER = re.compile(r"^\s*(?:option\s+)?[\(\[]?([A-Za-z])[\)\]]?(?:\s*[.:)\-]\s*|\s+|$)(.*)$", re.DOTALL)
 _LONE = re.compile(r"^\s*[\(\[]?([A-Z])[\)\]]?\s*[.!]?\s*$")
 _SAYS = re.compile(
-    r"(?:answer|option|choice)\s*(?:is|would be|:)?\s*[:\-]?\s*[\(\[]?\b([A-Z])\b[\)\]]?(?=$|[\s.,;:!)])", re.I
+    r"(?:answer|option|choice)\s*(?:is|would be|:)?\s*[:\-]?\s*[\(\[]?\b([A-Z])\b[\)\]]?(?=$|[\s.,;:!)])", re.IGNORECASE
 )
 _REFUSAL = re.compile(
     r"\b(cannot|can ?not|can't|unable to|not able to|impossible to|won't|will not)\b.{0,60}"
     r"\b(determine|answer|tell|assess|identify|select|choose|provide|diagnos\w*|evaluate|interpret|see|view)"
     r"|\bno image\b|\bwithout (?:the |an |any )?image\b|\bimage (?:is )?(?:not|missing|unavailable)"
     r"|\binsufficient (?:information|data)\b|\bnot enough information\b|\bi'?m sorry\b|\bi apologi[sz]e\b",
-    re.I | re.S,
+    re.IGNORECASE | re.DOTALL,
 )
 
 

@@ -1,0 +1,127 @@
+"""Stress conditions: deterministic seeded transforms, gold re-lettering, distractor pools, the plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+from medvlm_audit.suites.stress.conditions import (
+    CONDITIONS,
+    StressOptions,
+    apply_condition,
+    benchmark_pools,
+    plan_stress,
+)
+from medvlm_audit.suites.stress.items import LETTERS, ItemSet, MCQItem, norm_option
+from medvlm_audit.suites.stress.prompts import options_from_prompt
+
+
+def make_items(n: int = 40) -> list[MCQItem]:
+    rng = random.Random(5)
+    vocab = [f"Disease {i}" for i in range(60)]
+    out = []
+    for i in range(n):
+        opts = rng.sample(vocab, 5)
+        sub = i % 4 == 0
+        out.append(MCQItem(f"i{i:03d}", f"Case {i}: diagnosis?", tuple(opts), i % 5, (f"/x/{i}.png",),
+                           needs_image=i % 2 == 0, substitute_image=f"/x/{i}s.png" if sub else None,
+                           substitute_answer=(i + 1) % 5 if sub else None, benchmark="b1" if i < 30 else "b2"))
+    return out
+
+
+def digest(plan) -> str:  # noqa: ANN001
+    h = hashlib.sha256()
+    for t in plan.trials:
+        h.update(json.dumps([t.case_id, t.condition, t.sample_index, [m.content for m in t.messages],
+                             [r.source for r in t.images], t.payload], sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def test_plan_is_byte_identical_for_the_same_seed_and_any_input_order() -> None:
+    items = make_items()
+    opts = StressOptions(repeats=2, check_files=False)
+    a = plan_stress(ItemSet(items), opts)
+    b = plan_stress(ItemSet(items), opts)
+    shuffled = items[::-1]
+    c = plan_stress(ItemSet(shuffled), opts)
+    assert digest(a) == digest(b)
+    key = lambda t: (t.case_id, t.condition, t.sample_index)  # noqa: E731
+    assert sorted((key(t), json.dumps(t.payload, sort_keys=True)) for t in a.trials) == \
+        sorted((key(t), json.dumps(t.payload, sort_keys=True)) for t in c.trials)
+    d = plan_stress(ItemSet(items), StressOptions(repeats=2, check_files=False, seed=7))
+    assert digest(a) != digest(d)
+
+
+def test_reordering_relabels_gold_and_keeps_every_option_text() -> None:
+    n_moved = 0
+    for it in make_items():
+        s = apply_condition(it, CONDITIONS["reordered"], seed=42)
+        assert sorted(s.options) == sorted(it.options)
+        assert s.options[s.answer] == it.gold_text
+        assert s.options != it.options  # never the identity permutation
+        assert [it.options[i] for i in s.transform["permutation"]] == list(s.options)
+        n_moved += s.answer != it.answer
+    assert n_moved > 20
+
+
+def test_two_option_item_is_swapped() -> None:
+    it = MCQItem("yn", "Is it?", ("Yes", "No"), 0, ("/a.png",))
+    s = apply_condition(it, CONDITIONS["reordered"], seed=42)
+    assert s.options == ("No", "Yes") and s.answer == 1
+
+
+def test_distractor_replacement_rules() -> None:
+    items = make_items()
+    pools = benchmark_pools(items)
+    other_b1 = {norm_option(o) for it in items if it.benchmark == "b1" for o in it.options}
+    for it in items:
+        prev = None
+        for k in range(1, 5):
+            s = apply_condition(it, CONDITIONS[f"replaced:{k}"], seed=42, pool=pools[it.benchmark])
+            assert s.answer == it.answer and s.options[s.answer] == it.gold_text
+            assert len({norm_option(o) for o in s.options}) == 5  # never a duplicate
+            new = [o for o in s.options if o not in it.options]
+            assert len(new) == k and len(s.transform["replaced"]) == k
+            assert LETTERS[it.answer] not in s.transform["replaced"]  # never the gold
+            if it.benchmark == "b1":
+                assert all(norm_option(o) in other_b1 for o in new)  # drawn from the same benchmark
+            if prev is not None:  # nested levels: k keeps k-1's replacements
+                assert all(s.transform["replaced"][p] == t for p, t in prev.items())
+            prev = s.transform["replaced"]
+
+
+def test_unknown_and_substitution() -> None:
+    it = make_items()[0]
+    u = apply_condition(it, CONDITIONS["unknown"], seed=42)
+    assert u.options.count("Unknown") == 1 and u.options[u.answer] == it.gold_text
+    s = apply_condition(it, CONDITIONS["substitution"], seed=42)
+    assert s.images == (it.substitute_image,) and s.answer == it.substitute_answer
+    assert apply_condition(make_items()[1], CONDITIONS["substitution"], seed=42) == "has no substitute image"
+    t = apply_condition(it, CONDITIONS["no_image"], seed=42)
+    assert t.images == () and t.options == it.options
+
+
+def test_too_small_pool_is_an_explicit_exclusion() -> None:
+    items = [MCQItem("a", "Q?", ("x", "y", "z"), 0, ("/a.png",)), MCQItem("b", "Q?", ("x", "y", "w"), 0, ("/b.png",))]
+    plan = plan_stress(ItemSet(items), StressOptions(conditions=("replaced:2",), check_files=False))
+    assert not plan.trials
+    assert all("too few options" in s.reason for s in plan.skipped)
+
+
+def test_plan_subsets_payload_and_prompt() -> None:
+    items = make_items()
+    plan = plan_stress(ItemSet(items), StressOptions(repeats=3, check_files=False))
+    by = {}
+    for t in plan.trials:
+        by.setdefault(t.condition, set()).add(t.case_id)
+        q, opts = options_from_prompt(t.messages[0].content)
+        assert opts == t.payload["options"] and q.startswith("Case")
+        assert "<answer>" in t.messages[0].content
+        assert (len(t.images) > 0) == t.payload["with_image"]
+    req = {it.item_id for it in items if it.needs_image}
+    assert by["original"] == by["no_image"] == by["cot"] == {it.item_id for it in items}
+    assert by["reordered+no_image"] == by["replaced:4"] == req
+    assert by["substitution"] == {it.item_id for it in items if it.substitute_image}
+    assert len([t for t in plan.trials if t.condition == "original"]) == 3 * len(items)
+    assert "step by step" in next(t for t in plan.trials if t.condition == "cot").messages[0].content

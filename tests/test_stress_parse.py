@@ -1,0 +1,44 @@
+"""Option parser: <answer> tag, fallbacks, refusals and unparsed answers as their own classes."""
+
+from __future__ import annotations
+
+import pytest
+
+from medvlm_audit.suites.stress.parse import parse_option
+
+OPTS = ["Pneumothorax", "Pleural effusion", "Cardiomegaly", "Unknown", "Effusion"]
+
+
+@pytest.mark.parametrize(
+    "text, status, letter",
+    [
+        ("<answer>B. Pleural effusion</answer>", "answer", "B"),
+        ("<answer>B</answer>", "answer", "B"),
+        ("<answer>(c)</answer>", "answer", "C"),
+        ("<answer>Cardiomegaly</answer>", "answer", "C"),
+        ("reasoning ... <answer>A</answer> and later <answer>C. Cardiomegaly</answer>", "answer", "C"),
+        ("<think>It is A</think><answer>E. Effusion</answer>", "answer", "E"),
+        ("<answer>Unknown</answer>", "answer", "D"),  # choosing the 'Unknown' option is an answer
+        ("B", "answer", "B"),
+        ("(C).", "answer", "C"),
+        ("Answer: D", "answer", "D"),
+        ("After weighing the options, the answer is C.", "answer", "C"),
+        ("The most likely diagnosis is pleural effusion.", "answer", "B"),  # longest option wins over 'Effusion'
+        ("<answer>C. Pleural effusion</answer>", "unparsed", None),  # letter and text disagree: not guessed
+        ("I cannot determine the diagnosis without the image.", "refusal", None),
+        ("<answer>I am unable to answer without an image</answer>", "refusal", None),
+        ("I'm sorry, but I can't help with that.", "refusal", None),
+        ("Something about lungs.", "unparsed", None),
+        ("the answer is a pneumothorax", "answer", "A"),  # lowercase article is not a letter
+        ("", "unparsed", None),
+        (None, "no_response", None),
+    ],
+)
+def test_parse(text, status, letter) -> None:
+    p = parse_option(text, OPTS)
+    assert (p.status, p.letter) == (status, letter)
+
+
+def test_letter_outside_the_options_is_not_an_answer() -> None:
+    assert parse_option("F", OPTS[:3]).status == "unparsed"
+    assert parse_option("<answer>F</answer>", OPTS[:3]).status == "unparsed"
