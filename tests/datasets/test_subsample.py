@@ -50,3 +50,11 @@ def test_short_strata_pass_their_share_on():
     alloc = balanced_allocation(df, 100)
     assert alloc[("edema", 1)] == 3 and alloc[("cardiomegaly", 0)] + alloc[("cardiomegaly", 1)] == 97
     assert abs(alloc[("cardiomegaly", 0)] - alloc[("cardiomegaly", 1)]) <= 1
+
+
+def test_prompt_subsample_ids_match_the_probe_set_subsample():
+    from medvlm_audit.datasets.subsample import prompt_subsample
+
+    ps = _probe()
+    ids = prompt_subsample(ps, n=100, seed=42)
+    assert ids == frozenset(prompt_sensitivity_subsample(ps).df.case_id) and len(ids) == 100

@@ -61,3 +61,9 @@ def prompt_sensitivity_subsample(probe_set: ProbeSet, n: int = 100, seed: int = 
         "shortfall": max(0, n - len(sub)),
     }
     return ProbeSet(sub, probe_set.image_root, prov, name=name or f"{probe_set.name}-prompt{n}")
+
+
+def prompt_subsample(probe_set: ProbeSet, n: int = 100, seed: int = SEED,
+                     kinds: Sequence[str] = ("finding_presence",)) -> frozenset[str]:
+    """Case ids of the prompt-sensitivity subsample of ``probe_set`` (what the runner's prompt variants use)."""
+    return frozenset(balanced_subsample_ids(probe_set.df, n, seed, kinds))
