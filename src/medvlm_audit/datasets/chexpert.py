@@ -75,7 +75,7 @@ def load_chexpert_labels(
         states = {fid: decode_chexpert(df[col], f, col) for col, fid in CHEXPERT_COLUMNS.items()}
         df = df.assign(**states)
         if "split" not in df.columns:
-            df["split"] = None if tag != "valid" else "valid"
+            df["split"] = None if tag != "valid" else "validate"  # MIMIC's name for it
         df["_file"] = str(f)
         parts.append(df)
     df = pd.concat(parts, ignore_index=True)
