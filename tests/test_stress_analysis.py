@@ -1,0 +1,174 @@
+"""Stress analysis: accuracy, paired changes, chance tests and robustness from a tidy table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from medvlm_audit import stats
+from medvlm_audit.suites.stress.analysis import (
+    Comparison,
+    accuracy_table,
+    analyse_stress,
+    chance_tests,
+    paired_changes,
+    poisson_binomial_sf,
+    robustness_inputs,
+    robustness_table,
+    score_stress,
+)
+from medvlm_audit.suites.stress.score import robustness_score
+
+OPTS = ["Alpha", "Beta", "Gamma", "Delta", "Epsilon"]
+
+
+def row(item, cond, text, gold="A", rep=0, model="m", required=True, bench="b"):
+    return {"model": model, "item_id": item, "condition": cond, "sample_index": rep, "answer_text": text,
+            "options": OPTS, "gold": gold, "benchmark": bench, "required": required}
+
+
+def test_refusals_count_as_wrong_and_unparsed_are_excluded() -> None:
+    t = pd.DataFrame([
+        row("i1", "no_image", "<answer>A. Alpha</answer>"),
+        row("i2", "no_image", "I cannot answer without the image."),
+        row("i3", "no_image", "lorem ipsum"),
+        row("i4", "no_image", "B"),
+    ])
+    acc = accuracy_table(t, B=200).iloc[0]
+    assert acc["n_trials"] == 4 and acc["n_scored"] == 3
+    assert acc["accuracy"] == pytest.approx(1 / 3)
+    assert acc["refusal_rate"] == 0.25 and acc["unparsed_rate"] == 0.25 and acc["parse_rate"] == 0.75
+    assert acc["se"] == pytest.approx(math.sqrt(1 / 3 * 2 / 3 / 3))
+
+
+def random_table(n_items=300, reps=3, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    p_item = rng.uniform(0.2, 0.9, n_items)
+    for i in range(n_items):
+        for r in range(reps):
+            for cond, shift in (("original", 0.0), ("no_image", -0.25)):
+                right = rng.random() < np.clip(p_item[i] + shift, 0, 1)
+                rows.append(row(f"i{i:03d}", cond, "A" if right else "C", rep=r))
+    return pd.DataFrame(rows)
+
+
+def test_accuracy_agrees_with_the_stats_module_cluster_bootstrap() -> None:
+    t = score_stress(random_table())
+    got = accuracy_table(t, B=10_000).set_index("condition")
+    for cond in ("original", "no_image"):
+        g = t[t["condition"] == cond]
+        ref = stats.proportion(g["correct"].to_numpy().astype(np.int8), B=10_000, seed=0,
+                               clusters=g["item_id"].to_numpy())
+        assert got.loc[cond, "accuracy"] == pytest.approx(ref.point, abs=1e-12)
+        assert got.loc[cond, "se"] == pytest.approx(ref.se, rel=1e-9)
+        assert got.loc[cond, "ci_low"] == pytest.approx(ref.ci_low, abs=0.012)
+        assert got.loc[cond, "ci_high"] == pytest.approx(ref.ci_high, abs=0.012)
+
+
+def test_paired_change_agrees_with_the_stats_module() -> None:
+    t = score_stress(random_table())
+    ch = paired_changes(t, [Comparison("T1", "x", "original", "no_image")], B=10_000).iloc[0]
+    a = t[t.condition == "original"].sort_values(["item_id", "sample_index"])
+    b = t[t.condition == "no_image"].sort_values(["item_id", "sample_index"])
+    ref = stats.paired_difference(b["correct"].to_numpy().astype(np.int8), a["correct"].to_numpy().astype(np.int8),
+                                  B=10_000, seed=0, clusters=a["item_id"].to_numpy())
+    assert ch["diff"] == pytest.approx(ref.diff, abs=1e-12) and ch["diff"] < -0.15
+    assert ch["sd"] == pytest.approx(ref.sd, rel=0.08)
+    assert ch["ci_low"] == pytest.approx(ref.ci_low, abs=0.012) and ch["ci_high"] == pytest.approx(ref.ci_high, abs=0.012)
+    assert ch["p"] == pytest.approx(1e-4) and ch["n_items"] == 300 and ch["n_pairs"] == 900
+
+
+def test_pairs_drop_unscorable_trials_and_zero_change_has_p_one() -> None:
+    t = pd.DataFrame([row("i1", "original", "A"), row("i1", "no_image", "zzz"),
+                      row("i2", "original", "A"), row("i2", "no_image", "A"),
+                      row("i3", "original", "B"), row("i3", "no_image", "B")])
+    ch = paired_changes(t, [Comparison("T1", "x", "original", "no_image")], B=500).iloc[0]
+    assert ch["n_pairs"] == 2 and ch["diff"] == 0.0 and ch["p"] == 1.0
+
+
+def test_chance_test_is_the_exact_binomial_on_the_first_repeat() -> None:
+    rows = [row(f"i{i}", "no_image", "A" if i < 9 else "B", rep=r) for i in range(20) for r in range(2)]
+    ct = chance_tests(pd.DataFrame(rows)).iloc[0]
+    assert ct["n"] == 20 and ct["correct"] == 9 and ct["chance"] == pytest.approx(0.2)
+    assert ct["p"] == pytest.approx(sps.binomtest(9, 20, 0.2, alternative="greater").pvalue)
+    # Poisson-binomial with equal probabilities is the binomial tail
+    assert poisson_binomial_sf(9, np.full(20, 0.2)) == pytest.approx(ct["p"], rel=1e-9)
+
+
+def score_table():
+    """Items 0-9 required, 0-3 with a substitute; each condition's correct set chosen by hand."""
+    correct_sets = {
+        "original": set(range(10)),            # 100% everywhere (and on the substitution items)
+        "no_image": {0, 1, 2, 3, 4, 5, 10, 11},  # required 6/10 = 60%; all 8/12
+        "reordered+no_image": {0, 1, 2},       # 30%
+        "replaced:4+no_image": {0, 1},         # 20%
+        "replaced:4": set(range(10)),          # 100%
+        "unknown+no_image": set(range(7)),     # 70%
+        "substitution": {0},                   # 1/4 = 25%
+    }
+    rows = []
+    for cond, ok in correct_sets.items():
+        items = range(4) if cond == "substitution" else (range(10) if cond not in ("original", "no_image") else range(12))
+        for i in items:
+            rows.append(row(f"i{i:02d}", cond, "A" if i in ok else "B", required=i < 10,
+                            bench="b1" if i % 2 == 0 else "b2"))
+    return pd.DataFrame(rows)
+
+
+def test_robustness_from_data_matches_hand_computation() -> None:
+    t = score_table()
+    acc = robustness_inputs(t)["m"]
+    # T1 per benchmark on all 12 items: original 10/12 overall; b1 = items 0,2,..,10 -> original 5/6, no_image 4/6
+    assert acc.t1["b1"] == pytest.approx((500 / 6, 400 / 6, 6))
+    assert acc.t1["b2"] == pytest.approx((500 / 6, 400 / 6, 6))
+    assert acc.t2_txt_required == pytest.approx(60.0) and acc.t2_chance == pytest.approx(20.0)
+    assert acc.t3_txt_reordered == pytest.approx(30.0) and acc.t4_txt_4r == pytest.approx(20.0)
+    assert acc.t4_img_base == pytest.approx(100.0) and acc.t4_img_4r == pytest.approx(100.0)
+    assert acc.t4_txt_unknown == pytest.approx(70.0)
+    assert acc.t5_orig == pytest.approx(100.0) and acc.t5_substituted == pytest.approx(25.0)
+    s = robustness_score(acc)
+    assert s.R["R1"] == pytest.approx(1 - (100 / 6) / 100)
+    assert s.R["R2"] == pytest.approx(1 - 40 / 80)
+    assert s.R["R3"] == pytest.approx(1 - 30 / 60)
+    assert s.R["R4"] == pytest.approx(1 - (0.5 * 40 + 0 + 0.2 * 10) / 100)
+    assert s.R["R5"] == pytest.approx(0.25)
+    tab = robustness_table(t, B=300).set_index("component")
+    assert tab.loc["mean", "value"] == pytest.approx(s.mean)
+    assert tab.loc["R5", "ci_low"] <= 0.25 <= tab.loc["R5", "ci_high"]
+
+
+def test_runner_payload_form_gives_the_same_analysis() -> None:
+    t = score_table()
+    pay = pd.DataFrame({
+        "model": t["model"], "case_id": t["item_id"], "condition": t["condition"],
+        "sample_index": t["sample_index"], "answer_text": t["answer_text"],
+        "payload": [json.dumps({"options": OPTS, "gold": g, "benchmark": b, "required": bool(r),
+                                "n_options": 5}) for g, b, r in zip(t["gold"], t["benchmark"], t["required"])],
+    })
+    a = analyse_stress(t, B=200)
+    b = analyse_stress(pay, B=200)
+    pd.testing.assert_frame_equal(a.robustness, b.robustness)
+    pd.testing.assert_frame_equal(a.changes, b.changes)
+
+
+def test_duplicate_rows_are_an_error() -> None:
+    t = pd.DataFrame([row("i1", "original", "A"), row("i1", "original", "B")])
+    with pytest.raises(ValueError, match="more than one row.*'i1'"):
+        analyse_stress(t, B=100)
+
+
+def test_family_q_values_and_item_view() -> None:
+    t = score_table()
+    res = analyse_stress(t, B=500)
+    assert res.changes["q"].notna().all() and (res.changes["q"] >= res.changes["p"] - 1e-12).all()
+    assert "q" in res.chance.columns
+    it = res.items.set_index("item_id")
+    assert bool(it.loc["i00", "text_solvable"]) and not bool(it.loc["i09", "text_solvable"])
+    curve = res.curve[(res.curve.modality == "text-only")].set_index("level")["accuracy"]
+    assert curve["Base"] == pytest.approx(0.6) and curve["4R"] == pytest.approx(0.2)
