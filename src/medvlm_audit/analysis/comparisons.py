@@ -136,7 +136,7 @@ def subgroup_tests(panel: Panel, vecs: dict[str, dict[str, Vec]], opts: Options)
             for name in _ORDER[contrast]:
                 mm = gl == name
                 cnt = int(mm.sum())
-                means.append(f"{name} {100 * x[mm].mean():.1f} (n = {cnt})" if cnt else f"{name} - (n = 0)")
+                means.append(f"{name} {100 * x[mm].mean():.1f} (n = {cnt})" if cnt else f"{name}: no cases")
             two = contrast in ("sex", "view")
             diff = np.nan
             if two and len(res.groups) == 2:

@@ -554,7 +554,9 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) 
             est = stats.auroc_interval(p_yes, y[pos], B=opts.B, seed=opts.seed)
             note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
             add("auroc", {**_value_row(est, "prob", note),
-                          "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method})
+                          "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method
+                          + ("; cases resampled individually (no clustered AUROC bootstrap)"
+                             if opts.cluster_by_patient else "")})
         b = stats.brier(p_yes, y[pos])
         add("brier", {"point": b, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": n, "k": 0, "unit": "prob",
                       "method": "Brier score mean((P(yes) - label)^2) (point estimate)",
