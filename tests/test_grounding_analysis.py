@@ -409,3 +409,17 @@ def test_paper_sized_cohort_categories():
                          "ignores_image" if m.cgr == 0 and m.swap_flip == 0 else "uses_image")
                 for m in paper_sized_models()}
     assert cats == expected
+
+
+def test_text_only_rows_filled_and_no_image_condition():
+    models = [uses_image("reader", cgr=0.3, swap_flip=0.2), ignores_image("prior", accuracy=0.7)]
+    design = SyntheticDesign(n_cases=300, n_boxed=150, probe_set="f", text_only_rows="original_only", no_image=True)
+    tidy = make_tidy(models, design)
+    assert set(tidy[tidy.model == "prior"].condition) == {"original"}
+    res = analyse_grounding(tidy, B=300)
+    assert (_m(res, "prior", "uar").point, _m(res, "prior", "cgr").point) == (100.0, 0.0)
+    # every correct-on-original case gets its (filled) swap answer
+    assert _m(res, "prior", "uar").n == _m(res, "prior", "accuracy").k
+    ni = _m(res, "reader", "no_image_accuracy")
+    t = tidy[(tidy.model == "reader") & (tidy.condition == "no_image")]
+    assert ni.n == len(t) and ni.point == pytest.approx(100 * (t.parsed == t.label).mean())
