@@ -541,45 +541,53 @@ def assign_swaps(
     logged and redrawn.
     """
     cases = cases.copy()
-    paths: list[str | None] = []
-    pats: list[str | None] = []
-    matched: list[str | None] = []
-    failed: set[str] = set()
-    drop: list[int] = []
-    for i, row in enumerate(cases.itertuples(index=False)):
-        r = row._asdict()
+    n = len(cases)
+    recs = cases.to_dict("records")
+    rngs = [stratum_rng(seed, "swap", str(r["case_id"])) for r in recs]
+    used: list[str | None] = []
+    for r in recs:
         key = r[key_col]
-        key = None if key is None or (isinstance(key, float) and np.isnan(key)) else str(key)
-        rng = stratum_rng(seed, "swap", str(r["case_id"]))
-        view = r.get("view") if same_view else None
-        choice, used = None, key
-        for _ in range(16):
-            j = pool.pick(used, str(r["patient_id"]), rng, exclude=failed, view=view)
-            if j is None and used is not None and fallback_any:
-                used = None
-                continue
-            if j is None:
-                break
-            p = str(pool.paths[j])
-            if checker is not None:
-                res = checker.check([p])[p]
-                if not res.ok:
+        used.append(None if key is None or (isinstance(key, float) and np.isnan(key)) or key is pd.NA else str(key))
+    keys0 = list(used)
+    choice: list[int | None] = [None] * n
+    tries = [0] * n
+    failed: set[str] = set()
+    pending = list(range(n))
+    while pending:  # rounds: draw for every pending case, then check all drawn images together (in parallel)
+        drawn: dict[int, int] = {}
+        for i in pending:
+            view = recs[i].get("view") if same_view else None
+            j = pool.pick(used[i], str(recs[i]["patient_id"]), rngs[i], exclude=failed, view=view)
+            if j is None and used[i] is not None and fallback_any:
+                used[i] = None
+                j = pool.pick(None, str(recs[i]["patient_id"]), rngs[i], exclude=failed, view=view)
+            if j is not None:
+                drawn[i] = j
+        if checker is not None and drawn:
+            res = checker.check(str(pool.paths[j]) for j in drawn.values())
+            for p, rr in res.items():
+                if not rr.ok and p not in failed:
                     failed.add(p)
-                    log.add(p, source, "image_check", (res.error or "image check failed") + " (swap candidate)")
-                    continue
-            choice = j
-            break
-        if choice is None:
-            drop.append(i)
-            log.add(r["case_id"], source, "swap", f"no different-patient frontal swap partner with {key or 'any key'}")
-            paths.append(None), pats.append(None), matched.append(None)
-        else:
-            paths.append(str(pool.paths[choice]))
-            pats.append(str(pool.patients[choice]))
-            matched.append(used if used is not None else "any_frontal")
-    cases["swap_image_path"] = paths
-    cases["swap_patient_id"] = pats
-    cases["swap_match"] = matched
+                    log.add(p, source, "image_check", (rr.error or "image check failed") + " (swap candidate)")
+        nxt = []
+        for i in pending:
+            j = drawn.get(i)
+            if j is None:
+                continue
+            if str(pool.paths[j]) in failed:
+                tries[i] += 1
+                if tries[i] < 16:
+                    nxt.append(i)
+                continue
+            choice[i] = j
+        pending = nxt
+    drop = [i for i in range(n) if choice[i] is None]
+    for i in drop:
+        log.add(recs[i]["case_id"], source, "swap",
+                f"no different-patient frontal swap partner with {keys0[i] or 'any key'} (excluded)")
+    cases["swap_image_path"] = [None if c is None else str(pool.paths[c]) for c in choice]
+    cases["swap_patient_id"] = [None if c is None else str(pool.patients[c]) for c in choice]
+    cases["swap_match"] = [None if c is None else (u if u is not None else "any_frontal") for c, u in zip(choice, used)]
     if drop:
         cases = cases.drop(cases.index[drop])
     return cases
