@@ -9,6 +9,7 @@ hot path. Estimates come only from :mod:`medvlm_audit.stats`.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -376,6 +377,10 @@ def _finite(x: float) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
+#: stats.auroc_interval takes a resampling mode in later versions of the stats module; pass ours when it does.
+_AUROC_HAS_MODE = "mode" in inspect.signature(stats.auroc_interval).parameters
+
+
 @lru_cache(maxsize=8192)
 def _proportion_from_counts(k: int, n: int, B: int, seed: int, wilson_below: int) -> stats.Estimate:
     """stats.proportion in exact-counts mode without clusters: its result depends on (k, n) only, so identical
@@ -551,7 +556,8 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) 
         if constant:
             add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
         else:
-            est = stats.auroc_interval(p_yes, y[pos], B=opts.B, seed=opts.seed)
+            kw = {"mode": opts.mode} if _AUROC_HAS_MODE else {}
+            est = stats.auroc_interval(p_yes, y[pos], B=opts.B, seed=opts.seed, **kw)
             note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
             add("auroc", {**_value_row(est, "prob", note),
                           "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method
