@@ -87,7 +87,7 @@ def main() -> None:
     t_plan = time.perf_counter() - t0
     plan2 = plan_stress(items, opts)
 
-    def digest(p) -> str:  # noqa: ANN001
+    def digest(p) -> str:
         h = hashlib.sha256()
         for t in p.trials:
             h.update(json.dumps([t.case_id, t.condition, t.sample_index, t.messages[0].content,

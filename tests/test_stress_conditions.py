@@ -30,7 +30,7 @@ def make_items(n: int = 40) -> list[MCQItem]:
     return out
 
 
-def digest(plan) -> str:  # noqa: ANN001
+def digest(plan) -> str:
     h = hashlib.sha256()
     for t in plan.trials:
         h.update(json.dumps([t.case_id, t.condition, t.sample_index, [m.content for m in t.messages],
@@ -46,7 +46,7 @@ def test_plan_is_byte_identical_for_the_same_seed_and_any_input_order() -> None:
     shuffled = items[::-1]
     c = plan_stress(ItemSet(shuffled), opts)
     assert digest(a) == digest(b)
-    key = lambda t: (t.case_id, t.condition, t.sample_index)  # noqa: E731
+    key = lambda t: (t.case_id, t.condition, t.sample_index)
     assert sorted((key(t), json.dumps(t.payload, sort_keys=True)) for t in a.trials) == \
         sorted((key(t), json.dumps(t.payload, sort_keys=True)) for t in c.trials)
     d = plan_stress(ItemSet(items), StressOptions(repeats=2, check_files=False, seed=7))

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from medvlm_audit.suites.stress.conditions import StressOptions, plan_stress
-from medvlm_audit.suites.stress.items import ItemError, ItemSet, MCQItem, load_items, save_items, validate_records
+from medvlm_audit.suites.stress.items import (
+    ItemError,
+    ItemSet,
+    MCQItem,
+    load_items,
+    save_items,
+    validate_records,
+)
 
 
 def rec(**kw):

@@ -1,1 +1,85 @@
-"""The stress suite (paper 003): MCQ stress tests T1-T6, paired statistics and the robustness score."""
+"""The stress suite (paper 003): MCQ stress tests T1-T6, paired statistics and the robustness score.
+
+Flow: items (:mod:`.items`, :mod:`.loaders`, :mod:`.phantom_mcq`) -> :func:`plan_stress` (seeded per-item
+conditions, :mod:`.conditions`) -> the runner asks each model -> :func:`score_stress` (option parser,
+:mod:`.parse`) -> :func:`analyse_stress` (accuracy, paired T-changes with BH-FDR, chance tests, robustness
+score :mod:`.score` with bootstrap intervals, distractor curve, per-item view).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from medvlm_audit.suites.base import Plan
+from medvlm_audit.suites.stress.analysis import (
+    DEFAULT_COMPARISONS,
+    Comparison,
+    StressAnalysis,
+    accuracy_table,
+    analyse_stress,
+    chance_tests,
+    distractor_curve,
+    item_table,
+    paired_changes,
+    robustness_inputs,
+    robustness_table,
+    score_stress,
+)
+from medvlm_audit.suites.stress.conditions import (
+    CONDITIONS,
+    DEFAULT_CONDITIONS,
+    SCORE_CONDITIONS,
+    StressCondition,
+    StressOptions,
+    apply_condition,
+    plan_frame,
+    plan_stress,
+)
+from medvlm_audit.suites.stress.items import (
+    Exclusion,
+    ItemError,
+    ItemSet,
+    MCQItem,
+    exclusions_frame,
+    load_items,
+    save_items,
+    validate_items,
+)
+from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
+from medvlm_audit.suites.stress.parse import ParsedOption, parse_option
+from medvlm_audit.suites.stress.score import RobustnessScore, StressAccuracies, robustness_score
+
+
+class StressSuite:
+    """The suite object the runner and CLI use: plan trials, score a tidy table, analyse it."""
+
+    name = "stress"
+
+    def __init__(self, item_sets: ItemSet | Sequence[ItemSet], opts: StressOptions | None = None,
+                 probe_set_name: str = "stress") -> None:
+        sets = [item_sets] if isinstance(item_sets, ItemSet) else list(item_sets)
+        self.items = sets[0] if len(sets) == 1 else merge_item_sets(sets)
+        self.opts = opts or StressOptions()
+        self.probe_set_name = probe_set_name
+
+    def plan(self, config: Any = None) -> Plan:
+        return plan_stress(self.items, self.opts, name=self.probe_set_name)
+
+    def score(self, tidy: pd.DataFrame) -> pd.DataFrame:
+        return score_stress(tidy)
+
+    def analyse(self, scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0) -> StressAnalysis:
+        return analyse_stress(scored, B=B, seed=seed)
+
+
+__all__ = [
+    "CONDITIONS", "DEFAULT_COMPARISONS", "DEFAULT_CONDITIONS", "LOADERS", "SCORE_CONDITIONS", "Comparison",
+    "Exclusion", "ItemError", "ItemSet", "MCQItem", "ParsedOption", "RobustnessScore", "StressAccuracies",
+    "StressAnalysis", "StressCondition", "StressOptions", "StressSuite", "accuracy_table", "analyse_stress",
+    "apply_condition", "chance_tests", "distractor_curve", "exclusions_frame", "item_table", "load_benchmark",
+    "load_items", "merge_item_sets", "paired_changes", "parse_option", "plan_frame", "plan_stress",
+    "robustness_inputs", "robustness_score", "robustness_table", "save_items", "score_stress", "validate_items",
+]

@@ -274,8 +274,9 @@ def items_hash(items: Sequence[MCQItem]) -> str:
     return h.hexdigest()
 
 
-def plan_stress(item_set: ItemSet, opts: StressOptions = StressOptions(), *, name: str = "stress") -> Plan:
+def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: str = "stress") -> Plan:
     """Items x conditions x repeats -> Trials (payload: options shown, gold, benchmark, ...) and Skips."""
+    opts = opts or StressOptions()
     if opts.repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {opts.repeats}")
     conds = [get_condition(c) for c in opts.conditions]
@@ -334,6 +335,8 @@ def plan_stress(item_set: ItemSet, opts: StressOptions = StressOptions(), *, nam
                 "with_image": cond.with_image,
                 "image_paths": list(shown.images),
                 "transform": shown.transform,
+                # a hint for the runner's decoding: CoT answers need room to reason
+                "max_new_tokens": 1024 if cond.prompt == "cot" else 64,
             }
             for s in range(opts.repeats):
                 plan.trials.append(Trial(name, it.item_id, cond.name, msgs, recipes, s, payload))
