@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Rate", "Category", "categorize", "threshold_sweep", "SWEEP_THRESHOLDS", "verdict"]
+__all__ = ["SWEEP_THRESHOLDS", "Category", "Rate", "categorize", "threshold_sweep", "verdict"]
 
 Category = Literal["uses_image", "ignores_image", "unstable", "indeterminate"]
 #: IS thresholds of the stability sweep (paper: 50-90, Supplementary Table 13).
@@ -32,7 +32,7 @@ class Rate:
     k: int
 
     @classmethod
-    def from_row(cls, row: dict[str, Any] | None) -> "Rate":
+    def from_row(cls, row: dict[str, Any] | None) -> Rate:
         if row is None:
             return cls(math.nan, math.nan, math.nan, 0, 0)
         return cls(float(row["point"]), float(row["ci_low"]), float(row["ci_high"]), int(row["n"]), int(row["k"]))

@@ -35,14 +35,14 @@ __all__ = [
     "COMPARISON_COLUMNS",
     "ROBUSTNESS_COLUMNS",
     "SUBGROUP_TESTS",
-    "paired_row",
-    "baseline_comparisons",
-    "pairwise_comparisons",
-    "subgroup_tests",
     "adjust_families",
-    "resolution_robustness",
-    "prompt_robustness",
+    "baseline_comparisons",
     "cross_dataset",
+    "paired_row",
+    "pairwise_comparisons",
+    "prompt_robustness",
+    "resolution_robustness",
+    "subgroup_tests",
 ]
 
 COMPARISON_COLUMNS = ["family", "probe_set", "metric", "subset", "model_a", "model_b", "diff", "sd", "ci_low",
@@ -100,18 +100,20 @@ def pairwise_comparisons(panel: Panel, vecs: dict[str, dict[str, Vec]], opts: Op
 
 def _contrast_groups(panel: Panel, contrast: str) -> np.ndarray:
     """Group label per case for a contrast (None where the case has no usable value)."""
+    g = np.full(panel.n_cases, None, dtype=object)
     if contrast == "sex":
-        g = np.where((panel.sex == "M") | (panel.sex == "F"), panel.sex, None)
+        ok = (panel.sex == "M") | (panel.sex == "F")
+        g[ok] = panel.sex[ok]
     elif contrast == "view":
-        g = np.where((panel.view == "PA") | (panel.view == "AP"), panel.view, None)
+        ok = (panel.view == "PA") | (panel.view == "AP")
+        g[ok] = panel.view[ok]
     elif contrast == "age":
-        g = np.full(panel.n_cases, None, dtype=object)
         age = panel.age
         for name, lo, hi in AGE_BINS:
             g[np.isfinite(age) & (age >= lo) & (age < hi)] = name
     else:
         raise ValueError(f"unknown contrast {contrast!r}")
-    return g.astype(object)
+    return g
 
 
 _ORDER = {"sex": ("M", "F"), "view": ("PA", "AP"), "age": tuple(n for n, _, _ in AGE_BINS)}
@@ -127,7 +129,7 @@ def subgroup_tests(panel: Panel, vecs: dict[str, dict[str, Vec]], opts: Options)
         for metric, contrast in SUBGROUP_TESTS:
             v = vecs[m][metric]
             g = groups[contrast]
-            sel = v.elig & (g != None)  # noqa: E711 -- elementwise on an object array
+            sel = v.elig & (g != None)
             pos = np.flatnonzero(sel)
             x = v.val[pos].astype(np.float64)
             gl = g[pos]
@@ -172,7 +174,7 @@ def adjust_families(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _rrow(**kw: Any) -> dict[str, Any]:
-    row = {c: np.nan for c in ROBUSTNESS_COLUMNS}
+    row: dict[str, Any] = {c: np.nan for c in ROBUSTNESS_COLUMNS}
     row.update({"model": "", "metric": "", "variant": "", "category": "", "reference_category": "", "note": "",
                 "changed": None})
     row.update(kw)

@@ -33,13 +33,12 @@ from medvlm_audit.analysis.comparisons import (
 from medvlm_audit.analysis.grounding_metrics import (
     AnalysisInputError,
     Options,
-    Panel,
     build_panels,
     model_metric_rows,
     model_vectors,
 )
 
-__all__ = ["GroundingAnalysis", "analyse_grounding", "METRIC_COLUMNS", "CATEGORY_COLUMNS"]
+__all__ = ["CATEGORY_COLUMNS", "METRIC_COLUMNS", "GroundingAnalysis", "analyse_grounding"]
 
 METRIC_COLUMNS = ["probe_set", "model", "modality", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
                   "unit", "method", "note", "k"]
@@ -209,10 +208,11 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             verdicts[m] = " | ".join(f"{ps}: {text}" for ps, text, _ in parts)
 
     key: dict[str, Any] = {}
-    for r in metric_rows:
-        if r["subset"] == "all" and r["metric"] in ("accuracy", "cgr", "uar", "is", "is_all_parsed", "gsp"):
-            key.setdefault(r["probe_set"], {}).setdefault(r["model"], {})[r["metric"]] = {
-                "point": r["point"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "n": r["n"], "note": r["note"]}
+    for row in metric_rows:
+        if row["subset"] == "all" and row["metric"] in ("accuracy", "cgr", "uar", "is", "is_all_parsed", "gsp"):
+            key.setdefault(row["probe_set"], {}).setdefault(row["model"], {})[row["metric"]] = {
+                "point": row["point"], "ci_low": row["ci_low"], "ci_high": row["ci_high"], "n": row["n"],
+                "note": row["note"]}
     run_ids = []
     if isinstance(tidy, pd.DataFrame) and "run_id" in tidy.columns:
         run_ids = [str(x) for x in pd.unique(tidy["run_id"].dropna())]

@@ -23,19 +23,19 @@ from medvlm_audit import stats
 from medvlm_audit.errors import AuditError
 
 __all__ = [
+    "AGE_BINS",
+    "DEGENERATE",
+    "METRIC_NAMES",
+    "NOT_ESTIMABLE",
     "AnalysisInputError",
     "Options",
     "Panel",
     "Vec",
     "build_panels",
+    "model_metric_rows",
     "model_vectors",
     "rate_row",
-    "model_metric_rows",
     "subgroup_masks",
-    "AGE_BINS",
-    "NOT_ESTIMABLE",
-    "DEGENERATE",
-    "METRIC_NAMES",
 ]
 
 NOT_ESTIMABLE = "not estimable (n = 0)"
@@ -238,12 +238,12 @@ def build_panels(tidy: pd.DataFrame) -> tuple[dict[tuple[str, int, str], Panel],
         patient = _as_obj(meta_cols["patient_id"][fr])
         no_pat = np.array([v is None for v in patient], dtype=bool)
         patient[no_pat] = np.asarray(case_names, dtype=object)[no_pat]
-        base = dict(
-            case_ids=np.asarray(case_names, dtype=object), label=lab, has_box=box_all[fr],
-            finding=_as_obj(meta_cols["finding"][fr]), source=_as_obj(meta_cols["source"][fr]),
-            sex=_as_obj(meta_cols["sex"][fr]), view=_as_obj(meta_cols["view"][fr]), age=age_all[fr],
-            patient=np.array([str(v) for v in patient], dtype=object), ibox_overlaps=ovl_all[fr],
-        )
+        base: dict[str, Any] = {
+            "case_ids": np.asarray(case_names, dtype=object), "label": lab, "has_box": box_all[fr],
+            "finding": _as_obj(meta_cols["finding"][fr]), "source": _as_obj(meta_cols["source"][fr]),
+            "sex": _as_obj(meta_cols["sex"][fr]), "view": _as_obj(meta_cols["view"][fr]), "age": age_all[fr],
+            "patient": np.array([str(v) for v in patient], dtype=object), "ibox_overlaps": ovl_all[fr],
+        }
         settings = pd.factorize(pd.Series(list(zip(res[rows].tolist(), variant[rows].tolist()))), sort=False)
         set_codes, set_names = settings
         for s, (r, v) in enumerate(set_names):
@@ -556,7 +556,7 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) 
         if constant:
             add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
         else:
-            kw = {"mode": opts.mode} if _AUROC_HAS_MODE else {}
+            kw: dict[str, Any] = {"mode": opts.mode} if _AUROC_HAS_MODE else {}
             est = stats.auroc_interval(p_yes, y[pos], B=opts.B, seed=opts.seed, **kw)
             note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
             add("auroc", {**_value_row(est, "prob", note),

@@ -19,18 +19,18 @@ import pandas as pd
 from medvlm_audit.findings import MS_CXR_FINDINGS
 
 __all__ = [
-    "SyntheticModel",
+    "TIDY_COLUMNS",
     "SyntheticDesign",
-    "uses_image",
-    "ignores_image",
+    "SyntheticModel",
     "always_yes",
-    "unstable",
+    "ignores_image",
     "make_cases",
     "make_tidy",
-    "tidy_from_answers",
     "paper_sized_models",
     "paper_sized_run",
-    "TIDY_COLUMNS",
+    "tidy_from_answers",
+    "unstable",
+    "uses_image",
 ]
 
 #: columns of the tidy run table, in order.
@@ -150,7 +150,7 @@ def make_cases(design: SyntheticDesign) -> pd.DataFrame:
 def _choose(rng: np.random.Generator, eligible: np.ndarray, rate: float) -> np.ndarray:
     """Boolean mask selecting exactly round(rate * |eligible|) of the eligible positions."""
     idx = np.flatnonzero(eligible)
-    k = int(round(rate * idx.size))
+    k = round(rate * idx.size)
     out = np.zeros(eligible.size, dtype=bool)
     if k:
         out[rng.choice(idx, size=k, replace=False)] = True
@@ -182,7 +182,7 @@ def _simulate(model: SyntheticModel, cases: pd.DataFrame, rng: np.random.Generat
     flip_irr = _choose(rng, correct & box, model.irrelevant_flip) | _choose(rng, ~correct & box, model.irrelevant_flip)
     out["irrelevant_mask"] = np.where(box, np.where(flip_irr, 1 - orig, orig), -2)
     if parse_rate < 1.0:
-        for cond, a in out.items():
+        for a in out.values():
             lost = _choose(rng, a != -2, 1.0 - parse_rate)
             a[lost] = -1
     return out
