@@ -49,7 +49,7 @@ def chexpert_patient_split(patients: pd.Series, test_fraction: float = 0.2, seed
     """
     uniq = np.array(sorted(pd.unique(patients.astype(str))))
     perm = stratum_rng(seed, "chexpert_split").permutation(len(uniq))
-    n_test = int(round(test_fraction * len(uniq)))
+    n_test = round(test_fraction * len(uniq))
     test = set(uniq[perm[:n_test]].tolist())
     return pd.Series(np.where([p in test for p in patients.astype(str)], "test", "train"), index=patients.index)
 

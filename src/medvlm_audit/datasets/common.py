@@ -508,9 +508,9 @@ class SwapPool:
             return None
         for _ in range(tries):
             j = int(idx[rng.integers(len(idx))])
-            if self.patients[j] != patient and (view is None or self.views[j] == view):
-                if exclude is None or self.paths[j] not in exclude:
-                    return j
+            if (self.patients[j] != patient and (view is None or self.views[j] == view)
+                    and (exclude is None or self.paths[j] not in exclude)):
+                return j
         # dense fallback: every eligible candidate, then a seeded choice
         ok = self.patients[idx] != patient
         if view is not None:

@@ -104,7 +104,7 @@ def build_folder(
     if df["case_id"].duplicated().any():
         raise DatasetError(f"folder CSV: {csv_path} repeats case_id {df['case_id'][df['case_id'].duplicated()].iloc[0]!r}")
     df["study_id"] = raw["study_id"].astype(str) if "study_id" in raw else df["image_path"]
-    df["split"] = raw["split"] if "split" in raw else None
+    df["split"] = raw.get("split")
     df["age"] = pd.to_numeric(raw["age"], errors="coerce").astype(float) if "age" in raw else np.nan
     df["sex"] = normalize_sex(raw["sex"]) if "sex" in raw else None
     df["view"] = normalize_view(raw["view"]).astype(str) if "view" in raw else ""

@@ -451,13 +451,13 @@ def build_mimic(
         "rexerr": int((manifest["source"] == "rexerr").sum()),
         "total": len(manifest),
     }
-    params: dict[str, Any] = dict(
-        per_finding=per_finding, n_normal=n_normal, ms_cxr_cap=ms_cxr_cap, min_box_side=min_box_side,
-        rexerr_counts=list(rexerr_counts), rexerr_split=rexerr_split, mimic_split=mimic_split, negatives=negatives,
-        exclude_ms_cxr_studies=exclude_ms_cxr_studies, swap_pool_split=swap_pool_split,
-        swap_same_view=swap_same_view, age_at=age_at, check_images=check_images, full_decode=full_decode,
-        normal_question="no_finding: 'Is any acute abnormality present ...?' with correct answer No (label 0)",
-    )
+    params: dict[str, Any] = {
+        "per_finding": per_finding, "n_normal": n_normal, "ms_cxr_cap": ms_cxr_cap, "min_box_side": min_box_side,
+        "rexerr_counts": list(rexerr_counts), "rexerr_split": rexerr_split, "mimic_split": mimic_split,
+        "negatives": negatives, "exclude_ms_cxr_studies": exclude_ms_cxr_studies, "swap_pool_split": swap_pool_split,
+        "swap_same_view": swap_same_view, "age_at": age_at, "check_images": check_images, "full_decode": full_decode,
+        "normal_question": "no_finding: 'Is any acute abnormality present ...?' with correct answer No (label 0)",
+    }
     return finalize(manifest, name=name, builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
                     inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
                     verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": strata_info})

@@ -269,8 +269,8 @@ def build_nih(
     sp = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
     cases = assign_swaps(cases, sp, "swap_key", seed, log, "nih", checker, swap_same_view)
     cases = add_boxes(cases)
-    cases["image_width"] = cases["_checked_w"] if "_checked_w" in cases else image_size
-    cases["image_height"] = cases["_checked_h"] if "_checked_h" in cases else image_size
+    cases["image_width"] = cases.get("_checked_w", image_size)
+    cases["image_height"] = cases.get("_checked_h", image_size)
     keep = ["case_id", "kind", "label", "finding", "image_path", "image_width", "image_height", "box_x0", "box_y0",
             "box_x1", "box_y1", "tbox_x0", "tbox_y0", "tbox_x1", "tbox_y1", "ibox_x0", "ibox_y0", "ibox_x1", "ibox_y1",
             "ibox_overlaps", "swap_image_path", "swap_patient_id", "patient_id", "study_id", "age", "sex", "view",
