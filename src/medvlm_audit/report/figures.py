@@ -54,7 +54,7 @@ USES_IS = 90.0
 _GREY = "#7f7f7f"
 _POS = "#2ca02c"
 _NEG = "#d62728"
-_STYLE = {
+_STYLE: dict[str, Any] = {
     "font.size": 8.5,
     "axes.titlesize": 9.5,
     "axes.labelsize": 8.5,
@@ -146,7 +146,7 @@ def figure_title(fig: Figure) -> str:
 
 def _styled(func: Callable[..., Figure]) -> Callable[..., Figure]:
     def wrapper(*args: Any, **kwargs: Any) -> Figure:
-        with matplotlib.rc_context(_STYLE):
+        with matplotlib.rc_context(_STYLE):  # type: ignore[arg-type]
             return func(*args, **kwargs)
 
     wrapper.__name__ = func.__name__
@@ -165,7 +165,7 @@ def _fin(x: object) -> bool:
 
 
 def _n(x: object) -> int:
-    return int(x) if _fin(x) else 0  # type: ignore[arg-type]
+    return int(x) if _fin(x) else 0  # type: ignore[call-overload]
 
 
 def _nfmt(x: object) -> str:
@@ -270,8 +270,12 @@ def _interval_rows(
             continue
         x = float(row["point"])
         lo, hi = row.get("ci_low"), row.get("ci_high")
-        px.append(x), py.append(y), pc.append(color), pm.append(marker)
-        plo.append(float(lo) if _fin(lo) else np.nan), phi.append(float(hi) if _fin(hi) else np.nan)
+        px.append(x)
+        py.append(y)
+        pc.append(color)
+        pm.append(marker)
+        plo.append(float(lo) if _fin(lo) else np.nan)
+        phi.append(float(hi) if _fin(hi) else np.nan)
         ax.text(x, y + 0.18, value_fmt.format(x), ha="center", va="bottom", fontsize=6.5, color="#333333")
     _marks(ax, px, py, pc, pm, x_lo=plo, x_hi=phi)
     ax.set_yticks(ys)
@@ -341,7 +345,14 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
     for k, key in enumerate(keys):
         groups.setdefault(key, []).append(k)
     dy = 0.035 * (ytop - ybot)
-    px, py, pc, pm, xl, xh, yl, yh = [], [], [], [], [], [], [], []
+    px: list[float] = []
+    py: list[float] = []
+    pc: list[str] = []
+    pm: list[str] = []
+    xl: list[float] = []
+    xh: list[float] = []
+    yl: list[float] = []
+    yh: list[float] = []
     for members in groups.values():
         for j, k in enumerate(members):
             r = ok.iloc[k]
@@ -349,7 +360,10 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
             color, marker = _style_of(info, model)
             x, y = float(r["is_"]), float(r["cgr"]) + (j - (len(members) - 1) / 2) * dy
             shift = y - float(r["cgr"])
-            px.append(x), py.append(y), pc.append(color), pm.append(marker)
+            px.append(x)
+            py.append(y)
+            pc.append(color)
+            pm.append(marker)
             xl.append(float(r["is_low"]) if _fin(r["is_low"]) else np.nan)
             xh.append(float(r["is_high"]) if _fin(r["is_high"]) else np.nan)
             yl.append(float(r["cgr_low"]) + shift if _fin(r["cgr_low"]) else np.nan)
@@ -457,7 +471,10 @@ def sens_spec_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_s
             missing.append(m)
             continue
         color, marker = _style_of(info, m)
-        px.append(float(sp)), py.append(float(se)), pc.append(color), pm.append(marker)
+        px.append(float(sp))
+        py.append(float(se))
+        pc.append(color)
+        pm.append(marker)
         ax.text(float(sp) + 1.5, float(se) + 1.0, m, fontsize=6.5)
         shown.append(m)
     _marks(ax, px, py, pc, pm, size=50)
@@ -543,8 +560,12 @@ def accuracy_figure(
         color, marker = _style_of(info, m)
         y = float(rows.loc[m, "point"])
         lo, hi = rows.loc[m, "ci_low"], rows.loc[m, "ci_high"]
-        px.append(pos[m]), py.append(y), pc.append(color), pm.append(marker)
-        plo.append(float(lo) if _fin(lo) else np.nan), phi.append(float(hi) if _fin(hi) else np.nan)
+        px.append(pos[m])
+        py.append(y)
+        pc.append(color)
+        pm.append(marker)
+        plo.append(float(lo) if _fin(lo) else np.nan)
+        phi.append(float(hi) if _fin(hi) else np.nan)
         if info.get(m, ("", ""))[1] == "text_only":
             ax.axhline(y, color=_GREY, linestyle="--", linewidth=0.8, zorder=0)
     _marks(ax, px, py, pc, pm, y_lo=plo, y_hi=phi, size=60, lw=1.5)
@@ -705,7 +726,9 @@ def forest_figure(comparisons: pd.DataFrame, *, families: Sequence[str], title: 
             d = float(r["diff"])
             sig = _fin(r["p_adj"]) and float(r["p_adj"]) < 0.05
             color = (_POS if d > 0 else _NEG) if sig else _GREY
-            px.append(d), py.append(y), pc.append(color)
+            px.append(d)
+            py.append(y)
+            pc.append(color)
             plo.append(float(r["ci_low"]) if _fin(r["ci_low"]) else np.nan)
             phi.append(float(r["ci_high"]) if _fin(r["ci_high"]) else np.nan)
             ax.text(1.01, y, f"{d:+.1f}, p_adj {format_p(r['p_adj'])}, n = {_nfmt(r['n'])}", transform=trans,
@@ -828,8 +851,10 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
                 if m not in rows.index or not _fin(rows.loc[m, "point"]):
                     continue
                 lo, hi = rows.loc[m, "ci_low"], rows.loc[m, "ci_high"]
-                px.append(float(rows.loc[m, "point"])), py.append(y + off)
-                plo.append(float(lo) if _fin(lo) else np.nan), phi.append(float(hi) if _fin(hi) else np.nan)
+                px.append(float(rows.loc[m, "point"]))
+                py.append(y + off)
+                plo.append(float(lo) if _fin(lo) else np.nan)
+                phi.append(float(hi) if _fin(hi) else np.nan)
             _marks(ax, px, py, [color] * len(px), ["o"] * len(px), x_lo=plo, x_hi=phi, size=16, lw=1.0)
             caps.append(f"confidence {label}: " + "; ".join(
                 f"{m} n = {_nfmt(rows.loc[m, 'n'])}" for m in models if m in rows.index))
@@ -900,8 +925,10 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                 for y, mdl in zip(ys, models):
                     if mdl in rows.index and _fin(rows.loc[mdl, "point"]):
                         lo, hi = rows.loc[mdl, "ci_low"], rows.loc[mdl, "ci_high"]
-                        px.append(float(rows.loc[mdl, "point"])), py.append(y + off)
-                        plo.append(float(lo) if _fin(lo) else np.nan), phi.append(float(hi) if _fin(hi) else np.nan)
+                        px.append(float(rows.loc[mdl, "point"]))
+                        py.append(y + off)
+                        plo.append(float(lo) if _fin(lo) else np.nan)
+                        phi.append(float(hi) if _fin(hi) else np.nan)
                 color = palette[k % len(palette)]
                 _marks(ax, px, py, [color] * len(px), ["o"] * len(px), x_lo=plo, x_hi=phi, size=14, lw=0.9)
                 handles.append(Line2D([], [], marker="o", color=color, linestyle="", label=lev.split("=", 1)[1]))
@@ -911,7 +938,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
             for y, mdl in zip(ys, models):
                 q = _subgroup_q(comparisons, probe_set, mdl, metric, dim)
                 if q is not None:
-                    txt = f"q {format_p(q)}" + ("†" if _fin(q) and float(q) < 0.05 else "")
+                    txt = f"q {format_p(q)}" + ("†" if _fin(q) and float(q) < 0.05 else "")  # type: ignore[arg-type]
                     ax.text(0.99, y + 0.3, txt, transform=trans, ha="right", va="center", fontsize=5.5,
                             color="#333333")
             ax.set_yticks(ys)
@@ -934,7 +961,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
     return _captioned(fig, "Subgroups", cap)
 
 
-def _robust_value(robustness: pd.DataFrame, probe_set: str, kind: str, needle: str) -> object:
+def _robust_value(robustness: pd.DataFrame, probe_set: str, kind: str, needle: str) -> float | None:
     if not len(robustness) or "kind" not in robustness.columns:
         return None
     r = robustness[robustness["kind"] == kind]
@@ -942,7 +969,7 @@ def _robust_value(robustness: pd.DataFrame, probe_set: str, kind: str, needle: s
         r = r[r["probe_set"] == probe_set]
     cols = [c for c in r.columns if needle in str(c).lower()]
     for c in cols:
-        vals = [v for v in r[c].tolist() if _fin(v)]
+        vals = [float(v) for v in r[c].tolist() if _fin(v)]
         if vals:
             return vals[0]
     return None
@@ -959,14 +986,24 @@ def resolution_figure(metrics: pd.DataFrame, categories: pd.DataFrame, robustnes
     fig = _new_figure(5.4, 5.0)
     ax = fig.add_subplot()
     shown, missing = [], []
-    px, py, pc, pm, xl, xh, yl, yh = [], [], [], [], [], [], [], []
+    px: list[float] = []
+    py: list[float] = []
+    pc: list[str] = []
+    pm: list[str] = []
+    xl: list[float] = []
+    xh: list[float] = []
+    yl: list[float] = []
+    yh: list[float] = []
     for m in models:
         x, y = a.loc[m, "point"], b.loc[m, "point"]
         if not (_fin(x) and _fin(y)):
             missing.append(m)
             continue
         color, marker = _style_of(info, m)
-        px.append(float(x)), py.append(float(y)), pc.append(color), pm.append(marker)
+        px.append(float(x))
+        py.append(float(y))
+        pc.append(color)
+        pm.append(marker)
         xl.append(float(a.loc[m, "ci_low"]) if _fin(a.loc[m, "ci_low"]) else np.nan)
         xh.append(float(a.loc[m, "ci_high"]) if _fin(a.loc[m, "ci_high"]) else np.nan)
         yl.append(float(b.loc[m, "ci_low"]) if _fin(b.loc[m, "ci_low"]) else np.nan)
@@ -1046,11 +1083,21 @@ def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, pro
     for ax, metric in zip(axes, ("uar", "accuracy")):
         a, b = _metric_rows(metrics, p1, metric), _metric_rows(metrics, p2, metric)
         both = [m for m in info if m in a.index and m in b.index and _fin(a.loc[m, "point"]) and _fin(b.loc[m, "point"])]
-        px, py, pc, pm, xl, xh, yl, yh = [], [], [], [], [], [], [], []
+        px: list[float] = []
+        py: list[float] = []
+        pc: list[str] = []
+        pm: list[str] = []
+        xl: list[float] = []
+        xh: list[float] = []
+        yl: list[float] = []
+        yh: list[float] = []
         for m in both:
             x, y = float(a.loc[m, "point"]), float(b.loc[m, "point"])
             color, marker = _style_of(info, m)
-            px.append(x), py.append(y), pc.append(color), pm.append(marker)
+            px.append(x)
+            py.append(y)
+            pc.append(color)
+            pm.append(marker)
             for lst, v in ((xl, a.loc[m, "ci_low"]), (xh, a.loc[m, "ci_high"]), (yl, b.loc[m, "ci_low"]),
                            (yh, b.loc[m, "ci_high"])):
                 lst.append(float(v) if _fin(v) else np.nan)

@@ -210,11 +210,11 @@ def table_to_html(
     return "".join(out)
 
 
-_XML_DECL = re.compile(r"<\?xml[^>]*\?>\s*", re.S)
-_DOCTYPE = re.compile(r"<!DOCTYPE[^>]*>\s*", re.S)
-_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
-_COMMENT = re.compile(r"<!--.*?-->\s*", re.S)
-_SVG_SIZE = re.compile(r'(<svg\b[^>]*?)\s(width|height)="[^"]*"', re.S)
+_XML_DECL = re.compile(r"<\?xml[^>]*\?>\s*", re.DOTALL)
+_DOCTYPE = re.compile(r"<!DOCTYPE[^>]*>\s*", re.DOTALL)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
+_COMMENT = re.compile(r"<!--.*?-->\s*", re.DOTALL)
+_SVG_SIZE = re.compile(r'(<svg\b[^>]*?)\s(width|height)="[^"]*"', re.DOTALL)
 
 
 def _svg_markup(fig: Figure, salt: str) -> str:
@@ -361,6 +361,8 @@ def _lookup(key_aliases: Sequence[str], *sources: Mapping[str, Any]) -> tuple[st
 
 def _value_text(value: Any) -> str:
     if isinstance(value, Mapping):
+        if value and all(isinstance(v, Mapping) for v in value.values()):
+            return ", ".join(str(k) for k in value) or _NA  # e.g. {probe_set: {details}}: the names
         return "; ".join(f"{k}: {_value_text(v)}" for k, v in value.items()) or _NA
     if isinstance(value, (list, tuple, set)):
         return ", ".join(_value_text(v) for v in value) or _NA
@@ -371,22 +373,45 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
+def _derived_cases(summary: Mapping[str, Any]) -> str | None:
+    ps = summary.get("probe_sets")
+    if not isinstance(ps, Mapping):
+        return None
+    parts = []
+    for name, info in ps.items():
+        if isinstance(info, Mapping) and "n_cases" in info and not is_missing(info["n_cases"]):
+            extra = f", {int(info['n_boxed']):,} boxed" if _is_number(info.get("n_boxed")) else ""
+            parts.append(f"{name}: {int(info['n_cases']):,}{extra}")
+    return "; ".join(parts) or None
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not is_missing(x)
+
+
 def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
     # nested blocks first (e.g. summary["resampling"] = {"mode", "B", "seed", ...}), so scalars win over dicts
-    nested = [v for k in ("resampling", "run_info", "run", "info") if isinstance(v := summary.get(k), Mapping)]
-    sources: list[Mapping[str, Any]] = [run_info, *nested, summary, derived]
+    resampling = summary.get("resampling")
+    nested = [v for k in ("run_info", "run", "info") if isinstance(v := summary.get(k), Mapping)]
+    sources: list[Mapping[str, Any]] = [run_info]
+    if isinstance(resampling, Mapping):
+        sources.append(resampling)
+    sources += [*nested, summary, dict(derived, n_cases=_derived_cases(summary))]
     used: set[str] = set()
     items: list[str] = []
     for label, aliases in _RUN_FIELDS:
         key, value = _lookup(aliases, *sources)
+        used.update(aliases)
         if key is None:
             text = "not recorded"
         else:
-            used.add(key)
             text = _value_text(value)
+            if key == "seed" and isinstance(resampling, Mapping) and resampling.get("seed") is value:
+                text += " (resampling)"
         items.append(f"<dt>{escape(label)}</dt><dd>{escape(text)}</dd>")
     for key, value in run_info.items():
-        if key not in used:
+        if key not in used and not (is_missing(value) if not isinstance(value, (list, tuple, set, Mapping))
+                                    else False):
             items.append(f"<dt>{escape(key)}</dt><dd>{escape(_value_text(value))}</dd>")
     return f'<dl class="runinfo">{"".join(items)}</dl>'
 

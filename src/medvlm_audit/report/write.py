@@ -18,7 +18,7 @@ import pandas as pd
 from medvlm_audit.report.html import _jsonable, render_report_html
 from medvlm_audit.report.sections import Section
 
-__all__ = ["REPORT_FILES", "write_report", "validate_analysis"]
+__all__ = ["REPORT_FILES", "validate_analysis", "write_report"]
 
 #: the files write_report produces, in the order they are renamed into place (report.html last).
 REPORT_FILES: tuple[str, ...] = (
@@ -95,9 +95,9 @@ def _commit(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> None:
     os.umask(umask)
     try:
         for name, data in payloads:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-            temps.append((Path(tmp), out_dir / name))
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the files ordinary permissions
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            temps.append((Path(tmp_name), out_dir / name))
+            os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp makes 0600; give the files ordinary permissions
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
