@@ -303,7 +303,8 @@ def test_cross_dataset_rank_agreement():
     # the box-free probe set cannot estimate CGR / IS: indeterminate with the reason
     two = res.categories[res.categories.probe_set == "two"].set_index("model")
     assert (two.category == "indeterminate").all()
-    assert "CGR not estimable" in two.loc["u0", "reason"]
+    assert "CGR and IS are not estimable" in two.loc["u0", "reason"] and "UAR below 100" in two.loc["u0", "reason"]
+    assert "UAR = 100:" in two.loc["t", "reason"]
     assert res.verdicts["u0"].startswith("one: ")
 
 
@@ -335,7 +336,7 @@ def test_zero_parsed_missing_conditions_constant_confidence():
     assert _m(res, "flat", "cgr").note == "not estimable (n = 0)"  # no target-mask condition at all
     cats = res.categories.set_index("model")
     assert (cats.category == "indeterminate").all()
-    assert "CGR not estimable" in cats.loc["flat", "reason"]
+    assert "CGR and IS are not estimable" in cats.loc["flat", "reason"]
     assert res.verdicts["dead"] == "no parsed answer on the original image (6 asked): not assessable"
     assert any("target_mask" in n for n in res.summary["notes"])
     _no_nan_text(res)

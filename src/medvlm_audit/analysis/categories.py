@@ -74,6 +74,11 @@ def categorize(cgr: Rate, uar: Rate, is_: Rate, *, unstable_below: float = 70.0,
                               f"{uses_image_is_min:g}: masking the finding's region flips correct answers while an "
                               f"irrelevant mask of the same size does not")
     why: list[str] = []
+    if not cgr.estimable and not is_.estimable and uar.estimable:
+        axis = ("UAR = 100: no answer changed with another patient's image" if uar.k == uar.n
+                else "UAR below 100: some answers depend on the patient's image")
+        return "indeterminate", (f"no maskable case with parsed mask answers, so CGR and IS are not estimable; only the "
+                                 f"swap axis is: {uar.text('UAR')}, {axis}")
     if not cgr.estimable:
         why.append("CGR not estimable (n = 0: no correct boxed case with a parsed target-mask answer)")
     elif cgr.k == 0:

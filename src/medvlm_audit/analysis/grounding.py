@@ -135,13 +135,14 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             notes.append(f"probe set {ps!r} has no rows at resolution {MAIN_RESOLUTION} with the default prompt: "
                          f"no main metrics")
             continue
+        answered = sorted(c for c, a in main.answers.items() if (a != -2).any())
         for cond in ("original", "swap", "target_mask", "irrelevant_mask"):
-            if cond not in main.answers:
+            if cond not in answered:
                 notes.append(f"probe set {ps!r}: condition {cond!r} absent; metrics that need it are not estimable")
         n_boxed = int(main.has_box.sum())
         ps_info[ps] = {"n_cases": main.n_cases, "n_boxed": n_boxed,
                        "n_ibox_overlaps": int((main.has_box & main.ibox_overlaps).sum()),
-                       "models": list(main.models), "conditions": sorted(main.answers)}
+                       "models": list(main.models), "conditions": answered}
         vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
         rows_ps: list[dict[str, Any]] = []
         for i, m in enumerate(main.models):

@@ -303,11 +303,11 @@ def _fill_text_only(panel: Panel) -> None:
             if cond in MASK_CONDITIONS:
                 applies &= panel.has_box
             arr = panel.answers.get(cond)
-            if arr is None:
-                arr = np.full_like(orig, MISSING)
-                panel.answers[cond] = arr
-            gap = applies & (arr[i] == MISSING)
+            gap = applies & (arr[i] == MISSING if arr is not None else True)
             if gap.any():
+                if arr is None:
+                    arr = np.full_like(orig, MISSING)
+                    panel.answers[cond] = arr
                 arr[i, gap] = orig[i, gap]
                 panel.filled.setdefault(m, []).append(cond)
 
