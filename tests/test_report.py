@@ -321,8 +321,8 @@ def test_expected_figures_and_captions_present(written: tuple[Path, FakeAnalysis
                    "Calibration of first-token P(yes)", "Subgroup rates", "Causal grounding rate on phantom at 512",
                    "Parse rate (%) on phantom"):
         assert any(needle in c for c in captions), needle
-    # every caption states n
-    assert all("n " in c or "n =" in c or "(n" in c for c in captions), [c[:80] for c in captions if "n" not in c]
+    # every caption states n (the standalone letter n: "n = 412", "n per model", "n (224 / 512)")
+    assert all(re.search(r"\bn\b", c) for c in captions), [c[:80] for c in captions if not re.search(r"\bn\b", c)]
 
 
 def test_verdicts_and_run_info_at_top(written: tuple[Path, FakeAnalysis, str]) -> None:
@@ -554,4 +554,6 @@ def test_real_analysis_with_missing_conditions_renders(tmp_path: Path) -> None:
     a = _real_analysis(drop_conditions=("irrelevant_mask", "swap"))
     page = write_report(a, tmp_path, title="no swap, no irrelevant mask", run_info={}).read_text()
     assert not NAN_WORD.search(page)
-    assert "Causal triad" in page
+    assert "Causal triad" in page and "CGR or IS not estimable" in page
+    assert "<strong>Analysis notes</strong>" in page  # the analysis' own notes reach the header
+    assert "IS not estimable (n = 0" in page  # category reasons

@@ -802,6 +802,9 @@ def threshold_sweep_figure(threshold_sweep: pd.DataFrame, categories: pd.DataFra
            f"value from {ths[0]:g} to {ths[-1]:g} (the outlined column is the default, {UNSTABLE_IS:g}). "
            f"{len(stable)} of {len(models)} models keep one category across all {len(ths)} thresholds")
     cap += f"; changing: {', '.join(changed)}." if changed else "."
+    cc = categories[categories["probe_set"] == probe_set] if len(categories) else categories
+    if len(cc):
+        cap += " IS n per model: " + "; ".join(f"{m} {_nfmt(v)}" for m, v in zip(cc["model"], cc["n_is"])) + "."
     return _captioned(fig, "Category stability under the threshold sweep", cap)
 
 

@@ -302,6 +302,8 @@ table.tbl th,table.tbl td{border:1px solid var(--line);padding:3px 7px;text-alig
 table.tbl th{background:var(--soft);position:sticky;top:0}
 table.tbl caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}
+.notes{font-size:13px;background:#fff8e6;border:1px solid #f0d48a;border-radius:6px;padding:6px 10px;margin:8px 0}
+.notes ul{margin:4px 0 0;padding-left:18px}
 footer{margin-top:40px;font-size:12px;color:var(--muted)}
 """
 
@@ -414,6 +416,16 @@ def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], deri
                                     else False):
             items.append(f"<dt>{escape(key)}</dt><dd>{escape(_value_text(value))}</dd>")
     return f'<dl class="runinfo">{"".join(items)}</dl>'
+
+
+def _notes_html(summary: Mapping[str, Any]) -> str:
+    notes = summary.get("notes")
+    if isinstance(notes, str):
+        notes = [notes]
+    if not isinstance(notes, (list, tuple)) or not notes:
+        return ""
+    items = "".join(f"<li>{escape(_value_text(n))}</li>" for n in notes if not is_missing(n))
+    return f'<div class="notes"><strong>Analysis notes</strong><ul>{items}</ul></div>' if items else ""
 
 
 def badge(category: object) -> str:
@@ -576,6 +588,7 @@ def render_report_html(
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>{escape(title)}</h1>",
         _run_info_html(run_info, summary, derived),
+        _notes_html(summary),
         "</header>",
     ]
     nav = [("verdicts", "Verdicts"), ("figures", "Figures"), ("tables", "Tables")]
