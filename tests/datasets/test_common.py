@@ -119,3 +119,12 @@ def test_assign_swaps_matches_key_other_patient_and_logs_impossible(tmp_path):
     log2 = ExclusionLog()
     out3 = assign_swaps(cases.iloc[[0]], pool2, "swap_key", 42, log2, "src", ImageChecker(root, None))
     assert out3.swap_image_path.iloc[0] == "5.png"
+
+
+def test_builder_registry():
+    from medvlm_audit.datasets import BUILDERS, get_builder
+    from medvlm_audit.datasets.mimic import build_mimic
+
+    assert get_builder("mimic") is build_mimic and set(BUILDERS) == {"mimic", "chexpert", "nih", "vindr", "folder"}
+    with pytest.raises(KeyError, match="known"):
+        get_builder("padchest")

@@ -1,8 +1,32 @@
 """Dataset builders: turn local copies of MIMIC-CXR/MS-CXR/ReXErr, CheXpert, NIH ChestX-ray14, VinDr-CXR or a
-folder of images + CSV into probe sets (manifest + exclusions.csv + shortfall report)."""
+folder of images + CSV into probe sets (manifest + exclusions.csv + shortfall report). See docs/datasets.md."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+from typing import Any
+
 from medvlm_audit.datasets.common import BuildResult, DatasetError, Shortfall
 
-__all__ = ["BuildResult", "DatasetError", "Shortfall"]
+#: builder name -> "module:function" (imported lazily so ``import medvlm_audit`` stays light)
+BUILDERS: dict[str, str] = {
+    "mimic": "medvlm_audit.datasets.mimic:build_mimic",
+    "chexpert": "medvlm_audit.datasets.chexpert:build_chexpert",
+    "nih": "medvlm_audit.datasets.nih:build_nih",
+    "vindr": "medvlm_audit.datasets.vindr:build_vindr",
+    "folder": "medvlm_audit.datasets.folder:build_folder",
+}
+
+
+def get_builder(name: str) -> Callable[..., BuildResult]:
+    """The build function registered under ``name``; KeyError lists the known builders."""
+    try:
+        mod, fn = BUILDERS[name].split(":")
+    except KeyError:
+        raise KeyError(f"unknown dataset builder {name!r}; known: {sorted(BUILDERS)}") from None
+    f: Any = getattr(importlib.import_module(mod), fn)
+    return f
+
+
+__all__ = ["BUILDERS", "BuildResult", "DatasetError", "Shortfall", "get_builder"]
