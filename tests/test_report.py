@@ -557,3 +557,29 @@ def test_real_analysis_with_missing_conditions_renders(tmp_path: Path) -> None:
     assert "Causal triad" in page and "CGR or IS not estimable" in page
     assert "<strong>Analysis notes</strong>" in page  # the analysis' own notes reach the header
     assert "IS not estimable (n = 0" in page  # category reasons
+
+
+def test_empty_analysis_renders(tmp_path: Path) -> None:
+    a = FakeAnalysis(metrics=pd.DataFrame(columns=list(W.METRICS_COLUMNS)), comparisons=pd.DataFrame(),
+                     categories=pd.DataFrame(), threshold_sweep=pd.DataFrame(), robustness=pd.DataFrame(),
+                     verdicts={}, summary={})
+    page = write_report(a, tmp_path, title="empty run", run_info={}).read_text()
+    assert "No figures." in page and "No comparisons were computed" in page and not NAN_WORD.search(page)
+    assert len(pd.read_csv(tmp_path / "metrics.csv")) == 0
+
+
+def test_format_estimate_never_prints_nan_or_inf() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    num = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True))
+
+    @settings(max_examples=300, deadline=None)
+    @given(num, num, num, num, st.one_of(st.none(), st.integers(0, 10**6), st.just(NAN)),
+           st.sampled_from(["%", "pp", "prob"]), st.sampled_from(["", "N/A (degenerate confidence)", None]))
+    def check(point: Any, se: Any, lo: Any, hi: Any, n: Any, unit: str, note: Any) -> None:
+        text = format_estimate(point, se, lo, hi, n, unit, note)
+        assert not re.search(r"\b(nan|inf)\b", text, re.I), text
+        assert text
+
+    check()
