@@ -579,7 +579,7 @@ def test_format_estimate_never_prints_nan_or_inf() -> None:
            st.sampled_from(["%", "pp", "prob"]), st.sampled_from(["", "N/A (degenerate confidence)", None]))
     def check(point: Any, se: Any, lo: Any, hi: Any, n: Any, unit: str, note: Any) -> None:
         text = format_estimate(point, se, lo, hi, n, unit, note)
-        assert not re.search(r"\b(nan|inf)\b", text, re.I), text
+        assert not re.search(r"\b(nan|inf)\b", text, re.IGNORECASE), text
         assert text
 
     check()
