@@ -50,7 +50,13 @@ MAIN_RESOLUTION, MAIN_PROMPT = 224, "default"
 
 @dataclass
 class GroundingAnalysis:
-    """Everything the grounding report shows (tables as DataFrames, verdicts, a JSON-able summary)."""
+    """Everything the grounding report shows (tables as DataFrames, verdicts, a JSON-able summary).
+
+    Beyond the shared schema: ``metrics.k`` (count of ones of a rate), ``comparisons.statistic`` (the test
+    statistic: difference in points, F, or rho), ``categories.sweep_stable`` (same category for every sweep
+    threshold). Extra subsets: ``condition=<cond>`` (parse rate per condition) and ``prompt=default`` (the default
+    prompt on the prompt-probe cases, the reference of the prompt variants).
+    """
 
     metrics: pd.DataFrame
     comparisons: pd.DataFrame
