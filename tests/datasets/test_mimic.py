@@ -55,6 +55,8 @@ def test_small_tree_counts_and_shortfalls(small_build):
     saved = pd.read_csv(res.out_dir / "shortfalls.csv")
     assert len(saved) == len(short)
     assert res.probe_set.provenance["shortfalls"]
+    # the saved folder loads and every image and swap image path resolves to a file of the tree
+    ProbeSet.load(res.out_dir).validate(check_files=True)
 
 
 def test_cases_follow_the_protocol(small_build):
