@@ -284,9 +284,11 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
     pools = benchmark_pools(items)
     req = required_ids(items, opts.required)
     plan = Plan()
+    rows = item_set.frame()
+    rows.insert(0, "case_id", rows["item_id"])  # the run store keys source rows by case_id
     plan.sources.append(
         PlanSource(
-            name, item_set.source or "", items_hash(items), item_set.frame(),
+            name, item_set.source or "", items_hash(items), rows,
             {"builder": "stress", "seed": opts.seed, "conditions": [c.name for c in conds],
              "repeats": opts.repeats, "required": opts.required, "n_required": len(req)},
         )

@@ -1,0 +1,263 @@
+"""Glue between a run config / run store and the stress suite: plan from a config, report from a store.
+
+``probe_sets`` entries of a stress config are item files (``.jsonl`` / ``.csv``), folders holding an
+``items.jsonl``, ``<benchmark>:<folder>`` for a local benchmark copy (``vqa-rad``, ``slake``, ``pmc-vqa``,
+``omnimedvqa``), or ``phantom`` for the embedded phantom MCQ set (built into ``<run_dir>/phantom_mcq``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.suites.base import Plan
+from medvlm_audit.suites.stress.analysis import StressAnalysis, analyse_stress, score_stress
+from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, StressOptions
+from medvlm_audit.suites.stress.conditions import plan_stress as _plan_items
+from medvlm_audit.suites.stress.items import ItemSet, load_items
+from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
+
+
+def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42) -> ItemSet:
+    """One ``probe_sets`` entry -> an ItemSet (see the module docstring for the forms)."""
+    if spec == "phantom":
+        from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
+
+        out = Path(run_dir) / "phantom_mcq"
+        if (out / "items.jsonl").exists():
+            return load_items(out / "items.jsonl")
+        return build_phantom_mcq(out, seed=seed)
+    name, sep, rest = spec.partition(":")
+    if sep and name.lower().replace("_", "-") in LOADERS:
+        return load_benchmark(name, rest)
+    p = Path(spec)
+    if p.is_dir():
+        p = p / "items.jsonl"
+    return load_items(p)
+
+
+_GROUNDING_DEFAULT = {"original", "swap", "target_mask", "irrelevant_mask", "no_image"}
+
+
+def plan_stress(cfg: Any) -> Plan:
+    """Plan a stress run from a RunConfig (conditions default to all T1-T6 conditions)."""
+    conds = list(getattr(cfg, "conditions", []) or [])
+    if not conds or set(conds) == _GROUNDING_DEFAULT:
+        conds = list(DEFAULT_CONDITIONS)  # the config's default is the grounding list
+    unknown = [c for c in conds if c not in CONDITIONS]
+    if unknown:
+        raise ConfigError(f"unknown stress condition(s) {unknown}; known: {list(CONDITIONS)}")
+    sets = [load_item_source(s, run_dir=cfg.run_dir, seed=cfg.seed) for s in cfg.probe_sets]
+    items = sets[0] if len(sets) == 1 else merge_item_sets(sets)
+    opts = StressOptions(conditions=tuple(conds), repeats=int(cfg.repeats), seed=int(cfg.seed))
+    return _plan_items(items, opts)
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def accuracy_by_condition_figure(res: StressAnalysis) -> Any:
+    """Bars: accuracy per condition and model with 95% intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    acc = res.accuracy
+    conds = [c for c in CONDITIONS if c in set(acc["condition"])]
+    models = sorted(acc["model"].unique())
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(conds) * max(1, len(models)) / 2), 3.4))
+    w = 0.8 / max(1, len(models))
+    x = np.arange(len(conds))
+    for j, m in enumerate(models):
+        g = acc[acc["model"] == m].set_index("condition").reindex(conds)
+        y = g["accuracy"].to_numpy(dtype=float)
+        err = np.vstack([y - g["ci_low"].to_numpy(dtype=float), g["ci_high"].to_numpy(dtype=float) - y])
+        ax.bar(x + (j - (len(models) - 1) / 2) * w, y, w, yerr=np.nan_to_num(err), label=m, capsize=2)
+    ax.set_xticks(x, conds, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7, ncols=2)
+    ax.set_title("Accuracy by condition (95% item-bootstrap intervals)", fontsize=9)
+    return fig
+
+
+def distractor_curve_figure(res: StressAnalysis) -> Any:
+    """Lines: accuracy at Base, UNK, 1R-4R, text-only and image+text, per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cur = res.curve
+    levels = ["Base", "UNK", "1R", "2R", "3R", "4R"]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
+    for ax, modality in zip(axes, ("text-only", "image+text"), strict=True):
+        for m, g in cur[cur["modality"] == modality].groupby("model"):
+            g = g.set_index("level").reindex(levels)
+            ax.plot(levels, g["accuracy"], marker="o", label=m)
+            ax.fill_between(levels, g["ci_low"].astype(float), g["ci_high"].astype(float), alpha=0.15)
+        ax.set_title(modality, fontsize=9)
+        ax.set_ylim(0, 1.05)
+    axes[0].set_ylabel("accuracy (required items)")
+    axes[1].legend(fontsize=7)
+    fig.suptitle("Distractor replacement (T4)", fontsize=9)
+    return fig
+
+
+def robustness_figure(res: StressAnalysis) -> Any:
+    """Bars: R1-R5 and the mean per model with intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rob = res.robustness
+    comps = ["R1", "R2", "R3", "R4", "R5", "mean"]
+    models = sorted(rob["model"].unique())
+    fig, ax = plt.subplots(figsize=(7, 3))
+    w = 0.8 / max(1, len(models))
+    x = np.arange(len(comps))
+    for j, m in enumerate(models):
+        g = rob[rob["model"] == m].set_index("component").reindex(comps)
+        y = g["value"].to_numpy(dtype=float)
+        err = np.vstack([y - g["ci_low"].to_numpy(dtype=float), g["ci_high"].to_numpy(dtype=float) - y])
+        ax.bar(x + (j - (len(models) - 1) / 2) * w, y, w, yerr=np.nan_to_num(np.abs(err)), label=m, capsize=2)
+    ax.set_xticks(x, comps)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("robustness")
+    ax.legend(fontsize=7)
+    ax.set_title("Robustness score R1-R5 and mean (paper 003, Appendix A)", fontsize=9)
+    return fig
+
+
+def _table_html(df: pd.DataFrame, cols: list[str]) -> str:
+    cols = [c for c in cols if c in df.columns]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}"
+        return html.escape(str(v))
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "</tr>" for _, r in df.iterrows())
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def stress_html(res: StressAnalysis, *, title: str, run_info: dict[str, Any] | None = None) -> str:
+    """A self-contained HTML page (figures inlined) with the stress section."""
+    figs = [accuracy_by_condition_figure(res), distractor_curve_figure(res), robustness_figure(res)]
+    imgs = "".join(f'<img alt="figure" src="data:image/png;base64,{_png(f)}"/>' for f in figs)
+    parts = [
+        f"<h1>{html.escape(title)}</h1>",
+        "<h2>Stress tests (T1-T6)</h2>",
+        "<p>Accuracy counts a refusal as a wrong answer and leaves unparsed answers out (their rates are shown). "
+        "Intervals: item bootstrap (B = {B}, seed {seed}; an item's repeats stay together). Changes are paired on "
+        "the same items; q: Benjamini-Hochberg over each model's family (all its T-changes and chance tests)."
+        "</p>".format(**res.meta),
+        imgs,
+        "<h3>Robustness score</h3>",
+        _table_html(res.robustness, ["model", "component", "value", "ci_low", "ci_high"]),
+        "<h3>Accuracy by condition</h3>",
+        _table_html(res.accuracy, ["model", "condition", "n_items", "n_trials", "accuracy", "ci_low", "ci_high",
+                                   "refusal_rate", "unparsed_rate", "chance"]),
+        "<h3>Paired changes</h3>",
+        _table_html(res.changes, ["model", "test", "comparison", "n_items", "acc_base", "acc_perturbed", "diff",
+                                  "ci_low", "ci_high", "p", "q"]),
+        "<h3>Accuracy against chance without the image (T2)</h3>",
+        _table_html(res.chance, ["model", "condition", "n", "correct", "accuracy", "chance", "p", "q"]),
+        "<h3>Accuracy per benchmark</h3>",
+        _table_html(res.accuracy_by_benchmark, ["model", "benchmark", "condition", "n_items", "accuracy",
+                                                "ci_low", "ci_high"]),
+    ]
+    if "n_models_text_solvable" in res.items.columns:
+        top = (res.items.drop_duplicates("item_id").sort_values("n_models_text_solvable", ascending=False)
+               .head(20))
+        parts += ["<h3>Items answered correctly without the image (likely text-solvable or memorised)</h3>",
+                  _table_html(top, ["item_id", "benchmark", "n_models_text_solvable"])]
+    if run_info:
+        parts += ["<h3>Run</h3>", f"<pre>{html.escape(json.dumps(run_info, indent=1, default=str))}</pre>"]
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;font-size:12px}"
+             "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}")
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>" \
+           f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_stress_report(res: StressAnalysis, out_dir: str | Path, *, title: str = "Stress audit",
+                        run_info: dict[str, Any] | None = None) -> Path:
+    """report.html, one Parquet + CSV per table, summary.json (all written atomically)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in res.frames().items():
+        d = df.copy()
+        for c in d.columns:
+            if d[c].dtype == object:
+                d[c] = d[c].map(lambda v: v if v is None or isinstance(v, str | int | float | bool) else str(v))
+        tmp = out / f".{name}.parquet.tmp"
+        d.to_parquet(tmp, index=False)
+        os.replace(tmp, out / f"{name}.parquet")
+        _atomic_text(out / f"{name}.csv", d.to_csv(index=False))
+    _atomic_text(out / "summary.json", json.dumps(res.summary(), indent=1, default=str))
+    page = out / "report.html"
+    _atomic_text(page, stress_html(res, title=title, run_info=run_info))
+    return page
+
+
+#: columns of the exported stress table (one row per model x item x condition x repeat)
+TIDY_COLUMNS: tuple[str, ...] = (
+    "run_id", "probe_set", "model", "modality", "item_id", "benchmark", "condition", "test", "sample_index",
+    "key", "image_sha256", "n_options", "gold", "options", "required", "needs_image", "with_image",
+    "answer_text", "status", "parsed", "via", "correct", "latency_s", "error_kind", "error_message",
+)
+
+
+def tidy_stress(store: Any) -> pd.DataFrame:
+    """The scored stress table of a run store (errored calls score as ``no_response``; not-asked rows dropped)."""
+    from medvlm_audit.export import raw_table
+
+    raw = raw_table(store)
+    raw = raw[raw["error_kind"].isna() | (raw["error_kind"] != "not_asked")].copy()
+    raw.loc[raw["error_kind"].notna(), "answer_text"] = None
+    scored = score_stress(raw)
+    for c in TIDY_COLUMNS:
+        if c not in scored.columns:
+            scored[c] = None
+    out = scored[list(TIDY_COLUMNS)].reset_index(drop=True)
+    out["options"] = [json.dumps(list(o), ensure_ascii=False) for o in out["options"]]
+    return out
+
+
+def report_stress(store: Any, out_dir: str | Path, *, run_info: dict[str, Any] | None = None,
+                  B: int = 10_000) -> Path:
+    """Score and analyse a stress run store and write its report (called by ``medvlm-audit report``)."""
+    scored = tidy_stress(store)
+    res = analyse_stress(scored, B=B, seed=0)
+    title = f"Stress audit: {(run_info or {}).get('run_id', Path(out_dir).parent.name)}"
+    return write_stress_report(res, out_dir, title=title, run_info=run_info)
