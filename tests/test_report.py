@@ -497,14 +497,21 @@ def test_two_probe_sets_adds_cross_dataset_figure(tmp_path: Path) -> None:
     a = make_analysis()
     met2 = a.metrics.assign(probe_set="chexpert")
     met2 = met2[met2["metric"].isin(["accuracy", "uar", "parse_rate"]) & (met2["subset"] == "all")]
-    cats2 = a.categories.assign(probe_set="chexpert")
+    cats2 = a.categories.assign(probe_set="chexpert")  # box-free, like CheXpert: CGR and IS on n = 0
+    cats2[["cgr", "cgr_low", "cgr_high", "is_", "is_low", "is_high", "gsp"]] = NAN
+    cats2[["n_cgr", "n_is"]] = 0
+    rob = pd.concat([a.robustness, pd.DataFrame([{"probe_set": "phantom|chexpert", "kind": "cross_dataset",
+                                                  "metric": "uar", "variant": "all models", "rho": 0.9,
+                                                  "p": 0.004}])], ignore_index=True)
     b = replace(a, metrics=pd.concat([a.metrics, met2], ignore_index=True),
-                categories=pd.concat([a.categories, cats2], ignore_index=True))
+                categories=pd.concat([a.categories, cats2], ignore_index=True), robustness=rob)
     page = write_report(b, tmp_path, title="t", run_info={}).read_text()
     assert page.count("Cross-dataset transfer.</strong>") == 1
     assert "UAR and accuracy on chexpert against phantom" in page
     assert "Key metrics — chexpert" in page and not NAN_WORD.search(page)
-    assert "Causal triad on chexpert" in page  # figures per probe set
+    assert "Causal triad on phantom" in page and "Accuracy on chexpert" in page  # figures per probe set
+    assert "Causal triad on chexpert" not in page  # no boxed cases: no occlusion figures
+    assert "Spearman ρ = 0.900, p 0.004 (all models)" in page
 
 
 def test_numpy_values_in_summary_are_json_safe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

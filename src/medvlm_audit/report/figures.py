@@ -1076,7 +1076,21 @@ def prompt_figure(metrics: pd.DataFrame, *, probe_set: str) -> Figure:
 
 
 @_styled
-def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_sets: Sequence[str]) -> Figure:
+def _cross_rho(robustness: pd.DataFrame | None, metric: str) -> list[str]:
+    if robustness is None or not len(robustness) or not {"kind", "metric", "rho"} <= set(robustness.columns):
+        return []
+    r = robustness[(robustness["kind"] == "cross_dataset") & (robustness["metric"] == metric)]
+    out = []
+    for _, row in r.iterrows():
+        if _fin(row["rho"]):
+            label = str(row["variant"]) if "variant" in r.columns and not is_missing(row["variant"]) else ""
+            p = f", p {format_p(row['p'])}" if "p" in r.columns and _fin(row["p"]) else ""
+            out.append(f"ρ = {float(row['rho']):.3f}{p}" + (f" ({label})" if label else ""))
+    return out
+
+
+def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_sets: Sequence[str],
+                         robustness: pd.DataFrame | None = None) -> Figure:
     """UAR and accuracy on the second probe set against the first, with intervals and the identity line (Fig. 6a,b)."""
     p1, p2 = probe_sets[0], probe_sets[1]
     info = _info(categories, metrics, p1)
@@ -1106,12 +1120,17 @@ def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, pro
                 lst.append(float(v) if _fin(v) else np.nan)
             ax.text(x + 1.0, y + 1.0, m, fontsize=6.5)
         _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=40, lw=0.9)
-        ax.plot([0, 100], [0, 100], linestyle="--", color=_GREY, linewidth=0.8)
-        ax.set_xlim(0, 102)
-        ax.set_ylim(0, 102)
+        finite = [v for v in (*xl, *yl, *px, *py) if math.isfinite(v)]
+        lo = max(0.0, math.floor((min(finite) - 5) / 10) * 10) if finite else 0.0
+        ax.plot([lo, 100], [lo, 100], linestyle="--", color=_GREY, linewidth=0.8)
+        ax.set_xlim(lo, 102)
+        ax.set_ylim(lo, 102)
         ax.set_xlabel(f"{metric.upper() if metric == 'uar' else 'Accuracy'} on {p1} (%)")
         ax.set_ylabel(f"{metric.upper() if metric == 'uar' else 'Accuracy'} on {p2} (%)")
-        caps.append(f"{metric}: n ({p1} / {p2}) " + "; ".join(
+        rhos = _cross_rho(robustness, metric)
+        if rhos:
+            ax.text(0.03, 0.97, "Spearman " + "\n".join(rhos), transform=ax.transAxes, va="top", fontsize=7)
+        caps.append(f"{metric}: " + (f"Spearman {'; '.join(rhos)}; " if rhos else "") + f"n ({p1} / {p2}) " + "; ".join(
             f"{m} {_nfmt(a.loc[m, 'n'])} / {_nfmt(b.loc[m, 'n'])}" for m in both))
     fig.suptitle(f"Cross-dataset transfer — {p1} vs {p2}", fontsize=9.5)
     _margins(fig, left=0.6, right=0.2, bottom=0.5, top=0.4, wspace=0.3)
@@ -1136,10 +1155,13 @@ def build_figures(analysis: Any) -> list[Figure]:
     figs: list[Figure] = []
     probe_sets = probe_sets_of(analysis)
     for ps in probe_sets:
-        has_cats = len(cats) and (cats["probe_set"] == ps).any()
-        if has_cats:
+        cps = cats[cats["probe_set"] == ps] if len(cats) else cats
+        # occlusion figures need boxed cases: a box-free probe set (e.g. CheXpert) has CGR and IS on n = 0 for all
+        boxed = len(cps) and (pd.to_numeric(cps["n_cgr"], errors="coerce").fillna(0).gt(0).any()
+                              or pd.to_numeric(cps["n_is"], errors="coerce").fillna(0).gt(0).any())
+        if boxed:
             figs.append(triad_figure(cats, probe_set=ps))
-        if _has_metric(met, ps, "gsp"):
+        if boxed and _has_metric(met, ps, "gsp"):
             figs.append(gsp_figure(met, cats, probe_set=ps))
         if _has_metric(met, ps, "uar"):
             figs.append(uar_figure(met, cats, probe_set=ps))
@@ -1147,8 +1169,9 @@ def build_figures(analysis: Any) -> list[Figure]:
             figs.append(sens_spec_figure(met, cats, probe_set=ps))
         if _has_metric(met, ps, "accuracy"):
             figs.append(accuracy_figure(met, cats, comp, probe_set=ps))
-        if ((met["probe_set"] == ps) & (met["metric"] == "cgr")
-                & met["subset"].astype(str).str.startswith("finding=")).any():
+        fc = met[(met["probe_set"] == ps) & (met["metric"] == "cgr")
+                 & met["subset"].astype(str).str.startswith("finding=")]
+        if len(fc) and pd.to_numeric(fc["n"], errors="coerce").fillna(0).gt(0).any():
             figs.append(finding_heatmap_figure(met, probe_set=ps))
         fams = comp["family"].astype(str).unique().tolist() if len(comp) else []
         for metric, label in (("accuracy", "accuracy"), ("uar", "UAR")):
@@ -1177,5 +1200,5 @@ def build_figures(analysis: Any) -> list[Figure]:
                 & met["subset"].astype(str).str.startswith("prompt=")).any():
             figs.append(prompt_figure(met, probe_set=ps))
     if len(probe_sets) >= 2:
-        figs.append(cross_dataset_figure(met, cats, probe_sets=probe_sets))
+        figs.append(cross_dataset_figure(met, cats, probe_sets=probe_sets, robustness=rob))
     return figs
