@@ -48,6 +48,174 @@ def build_phantom_cmd(
     console.print(f"training split: {len(train)} cases -> {out / 'train'}")
 
 
+Opt = typer.Option
+
+
+def _built(result: object) -> None:
+    console.print(result.summary())  # type: ignore[attr-defined]
+
+
+def _rexerr_counts(text: str) -> tuple[int, int, int]:
+    try:
+        a, b, c = (int(x) for x in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected three comma-separated integers, got {text!r}") from None
+    return a, b, c
+
+
+@build_app.command("mimic")
+def build_mimic_cmd(
+    mimic_root: Annotated[Path, Opt(help="MIMIC-CXR-JPG root (files/, mimic-cxr-2.0.0-*.csv[.gz]).")],
+    ms_cxr_root: Annotated[Path, Opt(help="MS-CXR root (MS_CXR_Local_Alignment_v1.*.csv).")],
+    rexerr_root: Annotated[Path, Opt(help="ReXErr-v1 root.")],
+    mimic_iv_root: Annotated[Path, Opt(help="MIMIC-IV root (hosp/patients.csv[.gz]).")],
+    out: Annotated[Path, Opt(help="Output probe-set folder.")] = Path("probesets/mimic"),
+    per_finding: Annotated[int, Opt(help="Present and absent MIMIC studies per finding.")] = 50,
+    n_normal: Annotated[int, Opt(help="Normal studies.")] = 100,
+    ms_cxr_cap: Annotated[int, Opt(help="MS-CXR boxes kept per finding.")] = 100,
+    min_box_side: Annotated[float, Opt(help="Minimum box side at 224 px.")] = 50.0,
+    rexerr_counts: Annotated[str, Opt(help="ReXErr image-dependent,text-only,no-error counts.")] = "483,120,120",
+    rexerr_split: Annotated[str, Opt()] = "test",
+    mimic_split: Annotated[str, Opt()] = "test",
+    negatives: Annotated[str, Opt(help="explicit_then_blank | explicit | blank")] = "explicit_then_blank",
+    swap_pool_split: Annotated[str, Opt()] = "all",
+    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
+    age_at: Annotated[str, Opt(help="study | anchor")] = "study",
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode")] = False,
+    workers: Annotated[int, Opt()] = 2,
+    seed: Annotated[int, Opt()] = 42,
+    name: Annotated[str, Opt()] = "mimic",
+) -> None:
+    """The paper's primary probe set from MIMIC-CXR-JPG + MS-CXR + ReXErr-v1 + MIMIC-IV (2,575 cases)."""
+    from medvlm_audit.datasets.mimic import build_mimic
+
+    try:
+        _built(build_mimic(mimic_root, ms_cxr_root, rexerr_root, mimic_iv_root, out, per_finding=per_finding,
+                           n_normal=n_normal, ms_cxr_cap=ms_cxr_cap, min_box_side=min_box_side,
+                           rexerr_counts=_rexerr_counts(rexerr_counts), rexerr_split=rexerr_split,
+                           mimic_split=mimic_split, negatives=negatives, swap_pool_split=swap_pool_split,
+                           swap_same_view=swap_same_view, age_at=age_at, check_images=check_images,
+                           full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+    except (AuditError, ValueError) as e:
+        _fail(e)
+
+
+@build_app.command("chexpert")
+def build_chexpert_cmd(
+    chexpert_root: Annotated[Path, Opt(help="CheXpert root (train.csv/valid.csv and images).")],
+    out: Annotated[Path, Opt()] = Path("probesets/chexpert"),
+    labels_csv: Annotated[Optional[Path], Opt(help="A labels CSV other than the root's.")] = None,
+    split: Annotated[str, Opt()] = "test",
+    test_fraction: Annotated[float, Opt()] = 0.2,
+    per_finding: Annotated[int, Opt()] = 50,
+    n_normal: Annotated[int, Opt()] = 100,
+    negatives: Annotated[str, Opt()] = "explicit",
+    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode")] = False,
+    workers: Annotated[int, Opt()] = 2,
+    seed: Annotated[int, Opt()] = 42,
+    name: Annotated[str, Opt()] = "chexpert",
+) -> None:
+    """The CheXpert generalization set (original and swap conditions; 1,380 cases)."""
+    from medvlm_audit.datasets.chexpert import build_chexpert
+
+    try:
+        _built(build_chexpert(chexpert_root, out, labels_csv=labels_csv, split=split, test_fraction=test_fraction,
+                              per_finding=per_finding, n_normal=n_normal, negatives=negatives,
+                              swap_same_view=swap_same_view, check_images=check_images, full_decode=full_decode,
+                              workers=workers, seed=seed, name=name, verbose=False))
+    except (AuditError, ValueError) as e:
+        _fail(e)
+
+
+@build_app.command("nih")
+def build_nih_cmd(
+    nih_root: Annotated[Path, Opt(help="NIH ChestX-ray14 root (Data_Entry_2017.csv, BBox_List_2017.csv, images).")],
+    out: Annotated[Path, Opt()] = Path("probesets/nih"),
+    metadata_from: Annotated[str, Opt(help="auto | root | torchxrayvision")] = "auto",
+    split: Annotated[str, Opt()] = "all",
+    per_finding: Annotated[int, Opt()] = 50,
+    n_normal: Annotated[int, Opt()] = 100,
+    box_cap: Annotated[int, Opt()] = 100,
+    min_box_side: Annotated[float, Opt()] = 50.0,
+    image_size: Annotated[int, Opt()] = 1024,
+    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode")] = False,
+    workers: Annotated[int, Opt()] = 2,
+    seed: Annotated[int, Opt()] = 42,
+    name: Annotated[str, Opt()] = "nih",
+) -> None:
+    """An open probe set with boxes from NIH ChestX-ray14 (all conditions, masks included)."""
+    from medvlm_audit.datasets.nih import build_nih
+
+    try:
+        _built(build_nih(nih_root, out, metadata_from=metadata_from, split=split, per_finding=per_finding,
+                         n_normal=n_normal, box_cap=box_cap, min_box_side=min_box_side, image_size=image_size,
+                         swap_same_view=swap_same_view, check_images=check_images, full_decode=full_decode,
+                         workers=workers, seed=seed, name=name, verbose=False))
+    except (AuditError, ValueError) as e:
+        _fail(e)
+
+
+@build_app.command("vindr")
+def build_vindr_cmd(
+    vindr_root: Annotated[Path, Opt(help="VinDr-CXR root (annotations/, test/ or train/).")],
+    out: Annotated[Path, Opt()] = Path("probesets/vindr"),
+    split: Annotated[str, Opt()] = "test",
+    n_absent: Annotated[int, Opt()] = 50,
+    n_normal: Annotated[int, Opt()] = 100,
+    box_cap: Annotated[int, Opt()] = 100,
+    min_box_side: Annotated[float, Opt()] = 50.0,
+    metadata_csv: Annotated[Optional[Path], Opt(help="CSV with image_id, age, sex, view.")] = None,
+    sizes_csv: Annotated[Optional[Path], Opt(help="CSV with image_id, width, height.")] = None,
+    require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode")] = False,
+    workers: Annotated[int, Opt()] = 2,
+    seed: Annotated[int, Opt()] = 42,
+    name: Annotated[str, Opt()] = "vindr",
+) -> None:
+    """An open probe set with radiologist boxes from VinDr-CXR."""
+    from medvlm_audit.datasets.vindr import build_vindr
+
+    try:
+        _built(build_vindr(vindr_root, out, split=split, n_absent=n_absent, n_normal=n_normal, box_cap=box_cap,
+                           min_box_side=min_box_side, metadata_csv=metadata_csv, sizes_csv=sizes_csv,
+                           require_demographics=require_demographics, check_images=check_images,
+                           full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+    except (AuditError, ValueError) as e:
+        _fail(e)
+
+
+@build_app.command("folder")
+def build_folder_cmd(
+    images: Annotated[Path, Opt(help="Folder the CSV's image paths are relative to.")],
+    csv: Annotated[Path, Opt(help="CSV: image, finding, label[, x0, y0, x1, y1, patient_id, age, sex, view, ...].")],
+    out: Annotated[Path, Opt()] = Path("probesets/folder"),
+    frontal_only: Annotated[bool, Opt("--frontal-only/--no-frontal-only")] = True,
+    require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
+    min_box_side: Annotated[float, Opt()] = 0.0,
+    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode")] = False,
+    workers: Annotated[int, Opt()] = 2,
+    seed: Annotated[int, Opt()] = 42,
+    name: Annotated[str, Opt()] = "folder",
+) -> None:
+    """A probe set from any folder of images plus a CSV of findings, labels and boxes."""
+    from medvlm_audit.datasets.folder import build_folder
+
+    try:
+        _built(build_folder(images, csv, out, frontal_only=frontal_only, require_demographics=require_demographics,
+                            min_box_side=min_box_side, swap_same_view=swap_same_view, check_images=check_images,
+                            full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+    except (AuditError, ValueError) as e:
+        _fail(e)
+
+
 @app.command("run")
 def run_cmd(
     config: Annotated[Path, typer.Argument(help="Run config (YAML or TOML).")],

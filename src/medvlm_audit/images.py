@@ -24,6 +24,14 @@ def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
     p = Path(path)
     if not p.exists():
         raise ImageError(f"image file {p} does not exist")
+    if p.suffix.lower() in (".dcm", ".dicom"):
+        from medvlm_audit.datasets.common import load_dicom_gray
+
+        try:
+            gray = load_dicom_gray(p)
+        except Exception as e:
+            raise ImageError(f"image file {p} cannot be decoded as DICOM ({e})") from e
+        return gray if mode == "L" else np.repeat(gray[..., None], 3, axis=2)
     try:
         with Image.open(p) as im:
             im.load()

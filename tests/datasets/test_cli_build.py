@@ -1,0 +1,55 @@
+"""`medvlm-audit build <dataset>` from fixture trees in the real layouts, then a grounding run on the result."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import dsfixtures as F
+from typer.testing import CliRunner
+
+from medvlm_audit import api
+from medvlm_audit.cli import app
+from medvlm_audit.probeset import ProbeSet
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import BrightSpotModel  # noqa: E402
+
+SMALL = {"n_subjects": 60, "n_studies": 150, "n_images": 220, "test_every": 2, "n_rexerr": 200,
+         "ms_eligible": dict.fromkeys(F.MS_CATS, 3), "ms_ineligible_per_cat": 2, "size": (256, 320), "gz": True}
+
+
+def test_build_mimic_cli_reports_shortfalls_and_runs(tmp_path: Path) -> None:
+    roots = F.make_mimic_tree(tmp_path / "mimic", images=True, **SMALL)
+    out = tmp_path / "ps"
+    args = ["build", "mimic", "--out", str(out), "--no-check-images"]
+    for k, v in roots.items():
+        args += [f"--{k.replace('_', '-')}", str(v)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "short" in res.output.lower()  # the small tree cannot fill 50 per stratum
+    assert (out / "exclusions.csv").exists()
+    ps = ProbeSet.load(out)
+    assert {"finding_presence", "report_error"} <= set(ps.df["kind"])
+    # the built probe set runs under every grounding condition; masks only where boxes exist
+    m = BrightSpotModel()
+    result = api.run({"probe_sets": [str(out)], "run_dir": str(tmp_path / "run"),
+                      "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://x"}]},
+                     models=[m], progress=False)
+    import pandas as pd
+
+    df = pd.read_parquet(result.results_parquet)
+    boxed = set(ps.df.loc[ps.df["tbox_x0"].notna(), "case_id"])
+    assert set(df.loc[df.condition == "target_mask", "case_id"]) == boxed
+    assert result.summary.n_skipped == 2 * (len(ps) - len(boxed))  # target + irrelevant mask skipped, counted
+
+
+def test_build_nih_and_folder_cli(tmp_path: Path) -> None:
+    root = F.make_nih_tree(tmp_path / "nih", n_images=300, n_boxes=30)
+    res = CliRunner().invoke(app, ["build", "nih", "--nih-root", str(root), "--out", str(tmp_path / "nih_ps"),
+                                   "--per-finding", "5", "--n-normal", "5", "--no-check-images"])
+    assert res.exit_code == 0, res.output
+    assert len(ProbeSet.load(tmp_path / "nih_ps")) > 0
+    res = CliRunner().invoke(app, ["build", "mimic", "--mimic-root", str(tmp_path / "nope"), "--ms-cxr-root", "x",
+                                   "--rexerr-root", "x", "--mimic-iv-root", "x", "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "error" in res.output and "Traceback" not in res.output
