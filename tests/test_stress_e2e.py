@@ -59,7 +59,8 @@ def test_image_reader_tracks_visual_substitution(run) -> None:
     assert acc[("image-reader", "substitution")] > 0.75  # it answers the distractor the new image shows
     assert acc[("text-prior", "substitution")] < 0.35  # blind models keep the old answer
     rob = res.robustness.set_index(["model", "component"])["value"]
-    assert rob[("image-reader", "R5")] > 0.9 and rob[("text-prior", "R5")] < 0.6
+    assert rob[("image-reader", "R5")] > 0.8 and rob[("text-prior", "R5")] < 0.6
+    assert acc[("image-reader", "substitution")] - acc[("text-prior", "substitution")] > 0.4
     # without the image the reader declines: refusals, reported as their own class
     rr = res.accuracy.set_index(["model", "condition"])
     assert rr.loc[("image-reader", "no_image"), "refusal_rate"] == 1.0

@@ -97,8 +97,9 @@ def accuracy_by_condition_figure(res: StressAnalysis) -> Any:
     ax.set_xticks(x, conds, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7, ncols=2)
-    ax.set_title("Accuracy by condition (95% item-bootstrap intervals)", fontsize=9)
+    ax.legend(fontsize=7, ncols=len(models), loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    ax.set_title("Accuracy by condition (95% item-bootstrap intervals; T2-T4 conditions on the required items, "
+                 "substitution on its items)", fontsize=8)
     return fig
 
 
