@@ -90,6 +90,19 @@ def test_pmc_vqa(tmp_path: Path) -> None:
         load_pmc_vqa(tmp_path, on_error="raise")
 
 
+def test_pmc_vqa_v2_letter_answers(tmp_path: Path) -> None:
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "PMC9_F2.jpg").write_bytes(b"x")
+    with (tmp_path / "test_2.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["index", "Figure_path", "Caption", "Question", "Choice A", "Choice B", "Choice C", "Choice D",
+                    "Answer", "split"])
+        w.writerow(["17", "PMC9_F2.jpg", "cap", "Which stain?", "A:H&E", "B:PAS", "C:Gram", "D:Giemsa", "C", "test"])
+    it = load_pmc_vqa(tmp_path, csv_name="test_2.csv").items[0]
+    assert it.item_id == "pmcvqa-test_2-17" and it.gold_text == "Gram"
+    assert it.images == (str(tmp_path / "figures" / "PMC9_F2.jpg"),)
+
+
 def test_omnimedvqa(tmp_path: Path) -> None:
     qa = tmp_path / "QA_information" / "Open-access"
     qa.mkdir(parents=True)

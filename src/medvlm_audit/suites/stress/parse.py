@@ -91,10 +91,9 @@ def _parse_body(body: str, keys: Sequence[str], k: int, tagged: bool) -> ParsedO
             return ParsedOption("answer", idx, "tag_letter" if tagged else "letter")
         if tagged and len(body.strip()) <= 3:
             return ParsedOption("answer", idx, "tag_letter")
-        if tagged:
-            # a letter followed by text matching no option: trust the letter only if the body starts "X." / "(X)"
-            if re.match(r"^\s*[\(\[]?[A-Z][\)\].:]", body):
-                return ParsedOption("answer", idx, "tag_letter")
+        # a letter followed by text matching no option: trust the letter only if the body starts "X." / "(X)"
+        if tagged and re.match(r"^\s*[\(\[]?[A-Z][\)\].:]", body):
+            return ParsedOption("answer", idx, "tag_letter")
     exact = _match_text(body, keys)
     if exact is not None:
         return ParsedOption("answer", exact, "tag_text" if tagged else "text")
