@@ -42,3 +42,22 @@ def test_parse(text, status, letter) -> None:
 def test_letter_outside_the_options_is_not_an_answer() -> None:
     assert parse_option("F", OPTS[:3]).status == "unparsed"
     assert parse_option("<answer>F</answer>", OPTS[:3]).status == "unparsed"
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from medvlm_audit.suites.stress.items import LETTERS, norm_option  # noqa: E402
+
+_opt = st.text(alphabet=st.characters(categories=("L", "N", "Zs"), max_codepoint=0x24F), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_opt, min_size=2, max_size=6, unique_by=norm_option).filter(
+    lambda xs: all(norm_option(x) for x in xs)), st.data())
+def test_the_requested_answer_format_always_parses_back(options, data) -> None:
+    i = data.draw(st.integers(0, len(options) - 1))
+    for text in (f"<answer>{LETTERS[i]}. {options[i]}</answer>", f"<answer>{LETTERS[i]}</answer>",
+                 f"Reasoning first.\n<answer>{LETTERS[i]}. {options[i]}</answer>"):
+        p = parse_option(text, options)
+        assert (p.status, p.index) == ("answer", i), text
