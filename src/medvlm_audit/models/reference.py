@@ -97,34 +97,49 @@ def _grid_of(inp: ModelInput) -> tuple[np.ndarray, np.ndarray] | None:
     return hit
 
 
+# Feature functions take stacks of grids but compute image by image: a numpy reduction over a stack may sum in
+# another order when the stack size changes, and an answer must not depend on which batch its input came in.
+
+
+def _cell_stats_one(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    k = GRID // CELL
+    c = g.reshape(k, CELL, k, CELL).transpose(0, 2, 1, 3).reshape(k, k, CELL * CELL)
+    mean = c.mean(axis=2)
+    sq = (c * c).mean(axis=2)
+    return mean, np.sqrt(np.maximum(sq - mean * mean, 0.0))
+
+
 def cell_stats(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-cell mean and standard deviation (n, 16, 16) of a stack of 64 x 64 grids."""
-    n = grids.shape[0]
-    c = grids.reshape(n, GRID // CELL, CELL, GRID // CELL, CELL)
-    mean = c.mean(axis=(2, 4))
-    sq = (c * c).mean(axis=(2, 4))
-    return mean, np.sqrt(np.maximum(sq - mean * mean, 0.0))
+    pairs = [_cell_stats_one(g) for g in grids]
+    return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+
+
+def _lit_thumbnail_one(g: np.ndarray, lit: np.ndarray) -> np.ndarray:
+    k = GRID // CELL
+    s = (g * 1.0).reshape(k, CELL, k, CELL).transpose(0, 2, 1, 3).reshape(k, k, -1).sum(axis=2)
+    w = lit.reshape(k, CELL, k, CELL).transpose(0, 2, 1, 3).reshape(k, k, -1).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(w > 0.5, s / np.maximum(w, 1e-6), np.nan).reshape(-1)
 
 
 def lit_thumbnail(grids: np.ndarray, lit: np.ndarray) -> np.ndarray:
     """16 x 16 thumbnail averaged over non-black pixels only (black reads as padding); NaN where a cell has none."""
-    n = grids.shape[0]
-    k = GRID // CELL
-    s = grids.reshape(n, k, CELL, k, CELL).sum(axis=(2, 4))
-    w = lit.reshape(n, k, CELL, k, CELL).sum(axis=(2, 4))
+    return np.stack([_lit_thumbnail_one(g, m) for g, m in zip(grids, lit)])
+
+
+def _body_histogram_one(g: np.ndarray, lit: np.ndarray, bins: int) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(w > 0.5, s / np.maximum(w, 1e-6), np.nan).reshape(n, -1)
+        val = np.where(lit > 0.01, g / np.maximum(lit, 1e-6), 0.0).reshape(-1)
+    wt = lit.reshape(-1) * (val >= 0.125)
+    idx = np.clip(((val - 0.125) / 0.875 * bins).astype(np.int64), 0, bins - 1)
+    hist = np.bincount(idx, weights=wt, minlength=bins)
+    return (hist / max(float(hist.sum()), 1e-6)).astype(np.float32)
 
 
 def body_histogram(grids: np.ndarray, lit: np.ndarray, bins: int = 14) -> np.ndarray:
     """Intensity histogram of the lit body pixels (grid value >= 1/8; air and black padding left out), normalised."""
-    n = grids.shape[0]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        val = np.where(lit > 0.01, grids / np.maximum(lit, 1e-6), 0.0).reshape(n, -1)
-    wt = lit.reshape(n, -1) * (val >= 0.125)
-    idx = np.clip(((val - 0.125) / 0.875 * bins).astype(np.int64), 0, bins - 1)
-    hist = np.stack([np.bincount(i, weights=w, minlength=bins) for i, w in zip(idx, wt)])
-    return (hist / np.maximum(hist.sum(axis=1, keepdims=True), 1e-6)).astype(np.float32)
+    return np.stack([_body_histogram_one(g, m, bins) for g, m in zip(grids, lit)])
 
 
 class GlobalEmbedding:
@@ -149,7 +164,8 @@ class GlobalEmbedding:
 
     def __call__(self, grids: np.ndarray, lit: np.ndarray) -> np.ndarray:
         T = self._impute(lit_thumbnail(grids, lit))
-        return np.concatenate([(T - self.mean) @ self.components.T, body_histogram(grids, lit)], axis=1)
+        proj = np.stack([self.components @ t for t in (T - self.mean)])  # row by row: batch-invariant
+        return np.concatenate([proj, body_histogram(grids, lit)], axis=1)
 
 
 # ----------------------------------------------------------------------------------------------- training data
@@ -309,10 +325,16 @@ def _fit_lr(X: Any, y: np.ndarray, C: float, seed: int, balanced: bool = False) 
     return LogisticRegression(C=C, max_iter=500, tol=1e-4, class_weight=cw, random_state=seed).fit(X, y)
 
 
-def _lr_logit(model: Any, X: np.ndarray) -> np.ndarray:
+def _lr_logit(model: Any, X: Any) -> np.ndarray:
+    """Decision function, computed row by row so a row's value never depends on which other rows share its batch
+    (matrix products and multi-row reductions may change the last bits with the batch size)."""
     if isinstance(model, float):
         return np.full(X.shape[0], float(_logit(model)))
-    return model.decision_function(X)
+    if isinstance(X, np.ndarray):
+        w = np.ascontiguousarray(model.coef_[0], dtype=np.float64)
+        b = float(model.intercept_[0])
+        return np.array([float(np.dot(np.ascontiguousarray(x, dtype=np.float64), w)) + b for x in X])
+    return model.decision_function(X)  # sparse bag of words: sparse row products are per row already
 
 
 class _Scaler:
@@ -524,8 +546,9 @@ class GlobalProbe(ReferenceModel):
 
 
 def _coarse_features(grids: np.ndarray, lit: np.ndarray) -> np.ndarray:
-    n = grids.shape[0]
-    return grids.reshape(n, 8, 8, 8, 8).mean(axis=(2, 4)).reshape(n, -1)
+    """8 x 8 thumbnail (plain means, black included), image by image."""
+    return np.stack([g.reshape(8, 8, 8, 8).transpose(0, 2, 1, 3).reshape(8, 8, 64).mean(axis=2).reshape(-1)
+                     for g in grids])
 
 
 class OcclusionUnstable(ReferenceModel):

@@ -340,9 +340,10 @@ def render_study(
     for f in PHANTOM_FINDINGS:
         if f == "cardiomegaly" or not findings.get(f, False):
             continue
-        boxes_n[f] = _draw_finding(A, f, dict(attributes.get(f, {})), g, lungs, rng)
+        frng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 17, PHANTOM_FINDINGS.index(f)])  # own stream per finding
+        boxes_n[f] = _draw_finding(A, f, dict(attributes.get(f, {})), g, lungs, frng)
     if findings.get(DEVICES, False):
-        _draw_devices(A, rng)
+        _draw_devices(A, np.random.default_rng([int(seed) & 0xFFFFFFFF, 19]))
 
     # exposure: air level, gain, gamma; AP portable films are flatter and noisier
     lo = prng.uniform(10, 20)
