@@ -594,3 +594,18 @@ def test_bootstrap_sd_modes_and_cluster_mean_estimate():
     assert e2.boot_sd == pytest.approx(e1.boot_sd, rel=0.05)
     # ignoring the duplication shrinks the SE by ~sqrt(2): the reason for the cluster option
     assert S.mean_estimate(np.repeat(v, 2)).se == pytest.approx(e1.se / math.sqrt(2), rel=0.01)
+
+
+def test_auroc_interval_exact_counts_mode_matches_index_in_distribution() -> None:
+    """The fast mode resamples the same way (n uniform draws with replacement): intervals agree closely."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 400)
+    s = np.round(np.clip(y * 0.25 + rng.random(400) * 0.75, 0, 1), 2)  # ties present
+    a = S.auroc_interval(s, y, B=4000, mode="index")
+    b = S.auroc_interval(s, y, B=4000, mode="exact-counts")
+    assert a.point == b.point
+    assert abs(a.ci_low - b.ci_low) < 0.01 and abs(a.ci_high - b.ci_high) < 0.01
+    assert abs(a.se - b.se) / a.se < 0.08
+    assert "exact-counts" in b.method
+    with pytest.raises(ValueError, match="mode"):
+        S.auroc_interval(s, y, mode="bogus")
