@@ -487,6 +487,11 @@ def test_missing_key_variable_is_a_config_error_naming_it(monkeypatch: pytest.Mo
     m = OpenAIChatModel("m", "vlm", "http://127.0.0.1:9/v1", api_key_env="NO_SUCH_KEY_VAR")
     with pytest.raises(ConfigError, match="NO_SUCH_KEY_VAR"):
         run(m.generate([q("x")]))
+    with pytest.raises(ConfigError, match="NO_SUCH_KEY_VAR"):
+        m.check_credentials()
+    monkeypatch.setenv("NO_SUCH_KEY_VAR", "")
+    with pytest.raises(ConfigError, match="not set or empty"):
+        m.check_credentials()
 
 
 def test_identity_ignores_urls_but_not_what_changes_answers() -> None:

@@ -266,6 +266,12 @@ class OpenAIChatModel(Model):
             raise ConfigError(f"model {self.name!r}: environment variable {self.api_key_env} is not set or empty")
         return key
 
+    def check_credentials(self) -> None:
+        """Raise ConfigError (naming the variable, never its value) if ``api_key_env`` is set but empty or unset.
+
+        For a runner to fail before planning rather than record one error per input."""
+        self._api_key()
+
     def _headers(self, key: str | None) -> dict[str, str]:
         if key is None:
             return _JSON_HEADERS
