@@ -1075,7 +1075,6 @@ def prompt_figure(metrics: pd.DataFrame, *, probe_set: str) -> Figure:
     return _captioned(fig, "Prompt phrasing", cap)
 
 
-@_styled
 def _cross_rho(robustness: pd.DataFrame | None, metric: str) -> list[str]:
     if robustness is None or not len(robustness) or not {"kind", "metric", "rho"} <= set(robustness.columns):
         return []
@@ -1089,6 +1088,7 @@ def _cross_rho(robustness: pd.DataFrame | None, metric: str) -> list[str]:
     return out
 
 
+@_styled
 def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_sets: Sequence[str],
                          robustness: pd.DataFrame | None = None) -> Figure:
     """UAR and accuracy on the second probe set against the first, with intervals and the identity line (Fig. 6a,b)."""

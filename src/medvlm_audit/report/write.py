@@ -11,14 +11,26 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 from medvlm_audit.report.html import _jsonable, render_report_html
 from medvlm_audit.report.sections import Section
 
-__all__ = ["REPORT_FILES", "validate_analysis", "write_report"]
+__all__ = ["REPORT_FILES", "AnalysisLike", "validate_analysis", "write_report"]
+
+
+class AnalysisLike(Protocol):
+    """What a report needs: the fields of analysis.grounding.GroundingAnalysis (duck-typed; shared schema)."""
+
+    metrics: pd.DataFrame
+    comparisons: pd.DataFrame
+    categories: pd.DataFrame
+    threshold_sweep: pd.DataFrame
+    robustness: pd.DataFrame
+    verdicts: dict[str, str]
+    summary: dict[str, Any]
 
 #: the files write_report produces, in the order they are renamed into place (report.html last).
 REPORT_FILES: tuple[str, ...] = (
@@ -111,7 +123,7 @@ def _commit(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> None:
 
 
 def write_report(
-    analysis: Any,
+    analysis: AnalysisLike,
     out_dir: str | os.PathLike[str],
     *,
     title: str = "medvlm-audit grounding report",
