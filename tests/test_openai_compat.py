@@ -544,3 +544,25 @@ def test_threaded_server_rules_and_process_server() -> None:
         stats = proc.stats()
         assert sum(stats["answers"].values()) == 20 and set(stats["answers"].values()) == {1}
         assert stats["total"] == 20 + sum(len(v) for v in stats["faults"].values()) > 20
+
+
+def test_fake_server_speaks_the_official_sdk_protocol() -> None:
+    """The official ``openai`` SDK (when installed) parses the fake server's answers, errors and Azure path."""
+    openai = pytest.importorskip("openai")
+    with ThreadedFakeServer() as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="sk-sdk-test", max_retries=0)
+        messages = [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url(img(9).pixels)}},
+            {"type": "text", "text": "Effusion?"}]}]
+        r = client.chat.completions.create(model="fake-vlm", messages=messages, logprobs=True, top_logprobs=3)
+        text, alts = yes_no_answer({"messages": messages})
+        assert r.choices[0].message.content == text
+        assert [t.token for t in r.choices[0].logprobs.content[0].top_logprobs] == [t for t, _ in alts[:3]]
+        with pytest.raises(openai.RateLimitError) as exc:
+            client.chat.completions.create(model="fake-vlm", messages=[{"role": "user", "content": "[[fault:429:1:0.1]]"}])
+        assert exc.value.response.headers["retry-after"] == "0.1"
+        az = openai.AzureOpenAI(azure_endpoint=srv.root_url, api_key="az-sdk-key", api_version="2024-10-21",
+                                max_retries=0)
+        assert az.chat.completions.create(model="dep1", messages=[{"role": "user", "content": "hi"}]).choices
+        assert srv.stats.paths["/openai/deployments/dep1/chat/completions"] == 1
+        assert dict(srv.stats.api_key) == {"az-sdk-key": 1}
