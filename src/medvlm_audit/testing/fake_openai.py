@@ -180,6 +180,7 @@ class FakeOpenAIServer:
         fault_rates: Mapping[str, float] | None = None,
         max_faults_per_key: int = 2,
         seed: int = 0,
+        retry_after_s: float | None = None,
         answer_fn: Callable[[Mapping[str, Any]], str] | None = None,
         record_bodies: bool = False,
         model_name: str = "fake-vlm",
@@ -193,6 +194,7 @@ class FakeOpenAIServer:
             raise ValueError("fault_rates must sum to at most 1")
         self.max_faults_per_key = max_faults_per_key
         self.seed = seed
+        self.retry_after_s = retry_after_s
         self.answer_fn = answer_fn
         self.record_bodies = record_bodies
         self.model_name = model_name
@@ -262,7 +264,7 @@ class FakeOpenAIServer:
         for kind, rate in self.fault_rates.items():
             acc += rate
             if x < acc:
-                return FaultRule("", kind, 1, None)
+                return FaultRule("", kind, 1, self.retry_after_s if kind in ("429", "503") else None)
         return None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -508,15 +510,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--fault-rate", action="append", default=[], metavar="KIND=P",
                     help="probability of a fault kind per attempt, e.g. 429=0.05 (repeatable)")
     ap.add_argument("--max-faults-per-key", type=int, default=2)
+    ap.add_argument("--retry-after", type=float, default=None, help="Retry-After seconds on random 429/503")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-name", default="fake-vlm")
     args = ap.parse_args(argv)
     rates = {}
     for item in args.fault_rate:
         kind, _, p = item.partition("=")
-        rates[kind] = float(p)
-    server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
-                              seed=args.seed, model_name=args.model_name)
+        try:
+            rates[kind] = float(p)
+            _check_kind(kind)
+        except ValueError as exc:
+            ap.error(f"--fault-rate {item!r}: expected KIND=PROBABILITY ({exc})")
+    try:
+        server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
+                                  seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name)
+    except ValueError as exc:
+        ap.error(str(exc))
 
     async def serve() -> None:
         url = await server.start(args.host, args.port)
