@@ -44,10 +44,10 @@ def test_letter_outside_the_options_is_not_an_answer() -> None:
     assert parse_option("<answer>F</answer>", OPTS[:3]).status == "unparsed"
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from medvlm_audit.suites.stress.items import LETTERS, norm_option  # noqa: E402
+from medvlm_audit.suites.stress.items import LETTERS, norm_option
 
 _opt = st.text(alphabet=st.characters(categories=("L", "N", "Zs"), max_codepoint=0x24F), min_size=1, max_size=30)
 

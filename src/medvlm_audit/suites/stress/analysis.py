@@ -205,22 +205,38 @@ class _Boot:
         return float(math.sqrt(float(np.sum((self.num[j] - p * self.den[j]) ** 2))) / d)
 
     def run(self, B: int, seed: int) -> None:
+        """B item-bootstrap draws of every ratio. Identical columns are computed once; counts and sums are
+        small integers, exact in float32, so the products run in float32 and the ratios in float64."""
         if B < 1 or not self.num:
             self.draws = None
             return
-        NUM = np.stack(self.num, axis=1)
-        DEN = np.stack(self.den, axis=1)
+        uniq: dict[bytes, int] = {}
+        cols: list[np.ndarray] = []
+        ref_num, ref_den = [], []
+        for v_list, refs in ((self.num, ref_num), (self.den, ref_den)):
+            for v in v_list:
+                key = v.tobytes()
+                if key not in uniq:
+                    uniq[key] = len(cols)
+                    cols.append(v)
+                refs.append(uniq[key])
+        V = np.stack(cols, axis=1).astype(np.float32)
+        ia, ib = np.array(ref_num), np.array(ref_den)
         n = self.n
-        out = np.empty((B, NUM.shape[1]))
+        out = np.empty((B, len(ia)))
         rng = np.random.default_rng(seed)
         chunk = max(1, 4_000_000 // max(n, 1))
+        offs = None
         for s0 in range(0, B, chunk):
             c = min(chunk, B - s0)
             idx = rng.integers(0, n, size=(c, n))
-            idx += (np.arange(c) * n)[:, None]
-            counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
+            if offs is None or offs.shape[0] != c:
+                offs = (np.arange(c) * n)[:, None]
+            idx += offs
+            counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float32)
+            prod = (counts @ V).astype(np.float64)
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[s0 : s0 + c] = (counts @ NUM) / (counts @ DEN)
+                out[s0 : s0 + c] = prod[:, ia] / prod[:, ib]
         self.draws = out
 
     def col(self, j: int) -> np.ndarray | None:
@@ -544,10 +560,10 @@ def poisson_binomial_sf(k: int, probs: np.ndarray) -> float:
     return float(min(1.0, dist[k:].sum()))
 
 
-def chance_tests(scored: pd.DataFrame, conditions: Sequence[str] = ("no_image",), subset: str = "required"
-                 ) -> pd.DataFrame:
+def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_image",), subset: str = "required",
+                 *, cube: StressCube | None = None) -> pd.DataFrame:
     """Accuracy against chance (1/k), exact one-sided test on each item's first scorable repeat."""
-    cb = build_cube(_prepared(scored))
+    cb = cube if cube is not None else build_cube(_prepared(scored))
     mask = cb.mask(subset)
     rows = []
     for m, model in enumerate(cb.models):
@@ -588,13 +604,14 @@ def distractor_curve(scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
     return pd.DataFrame(rows)
 
 
-def item_table(scored: pd.DataFrame, *, threshold: float = 0.5) -> pd.DataFrame:
+def item_table(scored: pd.DataFrame | None, *, threshold: float = 0.5, cube: StressCube | None = None
+               ) -> pd.DataFrame:
     """Per item x model: accuracy by condition; ``text_solvable`` when correct without the image.
 
     An item is text-solvable for a model when its text-only accuracy over repeats is >= ``threshold``;
     ``n_models_text_solvable`` counts the models for which it is (likely text-solvable or memorised).
     """
-    cb = build_cube(_prepared(scored))
+    cb = cube if cube is not None else build_cube(_prepared(scored))
     M, _, N, _ = cb.correct.shape
     n_ok = (~np.isnan(cb.correct)).sum(axis=3)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -674,7 +691,7 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
     for pl in plans.values():
         pl.B = B
     acc_req = plans["accr"].accuracy_frame()
-    changes, chance = family_fdr(main.pairs_frame(), chance_tests(scored))
+    changes, chance = family_fdr(main.pairs_frame(), chance_tests(None, cube=cube))
     return StressAnalysis(
         accuracy=main.accuracy_frame(),
         accuracy_by_benchmark=plans["accb"].accuracy_frame(),
@@ -683,7 +700,7 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
         chance=chance,
         robustness=main.robustness_frame(),
         curve=distractor_curve(scored, accuracy_required=acc_req),
-        items=item_table(scored),
+        items=item_table(None, cube=cube),
         meta={"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
               "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
               "bootstrap": "item bootstrap (repeats stay with their item), numpy default_rng(seed), shared by "

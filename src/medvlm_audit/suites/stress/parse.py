@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from medvlm_audit.suites.stress.items import LETTERS, norm_option
@@ -100,12 +101,25 @@ def _parse_body(body: str, keys: Sequence[str], k: int, tagged: bool) -> ParsedO
     return None
 
 
+@lru_cache(maxsize=65536)
+def _keys(options: tuple[str, ...]) -> list[str]:
+    return [norm_option(o) for o in options]
+
+
+_FAST = re.compile(r"\s*<answer>\s*([A-Z])(?:\.\s*(.*?))?\s*</answer>\s*", re.DOTALL)
+
+
 def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     """Parse one reply against the options shown; see the module docstring for the rules."""
     if text is None:
         return ParsedOption("no_response", None, "none")
+    fast = _FAST.fullmatch(text)
+    if fast is not None:  # the requested format, nothing else: "<answer>B. text</answer>" or "<answer>B</answer>"
+        i = LETTERS.find(fast.group(1))
+        if i < len(options) and (not fast.group(2) or fast.group(2) == options[i]):
+            return ParsedOption("answer", i, "tag_letter")
     k = len(options)
-    keys = [norm_option(o) for o in options]
+    keys = _keys(tuple(options))
     s = _THINK.sub(" ", str(text)).strip()
     if not s:
         return ParsedOption("unparsed", None, "empty")
