@@ -13,6 +13,7 @@ on the object and is scrubbed from every message this module returns.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import email.utils
 import ipaddress
 import json
@@ -58,6 +59,8 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
             return None
         if when is None:
             return None
+        if when.tzinfo is None:  # "-0000": HTTP dates are GMT
+            when = when.replace(tzinfo=datetime.UTC)
         secs = when.timestamp() - (time.time() if now is None else now)
     if not math.isfinite(secs):
         return None
