@@ -344,6 +344,8 @@ def test_degenerate_inputs_render_with_notes_and_no_nan(written: tuple[Path, Fak
     key = re.search(r'id="key-metrics-phantom">(.*?)</table>', page, re.DOTALL).group(1)
     broken_row = next(r for r in key.split("<tr>") if "<td>broken</td>" in r)
     assert "not estimable (n = 0)" in broken_row and "0.0 ± 0.0" in broken_row  # parse rate 0 of 412
+    flat_row = next(r for r in key.split("<tr>") if "<td>flat</td>" in r)
+    assert flat_row.count("N/A (degenerate confidence) (n = 412)") == 2  # AUROC and ECE columns
     # a family with one test keeps p_adj = p in the comparisons table
     comp = re.search(r'id="comparisons">(.*?)</table>', page, re.DOTALL).group(1)
     pair_row = next(r for r in comp.split("<tr>") if f"pairs:{PS}:accuracy" in r)
@@ -408,6 +410,14 @@ def test_extra_sections_and_png_mode(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not NAN_WORD.search(page) and not EXTERNAL_REF.search(page)
     with pytest.raises(TypeError, match="Section"):
         write_report(make_analysis(), tmp_path, title="t", run_info={}, extra_sections=["<p>raw</p>"])  # type: ignore[list-item]
+
+
+def test_section_validation() -> None:
+    with pytest.raises(ValueError, match="title"):
+        Section("  ", "<p>x</p>")
+    with pytest.raises(TypeError, match="html must be a str"):
+        Section("Stress", None)  # type: ignore[arg-type]
+    assert Section("T1: modality removal", "").anchor == "t1-modality-removal"
 
 
 def test_bad_analysis_names_field_and_column(tmp_path: Path) -> None:
