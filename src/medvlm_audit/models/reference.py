@@ -5,12 +5,15 @@ report sentence back from the prompt (:mod:`medvlm_audit.prompt_parsing`) and th
 pixels, normalised to a fixed 64 x 64 grid so 224 and 512 inputs are read alike. The designed behaviours:
 
 - ``local_evidence`` (multimodal): per-finding logistic regression on local patch statistics inside the
-  region where that finding appears -> uses the image (high CGR, IS near 100, UAR < 100).
+  region where that finding appears; a masked cell reads as finding-free -> uses the image (high CGR,
+  IS near 100, UAR < 100). Report sentences: the finding's evidence (on the named side) against the
+  sentence's claim, plus a vocabulary/repetition check for text errors.
 - ``finding_prior`` (text_only): training prevalence of the asked finding; bag-of-words logistic
   regression for report sentences -> ignores the image.
 - ``always_yes`` (multimodal input, ignored): always "Yes".
-- ``global_probe`` (vision_only): L2 logistic regression per finding on global image features
-  (16 x 16 thumbnail + intensity histogram); the prompt only picks the head -> low CGR.
+- ``global_probe`` (vision_only): L2 logistic regression per finding on a global embedding (top principal
+  components of a 16 x 16 thumbnail + body intensity histogram, black pixels read as padding); the prompt
+  only picks the head -> uses the image through global appearance, low CGR, IS near 100.
 - ``occlusion_unstable`` (multimodal): a global reader whose score falls with the share of pure-black
   pixels, so any occlusion moves its answers -> IS < 70.
 """
@@ -101,17 +104,26 @@ def _grid_of(inp: ModelInput) -> tuple[np.ndarray, np.ndarray] | None:
 # another order when the stack size changes, and an answer must not depend on which batch its input came in.
 
 
-def _cell_stats_one(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cell_stats_one(g: np.ndarray, lit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k = GRID // CELL
-    c = g.reshape(k, CELL, k, CELL).transpose(0, 2, 1, 3).reshape(k, k, CELL * CELL)
-    mean = c.mean(axis=2)
-    sq = (c * c).mean(axis=2)
-    return mean, np.sqrt(np.maximum(sq - mean * mean, 0.0))
+
+    def cells(a: np.ndarray) -> np.ndarray:
+        return a.reshape(k, CELL, k, CELL).transpose(0, 2, 1, 3).reshape(k, k, CELL * CELL)
+
+    w = cells(lit.astype(np.float64))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.where(w > 0.01, cells(g.astype(np.float64)) / np.maximum(w, 1e-6), 0.0)  # grid value of lit pixels
+        n = w.sum(axis=2)
+        mean = (w * v).sum(axis=2) / n
+        var = (w * v * v).sum(axis=2) / n - mean * mean
+        ok = n > 0.5
+        return np.where(ok, mean, np.nan), np.where(ok, np.sqrt(np.maximum(var, 0.0)), np.nan)
 
 
-def cell_stats(grids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cell mean and standard deviation (n, 16, 16) of a stack of 64 x 64 grids."""
-    pairs = [_cell_stats_one(g) for g in grids]
+def cell_stats(grids: np.ndarray, lit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cell mean and standard deviation (n, 16, 16) of the lit pixels of each 64 x 64 grid (NaN: all black)."""
+    lit = np.ones_like(grids) if lit is None else lit
+    pairs = [_cell_stats_one(g, m) for g, m in zip(grids, lit)]
     return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 
 
@@ -350,14 +362,17 @@ class _Scaler:
 
 
 class LocalEvidence(ReferenceModel):
-    """Reads local patch statistics where the asked finding appears (regions learnt from training boxes)."""
+    """Reads local patch statistics (mean, texture) where the asked finding appears (regions learnt from training boxes).
+
+    Statistics are taken over lit pixels; a cell left all black (masked) reads as a typical, finding-free cell.
+    """
 
     kind = "local_evidence"
     modality: Modality = "multimodal"
 
     def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None, C: float = 0.3) -> None:
         super().__init__(train, seed, name)
-        mean, std = cell_stats(train.grids)
+        mean, std = cell_stats(train.grids, train.lit)
         self.prior = _prevalences(train)
         self.report_prior = _report_prior(train)
         self.vocabulary = train.vocabulary
@@ -427,7 +442,8 @@ class LocalEvidence(ReferenceModel):
                 jobs.setdefault(key, []).append(k)
         for key, idx in jobs.items():
             G = np.stack([grids[k][0] for k in idx])  # type: ignore[index]
-            mean, std = cell_stats(G)
+            L = np.stack([grids[k][1] for k in idx])  # type: ignore[index]
+            mean, std = cell_stats(G, L)
             out[idx] = self._p_heads(key, mean, std)
         for k, pp in enumerate(parsed):  # a sentence that denies the finding is right when the finding is absent
             if pp.kind == "report_error" and pp.asserted is False and self._head_for(pp) is not None and grids[k] is not None:

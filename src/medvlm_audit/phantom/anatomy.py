@@ -284,7 +284,7 @@ def render_study(
     g = Geometry(**{k: (val + rng.normal(0, 0.004) if k.endswith(("cu", "cv")) else val) for k, val in g.__dict__.items()})
 
     out_size = size
-    size = min(size, ANATOMY_RES)  # anatomy is smooth: draw it at <= 256 px, add the fine grain at full size
+    size = max(32, min(size // 2, ANATOMY_RES))  # anatomy is smooth: draw it at half size, add fine grain at full size
     A = np.zeros((size, size), np.float32)
     u, v = _grid(size)
     # body soft tissue (the four corners stay air)
