@@ -53,3 +53,24 @@ def test_config_conditions(tmp_path: Path) -> None:
     assert {t.condition for t in plan.trials} == {"original", "cot"} and len(plan.trials) == 40
     with pytest.raises(ConfigError, match="unknown stress condition"):
         plan_stress(config(tmp_path, str(tmp_path / "set"), conditions=["original", "swap"]))
+
+
+def test_cli_run_suite_stress_embedded_default(tmp_path) -> None:
+    """`medvlm-audit run --suite stress` runs the phantom MCQ set with the reference panel and reports it."""
+    import pandas as pd
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    res = CliRunner().invoke(app, ["run", "--suite", "stress", "--run-dir", str(tmp_path / "r"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_parquet(tmp_path / "r" / "results.parquet")
+    assert {"first-option", "text-prior", "image-reader"} == set(df["model"])
+    assert (tmp_path / "r" / "report" / "report.html").exists()
+    # chain-of-thought trials were asked with the longer decoding budget recorded in their request
+    import json
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "r" / "run.sqlite")
+    budgets = {json.loads(x)["decoding"]["max_new_tokens"] for (x,) in db.execute("SELECT input FROM requests")}
+    assert budgets == {64, 1024}

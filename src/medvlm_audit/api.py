@@ -39,6 +39,26 @@ def _as_config(config: RunConfig | dict[str, Any] | str | Path) -> RunConfig:
     return load_config(config)
 
 
+def embedded_config(suite: str, run_dir: str | Path) -> RunConfig:
+    """The embedded default of a suite: phantom data and the reference panel, runnable offline."""
+    if suite == "stress":
+        kinds = ("first_option", "text_prior", "image_reader")
+        return validate_config({
+            "suite": "stress",
+            "run_dir": str(run_dir),
+            "probe_sets": ["phantom"],
+            "models": [{"name": k.replace("_", "-"), "backend": "stress_reference", "kind": k} for k in kinds],
+        }, source="embedded stress default")
+    if suite == "grounding":
+        from medvlm_audit.demo import demo_config
+
+        out = Path(run_dir)
+        cfg = demo_config(out.parent if out.name == "run" else out)
+        cfg["run_dir"] = str(run_dir)
+        return validate_config(cfg, source="embedded grounding default")
+    raise AuditError(f"unknown suite {suite!r}")
+
+
 def plan_for(cfg: RunConfig) -> Plan:
     """Load and validate the probe sets (before any model is called) and plan the suite's trials."""
     if cfg.suite == "grounding":

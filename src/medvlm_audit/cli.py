@@ -218,7 +218,8 @@ def build_folder_cmd(
 
 @app.command("run")
 def run_cmd(
-    config: Annotated[Path, typer.Argument(help="Run config (YAML or TOML).")],
+    config: Annotated[Optional[Path], typer.Argument(help="Run config (YAML or TOML); none = the suite's embedded default.")] = None,
+    suite: Annotated[Optional[str], typer.Option(help="grounding | stress (overrides the config's suite).")] = None,
     run_dir: Annotated[Optional[Path], typer.Option(help="Override run_dir of the config.")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
@@ -229,7 +230,13 @@ def run_cmd(
     from medvlm_audit.config import load_config
 
     try:
-        cfg = load_config(config, {"run_dir": str(run_dir) if run_dir else None})
+        if config is None:
+            chosen = suite or "grounding"
+            if chosen == "grounding":
+                raise AuditError("the grounding suite's embedded default is `medvlm-audit demo`; give a config to run")
+            cfg = api.embedded_config(chosen, run_dir or Path(f"runs/{chosen}-default"))
+        else:
+            cfg = load_config(config, {"run_dir": str(run_dir) if run_dir else None, "suite": suite})
         res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)

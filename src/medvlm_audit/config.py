@@ -21,7 +21,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str
-    backend: Literal["openai", "hf", "reference", "gemma", "vision_probe"]
+    backend: Literal["openai", "hf", "reference", "gemma", "vision_probe", "stress_reference"]
     text_only: bool = False
 
     def params(self) -> dict[str, Any]:

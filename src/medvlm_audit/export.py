@@ -70,9 +70,13 @@ def tidy(store: RunStore, suite: str | None = None) -> pd.DataFrame:
     from medvlm_audit.suites.grounding import score_grounding
 
     suite = suite or store.meta().get("suite", "grounding")
-    raw = raw_table(store)
+    if suite == "stress":
+        from medvlm_audit.suites.stress.run import tidy_stress
+
+        return tidy_stress(store)
     if suite != "grounding":
-        raise ValueError(f"tidy export for suite {suite!r} is provided by that suite")
+        raise ValueError(f"no tidy export for suite {suite!r}")
+    raw = raw_table(store)
     scored = score_grounding(raw)
     scored["full_condition"] = scored["condition"]
     scored["condition"] = scored["image_condition"]

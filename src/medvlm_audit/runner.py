@@ -130,8 +130,12 @@ def plan_model(
     requests: dict[str, str] = {}
     keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = {}
     for t in trials:
-        dec = decoding if decoding.seed is None or t.sample_index == 0 else replace(decoding, seed=decoding.seed + t.sample_index)
-        sig = (t.messages, t.images, t.sample_index)
+        dec = decoding
+        if t.decoding:
+            dec = replace(dec, **dict(t.decoding))
+        if dec.seed is not None and t.sample_index:
+            dec = replace(dec, seed=dec.seed + t.sample_index)
+        sig = (t.messages, t.images, t.sample_index, t.decoding)
         hit = keyed.get(sig)
         if hit is None:
             images = tuple(ImageData(_PLACEHOLDER, hashes[r]) for r in t.images)

@@ -55,4 +55,15 @@ def _build(backend: str, name: str, params: dict[str, Any], context: dict[str, A
         probe = VisionProbe.fit(ProbeSet.load(train_path), **params)
         probe.name = name
         return probe
+    if backend == "stress_reference":
+        from medvlm_audit.suites.stress import reference as sref
+
+        kinds = {"first_option": sref.FirstOptionAnswerer, "text_prior": sref.TextPriorAnswerer,
+                 "image_reader": sref.PhantomImageReader}
+        kind = params.pop("kind", None)
+        if kind not in kinds:
+            raise ConfigError(f"model {name!r}: backend 'stress_reference' needs kind in {sorted(kinds)}")
+        model = kinds[kind](**params)
+        model.name = name
+        return model
     raise ConfigError(f"model {name!r}: unknown backend {backend!r}")

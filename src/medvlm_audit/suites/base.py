@@ -25,6 +25,8 @@ class Trial:
     images: tuple[ImageRecipe, ...] = ()
     sample_index: int = 0
     payload: dict[str, Any] | None = None  # suite-specific fields kept in the store (e.g. options shown, gold)
+    #: decoding fields this trial overrides (e.g. a longer max_new_tokens for chain-of-thought)
+    decoding: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

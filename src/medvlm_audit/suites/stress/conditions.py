@@ -341,7 +341,8 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                 "max_new_tokens": 1024 if cond.prompt == "cot" else 64,
             }
             for s in range(opts.repeats):
-                plan.trials.append(Trial(name, it.item_id, cond.name, msgs, recipes, s, payload))
+                plan.trials.append(Trial(name, it.item_id, cond.name, msgs, recipes, s, payload,
+                                         (("max_new_tokens", payload["max_new_tokens"]),)))
     return plan
 
 
