@@ -534,7 +534,7 @@ class GlobalProbe(ReferenceModel):
     kind = "global_probe"
     modality: Modality = "vision_only"
 
-    def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None, C: float = 0.2,
+    def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None, C: float = 0.1,
                  n_components: int = 6) -> None:
         super().__init__(train, seed, name)
         self.g = _GlobalHeads(train, GlobalEmbedding(train.grids, train.lit, n_components), C, self.seed)
