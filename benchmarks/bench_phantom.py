@@ -97,7 +97,7 @@ def main() -> None:
         base = None
         total = 0.0
         for m in sorted(panel, key=lambda m: m.kind != "always_yes"):
-            def ask() -> None:
+            def ask(m=m) -> None:  # type: ignore[no-untyped-def]
                 for i in range(0, len(inputs), m.batch_size):
                     m.predict([m.prepare(x) for x in inputs[i : i + m.batch_size]])
 

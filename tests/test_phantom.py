@@ -46,7 +46,7 @@ def _study_labels(ps: ProbeSet) -> dict[str, dict]:
 
 
 def test_render_is_deterministic_and_well_formed() -> None:
-    kw = dict(sex="F", age=71, view="AP", seed=1234)
+    kw = {"sex": "F", "age": 71, "view": "AP", "seed": 1234}
     a, boxes_a = render_study({"pleural_effusion": True, "cardiomegaly": True}, **kw)
     b, boxes_b = render_study({"pleural_effusion": True, "cardiomegaly": True}, **kw)
     assert a.dtype == np.uint8 and a.shape == (512, 512)
@@ -63,12 +63,12 @@ def test_render_is_deterministic_and_well_formed() -> None:
 def test_each_finding_is_localized_in_its_box(finding: str) -> None:
     """The finding changes the pixels mostly inside its box (same patient, same seed, finding on vs off)."""
     at = {finding: {"side": "left", "severity": "severe", "zone": "lower", "size_mm": 18, "box_side": "left"}}
-    kw = dict(sex="M", age=60, view="PA", seed=7, size=256, attributes=at)
+    kw = {"sex": "M", "age": 60, "view": "PA", "seed": 7, "size": 256, "attributes": at}
     on, boxes = render_study({finding: True}, **kw)
     off, none = render_study({}, **kw)
     assert none == {} and set(boxes) == {finding}
     diff = np.abs(on.astype(int) - off.astype(int))
-    x0, y0, x1, y1 = (int(round(v)) for v in boxes[finding])
+    x0, y0, x1, y1 = (round(v) for v in boxes[finding])
     inside = diff[y0:y1, x0:x1].sum()
     assert diff.sum() > 0
     share = inside / diff.sum()
@@ -93,7 +93,7 @@ def test_png_encoder_round_trips() -> None:
 
 def test_render_size_agrees_with_resizing() -> None:
     """A study drawn at 224 looks like the 512 rendering resized to 224 (training and test images agree)."""
-    kw = dict(sex="M", age=66, view="PA", seed=99)
+    kw = {"sex": "M", "age": 66, "view": "PA", "seed": 99}
     big, _ = render_study({"consolidation": True}, size=512, **kw)
     small, _ = render_study({"consolidation": True}, size=224, **kw)
     resized = np.asarray(Image.fromarray(big).resize((224, 224), Image.BILINEAR)).astype(float)

@@ -190,7 +190,7 @@ def test_answers_depend_only_on_the_input(panel: dict, conditions: list, phantom
         one = [m.predict([inp])[0] for inp in inputs[:12]]
         assert [(r.text, r.top_logprobs) for r in one] == base[:12], kind
         # a copy of the pixels (another array, same content) is the same input
-        c0, d0 = conditions[0]
+        _c0, d0 = conditions[0]
         copy = model_input(np.array(d0["original"].images[0].pixels), d0["original"].messages[0].content)
         assert m.predict([copy])[0].text == m.predict([d0["original"]])[0].text
         assert [r.text for r in refit[kind].predict(inputs)] == [t for t, _ in base], kind

@@ -20,6 +20,7 @@ pixels, normalised to a fixed 64 x 64 grid so 224 and 512 inputs are read alike.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -83,8 +84,8 @@ def image_grid(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if px.ndim != 2 or px.size == 0:
         raise ValueError(f"expected a grayscale or RGB image, got shape {np.asarray(pixels).shape}")
     px = np.ascontiguousarray(px, dtype=np.uint8)
-    g = np.asarray(Image.fromarray(px).resize((GRID, GRID), Image.BOX), dtype=np.float32) / 255.0
-    lit = np.asarray(Image.fromarray(((px > DARK_LEVEL) * np.uint8(255))).resize((GRID, GRID), Image.BOX),
+    g = np.asarray(Image.fromarray(px).resize((GRID, GRID), Image.Resampling.BOX), dtype=np.float32) / 255.0
+    lit = np.asarray(Image.fromarray((px > DARK_LEVEL) * np.uint8(255)).resize((GRID, GRID), Image.Resampling.BOX),
                      dtype=np.float32) / 255.0
     return g, lit
 
@@ -212,10 +213,16 @@ def load_training_data(train: ProbeSet) -> TrainingData:
     if "study_findings" not in df.columns:
         raise ProbeSetError(f"training probe set {train.name!r} lacks the 'study_findings' column (build it with build_phantom)")
     first = df.drop_duplicates("image_path")
-    grids, lits, labels, sides, boxes = [], [], [], [], {}
+    grids: list[np.ndarray] = []
+    lits: list[np.ndarray] = []
+    labels: list[dict[str, int]] = []
+    sides: list[dict[str, str]] = []
+    boxes: dict[str, list[tuple[float, float, float, float]]] = {}
     index: dict[str, int] = {}
     for row in first.itertuples(index=False):
         path = train.resolve(row.image_path)
+        if path is None:
+            raise ProbeSetError(f"training case {row.case_id!r} has no image")
         try:
             with Image.open(path) as im:
                 px = np.asarray(im.convert("L"))
@@ -421,7 +428,7 @@ class LocalEvidence(ReferenceModel):
     def _text_error(self, sentence: str) -> bool:
         words = re.findall(r"[a-z]+", sentence.lower())
         unknown = any(w not in self.vocabulary for w in words)
-        repeated = any(a == b for a, b in zip(words, words[1:]))
+        repeated = any(a == b for a, b in itertools.pairwise(words))
         return unknown or repeated
 
     def p_yes(self, inputs: Sequence[ModelInput]) -> np.ndarray:
@@ -446,9 +453,9 @@ class LocalEvidence(ReferenceModel):
             mean, std = cell_stats(G, L)
             out[idx] = self._p_heads(key, mean, std)
         for k, pp in enumerate(parsed):  # a sentence that denies the finding is right when the finding is absent
-            if pp.kind == "report_error" and pp.asserted is False and self._head_for(pp) is not None and grids[k] is not None:
-                if not (pp.sentence and self._text_error(pp.sentence)):
-                    out[k] = 1.0 - out[k]
+            denies = pp.kind == "report_error" and pp.asserted is False and self._head_for(pp) is not None
+            if denies and grids[k] is not None and not (pp.sentence and self._text_error(pp.sentence)):
+                out[k] = 1.0 - out[k]
         return out
 
     def _head_for(self, pp: ParsedPrompt) -> tuple[str, str] | None:

@@ -116,8 +116,8 @@ def _grid(size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _win(size: int, u0: float, v0: float, u1: float, v1: float) -> tuple[slice, slice]:
-    x0, x1 = max(0, int(u0 * size)), min(size, int(math.ceil(u1 * size)))
-    y0, y1 = max(0, int(v0 * size)), min(size, int(math.ceil(v1 * size)))
+    x0, x1 = max(0, int(u0 * size)), min(size, math.ceil(u1 * size))
+    y0, y1 = max(0, int(v0 * size)), min(size, math.ceil(v1 * size))
     return slice(y0, max(y0, y1)), slice(x0, max(x0, x1))
 
 
@@ -178,7 +178,7 @@ def _noise_bank(n: int = 1024) -> np.ndarray:
 def _smooth_field(rng: np.random.Generator, size: int, cells: int) -> np.ndarray:
     """Low-frequency random field (unit-ish std), defined on a cells x cells lattice and upsampled."""
     small = rng.standard_normal((cells, cells)).astype(np.float32)
-    return np.asarray(Image.fromarray(small, mode="F").resize((size, size), Image.BILINEAR), dtype=np.float32)
+    return np.asarray(Image.fromarray(small, mode="F").resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32)
 
 
 def _upsample2(x: np.ndarray) -> np.ndarray:
@@ -286,7 +286,7 @@ def render_study(
     out_size = size
     size = max(32, min(size // 2, ANATOMY_RES))  # anatomy is smooth: draw it at half size, add fine grain at full size
     A = np.zeros((size, size), np.float32)
-    u, v = _grid(size)
+    _u, v = _grid(size)
     # body soft tissue (the four corners stay air)
     body_a = 0.47 * (1.05 if sex == "M" else 1.0) * prng.uniform(0.97, 1.03)
     _add_ellipse(A, 0.50, 0.5, 0.60, body_a, 0.66, soft=0.03)
@@ -309,8 +309,8 @@ def render_study(
     heart_a, heart_cu = g.heart_a, g.heart_cu
     card = attributes.get("cardiomegaly") if findings.get("cardiomegaly") else None
     if card is not None:
-        f = {"mild": 1.24, "moderate": 1.36, "severe": 1.5}[card.get("severity", "moderate")]
-        heart_a = g.heart_a * f
+        factor = {"mild": 1.24, "moderate": 1.36, "severe": 1.5}[card.get("severity", "moderate")]
+        heart_a = g.heart_a * factor
         heart_cu = g.heart_cu + 0.35 * (heart_a - g.heart_a)
     heart_b = g.heart_b * (1.0 if card is None else 1.12)
     _add_ellipse(A, 0.30, heart_cu, g.heart_cv, heart_a, heart_b, soft=0.015)
@@ -357,13 +357,13 @@ def render_study(
     np.clip(img + 0.5, 0, 255, out=img)
     base = img.astype(np.uint8)
     if out_size != size:
-        base = np.asarray(Image.fromarray(base).resize((out_size, out_size), Image.BILINEAR))
+        base = np.asarray(Image.fromarray(base).resize((out_size, out_size), Image.Resampling.BILINEAR))
     size = out_size
     # fine grain at full resolution: a fixed integer noise tile (sd 8), cropped at a seeded offset, scaled
     bank = _noise_bank()
     oy, ox = rng.integers(0, bank.shape[0] - size + 1, 2) if size <= bank.shape[0] else (0, 0)
     fine = bank[oy : oy + size, ox : ox + size] if size <= bank.shape[0] else np.resize(bank, (size, size))
-    sigma8 = int(round(8 * (2.2 if view == "PA" else 3.0) * size / 512))
+    sigma8 = round(8 * (2.2 if view == "PA" else 3.0) * size / 512)
     pix = base.astype(np.int16)
     pix += (fine * sigma8) >> 6
     out = np.clip(pix, MIN_PIXEL, 255, out=pix).astype(np.uint8)
@@ -402,7 +402,7 @@ def _draw_finding(
 ) -> BoxN:
     """Add finding ``f`` to the attenuation map; return its normalised box (before min-size padding)."""
     size = A.shape[0]
-    u, v = _grid(size)
+    _u, _v = _grid(size)
     side = at.get("side", "right" if rng.random() < 0.5 else "left")
     sev = {"mild": 0.0, "moderate": 1.0, "severe": 2.0}[at.get("severity", "moderate")]
     cu, cv, a, b = g.lung(side if side != "bilateral" else "right")

@@ -17,7 +17,12 @@ import numpy as np
 
 from medvlm_audit.boxes import irrelevant_box, working_box
 from medvlm_audit.findings import MS_CXR_FINDINGS
-from medvlm_audit.phantom.anatomy import DEVICES, LATERAL_FINDINGS, PHANTOM_FINDINGS, SEVERITIES, sample_attributes
+from medvlm_audit.phantom.anatomy import (
+    DEVICES,
+    LATERAL_FINDINGS,
+    PHANTOM_FINDINGS,
+    sample_attributes,
+)
 
 #: base log-odds of each finding, then effects of AP view, (age - 60) per year, male sex
 _BASE = {
@@ -276,17 +281,18 @@ def select_cases(studies: list[Study], n_cases: int, rng: np.random.Generator, *
     for k in kinds:
         for _ in range(200):
             s = used_list[int(rng.integers(0, len(used_list)))]
-            sent, f, present = s.sentences[int(rng.integers(0, len(s.sentences)))]
+            sent, sfind, present = s.sentences[int(rng.integers(0, len(s.sentences)))]
             if k == 0:
-                new, etype, group = sent, "none", "control"
+                new: str | None = sent
+                etype, group = "none", "control"
             else:
                 etype = str(rng.choice(IMAGE_ERRORS if k == 1 else TEXT_ERRORS))
                 group = "image" if k == 1 else "text"
-                new = inject_error(sent, f, present, s.attributes.get(f or "", {}), etype, rng)
+                new = inject_error(sent, sfind, present, s.attributes.get(sfind or "", {}), etype, rng)
                 if new is None or new == sent:
                     continue
             r = _row(s, f"{split}-rep-{len(rows):05d}", "report_error", int(k == 0), SOURCES["report"], split)
-            r.update(sentence=new, error_type=etype, error_group=group, sentence_finding=f)
+            r.update(sentence=new, error_type=etype, error_group=group, sentence_finding=sfind)
             rows.append(r)
             break
     return rows, used_list
