@@ -6,13 +6,12 @@ Parquet and CSV, written atomically. The columns are documented in docs/tidy-sch
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
 from medvlm_audit.store import RunStore
 
 CASE_COLUMNS = ("kind", "finding", "label", "source", "patient_id", "study_id", "age", "sex", "view", "split")
@@ -86,29 +85,11 @@ def tidy(store: RunStore, suite: str | None = None) -> pd.DataFrame:
     return scored[TIDY_COLUMNS].reset_index(drop=True)
 
 
-def write_atomic(df: pd.DataFrame, path: Path) -> None:
-    """Write Parquet or CSV to a temp file in the same folder and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        if path.suffix == ".parquet":
-            df.to_parquet(tmp, index=False)
-        else:
-            df.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Write results.parquet and results.csv (tidy) for a run directory; returns both paths."""
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir else run_dir
     with RunStore.open_dir(run_dir) as store:
         df = tidy(store)
-    pq, csv = out / "results.parquet", out / "results.csv"
-    write_atomic(df, pq)
-    write_atomic(df, csv)
-    return pq, csv
+    write_files_atomic(out, [("results.parquet", parquet_bytes(df)), ("results.csv", csv_bytes(df))])
+    return out / "results.parquet", out / "results.csv"

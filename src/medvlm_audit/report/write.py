@@ -5,16 +5,15 @@ at any point leaves no partial report.html (and no half-written table) behind.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
 
+from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
 from medvlm_audit.report.html import _jsonable, render_report_html
 from medvlm_audit.report.sections import Section
 
@@ -80,16 +79,6 @@ def _ordered(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     return df[[*columns, *[c for c in df.columns if c not in columns]]]
 
 
-def _csv_bytes(df: pd.DataFrame) -> bytes:
-    return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
-
-
-def _parquet_bytes(df: pd.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    df.reset_index(drop=True).to_parquet(buf, index=False)
-    return buf.getvalue()
-
-
 def _summary_bytes(analysis: Any, title: str, run_info: Mapping[str, Any]) -> bytes:
     from medvlm_audit import __version__
 
@@ -98,28 +87,6 @@ def _summary_bytes(analysis: Any, title: str, run_info: Mapping[str, Any]) -> by
     summary["report"] = {"title": title, "run_info": _jsonable(dict(run_info)), "files": list(REPORT_FILES),
                          "package_version": __version__}
     return (json.dumps(summary, indent=2, sort_keys=False, allow_nan=False) + "\n").encode("utf-8")
-
-
-def _commit(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> None:
-    """Write every payload to a temp file in out_dir, then rename all into place; clean up on any failure."""
-    temps: list[tuple[Path, Path]] = []
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        for name, data in payloads:
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-            temps.append((Path(tmp_name), out_dir / name))
-            os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp makes 0600; give the files ordinary permissions
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-        for tmp, final in temps:
-            os.replace(tmp, final)
-    finally:
-        for tmp, _ in temps:
-            if tmp.exists():
-                tmp.unlink()
 
 
 def write_report(
@@ -146,13 +113,13 @@ def write_report(
 
     metrics = _ordered(analysis.metrics, METRICS_COLUMNS)
     payloads: list[tuple[str, bytes]] = [
-        ("metrics.parquet", _parquet_bytes(metrics)),
-        ("metrics.csv", _csv_bytes(metrics)),
-        ("comparisons.csv", _csv_bytes(_ordered(analysis.comparisons, COMPARISONS_COLUMNS))),
-        ("categories.csv", _csv_bytes(_ordered(analysis.categories, CATEGORIES_COLUMNS))),
+        ("metrics.parquet", parquet_bytes(metrics)),
+        ("metrics.csv", csv_bytes(metrics)),
+        ("comparisons.csv", csv_bytes(_ordered(analysis.comparisons, COMPARISONS_COLUMNS))),
+        ("categories.csv", csv_bytes(_ordered(analysis.categories, CATEGORIES_COLUMNS))),
         ("summary.json", _summary_bytes(analysis, title, run_info)),
     ]
     page = render_report_html(analysis, title=title, run_info=run_info, extra_sections=extra_sections, fmt=fmt)
     payloads.append(("report.html", page.encode("utf-8")))
-    _commit(out, payloads)
+    write_files_atomic(out, payloads)
     return out / "report.html"

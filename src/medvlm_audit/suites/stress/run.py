@@ -7,20 +7,17 @@
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
-import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
 from medvlm_audit.errors import ConfigError
+from medvlm_audit.report.html import figure_to_html, table_to_html
 from medvlm_audit.suites.base import Plan
 from medvlm_audit.suites.stress.analysis import StressAnalysis, analyse_stress, score_stress
 from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, StressOptions
@@ -65,15 +62,6 @@ def plan_stress(cfg: Any) -> Plan:
 
 
 # ------------------------------------------------------------------------------------------------ report
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def accuracy_by_condition_figure(res: StressAnalysis) -> Any:
@@ -153,22 +141,13 @@ def robustness_figure(res: StressAnalysis) -> Any:
 
 
 def _table_html(df: pd.DataFrame, cols: list[str]) -> str:
-    cols = [c for c in cols if c in df.columns]
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return "" if math.isnan(v) else f"{v:.3g}" if abs(v) < 1e-3 and v != 0 else f"{v:.3f}"
-        return html.escape(str(v))
-
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "</tr>" for _, r in df.iterrows())
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return table_to_html(df[[c for c in cols if c in df.columns]])
 
 
 def stress_html(res: StressAnalysis, *, title: str, run_info: dict[str, Any] | None = None) -> str:
     """A self-contained HTML page (figures inlined) with the stress section."""
     figs = [accuracy_by_condition_figure(res), distractor_curve_figure(res), robustness_figure(res)]
-    imgs = "".join(f'<img alt="figure" src="data:image/png;base64,{_png(f)}"/>' for f in figs)
+    imgs = "".join(figure_to_html(f) for f in figs)
     parts = [
         f"<h1>{html.escape(title)}</h1>",
         "<h2>Stress tests (T1-T6)</h2>",
@@ -204,30 +183,21 @@ def stress_html(res: StressAnalysis, *, title: str, run_info: dict[str, Any] | N
            f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_stress_report(res: StressAnalysis, out_dir: str | Path, *, title: str = "Stress audit",
                         run_info: dict[str, Any] | None = None) -> Path:
     """report.html, one Parquet + CSV per table, summary.json (all written atomically)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    payloads: list[tuple[str, bytes]] = []
     for name, df in res.frames().items():
         d = df.copy()
         for c in d.columns:
             if d[c].dtype == object:
                 d[c] = d[c].map(lambda v: v if v is None or isinstance(v, str | int | float | bool) else str(v))
-        tmp = out / f".{name}.parquet.tmp"
-        d.to_parquet(tmp, index=False)
-        os.replace(tmp, out / f"{name}.parquet")
-        _atomic_text(out / f"{name}.csv", d.to_csv(index=False))
-    _atomic_text(out / "summary.json", json.dumps(res.summary(), indent=1, default=str))
+        payloads += [(f"{name}.parquet", parquet_bytes(d)), (f"{name}.csv", csv_bytes(d))]
+    payloads.append(("summary.json", json.dumps(res.summary(), indent=1, default=str).encode()))
+    payloads.append(("report.html", stress_html(res, title=title, run_info=run_info).encode()))
+    write_files_atomic(out, payloads)
     page = out / "report.html"
-    _atomic_text(page, stress_html(res, title=title, run_info=run_info))
     return page
 
 
