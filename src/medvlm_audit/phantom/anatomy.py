@@ -498,7 +498,7 @@ def _draw_finding(
 
 
 def encode_png(pixels: np.ndarray, level: int = 1) -> bytes:
-    """Lossless 8-bit grayscale PNG with the Sub row filter: about 3x faster than Pillow's encoder here."""
+    """Lossless 8-bit grayscale PNG (Sub row filter, Huffman-only deflate): 2-3x faster than Pillow's encoder here."""
     px = np.ascontiguousarray(pixels, dtype=np.uint8)
     if px.ndim != 2:
         raise ValueError(f"encode_png expects a 2-D grayscale array, got shape {px.shape}")
@@ -512,8 +512,11 @@ def encode_png(pixels: np.ndarray, level: int = 1) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), level))
-            + chunk(b"IEND", b""))
+    # Huffman-only deflate: the filtered rows are noise-like residuals, so match search buys nothing here;
+    # it is both faster and smaller than the default strategy on these images
+    z = zlib.compressobj(level, zlib.DEFLATED, 15, 8, zlib.Z_HUFFMAN_ONLY)
+    idat = z.compress(raw.tobytes()) + z.flush()
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
 def atomic_write(path: Path, data: bytes) -> None:
