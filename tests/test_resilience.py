@@ -105,3 +105,16 @@ def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
     for p in files:
         assert SECRET.encode() not in p.read_bytes(), p
     assert len(ps) == 6
+
+
+def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> None:
+    make_tiny_probeset(tmp_path / "data", n=4)
+    env = {k: v for k, v in os.environ.items() if k != "MEDVLM_TEST_KEY"}
+    with ThreadedFakeServer() as srv:
+        cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
+        out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert srv.stats.total == 0
+    assert out.returncode == 2
+    assert not (tmp_path / "run").exists()  # nothing written
+    assert "MEDVLM_TEST_KEY" in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr

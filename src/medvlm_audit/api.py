@@ -18,7 +18,7 @@ from medvlm_audit.export import export_run
 from medvlm_audit.models.base import Decoding, Model
 from medvlm_audit.models.registry import load_model
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.runner import RunSummary, execute
+from medvlm_audit.runner import RunSummary, check_models, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.base import Plan
 
@@ -109,6 +109,7 @@ def run(
     if not plan.trials:
         raise AuditError("the plan is empty: no case has an applicable condition")
     built = models if models is not None else [load_model(m) for m in cfg.models]
+    check_models(built)
     store = RunStore(run_dir / STORE_FILE)
     try:
         meta = store.meta()

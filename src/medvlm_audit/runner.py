@@ -212,6 +212,17 @@ async def _run_model(
     return stats
 
 
+def check_models(models: Sequence[Model]) -> None:
+    """Fail fast, before any model call, on unique-name violations or e.g. a missing API-key variable."""
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise ValueError(f"model names must be unique, got {names}")
+    for m in models:
+        check = getattr(m, "check_credentials", None)
+        if callable(check):
+            check()
+
+
 async def execute(
     store: RunStore,
     plan: Plan,
@@ -226,9 +237,7 @@ async def execute(
     """Plan every model, then ask all pending inputs concurrently (models side by side), committing each answer."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
-    names = [m.name for m in models]
-    if len(set(names)) != len(names):
-        raise ValueError(f"model names must be unique, got {names}")
+    check_models(models)
     for src in plan.sources:
         store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance)
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
