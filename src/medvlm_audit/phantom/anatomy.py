@@ -409,6 +409,7 @@ def _draw_finding(
     lat = -1.0 if side == "right" else 1.0  # direction of the lateral chest wall in u
     if f == "pleural_effusion":
         sides = ("right", "left") if side == "bilateral" else (side,)
+        boxed_side = at.get("box_side", "right") if side == "bilateral" else side
         box: BoxN = (0.0, 0.0, 1.0, 1.0)
         for sd in sides:
             cu, cv, a, b = g.lung(sd)
@@ -419,9 +420,8 @@ def _draw_finding(
             lateral = np.clip(lat * (uu - cu) / a, -1, 1)  # 1 at the chest wall
             surface = level - 0.07 * (lateral + 1) / 2  # meniscus rises laterally
             fluid = np.clip((vv - surface) / 0.025, 0, 1)
-            body = _ellipse(uu, vv, cu, cv + 0.02, a + 0.02, b + 0.04, 0.02, p=4)
-            A[sl] += (0.26 + 0.04 * sev) * fluid * body
-            if sd == at.get("box_side", sd):
+            A[sl] += (0.26 + 0.04 * sev) * fluid * lungs[sl]  # fluid fills the dependent lung field
+            if sd == boxed_side:
                 box = (cu - a - 0.02, level - 0.08, cu + a + 0.01, cv + b + 0.03)
         return box
     if f == "pneumothorax":
