@@ -50,7 +50,7 @@ def run_demo(
     out = Path(out)
     t0 = time.perf_counter()
     test, train = build_phantom(out / "phantom", n_cases=n_cases, n_train=n_train, seed=42)
-    log(f"phantom probe set: {len(test)} cases, {len(train)} training studies ({time.perf_counter() - t0:.1f} s)")
+    log(f"phantom probe set: {len(test)} cases, {len(train)} training cases ({time.perf_counter() - t0:.1f} s)")
     cfg_dict = demo_config(out, gemma)
     cfg = validate_config(cfg_dict, source="demo")
     (out / "demo.yaml").write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
