@@ -68,20 +68,24 @@ def fill_box(pixels: np.ndarray, box: IntBox, value: int = 0) -> np.ndarray:
 
 
 class SourceCache:
-    """Thread-safe LRU of decoded source images, so a case's conditions decode its file once."""
+    """Thread-safe LRU of decoded (and resized) source images, so a case's conditions decode and resize its
+    file once: original, target mask and irrelevant mask share one resized base."""
 
     def __init__(self, max_items: int = 64) -> None:
         self.max_items = max_items
         self._d: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, path: str | Path, mode: str = "L") -> np.ndarray:
-        key = f"{mode}:{path}"
+    def get(self, path: str | Path, mode: str = "L", resolution: int | None = None) -> np.ndarray:
+        key = f"{mode}:{resolution}:{path}"
         with self._lock:
             if key in self._d:
                 self._d.move_to_end(key)
                 return self._d[key]
-        arr = load_image(path, mode)
+        if resolution is None:
+            arr = load_image(path, mode)
+        else:
+            arr = resize(self.get(path, mode, None), resolution)
         arr.setflags(write=False)
         with self._lock:
             self._d[key] = arr
@@ -141,8 +145,7 @@ class ImageRecipe:
         return json.dumps([self.source, st.st_size, st.st_mtime_ns, self.resolution, self.fill, self.mode])
 
     def render(self, cache: SourceCache | None = None) -> np.ndarray:
-        src = (cache or _DEFAULT_CACHE).get(self.source, self.mode)
-        out = src if self.resolution is None else resize(src, self.resolution)
+        out = (cache or _DEFAULT_CACHE).get(self.source, self.mode, self.resolution)
         if self.fill is not None:
             out = fill_box(out, self.fill)
         return out

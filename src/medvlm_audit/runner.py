@@ -53,6 +53,7 @@ class RunSummary:
     n_skipped: int
     per_model: dict[str, dict[str, int]]
     elapsed_s: float
+    plan_s: float = 0.0  # render + hash every image, key every trial, record the plan
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class RunSummary:
             "n_skipped": self.n_skipped,
             "per_model": self.per_model,
             "elapsed_s": round(self.elapsed_s, 3),
+            "plan_s": round(self.plan_s, 3),
         }
 
 
@@ -250,6 +252,7 @@ async def execute(
         w.model.name: {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending)} for w in works
     }
     pending_total = sum(len(w.pending) for w in works)
+    plan_s = time.perf_counter() - t0
     if pending_total:
         with _progress(progress, works) as advance:
             results = await asyncio.gather(*(_run_model(store, w, cache, pixels, advance) for w in works))
@@ -257,7 +260,7 @@ async def execute(
             per_model[w.model.name].update(r)
     for m in models:
         await m.aclose()
-    return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0)
+    return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0, plan_s)
 
 
 class _progress:
