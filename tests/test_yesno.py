@@ -27,6 +27,7 @@ from medvlm_audit.scoring.yesno import p_yes, parse_yes_no
         ("Hmm, yes and no.", -1),  # ambiguous: both within 60 chars
         ("", -1),
         (None, -1),
+        (float("nan"), -1),  # a missing answer as pandas stores it
         ("<|im_start|>assistant\nYes<|im_end|>", 1),
         ("\u2581Yes", 1),
         ("Not present.", 0),

@@ -324,13 +324,15 @@ def demo_cmd(
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("demo-run"),
     n_cases: Annotated[int, typer.Option(help="Phantom test cases.")] = 800,
     gemma: Annotated[bool, typer.Option("--gemma", help="Add Gemma 3 270M as a text-only baseline (extra 'gemma').")] = False,
+    vision_probe: Annotated[bool, typer.Option("--vision-probe", help="Add the encoder + logistic-head vision probe on a small random ViT (extra 'hf').")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Build the phantom probe set, fit the reference panel, run the grounding audit, export and report."""
     from medvlm_audit.demo import run_demo
 
     try:
-        res = run_demo(out, n_cases=n_cases, gemma=gemma, progress=not no_progress, log=console.print)
+        res = run_demo(out, n_cases=n_cases, gemma=gemma, vision_probe=vision_probe, progress=not no_progress,
+                       log=console.print)
     except AuditError as e:
         _fail(e)
     _print_summary(res.summary.as_dict())

@@ -15,7 +15,7 @@ from medvlm_audit.config import validate_config
 REFERENCE_KINDS = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
 
 
-def demo_config(out: Path, gemma: bool = False) -> dict[str, Any]:
+def demo_config(out: Path, gemma: bool = False, vision_probe: bool = False) -> dict[str, Any]:
     """The demo's run config (also written to OUT/demo.yaml so `medvlm-audit run` can resume or repeat it)."""
     train = str((out / "phantom" / "train").resolve())
     models: list[dict[str, Any]] = [
@@ -23,6 +23,10 @@ def demo_config(out: Path, gemma: bool = False) -> dict[str, Any]:
     ]
     if gemma:
         models.append({"name": "gemma3-270m", "backend": "gemma"})
+    if vision_probe:  # the paper's vision-only probe on a small randomly initialised ViT (extra 'hf')
+        models.append({"name": "vision-probe", "backend": "vision_probe", "train": train,
+                       "encoder_path": str((out / "encoders" / "tiny-vit").resolve()),
+                       "cache_dir": str((out / "feature-cache").resolve())})
     return {
         "suite": "grounding",
         "run_dir": str((out / "run").resolve()),
@@ -41,6 +45,7 @@ def run_demo(
     n_cases: int = 800,
     n_train: int = 1500,
     gemma: bool = False,
+    vision_probe: bool = False,
     progress: bool = True,
     log: Callable[[str], Any] = print,
 ) -> RunResult:
@@ -51,7 +56,13 @@ def run_demo(
     t0 = time.perf_counter()
     test, train = build_phantom(out / "phantom", n_cases=n_cases, n_train=n_train, seed=42)
     log(f"phantom probe set: {len(test)} cases, {len(train)} training cases ({time.perf_counter() - t0:.1f} s)")
-    cfg_dict = demo_config(out, gemma)
+    if vision_probe:
+        from medvlm_audit.testing.tiny_models import build_tiny_vit
+
+        enc = out / "encoders" / "tiny-vit"
+        if not (enc / "config.json").exists():
+            build_tiny_vit(enc)
+    cfg_dict = demo_config(out, gemma, vision_probe)
     cfg = validate_config(cfg_dict, source="demo")
     (out / "demo.yaml").write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     t1 = time.perf_counter()

@@ -55,8 +55,8 @@ def _classify_line(line: str) -> int:
 
 
 def parse_yes_no(text: str | None) -> int:
-    """1 = Yes, 0 = No, -1 = unparsed."""
-    if not text:
+    """1 = Yes, 0 = No, -1 = unparsed (also for a missing answer: None or a NaN from a table)."""
+    if not isinstance(text, str) or not text:
         return UNPARSED
     t = clean(text)
     lines = [ln for ln in t.splitlines() if ln.strip(_STRIP)]
