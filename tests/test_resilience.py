@@ -118,3 +118,31 @@ def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> No
     assert out.returncode == 2
     assert not (tmp_path / "run").exists()  # nothing written
     assert "MEDVLM_TEST_KEY" in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr
+
+
+def test_runner_completes_through_transient_faults_without_duplicates(tmp_path: Path) -> None:
+    """429 (Retry-After), 500/503, dropped connections, malformed JSON, empty content and missing logprobs:
+    every input ends with one stored answer, none duplicated, none lost."""
+    from medvlm_audit.probeset import ProbeSet
+
+    ps = make_tiny_probeset(tmp_path / "data", n=40)
+    df = ps.df.assign(kind="report_error", sentence=[f"There is a small opacity in zone {i}." for i in range(40)])
+    ProbeSet(df, ps.image_root, name="tiny").save(tmp_path / "data" / "probeset")  # one prompt text per case
+    env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
+    rates = {"429": 0.08, "500": 0.05, "503": 0.05, "drop": 0.05, "malformed": 0.05, "empty": 0.05, "nologprobs": 0.1}
+    with ThreadedFakeServer(fault_rates=rates, retry_after_s=0.05, max_faults_per_key=2, seed=3) as srv:
+        cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
+        out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        faults = sum(len(v) for v in srv.stats.faults.values())
+        answered_by_server = dict(srv.stats.answers)
+    assert faults > 5  # the schedule really injected faults
+    db = sqlite3.connect(tmp_path / "run" / "run.sqlite")
+    n_keys = db.execute("SELECT COUNT(DISTINCT key) FROM trials").fetchone()[0]
+    n_resp, n_err = db.execute("SELECT COUNT(*), COUNT(error_kind) FROM responses").fetchone()
+    assert n_resp == n_keys and n_err == 0
+    # 'nologprobs' is not an error: the answer is kept, its confidence is undefined
+    assert db.execute("SELECT COUNT(*) FROM responses WHERE top_logprobs IS NULL").fetchone()[0] > 0
+    # the server sent exactly one successful answer per distinct input: retries only repeat failed attempts
+    assert sum(answered_by_server.values()) == n_keys

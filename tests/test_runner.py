@@ -126,3 +126,17 @@ def test_corrupt_image_fails_before_any_model_call(tmp_path: Path, tiny_probeset
     with pytest.raises(ImageError, match=r"case .c00[13]. .*img003.png cannot be decoded"):
         run(store, plan_grounding([tiny_probeset], GroundingOptions()), [m])
     assert m.calls == 0 and store.counts()["responses"] == 0
+
+
+def test_two_probe_sets_in_one_run_for_cross_dataset_analysis(tmp_path: Path) -> None:
+    from conftest import make_tiny_probeset
+
+    from medvlm_audit.probeset import ProbeSet
+
+    a = make_tiny_probeset(tmp_path / "a", n=8)
+    b0 = make_tiny_probeset(tmp_path / "b", n=6, seed=1)
+    b = ProbeSet(b0.df, b0.image_root, name="tiny-b")
+    store = RunStore(tmp_path / "run.sqlite")
+    run(store, plan_grounding([a, b], GroundingOptions(conditions=("original", "swap"))), [BrightSpotModel()])
+    df = tidy(store)
+    assert df.groupby("probe_set").case_id.nunique().to_dict() == {"tiny": 8, "tiny-b": 6}
