@@ -31,6 +31,7 @@ from medvlm_audit.datasets.common import (
     finalize,
     normalize_sex,
     normalize_view,
+    one_image_per_study,
     read_csv,
     sample_label_strata,
     stratum_rng,
@@ -142,11 +143,7 @@ def build_chexpert(
     dreason[(pool["age"] < 0) | (pool["age"] > 120)] = "implausible age (outside 0-120 years)"
     dreason[pool["age"].isna()] = "missing age"
     pool = apply_filters(pool, [("chexpert:view", pool["vreason"]), ("chexpert:demographics", dreason)], log, "chexpert")
-    pool = pool.assign(_vo=(pool["view"] != "PA").astype(int)).sort_values(["study_id", "_vo", "Path"], kind="mergesort")
-    dup = pool["study_id"].duplicated(keep="first")
-    log.add_many(pool.loc[dup, "record_id"], "chexpert", "chexpert:one_image_per_study",
-                 "another frontal image of the same study represents it")
-    pool = pool.loc[~dup]
+    pool = one_image_per_study(pool, log, "chexpert", "chexpert:one_image_per_study", "Path")
     cases, shortfalls, info = sample_label_strata(
         pool, findings=CHEXPERT_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives=negatives,
         seed=seed, prefix="chexpert", source="chexpert", log=log, checker=checker,

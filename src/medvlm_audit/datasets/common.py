@@ -724,6 +724,15 @@ def stratum_shortfall(stratum: str, requested: int, obtained: int, available: in
     return Shortfall(stratum, int(requested), int(obtained), int(available), why)
 
 
+def one_image_per_study(pool: pd.DataFrame, log: ExclusionLog, source: str, stage: str, tiebreak: str) -> pd.DataFrame:
+    """Keep one frontal image per study (PA before AP, then ``tiebreak``), logging the others as excluded."""
+    pool = pool.assign(_vo=(pool["view"] != "PA").astype(int)).sort_values(["study_id", "_vo", tiebreak],
+                                                                         kind="mergesort")
+    dup = pool["study_id"].duplicated(keep="first")
+    log.add_many(pool.loc[dup, "record_id"], source, stage, "another frontal image of the same study represents it")
+    return pool.loc[~dup]
+
+
 def apply_filters(
     df: pd.DataFrame,
     filters: Sequence[tuple[str, pd.Series | Callable[[pd.DataFrame], pd.Series]]],

@@ -39,6 +39,7 @@ from medvlm_audit.datasets.common import (
     isin,
     normalize_sex,
     normalize_view,
+    one_image_per_study,
     py,
     read_csv,
     sample_label_strata,
@@ -315,11 +316,7 @@ def build_mimic(
         ("mimic:demographics", pool["dreason"]),
         ("mimic:ms_cxr_overlap", pd.Series(np.where(isin(pool["study_id"], ms_studies), "study is an MS-CXR study (removed from the MIMIC pool)", None), index=pool.index)),
     ], log, "mimic_cxr")
-    pool = pool.assign(_vo=(pool["view"] != "PA").astype(int)).sort_values(["study_id", "_vo", "dicom_id"], kind="mergesort")
-    dup = pool["study_id"].duplicated(keep="first")
-    log.add_many(pool.loc[dup, "record_id"], "mimic_cxr", "mimic:one_image_per_study",
-                 "another frontal image of the same study represents it")
-    pool = pool.loc[~dup]
+    pool = one_image_per_study(pool, log, "mimic_cxr", "mimic:one_image_per_study", "dicom_id")
     mimic_cases, sf, info = sample_label_strata(
         pool, findings=CHEXPERT_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives=negatives,
         seed=seed, prefix="mimic", source="mimic_cxr", log=log, checker=checker,
