@@ -25,15 +25,16 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_http_client import bare_aiohttp_loop  # noqa: E402
-from medvlm_audit.images import SourceCache  # noqa: E402
-from medvlm_audit.models.base import Decoding  # noqa: E402
-from medvlm_audit.models.encoding import encode_image  # noqa: E402
-from medvlm_audit.models.openai_compat import OpenAIChatModel  # noqa: E402
-from medvlm_audit.runner import _materialise, execute, hash_images, plan_model  # noqa: E402
-from medvlm_audit.store import RunStore  # noqa: E402
-from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding  # noqa: E402
-from medvlm_audit.testing.fake_openai import FakeServerProcess  # noqa: E402
+from bench_http_client import bare_aiohttp_loop
+
+from medvlm_audit.images import SourceCache
+from medvlm_audit.models.base import Decoding
+from medvlm_audit.models.encoding import encode_image
+from medvlm_audit.models.openai_compat import OpenAIChatModel
+from medvlm_audit.runner import _materialise, execute, hash_images, plan_model
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+from medvlm_audit.testing.fake_openai import FakeServerProcess
 
 
 def make_probeset(folder: Path, n: int, size: int = 512):

@@ -90,7 +90,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path
 
 
 def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
-    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    make_tiny_probeset(tmp_path / "data", n=6)
     env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
     with ThreadedFakeServer(record_bodies=True) as srv:
         cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
@@ -104,7 +104,7 @@ def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
     assert any(p.name == "results.parquet" for p in files)
     for p in files:
         assert SECRET.encode() not in p.read_bytes(), p
-    assert len(ps) == 6
+
 
 
 def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from conftest import BrightSpotModel, PromptLengthModel
 
 from medvlm_audit.export import tidy
-from medvlm_audit.models.base import LocalModel, Response, TextOnly
+from medvlm_audit.models.base import LocalModel, TextOnly
 from medvlm_audit.runner import execute
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -105,7 +105,7 @@ def build_mimic_cmd(
 def build_chexpert_cmd(
     chexpert_root: Annotated[Path, Opt(help="CheXpert root (train.csv/valid.csv and images).")],
     out: Annotated[Path, Opt()] = Path("probesets/chexpert"),
-    labels_csv: Annotated[Optional[Path], Opt(help="A labels CSV other than the root's.")] = None,
+    labels_csv: Annotated[Path | None, Opt(help="A labels CSV other than the root's.")] = None,
     split: Annotated[str, Opt()] = "test",
     test_fraction: Annotated[float, Opt()] = 0.2,
     per_finding: Annotated[int, Opt()] = 50,
@@ -169,8 +169,8 @@ def build_vindr_cmd(
     n_normal: Annotated[int, Opt()] = 100,
     box_cap: Annotated[int, Opt()] = 100,
     min_box_side: Annotated[float, Opt()] = 50.0,
-    metadata_csv: Annotated[Optional[Path], Opt(help="CSV with image_id, age, sex, view.")] = None,
-    sizes_csv: Annotated[Optional[Path], Opt(help="CSV with image_id, width, height.")] = None,
+    metadata_csv: Annotated[Path | None, Opt(help="CSV with image_id, age, sex, view.")] = None,
+    sizes_csv: Annotated[Path | None, Opt(help="CSV with image_id, width, height.")] = None,
     require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
     check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
     full_decode: Annotated[bool, Opt("--full-decode")] = False,
@@ -218,9 +218,9 @@ def build_folder_cmd(
 
 @app.command("run")
 def run_cmd(
-    config: Annotated[Optional[Path], typer.Argument(help="Run config (YAML or TOML); none = the suite's embedded default.")] = None,
-    suite: Annotated[Optional[str], typer.Option(help="grounding | stress (overrides the config's suite).")] = None,
-    run_dir: Annotated[Optional[Path], typer.Option(help="Override run_dir of the config.")] = None,
+    config: Annotated[Path | None, typer.Argument(help="Run config (YAML or TOML); none = the suite's embedded default.")] = None,
+    suite: Annotated[str | None, typer.Option(help="grounding | stress (overrides the config's suite).")] = None,
+    run_dir: Annotated[Path | None, typer.Option(help="Override run_dir of the config.")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
@@ -260,7 +260,7 @@ def _print_summary(summary: dict) -> None:
 @app.command("export")
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
-    out: Annotated[Optional[Path], typer.Option(help="Output folder (default: the run directory).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: the run directory).")] = None,
 ) -> None:
     """Write the tidy results table (Parquet + CSV): one row per model x case x condition x sample."""
     from medvlm_audit import api
@@ -286,7 +286,7 @@ def _report(run_dir: Path, out: Path | None = None) -> Path | None:
 @app.command("report")
 def report_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
-    out: Annotated[Optional[Path], typer.Option(help="Output folder (default: RUN/report).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default: RUN/report).")] = None,
 ) -> None:
     """Analyse a run and write report.html, metrics.parquet/csv, comparisons.csv and summary.json."""
     try:

@@ -86,7 +86,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ru
     base = p.parent
     for key in ("probe_sets",):
         if key in data and isinstance(data[key], list):
-            data[key] = [str(x) if Path(str(x)).is_absolute() else str((base / str(x))) for x in data[key]]
+            data[key] = [str(x) if Path(str(x)).is_absolute() else str(base / str(x)) for x in data[key]]
     return validate_config(data, source=str(p))
 
 

@@ -13,7 +13,7 @@ from medvlm_audit.cli import app
 from medvlm_audit.probeset import ProbeSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conftest import BrightSpotModel  # noqa: E402
+from conftest import BrightSpotModel
 
 SMALL = {"n_subjects": 60, "n_studies": 150, "n_images": 220, "test_every": 2, "n_rexerr": 200,
          "ms_eligible": dict.fromkeys(F.MS_CATS, 3), "ms_ineligible_per_cat": 2, "size": (256, 320), "gz": True}

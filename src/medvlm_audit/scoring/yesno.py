@@ -16,8 +16,8 @@ YES, NO, UNPARSED = 1, 0, -1
 AFFIRMATIVE = frozenset({"yes", "yeah", "correct", "true", "present", "positive"})
 NEGATIVE = frozenset({"no", "not", "absent", "negative", "false", "incorrect"})
 
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
-_OPEN_THINK = re.compile(r"^.*</think>", re.S | re.I)  # a trace whose opening tag was cut off
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_OPEN_THINK = re.compile(r"^.*</think>", re.DOTALL | re.IGNORECASE)  # a trace whose opening tag was cut off
 _ARTIFACTS = re.compile(
     r"<\|[^|>]*\|>|</?s>|<pad>|<unk>|<eos>|<bos>|<end_of_turn>|<start_of_turn>|\[/?INST\]|<image>|\u2581|\u0120|\u010a"
 )
