@@ -75,6 +75,7 @@ class SourceCache:
         self.max_items = max_items
         self._d: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self._loading: dict[str, threading.Lock] = {}  # single flight: one thread decodes a key, others wait
 
     def get(self, path: str | Path, mode: str = "L", resolution: int | None = None) -> np.ndarray:
         key = f"{mode}:{resolution}:{path}"
@@ -82,15 +83,25 @@ class SourceCache:
             if key in self._d:
                 self._d.move_to_end(key)
                 return self._d[key]
-        if resolution is None:
-            arr = load_image(path, mode)
-        else:
-            arr = resize(self.get(path, mode, None), resolution)
-        arr.setflags(write=False)
-        with self._lock:
-            self._d[key] = arr
-            while len(self._d) > self.max_items:
-                self._d.popitem(last=False)
+            flight = self._loading.setdefault(key, threading.Lock())
+        with flight:
+            with self._lock:
+                if key in self._d:  # another thread finished it while we waited
+                    self._d.move_to_end(key)
+                    return self._d[key]
+            try:
+                if resolution is None:
+                    arr = load_image(path, mode)
+                else:
+                    arr = resize(self.get(path, mode, None), resolution)
+                arr.setflags(write=False)
+                with self._lock:
+                    self._d[key] = arr
+                    while len(self._d) > self.max_items:
+                        self._d.popitem(last=False)
+            finally:
+                with self._lock:
+                    self._loading.pop(key, None)
         return arr
 
 

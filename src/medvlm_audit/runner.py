@@ -92,24 +92,29 @@ def hash_images(
         else:
             todo.append((r, ck))
 
-    def one(item: tuple[ImageRecipe, str]) -> tuple[ImageRecipe, str, str]:
-        r, ck = item
-        try:
-            px = r.render(cache)
+    def one_source(items: list[tuple[ImageRecipe, str]]) -> list[tuple[ImageRecipe, str, str]]:
+        out_: list[tuple[ImageRecipe, str, str]] = []
+        for r, ck in items:
+            try:
+                px = r.render(cache)
+            except ImageError as e:
+                t = recipes[r]
+                raise ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}") from None
             if pixels is not None:
                 pixels.put(r, px)
-            return r, ck, pixel_sha256(px)
-        except ImageError as e:
-            t = recipes[r]
-            raise ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}") from None
+            out_.append((r, ck, pixel_sha256(px)))
+        return out_
 
-    # group by source so each file is decoded once while it is in the LRU
-    todo.sort(key=lambda x: x[0].source)
+    # one task per source file, so its conditions share one decode and one resize (no two threads race on it)
+    by_source: dict[str, list[tuple[ImageRecipe, str]]] = {}
+    for r, ck in todo:
+        by_source.setdefault(r.source, []).append((r, ck))
     new: list[tuple[str, str]] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for r, ck, h in pool.map(one, todo, chunksize=32):
-            out[r] = h
-            new.append((ck, h))
+        for group in pool.map(one_source, by_source.values()):
+            for r, ck, h in group:
+                out[r] = h
+                new.append((ck, h))
     if new:
         store.add_image_hashes(new)
     return out
