@@ -188,7 +188,7 @@ def import_results(
                 imported.append((key, int(row.parsed), conf))
         store.add_trials(trials)
         now = time.time()
-        with store.db:
+        with store.transaction():
             store.db.executemany(
                 "INSERT OR REPLACE INTO responses(key, text, attempts, created_at) VALUES(?, ?, 1, ?)",
                 [(k, t, now) for k, t in responses],

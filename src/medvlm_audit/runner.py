@@ -147,11 +147,12 @@ def plan_model(
         if hit is None:
             images = tuple(ImageData(_PLACEHOLDER, hashes[r]) for r in t.images)
             inp = model.prepare(ModelInput(t.messages, images, dec, t.sample_index))
-            key = input_key(identity, inp)
+            desc = inp.describe()
+            key = input_key(identity, inp, desc)
             recipes = t.images if inp.images else ()
             hit = keyed[sig] = (key, inp, recipes)
             if key not in requests:
-                requests[key] = json.dumps(inp.describe(), sort_keys=True)
+                requests[key] = json.dumps(desc, sort_keys=True)
         key, inp, recipes = hit
         img_hash = inp.images[0].sha256 if inp.images else None
         rows.append(

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,17 @@ class RunStore:
         self.db.execute("PRAGMA busy_timeout=10000")
         self.db.executescript(SCHEMA)
 
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One explicit transaction (the connection autocommits, so bulk writes must BEGIN themselves)."""
+        self.db.execute("BEGIN")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     @classmethod
     def open_dir(cls, run_dir: str | Path) -> RunStore:
         return cls(Path(run_dir) / STORE_FILE)
@@ -71,7 +83,7 @@ class RunStore:
 
     # --- meta -----------------------------------------------------------------------------------
     def set_meta(self, **kv: Any) -> None:
-        with self.db:
+        with self.transaction():
             self.db.executemany(
                 "INSERT OR REPLACE INTO meta(k, v) VALUES(?, ?)", [(k, json.dumps(v, default=str)) for k, v in kv.items()]
             )
@@ -88,7 +100,7 @@ class RunStore:
                 "start a new run directory"
             )
         records = rows.astype(object).where(rows.notna(), None).to_dict("records")
-        with self.db:
+        with self.transaction():
             self.db.execute(
                 "INSERT OR REPLACE INTO probe_sets VALUES(?, ?, ?, ?, ?)",
                 (name, path, content_hash, len(rows), json.dumps(provenance, default=str)),
@@ -101,7 +113,7 @@ class RunStore:
     def add_model(self, name: str, modality: str, identity: dict) -> None:
         ident = json.dumps(identity, sort_keys=True, default=str)
         prev = self.db.execute("SELECT identity FROM models WHERE name = ?", (name,)).fetchone()
-        with self.db:
+        with self.transaction():
             self.db.execute("INSERT OR REPLACE INTO models VALUES(?, ?, ?)", (name, modality, ident))
         if prev is not None and prev[0] != ident:
             # a changed model identity gives new keys: old answers stay in the store but are no longer planned
@@ -109,22 +121,22 @@ class RunStore:
 
     def add_trials(self, rows: Sequence[tuple]) -> None:
         """rows: (model, probe_set, case_id, condition, sample_index, key, image_sha256, payload_json)."""
-        with self.db:
+        with self.transaction():
             self.db.executemany("INSERT OR REPLACE INTO trials VALUES(?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def add_requests(self, rows: Iterable[tuple[str, str, str]]) -> None:
-        with self.db:
+        with self.transaction():
             self.db.executemany("INSERT OR IGNORE INTO requests VALUES(?, ?, ?)", rows)
 
     def add_skipped(self, rows: Sequence[tuple[str, str, str, str]]) -> None:
-        with self.db:
+        with self.transaction():
             self.db.executemany("INSERT OR REPLACE INTO skipped VALUES(?, ?, ?, ?)", rows)
 
     def image_hashes(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT recipe, sha256 FROM image_hashes"))
 
     def add_image_hashes(self, rows: Sequence[tuple[str, str]]) -> None:
-        with self.db:
+        with self.transaction():
             self.db.executemany("INSERT OR REPLACE INTO image_hashes VALUES(?, ?)", rows)
 
     # --- answers --------------------------------------------------------------------------------
@@ -172,7 +184,7 @@ class RunStore:
         )
 
     def add_imported(self, rows: Sequence[tuple[str, int, float | None]]) -> None:
-        with self.db:
+        with self.transaction():
             self.db.executemany("INSERT OR REPLACE INTO imported VALUES(?, ?, ?)", rows)
 
     # --- reading --------------------------------------------------------------------------------

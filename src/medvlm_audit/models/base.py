@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -59,7 +59,7 @@ class Decoding:
     top_logprobs: int = 20
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f: getattr(self, f) for f in self.__slots__}  # flat fields: no deep copy needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +89,12 @@ class ModelInput:
         }
 
 
-def input_key(identity: dict[str, Any], inp: ModelInput) -> str:
-    """Content-hash cache key: model identity + every component of the input (image pixel hashes, not paths)."""
-    payload = json.dumps({"model": identity, "input": inp.describe()}, sort_keys=True, separators=(",", ":"))
+def input_key(identity: dict[str, Any], inp: ModelInput, description: dict[str, Any] | None = None) -> str:
+    """Content-hash cache key: model identity + every component of the input (image pixel hashes, not paths).
+
+    ``description`` may pass ``inp.describe()`` when the caller already has it."""
+    desc = description if description is not None else inp.describe()
+    payload = json.dumps({"model": identity, "input": desc}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
