@@ -140,3 +140,20 @@ def test_two_probe_sets_in_one_run_for_cross_dataset_analysis(tmp_path: Path) ->
     run(store, plan_grounding([a, b], GroundingOptions(conditions=("original", "swap"))), [BrightSpotModel()])
     df = tidy(store)
     assert df.groupby("probe_set").case_id.nunique().to_dict() == {"tiny": 8, "tiny-b": 6}
+
+
+def test_per_model_decoding_override(tmp_path: Path, tiny_probeset) -> None:
+    """A model entry's own decoding (e.g. a reasoning model's longer budget) reaches only that model's inputs."""
+    import json
+
+    from medvlm_audit import api
+
+    cfg = {"probe_sets": [str(tiny_probeset.image_root / "probeset")], "run_dir": str(tmp_path / "r"),
+           "conditions": ["original"],
+           "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://x"},
+                      {"name": "prompt-only", "backend": "openai", "model": "y", "base_urls": "http://y",
+                       "decoding": {"max_new_tokens": 2048}}]}
+    api.run(cfg, models=[BrightSpotModel(), PromptLengthModel()], progress=False)
+    store = RunStore(tmp_path / "r" / "run.sqlite")
+    budgets = {m: json.loads(i)["decoding"]["max_new_tokens"] for m, i in store.db.execute("SELECT model, input FROM requests")}
+    assert budgets == {"bright-spot": 16, "prompt-only": 2048}

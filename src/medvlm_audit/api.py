@@ -123,8 +123,9 @@ def run(
             started_at=meta.get("started_at") or time.time(),
         )
         dec = Decoding(**cfg.decoding.model_dump())
+        per_model = {m.name: Decoding(**m.decoding.model_dump()) for m in cfg.models if m.decoding is not None}
         summary = asyncio.run(execute(store, plan, built, dec, retry_errors=retry_errors, progress=progress,
-                                      workers=cfg.workers))
+                                      workers=cfg.workers, model_decoding=per_model))
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
         store.close()

@@ -15,19 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from medvlm_audit.errors import ConfigError
 
 
-class ModelSpec(BaseModel):
-    """One model: a backend name plus that backend's parameters (extra keys are passed to the backend)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-    backend: Literal["openai", "hf", "reference", "gemma", "vision_probe", "stress_reference"]
-    text_only: bool = False
-
-    def params(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
-
-
 class DecodingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -39,6 +26,21 @@ class DecodingSpec(BaseModel):
     seed: int | None = None
     logprobs: bool = True
     top_logprobs: int = 20
+
+
+class ModelSpec(BaseModel):
+    """One model: a backend name plus that backend's parameters (extra keys are passed to the backend)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    #: decoding for this model only (e.g. a reasoning model's longer max_new_tokens); default: the run's
+    decoding: DecodingSpec | None = None
+    backend: Literal["openai", "hf", "reference", "gemma", "vision_probe", "stress_reference"]
+    text_only: bool = False
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
 
 class RunConfig(BaseModel):

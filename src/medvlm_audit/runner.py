@@ -241,8 +241,11 @@ async def execute(
     progress: bool = True,
     workers: int = 2,
     pixel_cache_mb: int = 512,
+    model_decoding: dict[str, Decoding] | None = None,
 ) -> RunSummary:
-    """Plan every model, then ask all pending inputs concurrently (models side by side), committing each answer."""
+    """Plan every model, then ask all pending inputs concurrently (models side by side), committing each answer.
+
+    ``model_decoding`` overrides ``decoding`` for the named models."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
     check_models(models)
@@ -253,7 +256,9 @@ async def execute(
     pixels = PixelCache(pixel_cache_mb * 2**20)
     hashes = hash_images(store, plan.trials, cache, workers, pixels)
     answered = store.answered_keys(include_errors=not retry_errors)
-    works = [plan_model(store, m, plan.trials, hashes, decoding, retry_errors, answered) for m in models]
+    per_dec = model_decoding or {}
+    works = [plan_model(store, m, plan.trials, hashes, per_dec.get(m.name, decoding), retry_errors, answered)
+             for m in models]
     per_model: dict[str, dict[str, int]] = {
         w.model.name: {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending)} for w in works
     }
