@@ -54,7 +54,7 @@ def _answers(run_dir: Path) -> dict[str, tuple]:
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
-    ps = make_tiny_probeset(tmp_path / "data", n=40)
+    make_tiny_probeset(tmp_path / "data", n=40)
     env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
     rng = random.Random(7)
     with ThreadedFakeServer(delay_ms=60) as srv:
