@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from medvlm_audit.cli import app
 from medvlm_audit.export import tidy
-from medvlm_audit.import_results import MANIFEST_COLUMNS, ImportError_, import_results
+from medvlm_audit.import_results import MANIFEST_COLUMNS, ResultsImportError, import_results
 from medvlm_audit.store import RunStore
 
 
@@ -78,7 +78,7 @@ def test_import_errors_name_file_row_column(tmp_path: Path, mutate, message) -> 
     res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
     f = res / "gpt" / "original.csv"
     mutate(pd.read_csv(f, dtype={"case_id": str})).to_csv(f, index=False)
-    with pytest.raises(ImportError_, match=message):
+    with pytest.raises(ResultsImportError, match=message):
         import_results(man, res, tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -272,12 +272,9 @@ def export_cmd(
     console.print(f"wrote {pq} and {csv}")
 
 
-def _report(run_dir: Path, out: Path | None = None) -> Path | None:
-    try:
-        from medvlm_audit.report_run import report_run
-    except ImportError:  # pragma: no cover - the report module lands with the analysis
-        console.print("[yellow]report module not available[/]")
-        return None
+def _report(run_dir: Path, out: Path | None = None) -> Path:
+    from medvlm_audit.report_run import report_run
+
     path = report_run(run_dir, out)
     console.print(f"report: {path}")
     return path

@@ -36,7 +36,7 @@ RESULT_COLUMNS = (
 CONDITION_FILES = ("original", "swap", "target_mask", "irrelevant_mask")
 
 
-class ImportError_(AuditError):
+class ResultsImportError(AuditError):
     """An imported file is malformed (the message names file, row and column)."""
 
 
@@ -44,11 +44,11 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, dtype={"case_id": str}, keep_default_na=True)
     except Exception as e:
-        raise ImportError_(f"{path}: cannot read CSV ({e})") from e
+        raise ResultsImportError(f"{path}: cannot read CSV ({e})") from e
     missing = [c for c in required if c not in df.columns]
     if missing:
         unknown = [c for c in df.columns if c not in required]
-        raise ImportError_(f"{path}: missing column(s) {missing}" + (f"; unexpected column(s) {unknown}" if unknown else ""))
+        raise ResultsImportError(f"{path}: missing column(s) {missing}" + (f"; unexpected column(s) {unknown}" if unknown else ""))
     return df
 
 
@@ -62,24 +62,24 @@ def manifest_to_probeset(path: Path, image_root: Path | None = None) -> ProbeSet
     m = _read_csv(path, MANIFEST_COLUMNS)
     dup = m["case_id"][m["case_id"].duplicated()].unique()
     if len(dup):
-        raise ImportError_(f"{path}: duplicate case_id(s) {list(dup[:5])}")
+        raise ResultsImportError(f"{path}: duplicate case_id(s) {list(dup[:5])}")
     is_err = m["error_sentence"].notna() & (m["error_sentence"].astype(str).str.strip() != "")
     findings = []
     for i, (f, err) in enumerate(zip(m["finding"], is_err)):
         if pd.isna(f) or str(f).strip() == "":
             if not err:
-                raise ImportError_(f"{path}: row {i + 2}, column 'finding': empty for a finding-presence case")
+                raise ResultsImportError(f"{path}: row {i + 2}, column 'finding': empty for a finding-presence case")
             findings.append(None)
             continue
         try:
             findings.append(normalize_finding(str(f)))
         except KeyError as e:
-            raise ImportError_(f"{path}: row {i + 2}, column 'finding': {e.args[0]}") from None
+            raise ResultsImportError(f"{path}: row {i + 2}, column 'finding': {e.args[0]}") from None
     label = pd.to_numeric(m["label"], errors="coerce")
     bad = label.notna() & ~label.isin([0, 1])
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ImportError_(f"{path}: row {i + 2}, column 'label': {str(m['label'].iloc[i])!r} is not 0/1")
+        raise ResultsImportError(f"{path}: row {i + 2}, column 'label': {str(m['label'].iloc[i])!r} is not 0/1")
     err_present = pd.to_numeric(m["error_present"], errors="coerce")
     label = label.where(label.notna() | ~is_err, 1 - err_present)
     tb, ib = _box(m, "box"), _box(m, "irrelevant_box")
@@ -133,28 +133,28 @@ def import_results(
     known = set(ps.df["case_id"])
     model_dirs = sorted(p for p in results_dir.iterdir() if p.is_dir()) if results_dir.is_dir() else []
     if not model_dirs:
-        raise ImportError_(f"{results_dir}: no model folders found")
+        raise ResultsImportError(f"{results_dir}: no model folders found")
     frames = []
     for mdir in model_dirs:
         files = [mdir / f"{c}.csv" for c in CONDITION_FILES if (mdir / f"{c}.csv").exists()]
         if not files:
-            raise ImportError_(f"{mdir}: none of {[c + '.csv' for c in CONDITION_FILES]} found")
+            raise ResultsImportError(f"{mdir}: none of {[c + '.csv' for c in CONDITION_FILES]} found")
         for f in files:
             r = _read_csv(f, RESULT_COLUMNS)
             unknown = ~r["case_id"].isin(known)
             if unknown.any():
                 i = int(np.flatnonzero(unknown.to_numpy())[0])
-                raise ImportError_(f"{f}: row {i + 2}, column 'case_id': unknown case id {r['case_id'].iloc[i]!r}")
+                raise ResultsImportError(f"{f}: row {i + 2}, column 'case_id': unknown case id {r['case_id'].iloc[i]!r}")
             parsed = pd.to_numeric(r["parsed_answer"], errors="coerce")
             bad = ~parsed.isin([1, 0, -1])
             if bad.any():
                 i = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ImportError_(
+                raise ResultsImportError(
                     f"{f}: row {i + 2}, column 'parsed_answer': {str(r['parsed_answer'].iloc[i])!r} is not one of 1, 0, -1"
                 )
             conds = set(r["condition"].dropna().astype(str))
             if conds - {f.stem}:
-                raise ImportError_(f"{f}: column 'condition' holds {sorted(conds - {f.stem})}, expected {f.stem!r}")
+                raise ResultsImportError(f"{f}: column 'condition' holds {sorted(conds - {f.stem})}, expected {f.stem!r}")
             r = r.assign(model=mdir.name, parsed=parsed.astype(int), file=str(f))
             frames.append(r)
     res = pd.concat(frames, ignore_index=True)
@@ -166,7 +166,7 @@ def import_results(
     dup = res.duplicated(["model", "case_id", "condition_name"])
     if dup.any():
         row = res[dup].iloc[0]
-        raise ImportError_(f"{row['file']}: case {row['case_id']!r} appears twice for model {row['model']!r}")
+        raise ResultsImportError(f"{row['file']}: case {row['case_id']!r} appears twice for model {row['model']!r}")
 
     tmp = run_dir.with_name(f".{run_dir.name}.importing")
     shutil.rmtree(tmp, ignore_errors=True)
