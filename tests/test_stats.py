@@ -609,3 +609,120 @@ def test_auroc_interval_exact_counts_mode_matches_index_in_distribution() -> Non
     assert "exact-counts" in b.method
     with pytest.raises(ValueError, match="mode"):
         S.auroc_interval(s, y, mode="bogus")
+
+
+# ------------------------------------------------------------------------------------------ cluster ratios
+
+
+def test_cluster_ratio_se_hand_and_proportion():
+    # clusters (items) with (correct, trials) = (2, 2), (0, 2), (1, 1): p = 3/5
+    # residuals 2 - 1.2 = 0.8, 0 - 1.2 = -1.2, 1 - 0.6 = 0.4; sum of squares 0.64 + 1.44 + 0.16 = 2.24
+    # se = sqrt(2.24) / 5 = 1.4966630 / 5 = 0.2993326
+    assert S.cluster_ratio_se([2, 0, 1], [2, 2, 1]) == pytest.approx(0.2993326, abs=1e-7)
+    ref = S.proportion([1, 1, 0, 0, 1], clusters=["a", "a", "b", "b", "c"], B=10)
+    assert S.cluster_ratio_se([2, 0, 1], [2, 2, 1]) == pytest.approx(ref.se, rel=1e-12)
+    # one 0/1 trial per cluster: sqrt(p(1-p)/n) = sqrt(0.25 / 4) = 0.25
+    assert S.cluster_ratio_se([1, 0, 0, 1], [1, 1, 1, 1]) == pytest.approx(0.25)
+    assert math.isnan(S.cluster_ratio_se([0, 0], [0, 0]))
+    with pytest.raises(ValueError, match="same length"):
+        S.cluster_ratio_se([1, 0], [1])
+
+
+def test_cluster_bootstrap_ratios_follows_the_documented_stream():
+    num = np.array([[2.0, 1.0], [0.0, 2.0], [1.0, 0.0]])
+    den = np.array([[2.0, 2.0], [2.0, 2.0], [1.0, 1.0]])
+    got = S.cluster_bootstrap_ratios(num, den, B=6, seed=3)
+    idx = np.random.default_rng(3).integers(0, 3, size=(6, 3))  # one chunk: 4,000,000 // 3 rows > 6
+    for b in range(6):
+        for j in range(2):
+            assert got[b, j] == num[idx[b], j].sum() / den[idx[b], j].sum()
+    # real-valued sums take the float64 path and agree to rounding
+    real = S.cluster_bootstrap_ratios(num + 0.1, den, B=6, seed=3)
+    want = np.array([[(num[idx[b], j] + 0.1).sum() / den[idx[b], j].sum() for j in range(2)] for b in range(6)])
+    np.testing.assert_allclose(real, want, rtol=1e-12)
+
+
+def test_cluster_bootstrap_ratios_hand_distribution_and_pairing():
+    # one cluster: every draw is the point 3/4
+    assert np.all(S.cluster_bootstrap_ratios([3], [4], B=50) == 0.75)
+    # two clusters (1/1) and (0/1): draws 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4
+    d = S.cluster_bootstrap_ratios([1, 0], [1, 1], B=20_000, seed=1)[:, 0]
+    assert set(np.unique(d)) == {0.0, 0.5, 1.0}
+    assert np.mean(d == 0.5) == pytest.approx(0.5, abs=0.015) and np.mean(d == 0) == pytest.approx(0.25, abs=0.015)
+    # identical columns get identical draws (same clusters in every column of a draw)
+    two = S.cluster_bootstrap_ratios(np.array([[1, 1], [0, 0], [1, 1]]), np.ones((3, 2)), B=200)
+    assert np.array_equal(two[:, 0], two[:, 1])
+    # a draw with a zero denominator is nan: cluster 0 has no trial, P(all draws pick it) = 1/4
+    z = S.cluster_bootstrap_ratios([0, 1], [0, 1], B=4000, seed=2)[:, 0]
+    assert np.isnan(z).mean() == pytest.approx(0.25, abs=0.03) and np.all(z[~np.isnan(z)] == 1.0)
+    with pytest.raises(ValueError, match="same shape"):
+        S.cluster_bootstrap_ratios(np.ones((3, 2)), np.ones((3, 1)))
+    with pytest.raises(ValueError, match="finite"):
+        S.cluster_bootstrap_ratios([1, np.nan], [1, 1])
+
+
+def test_cluster_bootstrap_ratios_matches_the_clustered_proportion_in_distribution():
+    rng = np.random.default_rng(5)
+    x = (rng.random(600) < 0.4).astype(int)
+    cl = np.repeat(np.arange(200), 3)
+    ref = S.proportion(x, clusters=cl, B=10_000)
+    num = np.bincount(cl, weights=x)
+    den = np.bincount(cl).astype(float)
+    draws = S.cluster_bootstrap_ratios(num, den, B=10_000)[:, 0]
+    lo, hi = S.percentile_interval(draws)
+    assert abs(lo - ref.ci_low) < 0.01 and abs(hi - ref.ci_high) < 0.01
+    assert S.bootstrap_draws_sd(draws) == pytest.approx(ref.boot_sd, rel=0.05)
+
+
+def test_percentile_interval_sd_and_shift_reflect_p_hand():
+    # percentiles 25 / 75 of 0..4 (linear interpolation) are 1 and 3; the nan draw is left out
+    assert S.percentile_interval([0, 1, 2, 3, 4, np.nan], alpha=0.5) == (1.0, 3.0)
+    assert all(math.isnan(v) for v in S.percentile_interval([np.nan, np.nan]))
+    assert S.bootstrap_draws_sd([1.0, 2.0, 3.0, np.nan]) == pytest.approx(1.0)  # ddof = 1
+    # d = 0.25, draws - d = (-0.5, -0.25, 0, 0.25, 0.5): |.| >= 0.25 for 4 of 5 -> p = 0.8
+    assert S.shift_reflect_p([-0.25, 0.0, 0.25, 0.5, 0.75, np.nan], 0.25) == pytest.approx(0.8)
+    assert S.shift_reflect_p([0.1, 0.3], 0.0) == 1.0  # no difference
+    assert S.shift_reflect_p([0.5, 0.5], 0.5, B=1000) == pytest.approx(1 / 1000)  # floored at 1/B
+    assert math.isnan(S.shift_reflect_p([0.1], float("nan")))
+
+
+def test_paired_from_draws_hand():
+    # draws of a - b: (0, 0.25, 0.5); d = 0.25 -> |x - d| = (0.25, 0, 0.25) >= 0.25 for 2 of 3: p = 2/3
+    r = S.paired_from_draws([0.5, 0.75, 1.0], [0.5, 0.5, 0.5], 0.25, n=10, alpha=0.5)
+    assert (r.diff, r.n) == (0.25, 10)
+    assert r.sd == pytest.approx(0.25) and r.p == pytest.approx(2 / 3)
+    assert (r.ci_low, r.ci_high) == pytest.approx((0.125, 0.375))  # 25th / 75th percentile of (0, .25, .5)
+    assert math.isnan(S.paired_from_draws([0.5], [0.5], float("nan"), n=0).p)
+
+
+def test_cluster_paired_difference_hand_and_against_paired_difference():
+    # items (a correct, b correct, trials): (2, 0, 2), (1, 1, 2), (0, 0, 1): a = 3/5, b = 1/5, d = 0.4
+    r = S.cluster_paired_difference([2, 1, 0], [2, 2, 1], [0, 1, 0], [2, 2, 1], B=2000)
+    assert r.diff == pytest.approx(0.4) and r.n == 3 and r.ci_low <= 0.4 <= r.ci_high
+    rng = np.random.default_rng(8)
+    a = (rng.random(900) < 0.6).astype(int)
+    b = np.where(rng.random(900) < 0.7, a, 1 - a)
+    cl = np.repeat(np.arange(300), 3)
+    ref = S.paired_difference(a, b, clusters=cl, B=10_000)
+    got = S.cluster_paired_difference(np.bincount(cl, weights=a), np.bincount(cl).astype(float),
+                                      np.bincount(cl, weights=b), np.bincount(cl).astype(float), B=10_000)
+    assert got.diff == pytest.approx(ref.diff, abs=1e-12)
+    assert got.sd == pytest.approx(ref.sd, rel=0.05)
+    assert abs(got.ci_low - ref.ci_low) < 0.01 and abs(got.ci_high - ref.ci_high) < 0.01
+
+
+def test_poisson_binomial_sf_and_chance_test_hand():
+    # probs (0.5, 0.2): P(X = 0) = 0.5 * 0.8 = 0.4, P(X = 2) = 0.5 * 0.2 = 0.1
+    assert S.poisson_binomial_sf(1, [0.5, 0.2]) == pytest.approx(0.6)
+    assert S.poisson_binomial_sf(2, [0.5, 0.2]) == pytest.approx(0.1)
+    assert S.poisson_binomial_sf(0, [0.5, 0.2]) == 1.0 and S.poisson_binomial_sf(3, [0.5, 0.2]) == 0.0
+    # (0.5, 0.5, 0.2): P(X = 2) = 0.25 * 0.8 + 2 * 0.25 * 0.2 = 0.3, P(X = 3) = 0.25 * 0.2 = 0.05 -> 0.35
+    assert S.poisson_binomial_sf(2, [0.5, 0.5, 0.2]) == pytest.approx(0.35)
+    # equal chances: the binomial tail
+    assert S.poisson_binomial_sf(9, np.full(20, 0.2)) == pytest.approx(
+        sstats.binomtest(9, 20, 0.2, alternative="greater").pvalue, rel=1e-9)
+    assert S.chance_test(9, np.full(20, 0.2)) == pytest.approx(sstats.binomtest(9, 20, 0.2, alternative="greater").pvalue)
+    assert S.chance_test(2, [0.5, 0.5, 0.2]) == pytest.approx(0.35)
+    assert math.isnan(S.chance_test(0, []))
+    with pytest.raises(ValueError, match="probabilities"):
+        S.poisson_binomial_sf(1, [1.5])

@@ -44,8 +44,13 @@ __all__ = [
     "auroc_interval",
     "benjamini_hochberg",
     "binomial_test",
+    "bootstrap_draws_sd",
     "bootstrap_sd",
     "brier",
+    "chance_test",
+    "cluster_bootstrap_ratios",
+    "cluster_paired_difference",
+    "cluster_ratio_se",
     "cohen_kappa",
     "ece",
     "kendall_tau_b",
@@ -53,8 +58,12 @@ __all__ = [
     "mean_estimate",
     "paired_difference",
     "paired_difference_values",
+    "paired_from_draws",
+    "percentile_interval",
     "permutation_test",
+    "poisson_binomial_sf",
     "proportion",
+    "shift_reflect_p",
     "spearman_permutation",
     "wilson_interval",
 ]
@@ -536,6 +545,155 @@ def mcnemar_exact(a: Any, b: Any) -> float:
     return float(min(1.0, 2.0 * _sstats.binom.cdf(min(n10, n01), m, 0.5)))
 
 
+# --------------------------------------------------------------------------------------------- cluster ratios
+# Many ratios sum(num) / sum(den) over the same clusters (an item and its repeats, a patient and its images),
+# resampled together: one draw of clusters serves every ratio, so a difference of two ratios is paired.
+
+#: rows of cluster indices materialised at once by cluster_bootstrap_ratios: max(1, this // n_clusters)
+_RATIO_CHUNK_ELEMS = 4_000_000
+
+
+def _as_cluster_matrix(x: Any, name: str) -> np.ndarray:
+    """Per-cluster sums as a finite float64 (n_clusters, n_columns) matrix (a vector is one column)."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[:, None]
+    if arr.ndim != 2:
+        raise ValueError(f"{name}: expected an (n_clusters, n_columns) array, got shape {arr.shape}")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        i = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"{name}{list(i)} = {arr[i]!r}: expected a finite number")
+    return arr
+
+
+def cluster_ratio_se(num: Any, den: Any) -> float:
+    """Cluster-robust (linearised ratio) SE of sum(num) / sum(den), one (num, den) pair per cluster.
+
+    sqrt(sum_c (num_c - p den_c)^2) / sum(den), the SE ``proportion(x, clusters=...)`` reports; it is
+    sqrt(p(1-p)/n) when every cluster holds one 0/1 trial. nan when sum(den) == 0.
+    """
+    nv = _as_real(num, "num")
+    dv = _as_real(den, "den")
+    _check_same_length(nv, dv, "num", "den")
+    total = float(dv.sum())
+    if total <= 0.0:
+        return _NAN
+    p = float(nv.sum()) / total
+    return float(math.sqrt(float(np.sum((nv - p * dv) ** 2))) / total)
+
+
+def cluster_bootstrap_ratios(num: Any, den: Any, B: int = 10_000, seed: int = 0) -> np.ndarray:
+    """Bootstrap draws, shape (B, n_columns), of sum(num[:, j]) / sum(den[:, j]) with clusters resampled together.
+
+    ``num``/``den`` hold per-cluster sums (e.g. an item's correct and scored trials over its repeats, so repeats
+    stay with their item). A draw takes n_clusters rows with replacement, the same rows for every column:
+    columns of one draw are paired. Rows come from one ``np.random.default_rng(seed)`` stream,
+    ``integers(0, n, size=(c, n))`` for chunks of c = max(1, 4,000,000 // n) rows. A zero denominator gives nan.
+    Identical columns are resampled once; integer sums small enough to be exact use float32 products.
+    """
+    B = _check_B(B)
+    N = _as_cluster_matrix(num, "num")
+    D = _as_cluster_matrix(den, "den")
+    if N.shape != D.shape:
+        raise ValueError(f"num and den must have the same shape (clusters x columns): {N.shape} != {D.shape}")
+    n, ncol = N.shape
+    if n == 0 or ncol == 0:
+        return np.full((B, ncol), _NAN)
+    uniq: dict[bytes, int] = {}
+    cols: list[np.ndarray] = []
+    refs: list[int] = []
+    for v in [*N.T, *D.T]:
+        key = v.tobytes()
+        if key not in uniq:
+            uniq[key] = len(cols)
+            cols.append(v)
+        refs.append(uniq[key])
+    V = np.stack(cols, axis=1)
+    exact32 = bool(np.all(V == np.round(V))) and float(np.abs(V).max(initial=0.0)) * n < 2.0 ** 24
+    if exact32:
+        V = V.astype(np.float32)
+    ia, ib = np.array(refs[:ncol]), np.array(refs[ncol:])
+    out = np.empty((B, ncol))
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _RATIO_CHUNK_ELEMS // n)
+    for s0 in range(0, B, chunk):
+        c = min(chunk, B - s0)
+        idx = rng.integers(0, n, size=(c, n)) + (np.arange(c) * n)[:, None]
+        counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(V.dtype)
+        prod = (counts @ V).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[s0 : s0 + c] = prod[:, ia] / prod[:, ib]
+    return out
+
+
+def percentile_interval(draws: Any, alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile interval (linear interpolation) of bootstrap draws, nan draws left out; (nan, nan) if none."""
+    alpha = _check_alpha(alpha)
+    d = np.asarray(draws, dtype=np.float64).reshape(-1)
+    d = d[~np.isnan(d)]
+    if not d.size:
+        return _NAN, _NAN
+    return _percentiles(d, alpha)
+
+
+def bootstrap_draws_sd(draws: Any) -> float:
+    """SD (ddof=1) of bootstrap draws, nan draws left out; nan for fewer than two draws."""
+    d = np.asarray(draws, dtype=np.float64).reshape(-1)
+    return _sd(d[~np.isnan(d)])
+
+
+def shift_reflect_p(draws: Any, d: float, B: int | None = None) -> float:
+    """Two-sided shift-and-reflect p of an observed difference ``d`` from its bootstrap draws.
+
+    Share of draws with |d* - d| >= |d| (nan draws left out), floored at 1/B (B = number of draws by default);
+    1 when d == 0; nan when d is nan or no draw is a number.
+    """
+    x = np.asarray(draws, dtype=np.float64).reshape(-1)
+    x = x[~np.isnan(x)]
+    if math.isnan(d) or not x.size:
+        return _NAN
+    return _shift_reflect_p(x, float(d), _check_B(B if B is not None else int(x.size)))
+
+
+def paired_from_draws(draws_a: Any, draws_b: Any, d: float, n: int, B: int | None = None,
+                      alpha: float = 0.05, how: str = "cluster bootstrap") -> PairedDiff:
+    """mean(a) - mean(b) = ``d`` on ``n`` shared clusters, summarised from paired bootstrap draws of both means.
+
+    SD (ddof=1), percentile interval and shift-and-reflect p of draws_a - draws_b (nan draws left out).
+    """
+    alpha = _check_alpha(alpha)
+    if n == 0 or math.isnan(d):
+        return PairedDiff(_NAN, _NAN, _NAN, _NAN, _NAN, int(n), NOT_ESTIMABLE_N0 if n == 0 else "not estimable")
+    diff = np.asarray(draws_a, dtype=np.float64) - np.asarray(draws_b, dtype=np.float64)
+    lo, hi = percentile_interval(diff, alpha)
+    p = shift_reflect_p(diff, d, B)
+    method = (f"paired percentile {how} {_pct(alpha)} interval; sd = bootstrap SD (ddof=1); "
+              "two-sided shift-and-reflect p floored at 1/B")
+    return PairedDiff(float(d), bootstrap_draws_sd(diff), lo, hi, p, int(n), method)
+
+
+def cluster_paired_difference(num_a: Any, den_a: Any, num_b: Any, den_b: Any, B: int = 10_000, seed: int = 0,
+                              alpha: float = 0.05) -> PairedDiff:
+    """ratio_a - ratio_b (ratio = sum(num) / sum(den)) on the same clusters, clusters resampled together.
+
+    For 0/1 trials grouped in clusters (an item's repeats), num = correct and den = trials per cluster: the
+    clustered paired bootstrap of ``paired_difference(..., clusters=...)``, from :func:`cluster_bootstrap_ratios`.
+    """
+    B = _check_B(B)
+    na, da, nb, db = (_as_real(v, nm) for v, nm in ((num_a, "num_a"), (den_a, "den_a"), (num_b, "num_b"),
+                                                      (den_b, "den_b")))
+    for v, nm in ((da, "den_a"), (nb, "num_b"), (db, "den_b")):
+        _check_same_length(na, v, "num_a", nm)
+    n = int(np.count_nonzero((da > 0) | (db > 0)))
+    if da.sum() <= 0 or db.sum() <= 0:
+        return PairedDiff(_NAN, _NAN, _NAN, _NAN, _NAN, n, NOT_ESTIMABLE_N0)
+    d = float(na.sum() / da.sum() - nb.sum() / db.sum())
+    draws = cluster_bootstrap_ratios(np.stack([na, nb], axis=1), np.stack([da, db], axis=1), B, seed)
+    return paired_from_draws(draws[:, 0], draws[:, 1], d, n, B, alpha,
+                             f"cluster bootstrap ({na.shape[0]} clusters, B={B}, seed={seed})")
+
+
 # --------------------------------------------------------------------------------------------- permutation
 
 
@@ -932,3 +1090,38 @@ def binomial_test(k: int, n: int, p0: float, alternative: str = "greater") -> fl
     if n == 0:
         return _NAN
     return float(_sstats.binomtest(k, n, float(p0), alternative=alternative).pvalue)
+
+
+def poisson_binomial_sf(k: int, probs: Any) -> float:
+    """P(X >= k) for X a sum of independent Bernoulli(probs[i]) (exact, dynamic programming over the count)."""
+    pv = _as_real(probs, "probs")
+    if ((pv < 0) | (pv > 1)).any():
+        i = int(np.flatnonzero((pv < 0) | (pv > 1))[0])
+        raise ValueError(f"probs[{i}] = {pv[i]!r}: probabilities must lie in [0, 1]")
+    k = int(k)
+    if k <= 0:
+        return 1.0
+    if k > pv.shape[0]:
+        return 0.0
+    dist = np.zeros(pv.shape[0] + 1)
+    dist[0] = 1.0
+    for i, p in enumerate(pv, 1):
+        dist[1 : i + 1] = dist[1 : i + 1] * (1.0 - p) + dist[0:i] * p
+        dist[0] *= 1.0 - p
+    return float(min(1.0, dist[k:].sum()))
+
+
+def chance_test(k: int, probs: Any) -> float:
+    """Exact one-sided p that k or more of n items are right when item i is right with chance probs[i] (1/k_i).
+
+    The binomial test when all chances are equal, the Poisson-binomial tail otherwise; nan when n == 0.
+    """
+    pv = _as_real(probs, "probs")
+    n = int(pv.shape[0])
+    if n == 0:
+        return _NAN
+    if np.all(pv == pv[0]):
+        return binomial_test(k, n, float(pv[0]), alternative="greater")
+    if not 0 <= int(k) <= n:
+        raise ValueError(f"chance_test: need 0 <= k <= n, got k={k}, n={n}")
+    return poisson_binomial_sf(k, pv)
