@@ -18,6 +18,7 @@ from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
 from medvlm_audit.models.vision_probe import (
     ImageEncoder,
+    RoutedVisionProbe,
     VisionProbe,
     _match_display_name,
     answer_from_probability,
@@ -35,8 +36,8 @@ BLOB = {
 }  # (row, col) centre of the finding's bright blob
 
 
-def write_image(path: Path, rng: np.random.Generator, present: dict[str, int]) -> None:
-    a = rng.normal(90, 20, (128, 128))
+def write_image(path: Path, rng: np.random.Generator, present: dict[str, int], bg: float = 90) -> None:
+    a = rng.normal(bg, 20, (128, 128))
     yy, xx = np.mgrid[:128, :128]
     for f, on in present.items():
         if on:
@@ -45,14 +46,18 @@ def write_image(path: Path, rng: np.random.Generator, present: dict[str, int]) -
     Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(path)
 
 
-def make_probeset(root: Path, n: int, seed: int, splits: list[str]) -> ProbeSet:
-    """n images, each asked about two findings; a bright blob in the finding's region means 'present'."""
+def make_probeset(
+    root: Path, n: int, seed: int, splits: list[str], n_normal: int = 0, bg: float = 90, flip: bool = False
+) -> ProbeSet:
+    """n images, each asked about two findings; a bright blob in the finding's region means 'present'
+    (``flip``: means 'absent'). ``n_normal`` blob-free images are asked "any acute abnormality?" with label 0
+    only, as the dataset builders write their normal studies; ``bg`` is the background grey (a domain)."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         labels = {f: int(rng.random() < 0.5) for f in NAMES}
         name = f"s{seed}_img{i:03d}.png"
-        write_image(root / name, rng, labels)
+        write_image(root / name, rng, {f: v != flip for f, v in labels.items()}, bg)
         for f, lab in labels.items():
             rows.append(
                 {
@@ -64,6 +69,11 @@ def make_probeset(root: Path, n: int, seed: int, splits: list[str]) -> ProbeSet:
                     "split": splits[i % len(splits)],
                 }
             )
+    for i in range(n_normal):
+        name = f"s{seed}_normal{i:03d}.png"
+        write_image(root / name, rng, {f: flip for f in NAMES}, bg)
+        rows.append({"case_id": f"s{seed}_normal{i}", "kind": "finding_presence", "label": 0,
+                     "finding": "no_finding", "image_path": name, "split": splits[i % len(splits)]})
     ps = ProbeSet(pd.DataFrame(rows), root, name=f"blobs{seed}")
     ps.validate()
     return ps
@@ -239,3 +249,111 @@ def test_save_and_load_round_trip(world, probe, tmp_path):
     other = build_tiny_vit(tmp_path / "other", seed=3)
     with pytest.raises(ConfigError, match="differs"):
         VisionProbe.load(path, encoder_path=other, device="cpu")
+
+
+def question_any() -> str:
+    return "Is any acute abnormality present in this chest X-ray? Answer with a single word: Yes or No."
+
+
+def test_normal_studies_get_an_any_abnormality_head(world, tmp_path):
+    """Builders write normals as no_finding label 0 only: the head is fitted on abnormal (any finding present)
+    against normal images, so normal studies are answered, not errored."""
+    root, enc, _, _ = world
+    train = make_probeset(root, 36, seed=5, splits=["train", "validate"], n_normal=24)
+    test = make_probeset(root, 12, seed=6, splits=["test"], n_normal=12)
+    probe = VisionProbe.fit(train, enc, None, device="cpu")
+    assert "no_finding" in probe.heads and "no_finding" not in probe.skipped
+    head = probe.heads["no_finding"]
+    df = train.df
+    abnormal = set(df.loc[(df.finding != "no_finding") & (df.label == 1), "image_path"])
+    assert head.n_pos == len(abnormal) and head.n_train == len(abnormal) + 24
+    normals = test.df[test.df.finding == "no_finding"]
+    imgs = [working_image(test.resolve(p)) for p in normals.image_path]
+    out = probe.predict([ask(question_any(), im) for im in imgs])
+    assert all(r.ok for r in out)
+    assert sum(r.text == "No" for r in out) >= 10  # blob-free images read as normal
+    # abnormal test images (a blob somewhere) read as abnormal
+    ab = test.df[(test.df.finding != "no_finding") & (test.df.label == 1)].drop_duplicates("image_path")
+    out = probe.predict([ask(question_any(), working_image(test.resolve(p))) for p in ab.image_path])
+    assert sum(r.text == "Yes" for r in out) >= 0.8 * len(out)
+
+
+def test_fit_on_several_probe_sets_equals_fit_on_their_union(world):
+    root, enc, train, _ = world
+    other = make_probeset(root, 20, seed=7, splits=["train", "validate"])
+    both = VisionProbe.fit([train, other], enc, None, device="cpu")
+    union = ProbeSet(pd.concat([train.df, other.df], ignore_index=True), root, name="union")
+    one = VisionProbe.fit(union, enc, None, device="cpu")
+    assert both.training["probe_sets"] == ["blobs1", "blobs7"]
+    for f in NAMES:
+        assert both.heads[f].n_train == one.heads[f].n_train == (train.df.finding == f).sum() + 20
+        assert np.allclose(both.heads[f].coef, one.heads[f].coef)
+
+
+def test_per_source_heads_are_routed_by_the_pixels(world, tmp_path):
+    """Two sources whose labels mean opposite things: one probe cannot fit both, per-source heads can."""
+    root, enc, _, _ = world
+    a_train = make_probeset(root, 40, seed=11, splits=["train", "validate"], bg=60)
+    b_train = make_probeset(root, 40, seed=12, splits=["train", "validate"], bg=170, flip=True)
+    a_test = make_probeset(root, 12, seed=13, splits=["test"], bg=60)
+    b_test = make_probeset(root, 12, seed=14, splits=["test"], bg=170, flip=True)
+    routed = RoutedVisionProbe.fit({"a": a_train, "b": [b_train]}, enc, tmp_path / "cache", device="cpu")
+    assert routed.modality == "vision_only" and routed.sources == ["a", "b"]
+    assert routed.training["router_cv_accuracy"] == 1.0
+    for k, test in enumerate((a_test, b_test)):
+        imgs = [working_image(test.resolve(p)) for p in test.df.image_path]
+        X = routed.encoder.encode([im.pixels for im in imgs])
+        assert (routed.route(X) == k).all()
+        out = routed.predict([ask(question(r.finding), im) for r, im in zip(test.df.itertuples(), imgs)])
+        acc = np.mean([(o.text == "Yes") == bool(r.label) for o, r in zip(out, test.df.itertuples())])
+        assert acc >= 0.85
+    assert routed.identity()["sources"].keys() == {"a", "b"}
+    with pytest.raises(ConfigError, match="at least two sources"):
+        RoutedVisionProbe.fit({"a": a_train}, enc, None, device="cpu")
+
+
+def test_second_fit_neither_decodes_nor_encodes(world, tmp_path, monkeypatch):
+    from medvlm_audit.models import vision_probe as vp
+
+    _, enc, _, _ = world
+    train = make_probeset(tmp_path, 12, seed=31, splits=["train"])  # its own files: one is rewritten below
+    VisionProbe.fit(train, enc, tmp_path / "c", device="cpu")
+    calls = []
+    real = vp.working_image
+    monkeypatch.setattr(vp, "working_image", lambda p, *a: calls.append(p) or real(p, *a))
+    again = VisionProbe.fit(train, enc, tmp_path / "c", device="cpu")
+    assert calls == [] and again.encoder.n_images == 0
+    # a changed file is decoded (and, its pixels being new, encoded) again
+    first = train.resolve(train.df.image_path.iloc[0])
+    write_image(first, np.random.default_rng(99), {"pneumothorax": 1})
+    third = VisionProbe.fit(train, enc, tmp_path / "c", device="cpu")
+    assert len(calls) == 1 and third.encoder.n_images == 1
+
+
+def test_registry_builds_single_multi_and_per_source_probes(world, tmp_path):
+    from medvlm_audit.config import ModelSpec
+    from medvlm_audit.models.registry import load_model
+
+    root, enc, train, _ = world
+    a = train.save(tmp_path / "a")
+    b = make_probeset(root, 20, seed=21, splits=["train"], bg=170).save(tmp_path / "b")
+    base = {"backend": "vision_probe", "encoder_path": str(enc), "cache_dir": str(tmp_path / "f"), "device": "cpu"}
+    m1 = load_model(ModelSpec(name="rad", train=str(a), **base))
+    m2 = load_model(ModelSpec(name="rad2", train=[str(a), str(b)], **base))
+    m3 = load_model(ModelSpec(name="rad3", train={"mimic": [str(a)], "chexpert": str(b)}, **base))
+    assert isinstance(m1, VisionProbe) and m1.name == "rad"
+    assert isinstance(m2, VisionProbe) and len(m2.training["probe_sets"]) == 2
+    assert isinstance(m3, RoutedVisionProbe) and m3.sources == ["mimic", "chexpert"] and m3.name == "rad3"
+    with pytest.raises(ConfigError, match="needs 'train'"):
+        load_model(ModelSpec(name="x", backend="vision_probe", encoder_path=str(enc)))
+
+
+def test_sentence_questions_are_not_applicable(probe, world):
+    _, _, _, test = world
+    img = working_image(test.resolve(test.df["image_path"].iloc[0]))
+    from medvlm_audit.prompts import SENTENCE_TEMPLATES
+
+    out = probe.predict([ask(t.format(sentence="Small right pleural effusion."), img)
+                         for t in SENTENCE_TEMPLATES.values()])
+    assert all(r.error.kind == "not_applicable" for r in out)
+    assert probe.predict([ask(question("pneumothorax"), None)])[0].error.kind == "not_applicable"

@@ -20,9 +20,14 @@ def test_demo_with_vision_probe(tmp_path: Path) -> None:
     assert set(vp.condition) >= {"original", "swap", "target_mask", "irrelevant_mask"}
     fp = vp[(vp.kind == "finding_presence") & (vp.condition != "no_image")]
     assert fp.error_kind.isna().all() and (fp.parsed >= 0).all()
-    # without an image a vision-only model cannot answer: recorded as an error, never guessed
+    # without an image a vision-only model cannot answer: recorded as not applicable, never guessed
     no_img = vp[vp.condition == "no_image"]
-    assert (no_img.error_kind == "model").all() and (no_img.parsed == -1).all()
+    assert (no_img.error_kind == "not_applicable").all() and (no_img.parsed == -1).all()
+    # report-error sentence questions are not applicable to a finding head (never answered with the head of a
+    # finding the sentence happens to name)
+    sent = vp[vp.kind == "report_error"]
+    assert len(sent) > 0 and (sent.error_kind == "not_applicable").all() and sent.correct.isna().all()
+    assert sent.error_message.str.contains("finding-presence questions only").all()
     assert fp.confidence.notna().all()
     # it reads pixels: different images give different P(yes); and it ignores the phrasing
     assert fp[fp.condition == "original"].confidence.nunique() > 5

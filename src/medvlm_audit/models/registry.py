@@ -48,13 +48,7 @@ def _build(backend: str, name: str, params: dict[str, Any], context: dict[str, A
         model.name = name
         return model
     if backend == "vision_probe":
-        from medvlm_audit.models.vision_probe import VisionProbe
-        from medvlm_audit.probeset import ProbeSet
-
-        train_path = params.pop("train")
-        probe = VisionProbe.fit(ProbeSet.load(train_path), **params)
-        probe.name = name
-        return probe
+        return _vision_probe(name, params)
     if backend == "stress_reference":
         from medvlm_audit.suites.stress import reference as sref
 
@@ -67,3 +61,32 @@ def _build(backend: str, name: str, params: dict[str, Any], context: dict[str, A
         model.name = name
         return model
     raise ConfigError(f"model {name!r}: unknown backend {backend!r}")
+
+
+def _vision_probe(name: str, params: dict[str, Any]) -> Model:
+    """``train``: one training probe-set folder, a list of them (fitted together), or a mapping
+    source -> folder(s) for per-source heads (e.g. ``{mimic: [...], chexpert: [...]}``, routed by a source
+    classifier on the same features). Other keys go to :meth:`VisionProbe.fit` (``encoder_path``,
+    ``cache_dir``, ``findings``, ``C``, ``device``, ``splits``, ``max_iter``, ``workers``)."""
+    from medvlm_audit.models.vision_probe import RoutedVisionProbe, VisionProbe
+    from medvlm_audit.probeset import ProbeSet
+
+    train = params.pop("train", None)
+    if train is None or params.get("encoder_path") is None:
+        raise ConfigError(f"model {name!r}: backend 'vision_probe' needs 'train' (training probe set folder(s)) "
+                          "and 'encoder_path' (a local image-encoder folder, e.g. microsoft/rad-dino)")
+
+    def sets(value: Any, where: str) -> list[ProbeSet]:
+        paths = [value] if isinstance(value, str) else list(value or [])
+        if not paths or not all(isinstance(p, str) for p in paths):
+            raise ConfigError(f"model {name!r}: {where} must be a probe-set folder or a list of them, got {value!r}")
+        # fit() checks every image it reads; the row-by-row file check of a 200k-study training set is skipped
+        return [ProbeSet.load(p, validate=False) for p in paths]
+
+    if isinstance(train, dict):
+        model: Model = RoutedVisionProbe.fit({str(k): sets(v, f"train.{k}") for k, v in train.items()},
+                                             name=name, **params)
+    else:
+        model = VisionProbe.fit(sets(train, "train"), name=name, **params)
+    model.name = name
+    return model

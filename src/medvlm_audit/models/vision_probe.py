@@ -1,11 +1,25 @@
 """Vision-only baseline (paper 000, Methods): a logistic-regression probe per finding on frozen image features.
 
-Features are the encoder's final-block class-token embedding at its native resolution (its own image
-processor resamples and normalises; RAD-DINO ``microsoft/rad-dino`` or any transformers image model in a
-local folder), standardised per dimension on the training split. One L2 logistic-regression head
-(C = 1.0) per finding is fitted on the training (+ validation) cases; at inference P(yes) comes from
-the head of the finding named in the prompt (the only thing the probe reads from the text), and the
-answer is "Yes" when P(yes) > 0.5. Features are cached on disk by pixel sha256 and encoder identity.
+Features are the encoder's final-block class-token embedding (its own image processor resamples to the
+encoder's native size, 518 x 518 for RAD-DINO ``microsoft/rad-dino``, and normalises; any transformers image
+model in a local folder works), standardised per dimension on the training-split images. One L2
+logistic-regression head (C = 1.0) per finding is fitted on the training (+ validation) cases; the
+``no_finding`` head ("any acute abnormality") is fitted on abnormal images (any finding present) against normal
+ones. At inference P(yes) comes from the head of the finding named in the prompt (the only thing the probe
+reads from the text), and the answer is "Yes" when P(yes) > 0.5. Features are cached on disk by pixel sha256
+and encoder identity; a path index lets a second fit skip decoding its training images too.
+
+Which pixels the encoder sees. The paper resamples "each image" to 518 x 518. Here the probe is a Model like
+any other: it sees only the condition image the runner renders for every model (224 x 224, or 512 x 512
+under the resolution probe, masks already drawn on that grid), and its processor resamples that image to 518.
+It is deliberately not handed the source file: (1) a model never sees paths or case data, only its
+ModelInput, so every model answers the same pixels and the answer cache stays keyed by those pixels; (2) the
+masks are defined on the 224 grid (the rounded working box), so a 518 mask would only rescale that box;
+(3) training features go through the same 224 working image (:func:`working_image`), so the heads are applied
+to images from the distribution they were fitted on (heads fitted on source-to-518 images but asked about
+224-to-518 condition images would be evaluated off their training distribution). The cost: detail finer than
+224 px is unavailable to the probe at the 224 conditions, as it is to every VLM in the audit; the @512
+conditions give it 512 px images, close to its native size.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
@@ -202,6 +217,15 @@ def working_image(path: Path, res: int = WORKING_RES) -> ImageData:
 
 
 # -- the probe -------------------------------------------------------------------------------------
+#: findings that do not make a study abnormal for the "any acute abnormality" head (CheXpert's No Finding
+#: can be 1.0 with a support device present)
+NOT_ABNORMAL = frozenset({"no_finding", "support_devices"})
+#: the finding whose head answers "Is any acute abnormality present ...?"
+ANY_ABNORMALITY = "no_finding"
+PATH_INDEX = "path_index.jsonl"
+WORKING_IMAGE_RECIPE = f"gray-bilinear-{WORKING_RES}-v1"
+
+
 @dataclass(frozen=True)
 class Head:
     """One finding's logistic-regression head on standardised features."""
@@ -217,11 +241,210 @@ class Head:
         return 1.0 / (1.0 + np.exp(-s))
 
 
+class PathIndex:
+    """(file path, size, mtime, working-image recipe) -> pixel sha256 of the working image, on disk.
+
+    Lets a second fit find cached features without decoding the training images again (a JSONL file,
+    appended; a torn last line is ignored)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.path = Path(folder) / PATH_INDEX
+        self._d: dict[str, str] = {}
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    k, v = json.loads(line)
+                    self._d[k] = v
+                except (ValueError, TypeError):
+                    continue
+
+    @staticmethod
+    def key(path: str) -> str | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return f"{path}|{st.st_size}|{st.st_mtime_ns}|{WORKING_IMAGE_RECIPE}"
+
+    def get(self, key: str | None) -> str | None:
+        return None if key is None else self._d.get(key)
+
+    def add(self, items: Sequence[tuple[str, str]]) -> None:
+        if not items:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.write("".join(json.dumps([k, v]) + "\n" for k, v in items))
+        self._d.update(items)
+
+
+def path_features(
+    paths: Sequence[str],
+    encoder: ImageEncoder,
+    cache: FeatureCache | None,
+    index: PathIndex | None = None,
+    chunk: int = 512,
+    workers: int = 2,
+) -> np.ndarray:
+    """Features (N, D) float32 of the working images of ``paths``, streamed in chunks.
+
+    A path whose (size, mtime) is in ``index`` and whose features are cached is neither decoded nor
+    encoded; other images are decoded in ``workers`` threads, hashed, and encoded only on a cache miss.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    out: list[np.ndarray] = []
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for start in range(0, len(paths), chunk):
+            part = list(paths[start : start + chunk])
+            vecs: list[np.ndarray | None] = [None] * len(part)
+            keys = [PathIndex.key(p) for p in part] if index is not None else [None] * len(part)
+            todo = []
+            for i, (p, k) in enumerate(zip(part, keys)):
+                sha = index.get(k) if index is not None else None
+                hit = cache.get(sha) if (sha is not None and cache is not None) else None
+                if hit is not None:
+                    vecs[i] = hit
+                else:
+                    todo.append(i)
+            if todo:
+                imgs = list(pool.map(working_image, [Path(part[i]) for i in todo]))
+                feats = cached_features(encoder, imgs, cache)
+                new = []
+                for j, i in enumerate(todo):
+                    vecs[i] = feats[j]
+                    if keys[i] is not None:
+                        new.append((keys[i], imgs[j].sha256))
+                if index is not None:
+                    index.add(new)
+            out.append(np.stack([np.asarray(v, np.float32) for v in vecs]))
+    if not out:
+        return np.zeros((0, 0), np.float32)
+    return np.concatenate(out, axis=0)
+
+
+@dataclass
+class TrainingData:
+    """Labelled finding-presence rows of one or more probe sets and one feature row per distinct image."""
+
+    rows: pd.DataFrame  # finding, label, split, case_id, _img (index into X), _set
+    X: np.ndarray  # (n_images, D) float32
+    img_split: np.ndarray  # (n_images,) lower-cased split of each image ("" when empty)
+    names: list[str]
+
+
+def gather_training(
+    sets: Sequence[ProbeSet],
+    encoder: ImageEncoder,
+    cache_dir: str | Path | None,
+    splits: Sequence[str] | None = FIT_SPLITS,
+    findings: Iterable[str] | None = None,
+    workers: int = 2,
+) -> TrainingData:
+    """Collect finding_presence rows with a label and an image (``splits`` filter; None = every row) and their
+    features (cache, then encoder)."""
+    parts = []
+    for ps in sets:
+        df = ps.df
+        rows = df.loc[(df["kind"] == "finding_presence") & df["image_path"].notna() & df["label"].notna(),
+                      ["case_id", "finding", "label", "split", "image_path"]].copy()
+        if splits is not None:
+            sp = rows["split"].astype("string").str.lower()
+            rows = rows[sp.isna() | sp.isin([s.lower() for s in splits])]
+        lab = pd.to_numeric(rows["label"], errors="coerce")
+        bad = ~lab.isin([0, 1])
+        if bad.any():
+            r = rows[bad].iloc[0]
+            raise ProbeSetError(f"probe set {ps.name!r}: case {r.case_id!r}: field 'label' = {r.label!r} is not 0/1")
+        rows["label"] = lab.astype(int)
+        uniq = pd.unique(rows["image_path"])
+        full = {p: str(ps.resolve(p)) for p in uniq}
+        rows["_path"] = rows["image_path"].map(full)
+        rows["_set"] = ps.name
+        parts.append(rows)
+    names = [ps.name for ps in sets]
+    rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if rows.empty:
+        raise ProbeSetError(f"probe set(s) {names} have no labelled finding_presence cases with images to fit on")
+    if findings is not None:
+        for f in findings:
+            if f not in DISPLAY_NAMES:
+                raise ConfigError(f"unknown finding {f!r}; known: {sorted(DISPLAY_NAMES)}")
+    paths = pd.unique(rows["_path"])
+    for p in paths:  # fail before any encoding, naming the first case of a missing image
+        if not os.path.exists(p):
+            r = rows[rows["_path"] == p].iloc[0]
+            raise ProbeSetError(f"case {r.case_id!r}: field 'image_path': file {p} does not exist")
+    pos = {p: i for i, p in enumerate(paths)}
+    rows["_img"] = rows["_path"].map(pos).astype(np.int64)
+    cache = FeatureCache(cache_dir, encoder.key) if cache_dir is not None else None
+    index = PathIndex(cache_dir) if cache_dir is not None else None
+    X = path_features(list(paths), encoder, cache, index, workers=workers)
+    sp = rows.drop_duplicates("_img").set_index("_img")["split"].astype("string").str.lower().fillna("")
+    img_split = sp.reindex(range(len(paths))).fillna("").to_numpy(dtype=object)
+    return TrainingData(rows.reset_index(drop=True), X, img_split, names)
+
+
+def any_abnormality_targets(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(image indices, labels) for the "any acute abnormality" head: 1 = abnormal, 0 = normal.
+
+    Abnormal: an image with a positive finding (support devices alone do not count, as CheXpert's No Finding)
+    or an explicit ``no_finding`` label 1; normal: a ``no_finding`` label 0 (the builders' normal studies).
+    An image that is both is left out. Absent labels of single findings say nothing about the others.
+    """
+    fnd, lab, img = rows["finding"].to_numpy(), rows["label"].to_numpy(), rows["_img"].to_numpy()
+    abnormal = ((lab == 1) & ~np.isin(fnd, list(NOT_ABNORMAL))) | ((fnd == ANY_ABNORMALITY) & (lab == 1))
+    normal = (fnd == ANY_ABNORMALITY) & (lab == 0)
+    pos, neg = set(img[abnormal].tolist()), set(img[normal].tolist())
+    both = pos & neg
+    idx = np.array(sorted((pos | neg) - both), dtype=np.int64)
+    return idx, np.array([1 if i in pos else 0 for i in idx.tolist()], dtype=int)
+
+
+def fit_heads(
+    data: TrainingData,
+    findings: Iterable[str] | None = None,
+    C: float = 1.0,
+    max_iter: int = 2000,
+) -> tuple[np.ndarray, np.ndarray, dict[str, Head], dict[str, str]]:
+    """Scaler on the training-split images, then one L2 logistic-regression head per finding."""
+    from sklearn.linear_model import LogisticRegression
+
+    rows, X = data.rows, data.X
+    explicit = findings is not None
+    wanted = list(dict.fromkeys(findings)) if findings is not None else sorted(rows["finding"].dropna().unique())
+    is_train = np.isin(data.img_split, ["", *TRAIN_SPLITS])
+    mean, scale = standardiser(X[is_train].astype(np.float64) if is_train.any() else X.astype(np.float64))
+    heads: dict[str, Head] = {}
+    skipped: dict[str, str] = {}
+    fnd = rows["finding"].to_numpy()
+    for f in wanted:
+        if f == ANY_ABNORMALITY:
+            idx, y = any_abnormality_targets(rows)
+            what = "image(s) (abnormal = any finding present, normal = no_finding label 0)"
+        else:
+            sel = fnd == f
+            idx, y = rows["_img"].to_numpy()[sel], rows["label"].to_numpy()[sel]
+            what = "training case(s)"
+        if len(idx) == 0 or len(np.unique(y)) < 2:
+            why = f"finding {f!r}: {len(idx)} {what} with labels {sorted(set(y.tolist()))}; need both classes"
+            if explicit:
+                raise ProbeSetError(f"probe set(s) {data.names}: {why}")
+            skipped[f] = why
+            continue
+        Z = (X[idx].astype(np.float64) - mean) / scale
+        lr = LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter)
+        lr.fit(Z, y)
+        heads[f] = Head(lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), len(idx), int(y.sum()))
+    return mean, scale, heads, skipped
+
+
 class VisionProbe(LocalModel):
     """Frozen image features + per-finding L2 logistic regression, behind the Model interface.
 
     Reads the prompt only to pick the head (the finding it names); answers "Yes" when P(yes) > 0.5 and
-    returns first-token style ``top_logprobs`` (("Yes", log p), ("No", log(1-p))).
+    returns first-token style ``top_logprobs`` (("Yes", log p), ("No", log(1-p))). A report-error sentence
+    question or an input without an image is answered with a ``not_applicable`` error, never guessed.
     """
 
     modality: Modality = "vision_only"
@@ -247,13 +470,14 @@ class VisionProbe(LocalModel):
         self.max_concurrency = 1
         self.cache = FeatureCache(cache_dir, encoder.key) if cache_dir is not None else None
         self.skipped: dict[str, str] = {}
+        self.training: dict[str, Any] = {}
 
     # -- fitting ------------------------------------------------------------------------------------
     @classmethod
     def fit(
         cls,
-        train: ProbeSet,
-        encoder_path: str | Path,
+        train: ProbeSet | Sequence[ProbeSet],
+        encoder_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
         findings: Iterable[str] | None = None,
         C: float = 1.0,
@@ -262,93 +486,56 @@ class VisionProbe(LocalModel):
         device: str = "auto",
         splits: Sequence[str] | None = FIT_SPLITS,
         max_iter: int = 2000,
+        workers: int = 2,
+        encoder: ImageEncoder | None = None,
     ) -> VisionProbe:
-        """Fit the scaler (training split) and one head per finding (training + validation cases).
+        """Fit the scaler (training-split images) and one head per finding (training + validation cases).
 
-        Uses finding_presence cases with a label and an image. Rows whose ``split`` is empty count as
-        training; ``splits=None`` uses every row. A requested finding with a single class is an error;
-        with ``findings=None`` such findings are skipped and listed in ``probe.skipped``.
+        ``train`` is one probe set or several (e.g. ``build probe-train`` outputs of MIMIC train and
+        validate); finding_presence cases with a label and an image are used. Rows whose ``split`` is empty
+        count as training; ``splits=None`` uses every row. The ``no_finding`` head ("any acute
+        abnormality") is fitted on abnormal images (any finding present) against normal ones. A requested
+        finding with a single class is an error; with ``findings=None`` such findings are skipped and
+        listed in ``probe.skipped``.
         """
-        from sklearn.linear_model import LogisticRegression
+        sets = [train] if isinstance(train, ProbeSet) else list(train)
+        if not sets:
+            raise ProbeSetError("no training probe set given")
+        if encoder is None:
+            encoder = ImageEncoder(encoder_path, device=device)
+        data = gather_training(sets, encoder, cache_dir, splits, findings, workers)
+        return cls._from_data(data, encoder, cache_dir, findings, C, name, max_iter)
 
-        encoder = ImageEncoder(encoder_path, device=device)
-        df = train.df
-        rows = df[(df["kind"] == "finding_presence") & df["image_path"].notna() & df["label"].notna()]
-        if splits is not None:
-            split = rows["split"].astype("string").str.lower()
-            rows = rows[split.isna() | split.isin([s.lower() for s in splits])]
-        if rows.empty:
-            raise ProbeSetError(
-                f"probe set {train.name!r} has no labelled finding_presence cases with images to fit on"
-            )
-        wanted = (
-            list(dict.fromkeys(findings))
-            if findings is not None
-            else sorted(rows["finding"].dropna().unique())
-        )
-        for f in wanted:
-            if f not in DISPLAY_NAMES:
-                raise ConfigError(f"unknown finding {f!r}; known: {sorted(DISPLAY_NAMES)}")
-        rows = rows[rows["finding"].isin(wanted)]
-
-        images: dict[str, ImageData] = {}
-        row_sha: list[str] = []
-        for r in rows.itertuples(index=False):
-            p = train.resolve(r.image_path)
-            if p is None or not p.exists():
-                raise ProbeSetError(f"case {r.case_id!r}: field 'image_path': file {p} does not exist")
-            key = str(p)
-            if key not in images:
-                images[key] = working_image(p)
-            row_sha.append(images[key].sha256)
-        distinct = {im.sha256: im for im in images.values()}
-        cache = FeatureCache(cache_dir, encoder.key) if cache_dir is not None else None
-        shas = list(distinct)
-        feat = dict(zip(shas, cached_features(encoder, [distinct[s] for s in shas], cache)))
-        X = np.stack([feat[s] for s in row_sha]).astype(np.float64)
-
-        split = rows["split"].astype("string").str.lower()
-        is_train = (split.isna() | split.isin(TRAIN_SPLITS)).to_numpy()
-        mean, scale = standardiser(X[is_train] if is_train.any() else X)
-        Z = (X - mean) / scale
-        labels = rows["label"].astype(int).to_numpy()
-        fnd = rows["finding"].to_numpy()
-        heads: dict[str, Head] = {}
-        skipped: dict[str, str] = {}
-        for f in wanted:
-            sel = fnd == f
-            y = labels[sel]
-            if sel.sum() == 0 or len(np.unique(y)) < 2:
-                why = f"finding {f!r}: {int(sel.sum())} training case(s) with labels {sorted(set(y.tolist()))}; need both classes"
-                if findings is not None:
-                    raise ProbeSetError(f"probe set {train.name!r}: {why}")
-                skipped[f] = why
-                continue
-            lr = LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter)
-            lr.fit(Z[sel], y)
-            heads[f] = Head(
-                lr.coef_[0].astype(np.float64), float(lr.intercept_[0]), int(sel.sum()), int(y.sum())
-            )
+    @classmethod
+    def _from_data(
+        cls,
+        data: TrainingData,
+        encoder: ImageEncoder,
+        cache_dir: str | Path | None,
+        findings: Iterable[str] | None,
+        C: float,
+        name: str,
+        max_iter: int,
+    ) -> VisionProbe:
+        mean, scale, heads, skipped = fit_heads(data, findings, C, max_iter)
         probe = cls(encoder, mean, scale, heads, cache_dir=cache_dir, name=name, C=C)
         probe.skipped = skipped
+        probe.training = {
+            "probe_sets": data.names,
+            "images": len(data.X),
+            "cases": len(data.rows),
+            "heads": {f: {"n_train": h.n_train, "n_pos": h.n_pos} for f, h in heads.items()},
+        }
         return probe
 
     # -- Model interface ----------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
         """Encoder identity + a hash of the scaler and every head (what changes the answers)."""
-        h = hashlib.sha256()
-        h.update(self.mean.tobytes())
-        h.update(self.scale.tobytes())
-        for f in sorted(self.heads):
-            hd = self.heads[f]
-            h.update(f.encode())
-            h.update(hd.coef.tobytes())
-            h.update(repr(hd.intercept).encode())
         return {
             "backend": "vision_probe",
             "encoder": self.encoder.identity(),
             "C": self.C,
-            "heads": h.hexdigest()[:16],
+            "heads": _heads_hash(self.mean, self.scale, self.heads),
         }
 
     def p_yes(self, finding: str, images: Sequence[ImageData]) -> np.ndarray:
@@ -360,32 +547,7 @@ class VisionProbe(LocalModel):
 
     def predict(self, inputs: Sequence[ModelInput]) -> list[Response]:
         """Answer each input from its first image and the head of the finding its prompt names."""
-        t0 = time.perf_counter()
-        out: list[Response | None] = [None] * len(inputs)
-        todo: list[tuple[int, str]] = []
-        for i, inp in enumerate(inputs):
-            finding = finding_of(inp.prompt)
-            if not inp.images:
-                out[i] = _error("the vision-only probe needs an image; the input has none")
-            elif finding is None:
-                out[i] = _error(f"the prompt names no known finding: {inp.prompt[:80]!r}")
-            elif finding not in self.heads:
-                out[i] = _error(f"no probe head for finding {finding!r}; heads: {sorted(self.heads)}")
-            else:
-                todo.append((i, finding))
-        if todo:
-            try:
-                X = cached_features(self.encoder, [inputs[i].images[0] for i, _ in todo], self.cache)
-                Z = (X.astype(np.float64) - self.mean) / self.scale
-            except Exception as e:  # noqa: BLE001 - recorded per input, the run goes on
-                for i, _ in todo:
-                    out[i] = _error(f"{type(e).__name__}: {e}")
-                todo = []
-            latency = (time.perf_counter() - t0) / max(1, len(inputs))
-            for row, (i, finding) in enumerate(todo):
-                p = float(self.heads[finding].p_yes(Z[row : row + 1])[0])
-                out[i] = answer_from_probability(p, latency)
-        return [r for r in out if r is not None]
+        return _predict(inputs, self.encoder, self.cache, lambda X: [(self.mean, self.scale, self.heads)] * len(X))
 
     # -- persistence --------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -442,6 +604,192 @@ class VisionProbe(LocalModel):
         return cls(encoder, mean, scale, heads, cache_dir=cache_dir, name=meta["name"], C=float(meta["C"]))
 
 
+class RoutedVisionProbe(LocalModel):
+    """Per-source heads in one model: e.g. MIMIC-fitted heads for MIMIC images, CheXpert-fitted for CheXpert.
+
+    The paper fits one probe per source dataset. A model never learns which probe set an input comes from
+    (it sees only pixels and the prompt), so the source is read from the pixels too: a logistic-regression
+    source classifier on the same frozen features (fitted on every training image, C = ``C``) picks the
+    sub-probe whose heads answer. Its cross-validated accuracy is in ``training["router_cv_accuracy"]``.
+    """
+
+    modality: Modality = "vision_only"
+
+    def __init__(
+        self,
+        probes: dict[str, VisionProbe],
+        router_mean: np.ndarray,
+        router_scale: np.ndarray,
+        router_coef: np.ndarray,
+        router_intercept: np.ndarray,
+        name: str = "vision-probe",
+    ) -> None:
+        first = next(iter(probes.values()))
+        self.probes = dict(probes)
+        self.sources = list(probes)
+        self.encoder = first.encoder
+        self.cache = first.cache
+        self.router_mean = np.asarray(router_mean, np.float64)
+        self.router_scale = np.asarray(router_scale, np.float64)
+        self.router_coef = np.atleast_2d(np.asarray(router_coef, np.float64))
+        self.router_intercept = np.atleast_1d(np.asarray(router_intercept, np.float64))
+        self.name = name
+        self.batch_size = first.batch_size
+        self.max_concurrency = 1
+        self.training: dict[str, Any] = {}
+
+    @classmethod
+    def fit(
+        cls,
+        train: dict[str, ProbeSet | Sequence[ProbeSet]],
+        encoder_path: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        findings: Iterable[str] | None = None,
+        C: float = 1.0,
+        *,
+        name: str = "vision-probe",
+        device: str = "auto",
+        splits: Sequence[str] | None = FIT_SPLITS,
+        max_iter: int = 2000,
+        workers: int = 2,
+        encoder: ImageEncoder | None = None,
+    ) -> RoutedVisionProbe:
+        """One :class:`VisionProbe` per source key (each on its own training sets) plus the source router."""
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.model_selection import StratifiedKFold, cross_val_score
+
+        if len(train) < 2:
+            raise ConfigError(f"per-source training needs at least two sources, got {sorted(train)}")
+        if encoder is None:
+            encoder = ImageEncoder(encoder_path, device=device)
+        probes: dict[str, VisionProbe] = {}
+        feats: list[np.ndarray] = []
+        ys: list[np.ndarray] = []
+        for k, (src, sets) in enumerate(train.items()):
+            sets_l = [sets] if isinstance(sets, ProbeSet) else list(sets)
+            data = gather_training(sets_l, encoder, cache_dir, splits, findings, workers)
+            probes[src] = VisionProbe._from_data(data, encoder, cache_dir, findings, C, f"{name}[{src}]", max_iter)
+            feats.append(data.X)
+            ys.append(np.full(len(data.X), k))
+        X = np.concatenate(feats).astype(np.float64)
+        y = np.concatenate(ys)
+        mean, scale = standardiser(X)
+        Z = (X - mean) / scale
+        router = LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter).fit(Z, y)
+        folds = int(min(5, np.bincount(y).min()))
+        cv = None
+        if folds >= 2:
+            skf = StratifiedKFold(folds, shuffle=True, random_state=42)
+            est = LogisticRegression(C=C, l1_ratio=0.0, max_iter=max_iter)
+            cv = float(cross_val_score(est, Z, y, cv=skf).mean())
+        model = cls(probes, mean, scale, router.coef_, router.intercept_, name=name)
+        model.training = {
+            "sources": {s: p.training for s, p in probes.items()},
+            "router_train_accuracy": float((router.predict(Z) == y).mean()),
+            "router_cv_accuracy": cv,
+        }
+        return model
+
+    def route(self, X: np.ndarray) -> np.ndarray:
+        """Index (into ``sources``) of the source each feature row resembles."""
+        Z = (np.asarray(X, np.float64) - self.router_mean) / self.router_scale
+        s = Z @ self.router_coef.T + self.router_intercept
+        if s.shape[1] == 1:  # binary: sklearn keeps one score column for class 1
+            return (s[:, 0] > 0).astype(int)
+        return np.argmax(s, axis=1)
+
+    def identity(self) -> dict[str, Any]:
+        h = hashlib.sha256()
+        for a in (self.router_mean, self.router_scale, self.router_coef, self.router_intercept):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return {
+            "backend": "vision_probe",
+            "encoder": self.encoder.identity(),
+            "sources": {s: p.identity()["heads"] for s, p in self.probes.items()},
+            "router": h.hexdigest()[:16],
+        }
+
+    def predict(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        def pick(X: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, dict[str, Head]]]:
+            out = []
+            for k in self.route(X).tolist():
+                p = self.probes[self.sources[k]]
+                out.append((p.mean, p.scale, p.heads))
+            return out
+
+        return _predict(inputs, self.encoder, self.cache, pick)
+
+
+def _heads_hash(mean: np.ndarray, scale: np.ndarray, heads: dict[str, Head]) -> str:
+    h = hashlib.sha256()
+    h.update(mean.tobytes())
+    h.update(scale.tobytes())
+    for f in sorted(heads):
+        hd = heads[f]
+        h.update(f.encode())
+        h.update(hd.coef.tobytes())
+        h.update(repr(hd.intercept).encode())
+    return h.hexdigest()[:16]
+
+
+def _sentence_prefixes() -> tuple[str, ...]:
+    try:
+        from medvlm_audit.prompts import SENTENCE_TEMPLATES
+    except ImportError:  # pragma: no cover - depends on the tree
+        return ()
+    return tuple(t.split("{sentence}")[0].strip().lower() for t in SENTENCE_TEMPLATES.values())
+
+
+_SENTENCE_PREFIXES = _sentence_prefixes()
+
+
+def is_sentence_question(prompt: str) -> bool:
+    """True for the report-error question ("Does the following sentence accurately describe ...")."""
+    low = prompt.strip().lower()
+    return any(p and low.startswith(p) for p in _SENTENCE_PREFIXES)
+
+
+def _predict(
+    inputs: Sequence[ModelInput],
+    encoder: ImageEncoder,
+    cache: FeatureCache | None,
+    pick: Callable[[np.ndarray], list[tuple[np.ndarray, np.ndarray, dict[str, Head]]]],
+) -> list[Response]:
+    """Shared answer loop: validate each input, encode the distinct images once, apply the picked head."""
+    t0 = time.perf_counter()
+    out: list[Response | None] = [None] * len(inputs)
+    todo: list[tuple[int, str]] = []
+    for i, inp in enumerate(inputs):
+        if is_sentence_question(inp.prompt):
+            out[i] = _not_applicable("the vision-only probe answers finding-presence questions only; a "
+                                     "report-error sentence question is not applicable to it")
+            continue
+        finding = finding_of(inp.prompt)
+        if not inp.images:
+            out[i] = _not_applicable("the vision-only probe needs an image; the input has none")
+        elif finding is None:
+            out[i] = _error(f"the prompt names no known finding: {inp.prompt[:80]!r}")
+        else:
+            todo.append((i, finding))
+    if todo:
+        try:
+            X = cached_features(encoder, [inputs[i].images[0] for i, _ in todo], cache).astype(np.float64)
+            picked = pick(X)
+        except Exception as e:  # noqa: BLE001 - recorded per input, the run goes on
+            for i, _ in todo:
+                out[i] = _error(f"{type(e).__name__}: {e}")
+            todo = []
+        latency = (time.perf_counter() - t0) / max(1, len(inputs))
+        for row, (i, finding) in enumerate(todo):
+            mean, scale, heads = picked[row]
+            if finding not in heads:
+                out[i] = _error(f"no probe head for finding {finding!r}; heads: {sorted(heads)}")
+                continue
+            p = float(heads[finding].p_yes((X[row : row + 1] - mean) / scale)[0])
+            out[i] = answer_from_probability(p, latency)
+    return [r for r in out if r is not None]
+
+
 def standardiser(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-dimension mean and standard deviation (ddof=0, as sklearn's StandardScaler; 0 -> 1)."""
     mean = X.mean(axis=0)
@@ -470,14 +818,26 @@ def _error(message: str) -> Response:
     return Response(text=None, error=ErrorInfo(kind="model", message=message))
 
 
+def _not_applicable(message: str) -> Response:
+    return Response(text=None, error=ErrorInfo(kind="not_applicable", message=message))
+
+
 __all__ = [
     "FeatureCache",
     "Head",
     "ImageEncoder",
+    "PathIndex",
+    "RoutedVisionProbe",
+    "TrainingData",
     "VisionProbe",
     "answer_from_probability",
+    "any_abnormality_targets",
     "cached_features",
     "finding_of",
+    "fit_heads",
+    "gather_training",
+    "is_sentence_question",
+    "path_features",
     "pixel_sha256",
     "standardiser",
     "working_image",
