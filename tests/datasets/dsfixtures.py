@@ -225,6 +225,42 @@ def make_chexpert_tree(root: Path, *, n_patients: int = 400, images: bool = True
     return base
 
 
+def make_chexpert_official_test(root: Path, *, n_patients: int = 120, images: bool = True,
+                                size: tuple[int, int] = (64, 80), seed: int = 4) -> tuple[Path, Path, tuple[Path, Path]]:
+    """The official CheXpert test set layout: ``test_labels.csv`` (Path + the 14 labels as 0/1, nothing else) and
+    ``test/patientNNNNN/study1/viewK_{frontal,lateral}.jpg``; plus demographics in the CheXpert Plus style
+    (``path_to_image, sex, age`` per image, no view columns) and in the demographics-sheet style
+    (``PATIENT, GENDER, AGE_AT_CXR`` per patient). The last patient has no demographics row.
+    Returns (root, labels csv, (image-keyed demographics csv, patient-keyed demographics csv))."""
+    rng = np.random.default_rng(seed)
+    base = Path(root) / "CheXpert-v1.0"
+    rows, demo_img, demo_pat = [], [], []
+    for k in range(n_patients):
+        p = 64541 + k
+        healthy = rng.random() < 0.3
+        labels = {c: (0.0 if healthy else float(rng.random() < 0.35)) for c in CHEXPERT_ORDER[1:]}
+        labels["No Finding"] = 1.0 if healthy else 0.0
+        sex, age = rng.choice(["Male", "Female"]), int(rng.integers(20, 90))
+        views = ["view1_frontal"] + (["view2_lateral"] if rng.random() < 0.4 else [])
+        for v in views:
+            path = f"test/patient{p}/study1/{v}.jpg"
+            rows.append({"Path": path, **{c: labels[c] for c in CHEXPERT_ORDER}})
+            if k < n_patients - 1:
+                demo_img.append({"path_to_image": path, "sex": sex, "age": age})
+        if k < n_patients - 1:
+            demo_pat.append({"PATIENT": f"patient{p}", "GENDER": sex, "AGE_AT_CXR": age, "PRIMARY_RACE": "Other"})
+    base.mkdir(parents=True, exist_ok=True)
+    labels_csv = base / "test_labels.csv"
+    pd.DataFrame(rows)[["Path", *CHEXPERT_ORDER]].to_csv(labels_csv, index=False, float_format="%.0f")
+    by_image, by_patient = base / "df_chexpert_plus_test.csv", base / "chexpert_demo.csv"
+    pd.DataFrame(demo_img).to_csv(by_image, index=False)
+    pd.DataFrame(demo_pat).to_csv(by_patient, index=False)
+    if images:
+        for i, r in enumerate(rows):
+            _write_jpeg(base / r["Path"], size[0], size[1], i)
+    return base, labels_csv, (by_image, by_patient)
+
+
 NIH_BOX_LABELS = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltrate", "Mass", "Nodule", "Pneumonia", "Pneumothorax"]
 NIH_ALL = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia", "Pneumothorax",
            "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia"]

@@ -72,3 +72,54 @@ def test_bad_label_and_missing_column(tree, tmp_path):
     df.drop(columns=["AP/PA"]).to_csv(bad, index=False)
     with pytest.raises(DatasetError, match=r"lacks required column\(s\) \['AP/PA'\]"):
         build_chexpert(tree, tmp_path / "o", labels_csv=bad, check_images=False, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def official(tmp_path_factory):
+    return F.make_chexpert_official_test(tmp_path_factory.mktemp("chx_test"))
+
+
+@pytest.mark.parametrize("keyed_by", ["image", "patient"])
+def test_official_test_labels_with_a_demographics_join(official, tmp_path, keyed_by):
+    root, labels, (by_image, by_patient) = official
+    demo = by_image if keyed_by == "image" else by_patient
+    res = build_chexpert(root, tmp_path / "o", labels_csv=labels, demographics_csv=demo, per_finding=5, n_normal=5,
+                         verbose=False)
+    df = res.probe_set.df
+    src = pd.read_csv(labels).set_index("Path")
+    assert len(df) > 0 and (df.split == "test").all()  # Paths under test/ are the official test split
+    assert df.image_path.str.startswith("test/patient").all() and df.image_path.str.endswith("_frontal.jpg").all()
+    assert df.view.eq("FRONTAL").all()  # frontal from the file name, PA/AP unknown: kept
+    assert df.sex.isin(["M", "F"]).all() and df.age.notna().all()
+    for r in df[df.finding == "cardiomegaly"].itertuples():
+        assert src.loc[r.image_path, "Cardiomegaly"] == r.label
+    ex = res.exclusions
+    assert ex.reason.str.contains("view LATERAL is not frontal").any()
+    last = max(src.index).split("/")[1]  # the fixture's last patient has no demographics row
+    gone = ex[ex.record_id.str.contains(last)]
+    assert len(gone) and gone.reason.str.contains("no row for this image or patient in the demographics CSV").any()
+    assert res.probe_set.provenance["parameters"]["view_source"]["frontal_lateral"].startswith("file name")
+    assert res.probe_set.provenance["inputs"]["demographics"]["path"] == str(demo)
+
+
+def test_official_test_labels_need_demographics(official, tmp_path):
+    root, labels, (by_image, _) = official
+    with pytest.raises(DatasetError, match=r"lack \['Sex', 'Age'\].*demographics CSV"):
+        build_chexpert(root, tmp_path / "o", labels_csv=labels, verbose=False)
+    bad = tmp_path / "demo.csv"
+    pd.read_csv(by_image).rename(columns={"path_to_image": "file"}).to_csv(bad, index=False)
+    with pytest.raises(DatasetError, match="neither an image path column"):
+        build_chexpert(root, tmp_path / "o", labels_csv=labels, demographics_csv=bad, verbose=False)
+    d = pd.read_csv(by_image)
+    pd.concat([d, d.head(1)]).to_csv(bad, index=False)
+    with pytest.raises(DatasetError, match="duplicate"):
+        build_chexpert(root, tmp_path / "o", labels_csv=labels, demographics_csv=bad, verbose=False)
+
+
+def test_a_path_in_both_train_and_valid_is_an_error(tmp_path):
+    root = F.make_chexpert_tree(tmp_path, n_patients=60, images=False)
+    train = pd.read_csv(root / "train.csv")
+    valid = pd.read_csv(root / "valid.csv")
+    pd.concat([valid, train.head(1)]).to_csv(root / "valid.csv", index=False)
+    with pytest.raises(DatasetError, match=r"listed more than once \(in .*train.csv.*valid.csv"):
+        build_chexpert(root, tmp_path / "o", check_images=False, verbose=False)
