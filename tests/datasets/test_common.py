@@ -128,3 +128,14 @@ def test_builder_registry():
     assert get_builder("mimic") is build_mimic and set(BUILDERS) == {"mimic", "chexpert", "nih", "vindr", "folder"}
     with pytest.raises(KeyError, match="known"):
         get_builder("padchest")
+
+
+def test_duplicate_case_ids_across_sources_stop_the_build(tmp_path):
+    from medvlm_audit.datasets.common import finalize
+
+    m = pd.DataFrame({"case_id": ["a-1", "b-1", "a-1"], "kind": "finding_presence", "label": [1, 0, 1],
+                      "finding": "edema", "source": ["ms_cxr", "mimic_cxr", "rexerr"]})
+    with pytest.raises(DatasetError, match=r"1 case id\(s\) occur more than once.*'a-1': \['ms_cxr', 'rexerr'\]"):
+        finalize(m, name="x", builder="mimic", image_root=tmp_path, out_dir=tmp_path / "o", params={}, inputs={},
+                 log=ExclusionLog(), shortfalls=[], counts={}, checker=None, verbose=False)
+    assert not (tmp_path / "o").exists()  # nothing half-written

@@ -213,3 +213,35 @@ def test_full_size_tree_gives_the_paper_counts(tmp_path):
     per = mim.groupby(["finding", "label"]).size()
     assert per.drop("no_finding").eq(50).all() and per["no_finding"].to_dict() == {0: 100}
     ProbeSet.load(res.out_dir, validate=False).validate(check_files=False)
+
+
+def test_image_missing_from_the_split_csv_is_logged(small_tree, tmp_path):
+    tree = _copy(small_tree, tmp_path)
+    f = tree["mimic_root"] / "mimic-cxr-2.0.0-split.csv.gz"
+    split = pd.read_csv(f)
+    gone = split[split.split == "test"].dicom_id.iloc[:3].tolist()
+    _rewrite(f, lambda d: d[~d.dicom_id.isin(gone)])
+    res = build_mimic(out_dir=tmp_path / "o", check_images=False, verbose=False, **tree)
+    ex = res.exclusions
+    hit = ex[ex.stage == "mimic:split"]
+    assert set(hit.record_id) == set(gone)
+    assert hit.reason.str.contains(r"dicom_id missing from mimic-cxr-2.0.0-split.csv \(no split: left out of the "
+                                   "MIMIC-CXR test-split pool").all()
+    pool = res.probe_set.df[res.probe_set.df.source == "mimic_cxr"]
+    assert not set(pool.dicom_id) & set(gone)
+
+
+def test_duplicate_ms_cxr_annotation_rows_are_reported(small_tree, small_build, tmp_path):
+    tree = _copy(small_tree, tmp_path)
+    f = tree["ms_cxr_root"] / "MS_CXR_Local_Alignment_v1.1.0.csv"
+    ms = pd.read_csv(f)
+    kept = small_build[0].probe_set.df
+    row = next(i for i in range(len(ms)) if f"-r{i + 2}" in " ".join(kept.case_id[kept.source == "ms_cxr"]))
+    _rewrite(f, lambda d: pd.concat([d, d.iloc[[row]]], ignore_index=True))
+    res = build_mimic(out_dir=tmp_path / "o", check_images=False, verbose=False, **tree)
+    ex = res.exclusions
+    dup = ex[ex.stage == "ms_cxr:duplicate"]
+    assert len(dup) == 1 and dup.record_id.iloc[0].endswith(f"#{len(ms) + 2}")
+    assert f"same dicom_id, category_name and box as row {row + 2}" in dup.reason.iloc[0]
+    ms_cases = res.probe_set.df[res.probe_set.df.source == "ms_cxr"]
+    assert (ms_cases.dicom_id == ms.dicom_id.iloc[row]).sum() == (kept[kept.source == "ms_cxr"].dicom_id == ms.dicom_id.iloc[row]).sum()

@@ -673,9 +673,14 @@ def finalize(
     extra: dict[str, Any] | None = None,
 ) -> BuildResult:
     """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache."""
-    if manifest["case_id"].duplicated().any():
-        dup = manifest.loc[manifest["case_id"].duplicated(), "case_id"].head(5).tolist()
-        raise DatasetError(f"{builder}: duplicate case ids across sources: {dup}")
+    dupmask = manifest["case_id"].duplicated(keep=False)
+    if dupmask.any():
+        d = manifest.loc[dupmask]
+        src = d["source"].astype(str) if "source" in d else pd.Series("?", index=d.index)
+        where = {cid: sorted(set(g)) for cid, g in src.groupby(d["case_id"], sort=True)}
+        first = dict(list(where.items())[:5])
+        raise DatasetError(f"{builder}: {len(where)} case id(s) occur more than once (within or across sources), "
+                           f"e.g. {first} (case id: sources)")
     manifest = manifest[[c for c in manifest.columns if not c.startswith("_")]].reset_index(drop=True)
     from medvlm_audit import __version__
 

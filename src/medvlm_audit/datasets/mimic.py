@@ -103,14 +103,17 @@ def _locate_patients(mimic_iv_root: Path) -> Path:
 
 
 def load_mimic_images(
-    mimic_root: Path, mimic_iv_root: Path, age_at: str = "study"
+    mimic_root: Path, mimic_iv_root: Path | None, age_at: str = "study"
 ) -> tuple[pd.DataFrame, dict[str, Path]]:
-    """One row per MIMIC-CXR image with view, size, split, demographics and the 14 CheXpert label states."""
+    """One row per MIMIC-CXR image with view, size, split, demographics and the 14 CheXpert label states.
+
+    ``mimic_iv_root=None`` (training sets only) leaves age and sex empty. ``split`` is None for an image
+    whose dicom_id the split CSV lacks (the builders log it as an exclusion)."""
     root = Path(mimic_root)
     f_meta = find_file(root, [METADATA], "MIMIC-CXR-JPG metadata")
     f_split = find_file(root, [SPLIT], "MIMIC-CXR-JPG split")
     f_chex = find_file(root, [CHEXPERT], "MIMIC-CXR-JPG CheXpert labels")
-    f_pat = _locate_patients(mimic_iv_root)
+    f_pat = _locate_patients(mimic_iv_root) if mimic_iv_root is not None else None
 
     meta_cols = ["dicom_id", "subject_id", "study_id", "ViewPosition", "Rows", "Columns"]
     meta = read_csv(f_meta, meta_cols, "MIMIC-CXR-JPG metadata", usecols=lambda c: c in {*meta_cols, "StudyDate"},
@@ -121,9 +124,13 @@ def load_mimic_images(
     check_unique(split, ["dicom_id"], f_split, "MIMIC-CXR-JPG split")
     chex = read_csv(f_chex, ["subject_id", "study_id", *CHEXPERT_COLUMNS], "MIMIC-CXR-JPG CheXpert labels")
     check_unique(chex, ["study_id"], f_chex, "MIMIC-CXR-JPG CheXpert labels")
-    pat = read_csv(f_pat, ["subject_id", "gender", "anchor_age", "anchor_year"], "MIMIC-IV patients",
-                   usecols=["subject_id", "gender", "anchor_age", "anchor_year"])
-    check_unique(pat, ["subject_id"], f_pat, "MIMIC-IV patients")
+    if f_pat is not None:
+        pat = read_csv(f_pat, ["subject_id", "gender", "anchor_age", "anchor_year"], "MIMIC-IV patients",
+                       usecols=["subject_id", "gender", "anchor_age", "anchor_year"])
+        check_unique(pat, ["subject_id"], f_pat, "MIMIC-IV patients")
+    else:
+        pat = pd.DataFrame({"subject_id": pd.Series(dtype="int64"), "gender": pd.Series(dtype=object),
+                            "anchor_age": pd.Series(dtype=float), "anchor_year": pd.Series(dtype=float)})
 
     img = meta.rename(columns={"ViewPosition": "view_raw", "Rows": "height", "Columns": "width"})
     img["split"] = img["dicom_id"].map(pd.Series(split["split"].values, index=split["dicom_id"].values))
@@ -147,8 +154,17 @@ def load_mimic_images(
     img["view"] = normalize_view(img["view_raw"])
     img["patient_id"] = img["subject_id"].astype(str)
     img["record_id"] = img["dicom_id"].astype(str)
-    inputs = {"metadata": f_meta, "split": f_split, "chexpert": f_chex, "patients": f_pat}
+    inputs = {"metadata": f_meta, "split": f_split, "chexpert": f_chex}
+    if f_pat is not None:
+        inputs["patients"] = f_pat
     return img, inputs
+
+
+def log_missing_split(img: pd.DataFrame, log: ExclusionLog, source: str, stage: str, pool: str) -> int:
+    """Log every image whose dicom_id the split CSV lacks: it belongs to no split, so not to ``pool``."""
+    nosplit = img["split"].isna()
+    return log.add_many(img.loc[nosplit, "record_id"], source, stage,
+                        f"dicom_id missing from {SPLIT} (no split: left out of the {pool})")
 
 
 def _demographic_reason(df: pd.DataFrame) -> pd.Series:
@@ -180,6 +196,9 @@ def _load_ms_cxr(ms_cxr_root: Path) -> tuple[pd.DataFrame, Path]:
             raise DatasetError(f"MS-CXR: {f} column {c!r} row {i + 2} has non-numeric value {py(df[c].iloc[i])!r}")
         df[c] = num.astype(float)
     df["record_id"] = df["dicom_id"] + "#" + (df.index + 2).astype(str)
+    key = ["dicom_id", "category_name", "x", "y", "w", "h"]
+    first_row = (df.index + 2).to_series(index=df.index).groupby([df[k] for k in key]).transform("min")
+    df["_dup_of"] = first_row.where(df.duplicated(key, keep="first"))
     return df, f
 
 
@@ -272,7 +291,10 @@ def build_mimic(
     small = (sw < min_box_side) | (sh < min_box_side)
     small_reason = ("box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str)
                     + f" px at 224 is below {min_box_side:g}x{min_box_side:g}").where(small)
+    dup_reason = ("duplicate annotation: same dicom_id, category_name and box as row "
+                  + ms["_dup_of"].astype("Int64").astype(str)).where(ms["_dup_of"].notna())
     ms = apply_filters(ms, [
+        ("ms_cxr:duplicate", dup_reason),
         ("ms_cxr:category", ("category " + ms["category_name"].astype(str)
                              + " is not one of the eight MS-CXR findings").where(ms["finding"].isna())),
         ("ms_cxr:link", pd.Series(np.where(known, None, "dicom_id not found in mimic-cxr-2.0.0-metadata"), index=ms.index)),
@@ -309,6 +331,7 @@ def build_mimic(
     ms_studies = set(ms_all_studies.astype(int)) if exclude_ms_cxr_studies else set()
 
     # ------------------------------------------------------------------ MIMIC-CXR strata (test split)
+    log_missing_split(img, log, "mimic_cxr", "mimic:split", f"MIMIC-CXR {mimic_split}-split pool")
     pool = img[img["split"] == mimic_split]
     pool = apply_filters(pool, [
         ("mimic:labels", pd.Series(np.where(pool["has_labels"], None, "study has no row in mimic-cxr-2.0.0-chexpert"), index=pool.index)),
