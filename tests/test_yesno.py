@@ -18,6 +18,10 @@ from medvlm_audit.scoring.yesno import p_yes, parse_yes_no
         ("**No**", 0),
         ("<think>The heart is big, so yes? no wait</think>\nNo", 0),
         ("<think>long reasoning... the answer is no</think> Yes", 1),
+        ("<think>Is there effusion? no, I do not see", -1),  # trace cut off before </think>: all reasoning
+        ("<think>Is there effusion?\nno", -1),  # the final line of an unclosed trace is still reasoning
+        ("<think>a</think>\nYes <THINK>wait, no", 1),  # closed trace removed; the unclosed tail is reasoning
+        ("the lungs</think>\nNo", 0),  # a trace whose opening tag was cut off
         ("Looking at the image carefully.\nFinal answer: present", -1),  # final line starts "final"; no yes/no word in 60 chars
         ("The effusion is\nabsent", 0),  # final line token
         ("Correct, there is an effusion.", 1),  # first whitespace token

@@ -1,6 +1,6 @@
 """The paper's yes/no parser and first-token P(yes) (paper 000, Methods; DESIGN.md "Grounding audit").
 
-Parse order: strip tokenizer artifacts and ``<think>...</think>``; the final non-empty line against the
+Parse order: strip tokenizer artifacts and ``<think>...</think>`` (an unclosed ``<think>`` to the end); the final non-empty line against the
 affirmative/negative token sets; then the first whitespace token; then the first 60 lower-cased characters
 for an unambiguous yes or no matched as whole words (so "cannot" and "abnormality" are not read as No).
 Returns 1 (Yes), 0 (No) or -1 (unparsed, an explicit class: never coerced).
@@ -18,6 +18,7 @@ NEGATIVE = frozenset({"no", "not", "absent", "negative", "false", "incorrect"})
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _OPEN_THINK = re.compile(r"^.*</think>", re.DOTALL | re.IGNORECASE)  # a trace whose opening tag was cut off
+_UNCLOSED_THINK = re.compile(r"<think>.*$", re.DOTALL | re.IGNORECASE)  # a trace cut off before </think>
 _ARTIFACTS = re.compile(
     r"<\|[^|>]*\|>|</?s>|<pad>|<unk>|<eos>|<bos>|<end_of_turn>|<start_of_turn>|\[/?INST\]|<image>|\u2581|\u0120|\u010a"
 )
@@ -26,10 +27,15 @@ _WORD = re.compile(r"[a-z]+")
 
 
 def clean(text: str) -> str:
-    """Remove reasoning traces and tokenizer artifacts."""
+    """Remove reasoning traces and tokenizer artifacts.
+
+    Everything after an unclosed ``<think>`` is reasoning (the trace was cut off before ``</think>``), so a
+    truncated trace leaves nothing to parse rather than the trace's own yes/no words.
+    """
     t = _THINK.sub(" ", text)
     if "</think>" in t.lower():
         t = _OPEN_THINK.sub(" ", t)
+    t = _UNCLOSED_THINK.sub(" ", t)
     t = _ARTIFACTS.sub(" ", t)
     return t
 
