@@ -17,7 +17,6 @@ from medvlm_audit.suites.stress.analysis import (
     analyse_stress,
     chance_tests,
     paired_changes,
-    poisson_binomial_sf,
     robustness_inputs,
     robustness_table,
     score_stress,
@@ -92,13 +91,48 @@ def test_pairs_drop_unscorable_trials_and_zero_change_has_p_one() -> None:
     assert ch["n_pairs"] == 2 and ch["diff"] == 0.0 and ch["p"] == 1.0
 
 
-def test_chance_test_is_the_exact_binomial_on_the_first_repeat() -> None:
-    rows = [row(f"i{i}", "no_image", "A" if i < 9 else "B", rep=r) for i in range(20) for r in range(2)]
+def test_chance_test_with_one_repeat_is_the_exact_binomial() -> None:
+    rows = [row(f"i{i}", "no_image", "A" if i < 9 else "B") for i in range(20)]
     ct = chance_tests(pd.DataFrame(rows)).iloc[0]
     assert ct["n"] == 20 and ct["correct"] == 9 and ct["chance"] == pytest.approx(0.2)
     assert ct["p"] == pytest.approx(sps.binomtest(9, 20, 0.2, alternative="greater").pvalue)
-    # Poisson-binomial with equal probabilities is the binomial tail
-    assert poisson_binomial_sf(9, np.full(20, 0.2)) == pytest.approx(ct["p"], rel=1e-9)
+    # Poisson-binomial (stats) with equal probabilities is the binomial tail
+    assert stats.poisson_binomial_sf(9, np.full(20, 0.2)) == pytest.approx(ct["p"], rel=1e-9)
+
+
+def test_chance_test_folds_repeats_into_each_items_modal_answer() -> None:
+    # 3 repeats per item. Items 0-5: right in repeats 1 and 2 only (the first repeat is wrong): modal right.
+    # Items 6-9: right in the first repeat only: modal wrong. Items 10-19: always 'B' (wrong).
+    rows = []
+    for i in range(20):
+        for r in range(3):
+            right = (i < 6 and r > 0) or (6 <= i < 10 and r == 0)
+            rows.append(row(f"i{i:02d}", "no_image", "A" if right else "B", rep=r))
+    ct = chance_tests(pd.DataFrame(rows)).iloc[0]
+    # 6 items right of 20 (the first-repeat rule would have said 4); trials: 16 of 60
+    assert ct["n"] == 20 and ct["correct"] == 6 and ct["accuracy"] == pytest.approx(0.3)
+    assert ct["n_trials"] == 60 and ct["accuracy_trials"] == pytest.approx(16 / 60)
+    assert ct["p"] == pytest.approx(sps.binomtest(6, 20, 0.2, alternative="greater").pvalue)
+    # a refusal competes as an answer: refused twice, right once -> the modal answer is the refusal (wrong)
+    t = pd.DataFrame([row("i0", "no_image", "A"), row("i0", "no_image", "I cannot answer without the image.", rep=1),
+                      row("i0", "no_image", "I cannot answer without the image.", rep=2)])
+    assert chance_tests(t).iloc[0]["correct"] == 0
+
+
+def test_modal_tie_break_does_not_look_at_the_gold() -> None:
+    # every item answered A once and B once (gold A): a tie; the draw picks A for about half the items
+    from medvlm_audit.suites.stress.analysis import modal_correct
+
+    answer = np.tile(np.array([[0, 1]], dtype=np.int16), (4000, 1))
+    correct = np.tile(np.array([[1.0, 0.0]]), (4000, 1))
+    got = modal_correct(answer, correct, np.random.default_rng(0))
+    assert got.mean() == pytest.approx(0.5, abs=0.03)
+    # the same answers with the gold on B: the picks are the same draws, so the hits are exactly the complement
+    got_b = modal_correct(answer, correct[:, ::-1].copy(), np.random.default_rng(0))
+    assert np.array_equal(got + got_b, np.ones(4000))
+    # no scored repeat: NaN
+    assert np.isnan(modal_correct(np.full((1, 2), -2, dtype=np.int16), np.full((1, 2), np.nan),
+                                  np.random.default_rng(0))[0])
 
 
 def score_table():
@@ -172,3 +206,85 @@ def test_family_q_values_and_item_view() -> None:
     assert bool(it.loc["i00", "text_solvable"]) and not bool(it.loc["i09", "text_solvable"])
     curve = res.curve[(res.curve.modality == "text-only")].set_index("level")["accuracy"]
     assert curve["Base"] == pytest.approx(0.6) and curve["4R"] == pytest.approx(0.2)
+
+
+def probe_items(n4: int, n5: int):
+    """n4 four-option and n5 five-option items (gold first), one benchmark, no images needed."""
+    from medvlm_audit.suites.stress.items import ItemSet, MCQItem
+
+    vocab = [f"Finding {i}" for i in range(60)]
+    items = []
+    for i in range(n4 + n5):
+        k = 4 if i < n4 else 5
+        opts = tuple(vocab[(i * 5 + j) % 60] for j in range(k))
+        items.append(MCQItem(f"q{i:02d}", f"Question {i}?", opts, 0, ("/nonexistent.png",), needs_image=True))
+    return ItemSet(items)
+
+
+T4_CONDITIONS = ("original", "no_image", *(f"replaced:{k}" for k in range(1, 5)),
+                 *(f"replaced:{k}+no_image" for k in range(1, 5)), "unknown", "unknown+no_image")
+
+
+def never_changing_answers(n4: int, n5: int, conditions=T4_CONDITIONS) -> pd.DataFrame:
+    """A model right on every four-option item and wrong on every five-option item, whatever the condition."""
+    from medvlm_audit.suites.stress.conditions import StressOptions, plan_stress
+    from medvlm_audit.suites.stress.items import LETTERS
+
+    plan = plan_stress(probe_items(n4, n5), StressOptions(conditions=conditions, check_files=False))
+    rows = []
+    for t in plan.trials:
+        p = t.payload
+        gold = LETTERS.index(p["gold"])
+        pick = gold if p["n_options"] == 4 else (gold + 1) % p["n_options"]
+        rows.append({"model": "steady", "item_id": t.case_id, "condition": t.condition, "sample_index": 0,
+                     "answer_text": f"<answer>{LETTERS[pick]}</answer>", **p})
+    return pd.DataFrame(rows), plan
+
+
+def test_f4_pairs_each_term_on_the_items_that_have_both_conditions() -> None:
+    # 20 four-option items (right) + 20 five-option items (wrong); only the five-option items can show 4R.
+    # Unpaired: text base 50% on all 40, text 4R 0% on the 20 five-option items -> F4 = 0.5 * 50 / 100 = 0.25.
+    # Paired: base and 4R both 0% on the same 20 items -> F4 = 0 (the answers never change).
+    t, plan = never_changing_answers(20, 20)
+    assert sum(s.condition == "replaced:4+no_image" for s in plan.skipped) == 20
+    rob = robustness_table(t, B=200).set_index("component")
+    assert rob.loc["F4", "value"] == 0.0 and rob.loc["R4", "value"] == 1.0
+    assert rob.loc["F4", "n_items"] == 20
+    note = rob.loc["F4", "note"]
+    assert "text base vs 4R on the same 20 items" in note and "'Unknown' on the same 40 items" in note
+    acc = robustness_inputs(t)["steady"]
+    assert acc.t4_txt_base == 0.0 and acc.t4_txt_4r == 0.0 and acc.t4_txt_base_unknown == pytest.approx(50.0)
+    # mean_available is reported next to the mean (substitution did not run: R5 and the mean are not estimable)
+    assert math.isnan(rob.loc["mean", "value"]) and "R5" in rob.loc["mean", "note"]
+    # (reordering did not run either: mean_available averages R1, R2 and R4)
+    assert rob.loc["mean_available", "value"] == pytest.approx(rob.loc[["R1", "R2", "R4"], "value"].mean())
+    assert rob.loc["mean_available", "note"] == "mean of the 3 estimable components (R1, R2, R4)"
+    assert "not estimable: substitution did not run" in rob.loc["F5", "note"]
+
+
+def test_f4_falls_back_to_the_highest_replaced_level_and_says_so() -> None:
+    # four-option items only: 3 distractors, so 4R is impossible; F4 uses 3R on the same items (F4 = 0)
+    t, _ = never_changing_answers(30, 0)
+    rob = robustness_table(t, B=200).set_index("component")
+    assert rob.loc["F4", "value"] == 0.0 and rob.loc["F4", "n_items"] == 30
+    assert "3R used: 4R not estimable (items have at most 3 distractors)" in rob.loc["F4", "note"]
+    assert "text base vs 3R on the same 30 items" in rob.loc["F4", "note"]
+    # and with no replacement level at all, R4 is reported as not estimable with the reason, not a silent NaN
+    t, _ = never_changing_answers(10, 0, ("original", "no_image", "unknown+no_image"))
+    rob = robustness_table(t, B=100).set_index("component")
+    assert math.isnan(rob.loc["R4", "value"]) and "not estimable: replaced:1+no_image did not run" in \
+        rob.loc["R4", "note"]
+
+
+def test_distractor_curve_compares_one_item_set() -> None:
+    # every level on the 20 five-option items (the four-option ones cannot show 4R): a flat 0% curve
+    t, _ = never_changing_answers(20, 20)
+    cur = analyse_stress(t, B=200).curve
+    txt = cur[cur.modality == "text-only"].set_index("level")
+    assert list(txt.index) == ["Base", "UNK", "1R", "2R", "3R", "4R"]
+    assert (txt["accuracy"] == 0.0).all() and (txt["n_items"] == 20).all()
+    assert "20 required items shown at every level (20 items lacking a level left out)" in txt["note"].iloc[0]
+    # only four-option items: 4R is not estimable and the curve stops at 3R on all 30 items
+    cur = analyse_stress(never_changing_answers(30, 0)[0], B=100).curve
+    txt = cur[cur.modality == "text-only"].set_index("level")
+    assert "4R" not in txt.index and (txt["accuracy"] == 1.0).all() and "not estimable: 4R" in txt["note"].iloc[0]

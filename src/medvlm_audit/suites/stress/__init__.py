@@ -22,6 +22,8 @@ from medvlm_audit.suites.stress.analysis import (
     analyse_stress,
     chance_tests,
     distractor_curve,
+    exclusion_log,
+    exclusion_summary,
     item_table,
     paired_changes,
     robustness_inputs,
@@ -79,7 +81,8 @@ __all__ = [
     "CONDITIONS", "DEFAULT_COMPARISONS", "DEFAULT_CONDITIONS", "LOADERS", "SCORE_CONDITIONS", "Comparison",
     "Exclusion", "ItemError", "ItemSet", "MCQItem", "ParsedOption", "RobustnessScore", "StressAccuracies",
     "StressAnalysis", "StressCondition", "StressOptions", "StressSuite", "accuracy_table", "analyse_stress",
-    "apply_condition", "chance_tests", "distractor_curve", "exclusions_frame", "item_table", "load_benchmark",
+    "apply_condition", "chance_tests", "distractor_curve", "exclusion_log", "exclusion_summary", "exclusions_frame",
+    "item_table", "load_benchmark",
     "load_items", "merge_item_sets", "paired_changes", "parse_option", "plan_frame", "plan_stress",
     "robustness_inputs", "robustness_score", "robustness_table", "save_items", "score_stress", "validate_items",
 ]

@@ -2,29 +2,33 @@
 
 * :func:`score_stress` parses every answer (option / refusal / unparsed) and marks it correct. Accuracy is
   over answered-or-refused trials (a refusal is a wrong answer, as in the paper; its rate is reported);
-  unparsed and missing answers are excluded and counted in the parse rate.
+  unparsed and missing answers are excluded, counted in the parse rate and listed in the exclusion log.
 * :func:`accuracy_table` - accuracy per model x condition (x benchmark): point, cluster-robust analytic SE,
   percentile interval from the item bootstrap (an item's repeats stay together: repeats are folded into the
   uncertainty).
 * :func:`paired_changes` - every T-change as a paired difference on the same items (trials matched on item
   and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family.
-* :func:`chance_tests` - text-only accuracy on the required items against chance (exact binomial on one
-  repeat; Poisson-binomial when items have different numbers of options).
-* :func:`robustness_table` - F1-F5, R1-R5 and the mean (:mod:`.score`) with percentile intervals.
-* :func:`distractor_curve`, :func:`item_table` - the Base/UNK/1R-4R curve and the per-item view.
+* :func:`chance_tests` - text-only accuracy on the required items against chance: each item's modal answer
+  over its repeats, exact binomial (Poisson-binomial when items have different numbers of options) on items.
+* :func:`robustness_table` - F1-F5, R1-R5, the mean and mean_available (:mod:`.score`) with percentile
+  intervals; each F-term's two accuracies on the items that have both conditions (n and a note per component;
+  F4 falls back to the highest replaced level any item could show, and says so).
+* :func:`distractor_curve`, :func:`item_table` - the Base/UNK/1R-4R curve (one item set for all levels) and
+  the per-item view; :func:`exclusion_log` - planning skips and unscorable trials with their reasons.
 
-Every interval of one analysis comes from a single item bootstrap (B draws of n items with replacement,
-``numpy.random.default_rng(seed)``): each draw is one resampled benchmark, so all accuracies, paired
-differences and robustness scores of a draw are computed on the same items. Conventions follow
-:mod:`medvlm_audit.stats` (percentile interval with linear interpolation, SD with ddof=1, p floored at
-1/B and 1 when the observed difference is 0); the tests check agreement with ``stats.proportion`` and
-``stats.paired_difference`` with clusters.
+Every interval of one analysis comes from a single item bootstrap (:func:`medvlm_audit.stats.cluster_bootstrap_ratios`:
+B draws of n items with replacement, ``numpy.random.default_rng(seed)``): each draw is one resampled benchmark,
+so all accuracies, paired differences and robustness scores of a draw are computed on the same items. All
+statistics come from :mod:`medvlm_audit.stats` (percentile interval with linear interpolation, SD with ddof=1,
+shift-and-reflect p floored at 1/B and 1 when the observed difference is 0); the tests check agreement with
+``stats.proportion`` and ``stats.paired_difference`` with clusters.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.suites.stress.items import LETTERS
 from medvlm_audit.suites.stress.parse import STATUSES, ParsedOption, parse_option
 from medvlm_audit.suites.stress.score import StressAccuracies, robustness_score, robustness_score_arrays
 
@@ -113,6 +118,9 @@ def score_stress(tidy: pd.DataFrame, *, refusal_as_wrong: bool = True) -> pd.Dat
 
 # ----------------------------------------------------------------------------------------------- cube
 
+#: answer codes in :attr:`StressCube.answer`: an option index (0-based), or one of these
+REFUSED, NOT_SCORED = -1, -2
+
 
 @dataclass
 class StressCube:
@@ -128,6 +136,7 @@ class StressCube:
     correct: np.ndarray  # (M, K, N, R) float
     present: np.ndarray  # (M, K, N, R) bool: a trial exists
     status: dict[str, np.ndarray]  # status -> (M, K, N) trial counts
+    answer: np.ndarray  # (M, K, N, R) int16: option index, REFUSED or NOT_SCORED
 
     def cond(self, name: str) -> int | None:
         return self.conditions.index(name) if name in self.conditions else None
@@ -144,6 +153,21 @@ class StressCube:
         if benchmark is not None:
             m &= self.benchmark == benchmark
         return m
+
+    def shown(self, name: str, mask: np.ndarray) -> np.ndarray:
+        """Items of ``mask`` that have a trial under condition ``name`` for any model (all False if it did not run)."""
+        k = self.cond(name)
+        if k is None:
+            return np.zeros(len(self.items), dtype=bool)
+        return self.present[:, k].any(axis=(0, 2)) & mask
+
+
+def _answer_codes(scored: pd.DataFrame) -> np.ndarray:
+    """Per row: the chosen option's index, REFUSED, or NOT_SCORED (unparsed, no response)."""
+    st = scored["status"].to_numpy()
+    idx = scored["parsed"].map(lambda x: LETTERS.find(x) if isinstance(x, str) and x else NOT_SCORED)
+    codes = np.where(st == "answer", idx.to_numpy(dtype=np.int64), NOT_SCORED)
+    return np.where(st == "refusal", REFUSED, codes).astype(np.int16)
 
 
 def build_cube(scored: pd.DataFrame) -> StressCube:
@@ -163,6 +187,8 @@ def build_cube(scored: pd.DataFrame) -> StressCube:
     correct[flat] = scored["correct"].to_numpy(dtype=float)
     present = np.zeros(M * K * N * R, dtype=bool)
     present[flat] = True
+    answer = np.full(M * K * N * R, NOT_SCORED, dtype=np.int16)
+    answer[flat] = _answer_codes(scored)
     first = np.unique(ic, return_index=True)[1]
     bench = scored["benchmark"].astype(str).to_numpy()[first]
     req = np.zeros(N, dtype=bool)
@@ -174,12 +200,14 @@ def build_cube(scored: pd.DataFrame) -> StressCube:
     st = scored["status"].to_numpy()
     cell = (mc * K + kc) * N + ic
     status = {name: np.bincount(cell[st == name], minlength=M * K * N).reshape(M, K, N) for name in STATUSES}
+    shape = (M, K, N, R)
     return StressCube(list(models), list(conds), pd.Index(items), bench, req, sub, nopt,
-                      correct.reshape(M, K, N, R), present.reshape(M, K, N, R), status)
+                      correct.reshape(shape), present.reshape(shape), status, answer.reshape(shape))
 
 
-class _Boot:
-    """Columns of per-item (numerator, denominator) sums; one shared item bootstrap gives every ratio's draws."""
+class _Columns:
+    """Per-item (numerator, denominator) columns of an analysis; one ``stats.cluster_bootstrap_ratios`` call
+    resamples the items (each with its repeats) for all of them, so every table shares the same draws."""
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -197,77 +225,18 @@ class _Boot:
         return float(self.num[j].sum() / d) if d > 0 else float("nan")
 
     def se(self, j: int) -> float:
-        """Cluster-robust (linearised ratio) analytic SE; sqrt(p(1-p)/n) when every item has one trial."""
-        d = self.den[j].sum()
-        if d <= 0:
-            return float("nan")
-        p = self.num[j].sum() / d
-        return float(math.sqrt(float(np.sum((self.num[j] - p * self.den[j]) ** 2))) / d)
+        return stats.cluster_ratio_se(self.num[j], self.den[j])
 
     def run(self, B: int, seed: int) -> None:
-        """B item-bootstrap draws of every ratio. Identical columns are computed once; counts and sums are
-        small integers, exact in float32, so the products run in float32 and the ratios in float64."""
-        if B < 1 or not self.num:
-            self.draws = None
-            return
-        uniq: dict[bytes, int] = {}
-        cols: list[np.ndarray] = []
-        ref_num, ref_den = [], []
-        for v_list, refs in ((self.num, ref_num), (self.den, ref_den)):
-            for v in v_list:
-                key = v.tobytes()
-                if key not in uniq:
-                    uniq[key] = len(cols)
-                    cols.append(v)
-                refs.append(uniq[key])
-        V = np.stack(cols, axis=1).astype(np.float32)
-        ia, ib = np.array(ref_num), np.array(ref_den)
-        n = self.n
-        out = np.empty((B, len(ia)))
-        rng = np.random.default_rng(seed)
-        chunk = max(1, 4_000_000 // max(n, 1))
-        offs = None
-        for s0 in range(0, B, chunk):
-            c = min(chunk, B - s0)
-            idx = rng.integers(0, n, size=(c, n))
-            if offs is None or offs.shape[0] != c:
-                offs = (np.arange(c) * n)[:, None]
-            idx += offs
-            counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float32)
-            prod = (counts @ V).astype(np.float64)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[s0 : s0 + c] = prod[:, ia] / prod[:, ib]
-        self.draws = out
+        self.draws = (stats.cluster_bootstrap_ratios(np.stack(self.num, axis=1), np.stack(self.den, axis=1), B, seed)
+                      if self.num else None)
 
-    def col(self, j: int) -> np.ndarray | None:
-        return None if self.draws is None else self.draws[:, j]
+    def col(self, j: int | None) -> np.ndarray | None:
+        return None if self.draws is None or j is None else self.draws[:, j]
 
 
 def _interval(draws: np.ndarray | None, alpha: float = 0.05) -> tuple[float, float]:
-    if draws is None:
-        return float("nan"), float("nan")
-    d = draws[~np.isnan(draws)]
-    if not d.size:
-        return float("nan"), float("nan")
-    lo, hi = np.percentile(d, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return float(lo), float(hi)
-
-
-def _sd(draws: np.ndarray | None) -> float:
-    if draws is None:
-        return float("nan")
-    d = draws[~np.isnan(draws)]
-    return float(np.std(d, ddof=1)) if d.size > 1 else float("nan")
-
-
-def _shift_reflect_p(draws: np.ndarray | None, d: float, B: int) -> float:
-    """As stats: share of draws with |d* - d| >= |d|, floored at 1/B; 1 when d == 0."""
-    if draws is None or math.isnan(d):
-        return float("nan")
-    if d == 0.0:
-        return 1.0
-    x = draws[~np.isnan(draws)]
-    return max(float(np.count_nonzero(np.abs(x - d) >= abs(d))) / max(x.size, 1), 1.0 / B)
+    return (float("nan"), float("nan")) if draws is None else stats.percentile_interval(draws, alpha)
 
 
 def _sums(cube: StressCube, m: int, k: int, mask: np.ndarray, pair_with: int | None = None
@@ -335,32 +304,59 @@ def suite_comparisons(conditions: Iterable[str], benchmarks: Iterable[str],
     return out
 
 
-# ---------------------------------------------------------------------------------------------- analysis
+# ------------------------------------------------------------------------------------------ robustness
 
-#: (label, condition, subset) the score reads besides T1
-_SCORE_CELLS: tuple[tuple[str, str, str], ...] = (
-    ("txt_req", "no_image", "required"),
-    ("txt_reord", "reordered+no_image", "required"),
-    ("txt_4r", "replaced:4+no_image", "required"),
-    ("img_req", "original", "required"),
-    ("img_4r", "replaced:4", "required"),
-    ("txt_unk", "unknown+no_image", "required"),
-    ("img_sub_orig", "original", "substitution"),
-    ("img_sub", "substitution", "substitution"),
-)
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """Two accuracies of the score measured on the same items: (field a, condition a, field b, condition b)."""
+
+    a: str
+    cond_a: str
+    b: str
+    cond_b: str
+    subset: str
+
+
 _CURVE = (("Base", "original", "no_image"), ("UNK", "unknown", "unknown+no_image"),
           *((f"{k}R", f"replaced:{k}", f"replaced:{k}+no_image") for k in range(1, 5)))
+
+
+def replaced_level(cube: StressCube, suffix: str = "") -> tuple[int | None, str]:
+    """The T4 level F4 uses: 4R, else the highest level any required item could show, with the reason."""
+    req = cube.mask("required")
+    for level in (4, 3, 2, 1):
+        if cube.shown(f"replaced:{level}{suffix}", req).any():
+            return level, "" if level == 4 else f"{level}R used: {_why_not(cube, f'replaced:4{suffix}', req)}"
+    return None, f"not estimable: {_why_not(cube, f'replaced:1{suffix}', req)}"
+
+
+def _why_not(cube: StressCube, cond: str, mask: np.ndarray) -> str:
+    """Why no item of ``mask`` was shown under ``cond``."""
+    if cond.startswith("replaced:") and mask.any():
+        need = int(cond.split(":")[1].split("+")[0])
+        most = int(np.nanmax(cube.n_options[mask])) - 1
+        if most < need:
+            return f"{need}R not estimable (items have at most {most} distractors)"
+    if cond not in cube.conditions:
+        return f"{cond} did not run"
+    if not mask.any():
+        return f"{cond}: no item in its subset"
+    return f"{cond} was skipped for every item (see the exclusion log)"
 
 
 class _Plan:
     """Registers every quantity of an analysis, runs one bootstrap, and assembles the tables."""
 
-    def __init__(self, cube: StressCube) -> None:
+    def __init__(self, cube: StressCube, cols: _Columns | None = None) -> None:
         self.cube = cube
-        self.boot = _Boot(len(cube.items))
+        self.cols = cols or _Columns(len(cube.items))
+        self.B = 0
         self._acc: list[tuple[dict[str, Any], int, np.ndarray, int, int]] = []
         self._pairs: list[tuple[dict[str, Any], int, int, np.ndarray]] = []
         self._rob: dict[str, dict[str, Any]] = {}
+        self._rob_notes: dict[str, str] = {}
+        self._curve: list[tuple[dict[str, Any], int, np.ndarray, int, int]] = []
 
     # registration ---------------------------------------------------------------------------
     def accuracy(self, by_benchmark: bool = False, subset: str = "all") -> None:
@@ -374,7 +370,13 @@ class _Plan:
                         continue
                     num, den = _sums(cb, m, k, mask)
                     key = {"model": model, **({"benchmark": b} if by_benchmark else {}), "condition": cond}
-                    self._acc.append((key, self.boot.add(num, den), mask, m, k))
+                    self._acc.append((key, self.cols.add(num, den), mask, m, k))
+
+    def _pair(self, m: int, ka: int, kb: int, mask: np.ndarray) -> tuple[int, int, np.ndarray]:
+        """Columns of two conditions on the same items and repeats (scorable in both), and the paired counts."""
+        na, da = _sums(self.cube, m, ka, mask, pair_with=kb)
+        nb, _ = _sums(self.cube, m, kb, mask, pair_with=ka)
+        return self.cols.add(na, da), self.cols.add(nb, da), da
 
     def pairs(self, comparisons: Iterable[Comparison] | None = None) -> None:
         cb = self.cube
@@ -384,97 +386,189 @@ class _Plan:
                 ka, kb = cb.cond(c.base), cb.cond(c.perturbed)
                 if ka is None or kb is None:
                     continue
-                mask = cb.mask(c.subset, c.benchmark)
-                na, da = _sums(cb, m, ka, mask, pair_with=kb)
-                nb, _ = _sums(cb, m, kb, mask, pair_with=ka)
+                ja, jb, da = self._pair(m, ka, kb, cb.mask(c.subset, c.benchmark))
                 key = {"model": model, "test": c.test, "comparison": c.name, "base": c.base,
                        "perturbed": c.perturbed, "subset": c.subset, "benchmark": c.benchmark}
-                self._pairs.append((key, self.boot.add(na, da), self.boot.add(nb, da), da))
+                self._pairs.append((key, ja, jb, da))
+
+    def _score_terms(self) -> dict[str, _Term]:
+        """The paired terms of F3-F5 (F4 at the highest replaced level available) and their notes."""
+        cb = self.cube
+        lt, note_t = replaced_level(cb, "+no_image")
+        li, note_i = replaced_level(cb, "")
+        terms = {
+            "F3": _Term("t3_txt_orig", "no_image", "t3_txt_reordered", "reordered+no_image", "required"),
+            "F4_txt": _Term("t4_txt_base", "no_image", "t4_txt_4r", f"replaced:{lt or 1}+no_image", "required"),
+            "F4_img": _Term("t4_img_base", "original", "t4_img_4r", f"replaced:{li or 1}", "required"),
+            "F4_unk": _Term("t4_txt_base_unknown", "no_image", "t4_txt_unknown", "unknown+no_image", "required"),
+            "F5": _Term("t5_orig", "original", "t5_substituted", "substitution", "substitution"),
+        }
+        self._rob_notes = {"F4_txt": note_t, "F4_img": note_i, "level_txt": f"{lt}R" if lt else "",
+                           "level_img": f"{li}R" if li else ""}
+        return terms
 
     def robustness(self) -> None:
+        """Register F1-F5's accuracies, each F-term's pair on the items that have both of its conditions."""
         cb = self.cube
         k_orig, k_txt = cb.cond("original"), cb.cond("no_image")
-        benches = sorted(set(cb.benchmark[cb.present[:, k_orig].any(axis=(0, 2))])) if k_orig is not None else []
+        benches = sorted(set(cb.benchmark[cb.shown("original", cb.mask("all"))]))
         req = cb.mask("required")
         chance = float(np.mean(100.0 / cb.n_options[req])) if req.any() else float("nan")
+        terms = self._score_terms()
+        self._rob_terms = terms
         for m, model in enumerate(cb.models):
             cols: dict[str, int | None] = {}
+            n: dict[str, int] = {}
             n_bench: dict[str, int] = {}
             for b in benches:
-                bm = cb.mask("all", b)
-                n_bench[b] = int((cb.present[m, k_orig].any(axis=1) & bm).sum()) if k_orig is not None else 0
-                for lab, k in (("t1_img", k_orig), ("t1_txt", k_txt)):
-                    cols[f"{lab}:{b}"] = None if k is None else self.boot.add(*_sums(cb, m, k, bm))
-            for lab, cond, subset in _SCORE_CELLS:
-                k = cb.cond(cond)
-                cols[lab] = None if k is None else self.boot.add(*_sums(cb, m, k, cb.mask(subset)))
-            self._rob[model] = {"cols": cols, "benches": benches, "n_bench": n_bench, "chance": chance}
+                if k_orig is None or k_txt is None:
+                    cols[f"t1_img:{b}"] = cols[f"t1_txt:{b}"] = None
+                    n_bench[b] = 0
+                    continue
+                ja, jb, da = self._pair(m, k_orig, k_txt, cb.mask("all", b))
+                cols[f"t1_img:{b}"], cols[f"t1_txt:{b}"], n_bench[b] = ja, jb, int((da > 0).sum())
+            cols["t2_txt_required"] = None
+            if k_txt is not None:
+                num, den = _sums(cb, m, k_txt, req)
+                cols["t2_txt_required"], n["F2"] = self.cols.add(num, den), int((den > 0).sum())
+            for name, t in terms.items():
+                ka, kb = cb.cond(t.cond_a), cb.cond(t.cond_b)
+                if ka is None or kb is None:
+                    cols[t.a] = cols[t.b] = None
+                    n[name] = 0
+                    continue
+                cols[t.a], cols[t.b], da = self._pair(m, ka, kb, cb.mask(t.subset))
+                n[name] = int((da > 0).sum())
+            self._rob[model] = {"cols": cols, "benches": benches, "n_bench": n_bench, "chance": chance, "n": n}
+
+    def curve(self) -> None:
+        """Register the Base/UNK/1R-4R curve per modality on one item set: the required items shown at every level
+        that any item could show (so the levels compare the same items)."""
+        cb = self.cube
+        req = cb.mask("required")
+        for mi, modality in ((1, "image+text"), (2, "text-only")):
+            levels = [(row[0], row[mi]) for row in _CURVE]
+            shown = {lvl: cb.shown(c, req) for lvl, c in levels}
+            usable = [(lvl, c) for lvl, c in levels if shown[lvl].any()]
+            common = np.logical_and.reduce([shown[lvl] for lvl, _ in usable]) if usable else req & False
+            n_any = int(np.logical_or.reduce([shown[lvl] for lvl, _ in usable]).sum()) if usable else 0
+            missing = [lvl for lvl, _ in levels if not shown[lvl].any()]
+            note = f"the {int(common.sum())} required items shown at every level"
+            if n_any > common.sum():
+                note += f" ({n_any - int(common.sum())} items lacking a level left out)"
+            if missing:
+                note += f"; not estimable: {', '.join(missing)}"
+            for m, model in enumerate(cb.models):
+                for lvl, c in usable:
+                    k = cb.cond(c)
+                    assert k is not None
+                    num, den = _sums(cb, m, k, common)
+                    key = {"model": model, "modality": modality, "level": lvl, "condition": c, "note": note}
+                    self._curve.append((key, self.cols.add(num, den), common, m, k))
 
     # results --------------------------------------------------------------------------------
     def run(self, B: int, seed: int) -> None:
         self.B = B
-        self.boot.run(B, seed)
+        self.cols.run(B, seed)
 
     def accuracy_frame(self) -> pd.DataFrame:
         cb, rows = self.cube, []
         for key, j, mask, m, k in self._acc:
-            lo, hi = _interval(self.boot.col(j))
+            lo, hi = _interval(self.cols.col(j))
             st = {s: int(cb.status[s][m, k][mask].sum()) for s in STATUSES}
             n_trials = int(cb.present[m, k][mask].sum())
             sel = cb.present[m, k][mask]
             chance = float(np.sum(sel.sum(axis=1) / cb.n_options[mask]) / max(n_trials, 1))
             rows.append({**key, "n_items": int(sel.any(axis=1).sum()), "n_trials": n_trials,
-                         "n_scored": int(self.boot.den[j].sum()), "accuracy": self.boot.point(j),
-                         "se": self.boot.se(j), "ci_low": lo, "ci_high": hi,
+                         "n_scored": int(self.cols.den[j].sum()), "accuracy": self.cols.point(j),
+                         "se": self.cols.se(j), "ci_low": lo, "ci_high": hi,
                          "refusal_rate": st["refusal"] / max(n_trials, 1),
                          "unparsed_rate": (st["unparsed"] + st["no_response"]) / max(n_trials, 1),
                          "parse_rate": (st["answer"] + st["refusal"]) / max(n_trials, 1), "chance": chance})
         return pd.DataFrame(rows)
 
+    def curve_frame(self) -> pd.DataFrame:
+        rows = []
+        for key, j, _, _, _ in self._curve:
+            lo, hi = _interval(self.cols.col(j))
+            rows.append({**key, "accuracy": self.cols.point(j), "ci_low": lo, "ci_high": hi,
+                         "n_items": int((self.cols.den[j] > 0).sum())})
+        cols = ["model", "modality", "level", "condition", "accuracy", "ci_low", "ci_high", "n_items", "note"]
+        return pd.DataFrame(rows, columns=cols)
+
     def pairs_frame(self) -> pd.DataFrame:
         rows = []
         for key, ja, jb, da in self._pairs:
             n_pairs = int(da.sum())
-            if n_pairs == 0:
-                rows.append({**key, "n_items": 0, "n_pairs": 0, "acc_base": np.nan, "acc_perturbed": np.nan,
-                             "diff": np.nan, "sd": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan})
-                continue
-            a, b = self.boot.point(ja), self.boot.point(jb)
-            d = b - a
-            ca, cbb = self.boot.col(ja), self.boot.col(jb)
-            draws = None if ca is None else cbb - ca
-            lo, hi = _interval(draws)
-            rows.append({**key, "n_items": int((da > 0).sum()), "n_pairs": n_pairs, "acc_base": a,
-                         "acc_perturbed": b, "diff": d, "sd": _sd(draws), "ci_low": lo, "ci_high": hi,
-                         "p": _shift_reflect_p(draws, d, self.B)})
+            a, b = self.cols.point(ja), self.cols.point(jb)
+            res = stats.paired_from_draws(
+                self.cols.col(jb) if self.cols.draws is not None else np.full(1, np.nan),
+                self.cols.col(ja) if self.cols.draws is not None else np.full(1, np.nan),
+                b - a if n_pairs else float("nan"), int((da > 0).sum()), max(self.B, 1))
+            rows.append({**key, "n_items": int((da > 0).sum()), "n_pairs": n_pairs,
+                         "acc_base": a if n_pairs else np.nan, "acc_perturbed": b if n_pairs else np.nan,
+                         "diff": res.diff, "sd": res.sd, "ci_low": res.ci_low, "ci_high": res.ci_high, "p": res.p})
         out = pd.DataFrame(rows)
         if not out.empty:
             out["q"] = np.nan
             for idx in out.groupby("model").groups.values():
-                p = out.loc[idx, "p"].to_numpy(dtype=float)
-                ok = ~np.isnan(p)
-                if ok.any():
-                    q = np.full(p.shape, np.nan)
-                    q[ok] = stats.benjamini_hochberg(p[ok])
-                    out.loc[idx, "q"] = q
+                out.loc[idx, "q"] = stats.benjamini_hochberg(out.loc[idx, "p"].to_numpy(dtype=float))
         return out
+
+    def _pt(self, r: dict[str, Any], lab: str) -> float:
+        j = r["cols"].get(lab)
+        return 100.0 * self.cols.point(j) if j is not None else float("nan")
 
     def robustness_inputs(self) -> dict[str, StressAccuracies]:
         out = {}
         for model, r in self._rob.items():
             def pt(lab: str, r: dict[str, Any] = r) -> float:
-                j = r["cols"].get(lab)
-                return 100.0 * self.boot.point(j) if j is not None else float("nan")
+                return self._pt(r, lab)
 
             out[model] = StressAccuracies(
                 t1={b: (pt(f"t1_img:{b}"), pt(f"t1_txt:{b}"), r["n_bench"][b]) for b in r["benches"]},
-                t2_txt_required=pt("txt_req"), t2_chance=r["chance"],
-                t3_txt_orig=pt("txt_req"), t3_txt_reordered=pt("txt_reord"),
-                t4_txt_base=pt("txt_req"), t4_txt_4r=pt("txt_4r"), t4_img_base=pt("img_req"),
-                t4_img_4r=pt("img_4r"), t4_txt_unknown=pt("txt_unk"),
-                t5_orig=pt("img_sub_orig"), t5_substituted=pt("img_sub"),
+                t2_txt_required=pt("t2_txt_required"), t2_chance=r["chance"],
+                **{f: pt(f) for f in ("t3_txt_orig", "t3_txt_reordered", "t4_txt_base", "t4_txt_4r", "t4_img_base",
+                                      "t4_img_4r", "t4_txt_unknown", "t4_txt_base_unknown", "t5_orig",
+                                      "t5_substituted")},
             )
         return out
+
+    def _component_notes(self, model: str) -> tuple[dict[str, int | None], dict[str, str]]:
+        """n items and a note per F-component: the items each F-term's accuracies were measured on, and why a
+        component is not estimable or uses a lower replaced level."""
+        r, cb, nt = self._rob[model], self.cube, self._rob_notes
+        n = r["n"]
+        terms = self._rob_terms
+        ns: dict[str, int | None] = {}
+        notes: dict[str, str] = {}
+        benches = [b for b in r["benches"] if r["n_bench"][b]]
+        ns["F1"] = sum(r["n_bench"].values())
+        notes["F1"] = ("image vs text on the same items: " + ", ".join(f"{b} n={r['n_bench'][b]}" for b in benches)
+                       if benches else f"not estimable: {_why_not(cb, 'no_image', cb.mask('all'))}")
+        ns["F2"] = n.get("F2", 0)
+        notes["F2"] = (f"text-only accuracy on {ns['F2']} required items vs chance {r['chance']:.1f}%" if ns["F2"]
+                       else f"not estimable: {_why_not(cb, 'no_image', cb.mask('required'))}")
+
+        def pair_note(name: str, what: str) -> str:
+            t = terms[name]
+            if n[name]:
+                return f"{what} on the same {n[name]} items"
+            missing = t.cond_b if cb.cond(t.cond_b) is None or not cb.shown(t.cond_b, cb.mask(t.subset)).any() \
+                else t.cond_a
+            return f"{what} not estimable: {_why_not(cb, missing, cb.mask(t.subset))}"
+
+        ns["F3"] = n["F3"]
+        notes["F3"] = pair_note("F3", "text-only original vs reordered")
+        ns["F4"] = n["F4_txt"]
+        lt, li = nt["level_txt"] or "a replaced level", nt["level_img"] or "a replaced level"
+        parts = [pair_note("F4_txt", f"text base vs {lt}"), pair_note("F4_img", f"image base vs {li}"),
+                 pair_note("F4_unk", "text base vs 'Unknown'")]
+        parts += [x for x in (nt["F4_txt"], nt["F4_img"]) if x and not x.startswith("not estimable")]
+        notes["F4"] = "; ".join(dict.fromkeys(parts))
+        ns["F5"] = n["F5"]
+        notes["F5"] = pair_note("F5", "original vs substituted image")
+        return ns, notes
 
     def robustness_frame(self, alpha: float = 0.05) -> pd.DataFrame:
         rows = []
@@ -482,32 +576,55 @@ class _Plan:
         for model, r in self._rob.items():
             s = robustness_score(inputs[model])
             vals = s.as_dict()
-            boot = None
-            if self.boot.draws is not None:
-                B = self.boot.draws.shape[0]
-
-                def dr(lab: str, r: dict[str, Any] = r, B: int = B) -> np.ndarray:
-                    j = r["cols"].get(lab)
-                    return 100.0 * self.boot.draws[:, j] if j is not None else np.full(B, np.nan)
-
-                benches = r["benches"]
-                t1i = np.stack([dr(f"t1_img:{b}") for b in benches], axis=1) if benches else np.zeros((B, 0))
-                t1t = np.stack([dr(f"t1_txt:{b}") for b in benches], axis=1) if benches else np.zeros((B, 0))
-                boot = robustness_score_arrays(
-                    t1i, t1t, np.array([r["n_bench"][b] for b in benches]), dr("txt_req"), r["chance"],
-                    dr("txt_req"), dr("txt_reord"), dr("txt_req"), dr("txt_4r"), dr("img_req"), dr("img_4r"),
-                    dr("txt_unk"), dr("img_sub_orig"), dr("img_sub"),
-                )
-            for comp in [*s.F, *s.R, "mean"]:
+            boot = self._score_draws(r)
+            ns, notes = self._component_notes(model)
+            avail = [c for c in s.R if not math.isnan(s.R[c])]
+            if boot is not None:
+                boot["mean_available"] = (np.mean([boot[c] for c in avail], axis=0) if avail
+                                          else np.full(self.B, np.nan))
+            for comp in [*s.F, *s.R, "mean", "mean_available"]:
                 lo = hi = float("nan")
                 if boot is not None and not math.isnan(vals[comp]):
-                    lo, hi = _interval(boot[comp], alpha)
-                rows.append({"model": model, "component": comp, "value": vals[comp], "ci_low": lo, "ci_high": hi})
-        return pd.DataFrame(rows)
+                    lo, hi = stats.percentile_interval(boot[comp], alpha)
+                f = f"F{comp[1]}" if comp[0] in "FR" else None
+                if f is not None:
+                    n_items, note = ns[f], notes[f]
+                elif comp == "mean":
+                    miss = [c for c in s.R if c not in avail]
+                    n_items, note = None, ("mean of R1-R5" if not miss else
+                                           f"not estimable: {', '.join(miss)} missing (see mean_available)")
+                else:
+                    n_items, note = None, f"mean of the {len(avail)} estimable components ({', '.join(avail)})"
+                rows.append({"model": model, "component": comp, "value": vals[comp], "ci_low": lo, "ci_high": hi,
+                             "n_items": n_items, "note": note})
+        out = pd.DataFrame(rows, columns=["model", "component", "value", "ci_low", "ci_high", "n_items", "note"])
+        out["n_items"] = out["n_items"].astype("Int64")
+        return out
+
+    def _score_draws(self, r: dict[str, Any]) -> dict[str, np.ndarray] | None:
+        """Bootstrap draws of every component from the shared item bootstrap (percent inputs)."""
+        if self.cols.draws is None:
+            return None
+        B = self.cols.draws.shape[0]
+
+        def dr(lab: str) -> np.ndarray:
+            j = r["cols"].get(lab)
+            return 100.0 * self.cols.draws[:, j] if j is not None else np.full(B, np.nan)
+
+        benches = r["benches"]
+        t1i = np.stack([dr(f"t1_img:{b}") for b in benches], axis=1) if benches else np.zeros((B, 0))
+        t1t = np.stack([dr(f"t1_txt:{b}") for b in benches], axis=1) if benches else np.zeros((B, 0))
+        return robustness_score_arrays(
+            t1i, t1t, np.array([r["n_bench"][b] for b in benches]), dr("t2_txt_required"), r["chance"],
+            dr("t3_txt_orig"), dr("t3_txt_reordered"), dr("t4_txt_base"), dr("t4_txt_4r"), dr("t4_img_base"),
+            dr("t4_img_4r"), dr("t4_txt_unknown"), dr("t5_orig"), dr("t5_substituted"),
+            t4_txt_base_unk=dr("t4_txt_base_unknown"),
+        )
 
 
 def _prepared(scored: pd.DataFrame) -> pd.DataFrame:
-    return scored if "correct" in scored.columns and "status" in scored.columns else score_stress(scored)
+    """The table as scored (``correct``, ``status``, ``parsed``); scores it when any is missing."""
+    return scored if {"correct", "status", "parsed"} <= set(scored.columns) else score_stress(scored)
 
 
 def accuracy_table(
@@ -535,7 +652,7 @@ def paired_changes(
 
 
 def robustness_inputs(scored: pd.DataFrame) -> dict[str, StressAccuracies]:
-    """Each model's :class:`StressAccuracies` (percent) from the scored table."""
+    """Each model's :class:`StressAccuracies` (percent), every F-term's pair on its shared items."""
     plan = _Plan(build_cube(_prepared(scored)))
     plan.robustness()
     return plan.robustness_inputs()
@@ -543,26 +660,52 @@ def robustness_inputs(scored: pd.DataFrame) -> dict[str, StressAccuracies]:
 
 def robustness_table(scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0, alpha: float = 0.05
                      ) -> pd.DataFrame:
-    """F1-F5, R1-R5 and the mean per model, with percentile intervals from the item bootstrap."""
+    """F1-F5, R1-R5, the mean and mean_available per model, with intervals, n items and a note per component."""
     plan = _Plan(build_cube(_prepared(scored)))
     plan.robustness()
     plan.run(B, seed)
     return plan.robustness_frame(alpha)
 
 
-def poisson_binomial_sf(k: int, probs: np.ndarray) -> float:
-    """P(X >= k) for X a sum of independent Bernoulli(probs) (exact, dynamic programming)."""
-    dist = np.zeros(len(probs) + 1)
-    dist[0] = 1.0
-    for i, p in enumerate(probs, 1):
-        dist[1 : i + 1] = dist[1 : i + 1] * (1 - p) + dist[0:i] * p
-        dist[0] *= 1 - p
-    return float(min(1.0, dist[k:].sum()))
+def distractor_curve(scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0) -> pd.DataFrame:
+    """Accuracy at Base, UNK and 1R-4R for image+text and text-only, on the required items shown at every level."""
+    plan = _Plan(build_cube(_prepared(scored)))
+    plan.curve()
+    plan.run(B, seed)
+    return plan.curve_frame()
+
+
+# ------------------------------------------------------------------------------------------- chance
+
+
+def modal_correct(answer: np.ndarray, correct: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per item (row): 1.0 when its modal scored answer over the repeats is right, 0.0 when wrong, NaN when it has
+    no scored repeat. A refusal competes as an answer (and is wrong); ties are broken by a uniform draw that does
+    not look at the gold, so a uniform guesser's modal answer is right with probability exactly 1/k."""
+    n, R = answer.shape
+    codes = np.where(answer >= REFUSED, answer.astype(np.int64) + 1, -1)  # refusal -> 0, option i -> i + 1
+    width = int(codes.max(initial=0)) + 1
+    counts = np.zeros((n, width), dtype=np.int64)
+    ok = codes >= 0
+    np.add.at(counts, (np.repeat(np.arange(n), R)[ok.ravel()], codes[ok]), 1)
+    gold = np.full(n, -9, dtype=np.int64)
+    hit = correct == 1.0
+    gold[np.nonzero(hit)[0]] = codes[hit]
+    top = counts.max(axis=1)
+    tied = (counts == top[:, None]) & (top[:, None] > 0)
+    pick = np.floor(rng.random(n) * np.maximum(tied.sum(axis=1), 1)).astype(np.int64)
+    chosen = np.argmax(np.cumsum(tied, axis=1) > pick[:, None], axis=1)
+    return np.where(top > 0, (chosen == gold).astype(float), np.nan)
 
 
 def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_image",), subset: str = "required",
-                 *, cube: StressCube | None = None) -> pd.DataFrame:
-    """Accuracy against chance (1/k), exact one-sided test on each item's first scorable repeat."""
+                 *, cube: StressCube | None = None, seed: int = 0) -> pd.DataFrame:
+    """Accuracy against chance (1/k) on items: each item's modal answer over its repeats (:func:`modal_correct`),
+    exact one-sided test on the number of items right (binomial; Poisson-binomial when k differs across items).
+
+    Items are the unit (repeats of one item are not independent evidence); with one repeat this is the trial-level
+    binomial test. ``accuracy`` is the modal-answer accuracy; ``accuracy_trials`` the mean over all scored trials.
+    """
     cb = cube if cube is not None else build_cube(_prepared(scored))
     mask = cb.mask(subset)
     rows = []
@@ -572,36 +715,23 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
             if k is None:
                 continue
             c = cb.correct[m, k][mask]
-            ok = ~np.isnan(c)
-            has = ok.any(axis=1)
-            first = np.where(has, c[np.arange(len(c)), ok.argmax(axis=1)], np.nan)[has]
+            rng = np.random.default_rng([seed, m, k])
+            modal = modal_correct(cb.answer[m, k][mask], c, rng)
+            has = ~np.isnan(modal)
             probs = 1.0 / cb.n_options[mask][has]
-            n, hits = int(first.size), int(np.nansum(first))
-            if n == 0:
-                p = float("nan")
-            elif np.all(probs == probs[0]):
-                p = stats.binomial_test(hits, n, float(probs[0]), alternative="greater")
-            else:
-                p = poisson_binomial_sf(hits, probs)
+            n, hits = int(has.sum()), int(modal[has].sum())
+            n_trials = int((~np.isnan(c)).sum())
             rows.append({"model": model, "test": "T2", "condition": cond, "subset": subset, "n": n,
                          "correct": hits, "accuracy": hits / n if n else float("nan"),
-                         "chance": float(probs.mean()) if n else float("nan"), "p": p})
+                         "n_trials": n_trials,
+                         "accuracy_trials": float(np.nansum(c) / n_trials) if n_trials else float("nan"),
+                         "chance": float(probs.mean()) if n else float("nan"),
+                         "p": stats.chance_test(hits, probs),
+                         "method": "exact test on items (modal answer over repeats)"})
     return pd.DataFrame(rows)
 
 
-def distractor_curve(scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
-                     accuracy_required: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Accuracy at Base, UNK and 1R-4R for image+text and text-only, on the required items."""
-    acc = accuracy_table(scored, B=B, seed=seed, subset="required") if accuracy_required is None \
-        else accuracy_required
-    rows = []
-    for lvl, img_c, txt_c in _CURVE:
-        for modality, c in (("image+text", img_c), ("text-only", txt_c)):
-            for _, r in acc[acc["condition"] == c].iterrows():
-                rows.append({"model": r["model"], "modality": modality, "level": lvl, "condition": c,
-                             "accuracy": r["accuracy"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                             "n_items": r["n_items"]})
-    return pd.DataFrame(rows)
+# ------------------------------------------------------------------------------------------- views
 
 
 def item_table(scored: pd.DataFrame | None, *, threshold: float = 0.5, cube: StressCube | None = None
@@ -627,6 +757,61 @@ def item_table(scored: pd.DataFrame | None, *, threshold: float = 0.5, cube: Str
     return out
 
 
+#: columns of the exclusion log (exclusions.csv)
+EXCLUSION_COLUMNS: tuple[str, ...] = ("item_id", "condition", "reason", "stage", "model", "sample_index")
+
+
+def scoring_exclusions(scored: pd.DataFrame) -> pd.DataFrame:
+    """Trials left out of accuracy: unparsed answers and calls without a response (one row per trial)."""
+    df = scored[scored["correct"].isna()]
+    reason = np.where(df["status"].to_numpy() == "no_response", "no response",
+                      "unparsed answer (" + df["via"].astype(str).to_numpy() + ")")
+    out = pd.DataFrame({"item_id": df["item_id"].astype(str).to_numpy(), "condition": df["condition"].to_numpy(),
+                        "reason": reason, "stage": "scoring", "model": df["model"].astype(str).to_numpy(),
+                        "sample_index": df["sample_index"].to_numpy()})
+    return out.reset_index(drop=True)
+
+
+def exclusion_log(plan_skips: pd.DataFrame | None, scored: pd.DataFrame) -> pd.DataFrame:
+    """Everything left out of a stress analysis: planning skips (item x condition, from the run store) and
+    unscorable trials, with their reasons, in :data:`EXCLUSION_COLUMNS` order."""
+    parts = []
+    if plan_skips is not None and len(plan_skips):
+        p = plan_skips.rename(columns={"case_id": "item_id"})
+        parts.append(pd.DataFrame({"item_id": p["item_id"].astype(str), "condition": p["condition"].astype(str),
+                                   "reason": p["reason"].astype(str),
+                                   "stage": np.where(p["condition"] == "*", "load", "plan"),
+                                   "model": None, "sample_index": None}))
+    parts.append(scoring_exclusions(scored))
+    parts = [x for x in parts if len(x)]
+    if not parts:
+        return pd.DataFrame(columns=list(EXCLUSION_COLUMNS))
+    return pd.concat(parts, ignore_index=True)[list(EXCLUSION_COLUMNS)]
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_PATHLIKE = re.compile(r"\S*[/\\]\S*")
+_ITEM_PREFIX = re.compile(r"^.*?\bitem\s+(?:'[^']*'|\S+):\s*")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without item-specific detail (quoted values, file paths), for counting exclusions by kind."""
+    r = _ITEM_PREFIX.sub("", str(reason))
+    return " ".join(_PATHLIKE.sub("<file>", _QUOTED.sub("'…'", r)).split())
+
+
+def exclusion_summary(log: pd.DataFrame) -> pd.DataFrame:
+    """Exclusions counted by stage, model, condition and kind of reason (rows and distinct items)."""
+    cols = ["stage", "model", "condition", "reason", "n", "n_items"]
+    if log is None or not len(log):
+        return pd.DataFrame(columns=cols)
+    df = log.assign(reason=log["reason"].map(reason_kind), model=log["model"].fillna("(all)"))
+    out = (df.groupby(["stage", "model", "condition", "reason"], dropna=False)
+           .agg(n=("item_id", "size"), n_items=("item_id", "nunique")).reset_index())
+    return out.sort_values(["n", "stage", "model", "condition"], ascending=[False, True, True, True],
+                           ignore_index=True)[cols]
+
+
 def family_fdr(changes: pd.DataFrame, chance: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """BH q-values over each model's declared family: all its paired T-changes and its chance tests."""
     ch, cc = changes.copy(), chance.copy()
@@ -637,10 +822,7 @@ def family_fdr(changes: pd.DataFrame, chance: pd.DataFrame) -> tuple[pd.DataFram
         i1 = ch.index[ch["model"] == m] if len(ch) else pd.Index([])
         i2 = cc.index[cc["model"] == m] if len(cc) else pd.Index([])
         p = np.concatenate([ch.loc[i1, "p"].to_numpy(dtype=float), cc.loc[i2, "p"].to_numpy(dtype=float)])
-        ok = ~np.isnan(p)
-        q = np.full(p.shape, np.nan)
-        if ok.any():
-            q[ok] = stats.benjamini_hochberg(p[ok])
+        q = stats.benjamini_hochberg(p)
         ch.loc[i1, "q"] = q[: len(i1)]
         cc.loc[i2, "q"] = q[len(i1):]
     return ch, cc
@@ -659,6 +841,7 @@ class StressAnalysis:
     curve: pd.DataFrame
     items: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    exclusions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(EXCLUSION_COLUMNS)))
 
     def frames(self) -> dict[str, pd.DataFrame]:
         return {"stress_accuracy": self.accuracy, "stress_accuracy_by_benchmark": self.accuracy_by_benchmark,
@@ -667,42 +850,51 @@ class StressAnalysis:
                 "stress_items": self.items}
 
     def summary(self) -> dict[str, Any]:
-        rob: dict[str, dict[str, float]] = {}
+        rob: dict[str, dict[str, float | None]] = {}
         for _, r in self.robustness.iterrows():
             rob.setdefault(r["model"], {})[r["component"]] = None if math.isnan(r["value"]) else float(r["value"])
-        return {"meta": self.meta, "robustness": rob}
+        notes = {f"{r['model']}:{r['component']}": r["note"] for _, r in self.robustness.iterrows()
+                 if r["component"].startswith("F") and r.get("note")}
+        ex = exclusion_summary(self.exclusions)
+        return {"meta": self.meta, "robustness": rob, "robustness_notes": notes,
+                "exclusions": {"n": len(self.exclusions),
+                               "by_stage": {str(k): int(v) for k, v in ex.groupby("stage")["n"].sum().items()}}}
 
 
-def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0) -> StressAnalysis:
-    """Score (if needed) and run every stress analysis on one shared item bootstrap; BH over each model's family."""
+def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
+                   plan_skips: pd.DataFrame | None = None) -> StressAnalysis:
+    """Score (if needed) and run every stress analysis on one shared item bootstrap; BH over each model's family.
+
+    ``plan_skips``: the run's planning exclusions (case_id / item_id, condition, reason) for the exclusion log.
+    """
     scored = _prepared(tidy_or_scored)
     cube = build_cube(scored)
-    plans = {name: _Plan(cube) for name in ("acc", "accb", "accr")}
-    main = plans["acc"]
-    # share one _Boot across registrations so a single bootstrap pass serves every table
-    for pl in plans.values():
-        pl.boot = main.boot
+    cols = _Columns(len(cube.items))
+    main, by_bench, required = _Plan(cube, cols), _Plan(cube, cols), _Plan(cube, cols)
     main.accuracy(False, "all")
-    plans["accb"].accuracy(True, "all")
-    plans["accr"].accuracy(False, "required")
+    by_bench.accuracy(True, "all")
+    required.accuracy(False, "required")
     main.pairs()
     main.robustness()
+    main.curve()
     main.run(B, seed)
-    for pl in plans.values():
+    for pl in (by_bench, required):
         pl.B = B
-    acc_req = plans["accr"].accuracy_frame()
-    changes, chance = family_fdr(main.pairs_frame(), chance_tests(None, cube=cube))
+    changes, chance = family_fdr(main.pairs_frame(), chance_tests(None, cube=cube, seed=seed))
     return StressAnalysis(
         accuracy=main.accuracy_frame(),
-        accuracy_by_benchmark=plans["accb"].accuracy_frame(),
-        accuracy_required=acc_req,
+        accuracy_by_benchmark=by_bench.accuracy_frame(),
+        accuracy_required=required.accuracy_frame(),
         changes=changes,
         chance=chance,
         robustness=main.robustness_frame(),
-        curve=distractor_curve(scored, accuracy_required=acc_req),
+        curve=main.curve_frame(),
         items=item_table(None, cube=cube),
         meta={"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
               "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
-              "bootstrap": "item bootstrap (repeats stay with their item), numpy default_rng(seed), shared by "
-                           "all tables; accuracy counts refusals as wrong, excludes unparsed answers"},
+              "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
+                           "numpy default_rng(seed), shared by all tables; accuracy counts refusals as wrong, "
+                           "excludes unparsed answers; each robustness term pairs its two accuracies on the "
+                           "items that have both conditions"},
+        exclusions=exclusion_log(plan_skips, scored),
     )
