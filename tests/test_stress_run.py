@@ -6,8 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from scipy import stats as sps
 
+from medvlm_audit import stats
 from medvlm_audit.config import validate_config
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import Decoding
@@ -55,22 +58,115 @@ def test_config_conditions(tmp_path: Path) -> None:
         plan_stress(config(tmp_path, str(tmp_path / "set"), conditions=["original", "swap"]))
 
 
-def test_cli_run_suite_stress_embedded_default(tmp_path) -> None:
-    """`medvlm-audit run --suite stress` runs the phantom MCQ set with the reference panel and reports it."""
-    import pandas as pd
+@pytest.fixture(scope="module")
+def cli_default(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`medvlm-audit run --suite stress` with nothing else: the embedded default, run once for these tests."""
     from typer.testing import CliRunner
 
     from medvlm_audit.cli import app
 
-    res = CliRunner().invoke(app, ["run", "--suite", "stress", "--run-dir", str(tmp_path / "r"), "--no-progress"])
+    run_dir = tmp_path_factory.mktemp("stress-default") / "r"
+    res = CliRunner().invoke(app, ["run", "--suite", "stress", "--run-dir", str(run_dir), "--no-progress"])
     assert res.exit_code == 0, res.output
-    df = pd.read_parquet(tmp_path / "r" / "results.parquet")
-    assert {"first-option", "text-prior", "image-reader"} == set(df["model"])
-    assert (tmp_path / "r" / "report" / "report.html").exists()
-    # chain-of-thought trials were asked with the longer decoding budget recorded in their request
-    import json
+    return run_dir
+
+
+def test_cli_run_suite_stress_embedded_default(cli_default: Path) -> None:
+    """The default runs the phantom MCQ set with the reference panel and reports it."""
     import sqlite3
 
-    db = sqlite3.connect(tmp_path / "r" / "run.sqlite")
+    df = pd.read_parquet(cli_default / "results.parquet")
+    assert {"first-option", "text-prior", "image-reader"} == set(df["model"])
+    assert df["item_id"].nunique() == 120
+    assert (cli_default / "report" / "report.html").exists()
+    # chain-of-thought trials were asked with the longer decoding budget recorded in their request
+    db = sqlite3.connect(cli_default / "run.sqlite")
     budgets = {json.loads(x)["decoding"]["max_new_tokens"] for (x,) in db.execute("SELECT input FROM requests")}
     assert budgets == {64, 1024}
+
+
+def test_default_position_biased_model_loses_accuracy_under_reordering(cli_default: Path) -> None:
+    """Done when (1): the always-A answerer drops under T3, significant after BH over its family."""
+    ch = pd.read_csv(cli_default / "report" / "stress_changes.csv").set_index(["model", "comparison"])
+    for comp in ("options reordered, text-only", "options reordered, image+text"):
+        r = ch.loc[("first-option", comp)]
+        assert r["n_items"] >= 60 and r["acc_base"] > 0.55
+        assert r["diff"] < -0.3 and r["ci_high"] < -0.2 and r["q"] < 0.01
+        # models that never look at the order are unmoved
+        assert ch.loc[("text-prior", comp), "diff"] == 0 and ch.loc[("image-reader", comp), "diff"] == 0
+    rob = pd.read_csv(cli_default / "report" / "stress_robustness.csv").set_index(["model", "component"])
+    assert rob.loc[("first-option", "R3"), "ci_high"] < 0.6 and rob.loc[("text-prior", "R3"), "value"] == 1.0
+
+
+def test_default_image_reader_tracks_visual_substitution(cli_default: Path) -> None:
+    """Done when (2): with the substitute image the reader answers the option that image supports."""
+    acc = pd.read_csv(cli_default / "report" / "stress_accuracy.csv").set_index(["model", "condition"])
+    sub = acc.loc[("image-reader", "substitution")]
+    assert sub["n_items"] == 40 and sub["accuracy"] > 0.75 and sub["ci_low"] > 0.6
+    # far above chance (exact binomial on the 40 substitution items) ...
+    assert stats.binomial_test(round(sub["accuracy"] * 40), 40, sub["chance"], alternative="greater") < 1e-9
+    # ... and above the blind models, which keep answering the original diagnosis
+    for blind in ("text-prior", "first-option"):
+        assert acc.loc[(blind, "substitution"), "ci_high"] < sub["ci_low"]
+    ch = pd.read_csv(cli_default / "report" / "stress_changes.csv").set_index(["model", "comparison"])
+    assert ch.loc[("image-reader", "visual substitution"), "q"] > 0.05  # its accuracy follows the image
+    assert ch.loc[("text-prior", "visual substitution"), "diff"] < -0.5
+    assert ch.loc[("text-prior", "visual substitution"), "q"] < 0.01
+    rob = pd.read_csv(cli_default / "report" / "stress_robustness.csv").set_index(["model", "component"])
+    assert rob.loc[("image-reader", "R5"), "ci_low"] > 0.7 and rob.loc[("text-prior", "R5"), "ci_high"] < 0.5
+
+
+def test_default_text_prior_model_stays_above_chance_without_the_image(cli_default: Path) -> None:
+    """Done when (3): text-only accuracy on the image-required items above 1/k, exact binomial on items."""
+    ct = pd.read_csv(cli_default / "report" / "stress_chance.csv").set_index("model")
+    r = ct.loc["text-prior"]
+    assert r["n"] >= 60 and r["chance"] == pytest.approx(0.2) and r["accuracy"] > 0.4
+    exact = sps.binomtest(int(r["correct"]), int(r["n"]), 0.2, alternative="greater").pvalue
+    assert r["p"] == pytest.approx(exact, rel=1e-9) and r["p"] < 1e-6 and r["q"] < 1e-4
+    assert ct.loc["image-reader", "p"] == 1.0  # it declines without the image: refusals, never above chance
+    html = (cli_default / "report" / "report.html").read_text()
+    assert "Accuracy against chance without the image (T2)" in html and "Exclusions" in html
+    assert (cli_default / "report" / "exclusions.csv").read_text().startswith("item_id,condition,reason")
+
+
+def test_exclusion_log_is_written_and_summarised(tmp_path: Path) -> None:
+    """Planning skips (from the run store) and unscorable answers land in exclusions.csv and the report."""
+    from medvlm_audit.models.base import LocalModel, Response
+    from medvlm_audit.suites.stress.reference import FirstOptionAnswerer
+
+    class Mumbler(LocalModel):
+        name, modality = "mumbler", "text_only"
+
+        def predict(self, inputs):
+            return [Response("hmm, hard to say", finish_reason="stop") for _ in inputs]
+
+    items = build_phantom_mcq(tmp_path / "set", n_items=8, size=64, n_substitutions=2, n_options=4)
+    (tmp_path / "set" / "images" / "phantom-mcq-0001.png").unlink()  # a missing image
+    plan = plan_stress(config(tmp_path, str(tmp_path / "set")))
+    n_required = sum(bool(it.needs_image) for it in items.items)
+    store = RunStore(tmp_path / "run" / STORE_FILE)
+    try:
+        asyncio.run(execute(store, plan, [FirstOptionAnswerer(), Mumbler()], Decoding(max_new_tokens=64),
+                            progress=False))
+        report_stress(store, tmp_path / "report", B=100)
+    finally:
+        store.close()
+    log = pd.read_csv(tmp_path / "report" / "exclusions.csv")
+    assert list(log.columns[:3]) == ["item_id", "condition", "reason"]
+    plan_rows = log[log["stage"] == "plan"]
+    # four options: 3 distractors, so replaced:4 is skipped on every required item (image and text-only)
+    r4 = plan_rows[plan_rows["condition"] == "replaced:4"]
+    assert len(r4) == n_required and (r4["reason"] == "has 3 distractor(s); replaced:4 needs 4").all()
+    missing = plan_rows[plan_rows["item_id"] == "phantom-mcq-0001"]
+    assert "original" in set(missing["condition"]) and missing["reason"].str.contains("does not exist").any()
+    assert len(plan_rows) == len(plan.skipped)
+    # every answer of the mumbler is unparsed: one scoring row per trial it was asked
+    scoring = log[log["stage"] == "scoring"]
+    assert set(scoring["model"]) == {"mumbler"} and len(scoring) == len(plan.trials)
+    assert (scoring["reason"] == "unparsed answer (unreadable)").all()
+    page = (tmp_path / "report" / "report.html").read_text()
+    section = page[page.index('<section id="exclusions">'):]
+    assert f"{len(log)} exclusion(s)" in section
+    assert "image file &lt;file&gt; does not exist" in section  # counted by kind, paths left out
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["exclusions"]["by_stage"] == {"plan": len(plan_rows), "scoring": len(scoring)}

@@ -8,7 +8,9 @@ audit has something to find:
 * text cues: a share ``p_cue`` of vignettes name a complaint typical of the diagnosis (``needs_image`` is
   False for them); the rest give only age and sex, which still correlate with the diagnosis (young
   patients have pneumothorax, old ones cardiomegaly or edema) - a prior, not a cue: ``needs_image`` True;
-* position: the gold is option A with probability ``p_gold_first`` (uniform over B-E otherwise);
+* position: the gold is option A with probability ``p_gold_first`` (uniform over B-E otherwise). The
+  default 0.7 makes the shortcut decisive: an always-A answerer scores about 0.7 on the original order and
+  about 1/k once options are reordered, a drop the paired test resolves on the ~70 required items;
 * substitution: ``n_substitutions`` items get a second study of the same patient that shows one of the
   item's drawable distractors instead (``substitute_image`` / ``substitute_answer``).
 Everything is a deterministic function of ``seed``.
@@ -81,7 +83,7 @@ def build_phantom_mcq(
     seed: int = 42,
     size: int = 256,
     p_cue: float = 0.4,
-    p_gold_first: float = 0.5,
+    p_gold_first: float = 0.7,
     n_substitutions: int = 40,
     n_options: int = 5,
 ) -> ItemSet:

@@ -17,9 +17,15 @@ import pandas as pd
 
 from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
 from medvlm_audit.errors import ConfigError
-from medvlm_audit.report.html import figure_to_html, table_to_html
+from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import Plan
-from medvlm_audit.suites.stress.analysis import StressAnalysis, analyse_stress, score_stress
+from medvlm_audit.suites.stress.analysis import (
+    EXCLUSION_COLUMNS,
+    StressAnalysis,
+    analyse_stress,
+    exclusion_summary,
+    score_stress,
+)
 from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, StressOptions
 from medvlm_audit.suites.stress.conditions import plan_stress as _plan_items
 from medvlm_audit.suites.stress.items import ItemSet, load_items
@@ -140,52 +146,95 @@ def robustness_figure(res: StressAnalysis) -> Any:
     return fig
 
 
-def _table_html(df: pd.DataFrame, cols: list[str]) -> str:
-    return table_to_html(df[[c for c in cols if c in df.columns]])
+def _table_html(df: pd.DataFrame, cols: list[str], **kw: Any) -> str:
+    return table_to_html(df[[c for c in cols if c in df.columns]], **kw)
 
 
-def stress_html(res: StressAnalysis, *, title: str, run_info: dict[str, Any] | None = None) -> str:
-    """A self-contained HTML page (figures inlined) with the stress section."""
-    figs = [accuracy_by_condition_figure(res), distractor_curve_figure(res), robustness_figure(res)]
-    imgs = "".join(figure_to_html(f) for f in figs)
-    parts = [
-        f"<h1>{html.escape(title)}</h1>",
-        "<h2>Stress tests (T1-T6)</h2>",
-        "<p>Accuracy counts a refusal as a wrong answer and leaves unparsed answers out (their rates are shown). "
-        "Intervals: item bootstrap (B = {B}, seed {seed}; an item's repeats stay together). Changes are paired on "
-        "the same items; q: Benjamini-Hochberg over each model's family (all its T-changes and chance tests)."
-        "</p>".format(**res.meta),
-        imgs,
-        "<h3>Robustness score</h3>",
-        _table_html(res.robustness, ["model", "component", "value", "ci_low", "ci_high"]),
-        "<h3>Accuracy by condition</h3>",
-        _table_html(res.accuracy, ["model", "condition", "n_items", "n_trials", "accuracy", "ci_low", "ci_high",
-                                   "refusal_rate", "unparsed_rate", "chance"]),
-        "<h3>Paired changes</h3>",
-        _table_html(res.changes, ["model", "test", "comparison", "n_items", "acc_base", "acc_perturbed", "diff",
-                                  "ci_low", "ci_high", "p", "q"]),
-        "<h3>Accuracy against chance without the image (T2)</h3>",
-        _table_html(res.chance, ["model", "condition", "n", "correct", "accuracy", "chance", "p", "q"]),
-        "<h3>Accuracy per benchmark</h3>",
-        _table_html(res.accuracy_by_benchmark, ["model", "benchmark", "condition", "n_items", "accuracy",
-                                                "ci_low", "ci_high"]),
+def _robustness_overview(rob: pd.DataFrame) -> pd.DataFrame:
+    """Model x component (R1-R5, mean, mean_available) as 'value [ci_low, ci_high]'."""
+    comps = ["R1", "R2", "R3", "R4", "R5", "mean", "mean_available"]
+    r = rob[rob["component"].isin(comps)].copy()
+
+    def cell(x: pd.Series) -> str:
+        if pd.isna(x["value"]):
+            return "not estimable"
+        ci = "" if pd.isna(x["ci_low"]) else f" [{x['ci_low']:.3f}, {x['ci_high']:.3f}]"
+        return f"{x['value']:.3f}{ci}"
+
+    r["cell"] = r.apply(cell, axis=1)
+    out = r.pivot(index="model", columns="component", values="cell").reindex(columns=comps)
+    return out.reset_index()
+
+
+def stress_sections(res: StressAnalysis, *, run_info: dict[str, Any] | None = None, fmt: str = "svg"
+                    ) -> list[Section]:
+    """The stress report as report :class:`~medvlm_audit.report.Section` blocks (figures and tables built with
+    the report module's helpers), so any report can carry them as ``extra_sections``."""
+    meta = res.meta
+    intro = ("<p>Accuracy counts a refusal as a wrong answer and leaves unparsed answers out (their rates are "
+             f"shown; every left-out trial is in <code>exclusions.csv</code>). Intervals: item bootstrap "
+             f"(B = {meta.get('B')}, seed {meta.get('seed')}; an item's repeats stay together). Changes are paired "
+             "on the same items; q: Benjamini-Hochberg over each model's family (all its T-changes and chance "
+             "tests).</p>")
+    secs = [
+        Section("Stress tests (T1-T6)", intro + figure_to_html(accuracy_by_condition_figure(res), fmt=fmt)
+                + _table_html(res.accuracy, ["model", "condition", "n_items", "n_trials", "accuracy", "ci_low",
+                                             "ci_high", "refusal_rate", "unparsed_rate", "chance"])),
+        Section("Paired changes", _table_html(res.changes, ["model", "test", "comparison", "n_items", "acc_base",
+                                                            "acc_perturbed", "diff", "ci_low", "ci_high", "p",
+                                                            "q"])),
+        Section("Accuracy against chance without the image (T2)",
+                "<p>Items are the unit: each item's modal answer over its repeats (ties broken by a seeded draw "
+                "that does not look at the gold), exact one-sided binomial test on the items right "
+                "(Poisson-binomial when items have different numbers of options).</p>"
+                + _table_html(res.chance, ["model", "condition", "n", "correct", "accuracy", "accuracy_trials",
+                                           "chance", "p", "q"])),
+        Section("Distractor replacement (T4)", figure_to_html(distractor_curve_figure(res), fmt=fmt)
+                + _table_html(res.curve, ["model", "modality", "level", "accuracy", "ci_low", "ci_high", "n_items",
+                                          "note"])),
+        Section("Robustness score", figure_to_html(robustness_figure(res), fmt=fmt)
+                + "<p>R1-R5 and their mean as in the authors' code; each F-term's two accuracies on the items "
+                  "that have both conditions (n and notes below). <code>mean_available</code> averages the "
+                  "estimable components when the mean is not estimable.</p>"
+                + table_to_html(_robustness_overview(res.robustness))
+                + _table_html(res.robustness[res.robustness["component"].str.startswith("F")],
+                              ["model", "component", "value", "ci_low", "ci_high", "n_items", "note"])),
+        Section("Accuracy per benchmark", _table_html(res.accuracy_by_benchmark, [
+            "model", "benchmark", "condition", "n_items", "accuracy", "ci_low", "ci_high"])),
     ]
     if "n_models_text_solvable" in res.items.columns:
         top = (res.items.drop_duplicates("item_id").sort_values("n_models_text_solvable", ascending=False)
                .head(20))
-        parts += ["<h3>Items answered correctly without the image (likely text-solvable or memorised)</h3>",
-                  _table_html(top, ["item_id", "benchmark", "n_models_text_solvable"])]
+        secs.append(Section("Items answered without the image",
+                            "<p>Likely text-solvable or memorised (the 20 items most models answer correctly "
+                            "without the image).</p>" + _table_html(top, ["item_id", "benchmark",
+                                                                           "n_models_text_solvable"])))
+    ex = exclusion_summary(res.exclusions)
+    body = (f"<p>{len(res.exclusions)} exclusion(s), one row each in <code>exclusions.csv</code> (item, "
+            "condition, reason): items or conditions left out at loading or planning, and trials left out of "
+            "accuracy (unparsed answers, calls without a response).</p>")
+    secs.append(Section("Exclusions", body + (_table_html(ex, list(ex.columns), max_rows=50) if len(ex) else "")))
     if run_info:
-        parts += ["<h3>Run</h3>", f"<pre>{html.escape(json.dumps(run_info, indent=1, default=str))}</pre>"]
+        secs.append(Section("Run", f"<pre>{html.escape(json.dumps(run_info, indent=1, default=str))}</pre>"))
+    return secs
+
+
+def stress_html(res: StressAnalysis, *, title: str, run_info: dict[str, Any] | None = None, fmt: str = "svg"
+                ) -> str:
+    """A self-contained HTML page (figures inlined): the title, a table of contents and the stress sections."""
+    secs = stress_sections(res, run_info=run_info, fmt=fmt)
+    nav = "".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a> ' for s in secs)
+    body = "".join(f'<section id="{html.escape(s.anchor)}"><h2>{html.escape(s.title)}</h2>{s.html}</section>'
+                   for s in secs)
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;font-size:12px}"
-             "td,th{border:1px solid #ccc;padding:2px 6px}img{max-width:100%}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>" \
-           f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+             "td,th{border:1px solid #ccc;padding:2px 6px}img,svg{max-width:100%}nav a{margin-right:8px}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1><nav>{nav}</nav>{body}</body></html>")
 
 
 def write_stress_report(res: StressAnalysis, out_dir: str | Path, *, title: str = "Stress audit",
                         run_info: dict[str, Any] | None = None) -> Path:
-    """report.html, one Parquet + CSV per table, summary.json (all written atomically)."""
+    """report.html, one Parquet + CSV per table, exclusions.csv, summary.json (all written atomically)."""
     out = Path(out_dir)
     payloads: list[tuple[str, bytes]] = []
     for name, df in res.frames().items():
@@ -194,11 +243,11 @@ def write_stress_report(res: StressAnalysis, out_dir: str | Path, *, title: str 
             if d[c].dtype == object:
                 d[c] = d[c].map(lambda v: v if v is None or isinstance(v, str | int | float | bool) else str(v))
         payloads += [(f"{name}.parquet", parquet_bytes(d)), (f"{name}.csv", csv_bytes(d))]
+    payloads.append(("exclusions.csv", csv_bytes(res.exclusions[list(EXCLUSION_COLUMNS)])))
     payloads.append(("summary.json", json.dumps(res.summary(), indent=1, default=str).encode()))
     payloads.append(("report.html", stress_html(res, title=title, run_info=run_info).encode()))
     write_files_atomic(out, payloads)
-    page = out / "report.html"
-    return page
+    return out / "report.html"
 
 
 #: columns of the exported stress table (one row per model x item x condition x repeat)
@@ -225,10 +274,16 @@ def tidy_stress(store: Any) -> pd.DataFrame:
     return out
 
 
+def plan_skips(store: Any) -> pd.DataFrame:
+    """The run's planning exclusions (probe_set, case_id, condition, reason) from the store's skipped table."""
+    return store.frame("SELECT probe_set, case_id, condition, reason FROM skipped ORDER BY probe_set, case_id, "
+                       "condition")
+
+
 def report_stress(store: Any, out_dir: str | Path, *, run_info: dict[str, Any] | None = None,
                   B: int = 10_000) -> Path:
     """Score and analyse a stress run store and write its report (called by ``medvlm-audit report``)."""
     scored = tidy_stress(store)
-    res = analyse_stress(scored, B=B, seed=0)
+    res = analyse_stress(scored, B=B, seed=0, plan_skips=plan_skips(store))
     title = f"Stress audit: {(run_info or {}).get('run_id', Path(out_dir).parent.name)}"
     return write_stress_report(res, out_dir, title=title, run_info=run_info)
