@@ -39,6 +39,49 @@ def test_parse(text, status, letter) -> None:
     assert (p.status, p.letter) == (status, letter)
 
 
+@pytest.mark.parametrize(
+    "text, status, letter, via",
+    [
+        # a 1-based option number in the answer tag
+        ("<answer>2</answer>", "answer", "B", "tag_index"),
+        ("<answer>(3)</answer>", "answer", "C", "tag_index"),
+        ("<answer>2. Pleural effusion</answer>", "answer", "B", "tag_index"),
+        ("<answer>2. Cardiomegaly</answer>", "unparsed", None, "index_text_conflict"),  # number vs text: not guessed
+        ("<answer>0</answer>", "unparsed", None, "tag_index_out_of_range"),
+        ("<answer>6</answer>", "unparsed", None, "tag_index_out_of_range"),
+        # 'Option B' in any case
+        ("option b", "answer", "B", "picks_letter"),
+        ("Option B", "answer", "B", "says_letter"),
+        ("OPTION c.", "answer", "C", "picks_letter"),
+        ("My choice: e", "answer", "E", "picks_letter"),
+        ("Answer: (c)", "answer", "C", "picks_letter"),
+        # clear prose
+        ("I would choose B because the costophrenic angle is blunted.", "answer", "B", "picks_letter"),
+        ("I'd go with D.", "answer", "D", "picks_letter"),
+        ("Looking at the film I pick (e)", "answer", "E", "picks_letter"),
+        ("I pick b.", "answer", "B", "picks_letter"),
+        ("The answer is (C)", "answer", "C", "says_letter"),
+        ("B because the lung edge is visible", "answer", "B", "letter_because"),
+        # not picks: hedges, the article 'a', a refusal that names a letter
+        ("I would choose B or C", "unparsed", None, "unreadable"),
+        ("I would choose between B and C", "unparsed", None, "unreadable"),
+        ("Options B and C are both possible", "unparsed", None, "unreadable"),
+        ("I would choose a pleural effusion", "answer", "B", "contains"),  # by the option text, not the article
+        ("I cannot choose B without the image.", "refusal", None, "refusal"),
+    ],
+)
+def test_parse_numbers_any_case_option_and_prose(text, status, letter, via) -> None:
+    p = parse_option(text, OPTS)
+    assert (p.status, p.letter, p.via) == (status, letter, via)
+
+
+def test_a_number_that_is_an_option_text_is_read_as_that_text() -> None:
+    opts = ["1", "2", "3"]
+    assert (parse_option("<answer>2</answer>", opts).letter, parse_option("<answer>2</answer>", opts).via) == \
+        ("B", "tag_text")
+    assert parse_option("<answer>4</answer>", opts).status == "unparsed"
+
+
 def test_letter_outside_the_options_is_not_an_answer() -> None:
     assert parse_option("F", OPTS[:3]).status == "unparsed"
     assert parse_option("<answer>F</answer>", OPTS[:3]).status == "unparsed"

@@ -1,10 +1,15 @@
 """Option parser: which option a free-text MCQ answer chose, or that it refused, or that it cannot be read.
 
-Order: drop ``<think>…</think>``; the last ``<answer>…</answer>`` tag (letter and/or option text; a letter
-that contradicts the text is ``unparsed``, not guessed); else a lone letter (``B``, ``(B)``, ``B.``,
-``Answer: B``, ``the answer is B``); else exactly one option text quoted in the reply. A reply that picks
-nothing and declines (``cannot determine without the image``) is a ``refusal``; anything else is
-``unparsed``. Refusals and unparsed answers are their own classes, never coerced into an option.
+Order: drop ``<think>…</think>``; the last ``<answer>…</answer>`` tag: a letter and/or the option text, or a
+1-based option number (``<answer>2</answer>`` is the second option; a number that is itself an option's text
+is read as that text; a letter or number that contradicts the text is ``unparsed``, not guessed). Without a
+tag: a lone letter (``B``, ``(B)``, ``B.``), a letter the reply says it picks (``Answer: B``, ``the answer
+is (C)``, ``Option b`` in any case, ``I would choose B because…``, ``I'd go with (d)``; a lower-case letter
+only after "option"/"choice" or in brackets, where it cannot be the article "a"; a hedge such as ``B or C``
+picks nothing), a leading letter with a reason (``B because…``); else exactly one option text quoted in the
+reply. A reply that picks nothing and declines (``cannot determine without the image``) is a ``refusal``;
+anything else is ``unparsed``. Refusals and unparsed answers are their own classes, never coerced into an
+option.
 """
 
 from __future__ import annotations
@@ -27,6 +32,17 @@ _LONE = re.compile(r"^\s*[\(\[]?([A-Z])[\)\]]?\s*[.!]?\s*$")
 _SAYS = re.compile(
     r"(?:answer|option|choice)\s*(?:is|would be|:)?\s*[:\-]?\s*[\(\[]?\b([A-Z])\b[\)\]]?(?=$|[\s.,;:!)])", re.IGNORECASE
 )
+#: a letter the reply picks: group 1 the keyword or verb, 2 the opening bracket, 3 the letter, 4 the closing one
+_PICKS = re.compile(
+    r"\b(answer\s*(?:is|would be)?\s*[:\-]?|options?\s*(?:is\s*)?[:#\-]?|choice\s*(?:is\s*)?[:\-]?|"
+    r"(?:choose|chose|pick|picked|select|selected|go with|going with|opt for)\s+(?:option\s+)?)"
+    r"\s*([\(\[]?)([A-Za-z])([\)\]]?)(?=$|[\s.,;:!?)\]])",
+    re.IGNORECASE,
+)
+#: right after a picked letter: another letter offered as an alternative (a hedge, not a pick)
+_HEDGE = re.compile(r"\s*(?:,|or|and|/)\s*(?:option\s+)?[\(\[]?[A-Za-z][\)\]]?(?=$|[\s.,;:!?)])", re.IGNORECASE)
+_BECAUSE = re.compile(r"^\s*[\(\[]?([A-Z])[\)\]]?\s*[,:\-]?\s+(?:because|since|as)\b")
+_NUMBER = re.compile(r"^\s*[\(\[]?(\d{1,3})[\)\]]?(?:\s*[.:)\-]\s*|\s+|$)(.*)$", re.DOTALL)
 _REFUSAL = re.compile(
     r"\b(cannot|can ?not|can't|unable to|not able to|impossible to|won't|will not)\b.{0,60}"
     r"\b(determine|answer|tell|assess|identify|select|choose|provide|diagnos\w*|evaluate|interpret|see|view)"
@@ -75,6 +91,40 @@ def _contained(text: str, keys: Sequence[str]) -> int | None:
     # drop hits that are substrings of another hit ("effusion" inside "pleural effusion")
     kept = [i for i in hits if not any(j != i and keys[i] in keys[j] for j in hits)]
     return kept[0] if len(kept) == 1 else None
+
+
+def _picked_letters(text: str, k: int) -> list[str]:
+    """Letters (upper case, within the first k) the text says it picks, in order; hedged picks left out."""
+    out = []
+    for m in _PICKS.finditer(text):
+        word, opening, letter, closing = m.group(1).casefold(), m.group(2), m.group(3), m.group(4)
+        after = text[m.end():m.end() + 1]
+        lower_ok = (bool(opening and closing) or word.startswith(("option", "choice")) or "option" in word
+                    or after in ("", ".", ",", ";", ":", "!", "?"))  # 'I pick b.' but not 'I pick a pneumothorax'
+        if letter.islower() and not lower_ok:
+            continue
+        if _HEDGE.match(text, m.end()):
+            continue
+        if letter.upper() in LETTERS[:k]:
+            out.append(letter.upper())
+    return out
+
+
+def _parse_number(body: str, keys: Sequence[str], k: int) -> ParsedOption | None:
+    """A 1-based option number inside the answer tag, optionally followed by the option text."""
+    m = _NUMBER.match(body)
+    if m is None:
+        return None
+    idx = int(m.group(1)) - 1
+    if not 0 <= idx < k:
+        return ParsedOption("unparsed", None, "tag_index_out_of_range")
+    rest = norm_option(m.group(2))
+    if not rest or rest == keys[idx] or keys[idx].startswith(rest) or rest.startswith(keys[idx]):
+        return ParsedOption("answer", idx, "tag_index")
+    other = _match_text(m.group(2), keys)
+    if other is not None:
+        return ParsedOption("unparsed", None, "index_text_conflict")
+    return ParsedOption("answer", idx, "tag_index") if re.match(r"^\s*[\(\[]?\d+[\)\].:]", body) else None
 
 
 def _parse_body(body: str, keys: Sequence[str], k: int, tagged: bool) -> ParsedOption | None:
@@ -126,7 +176,10 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     tags = _TAG.findall(s)
     if tags:
         body = tags[-1].strip()
-        got = _parse_body(body, keys, k, tagged=True)
+        exact = _match_text(body, keys)
+        if exact is not None:  # the option's own text (also when that text is a number)
+            return ParsedOption("answer", exact, "tag_text")
+        got = _parse_number(body, keys, k) or _parse_body(body, keys, k, tagged=True)
         if got is not None:
             return got
         inside = _contained(body, keys)
@@ -144,6 +197,12 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
         said = [x for x in _SAYS.findall(cand) if x in LETTERS[:k]]
         if said and (not whole or len(set(said)) == 1):
             return ParsedOption("answer", LETTERS.index(said[-1]), "says_letter")
+        picked = _picked_letters(cand, k) if not _REFUSAL.search(s) else []  # 'cannot choose B without the image'
+        if picked and len(set(picked)) == 1:
+            return ParsedOption("answer", LETTERS.index(picked[-1]), "picks_letter")
+    because = _BECAUSE.match(s)
+    if because and because.group(1) in LETTERS[:k] and not _REFUSAL.search(s):
+        return ParsedOption("answer", LETTERS.index(because.group(1)), "letter_because")
     got = _parse_body(last, keys, k, tagged=False)
     if got is not None and got.status == "answer":
         return got
