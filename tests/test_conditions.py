@@ -58,3 +58,41 @@ def test_recipe_is_pure_and_leaves_source_untouched(tmp_path) -> None:
     assert a.shape == (224, 224) and (a == b).all()
     assert (a[:10, :10] == 0).all() and (a[10:, 10:] == 128).all()
     assert src.read_bytes() == before
+
+
+@pytest.mark.parametrize("res", [224, 512])
+def test_tiny_probe_set_mask_boxes_have_equal_size(tiny_probeset, res) -> None:
+    """Irrelevant and target boxes have the same size at every resolution (no second rounding at 512)."""
+    n = 0
+    for case in tiny_probeset.cases():
+        tb = Condition("target_mask", res).recipe(case, tiny_probeset.resolve).fill
+        ib = Condition("irrelevant_mask", res).recipe(case, tiny_probeset.resolve).fill
+        assert (ib[2] - ib[0], ib[3] - ib[1]) == (tb[2] - tb[0], tb[3] - tb[1]), (case.case_id, tb, ib)
+        assert tb == working_box(case.target_box, 64, 64, res)
+        assert ib[0] in (0, res - (ib[2] - ib[0])) and ib[1] in (0, res - (ib[3] - ib[1]))
+        n += 1
+    assert n == len(tiny_probeset)
+
+
+def test_boxes_at_512_from_the_source_box() -> None:
+    """A box whose 224 rounding would put the 512 sides 1 px apart: both 512 boxes keep one size."""
+    from medvlm_audit.case import Case
+    from medvlm_audit.conditions import boxes_at
+
+    src = (10.3, 10.0, 221.0, 230.7)  # source pixels of a 1000 x 900 image
+    tb224 = working_box(src, 1000, 900, 224)
+    ib224, _ = irrelevant_box(tb224)
+    case = Case("c", "finding_presence", 1, "nodule", image="x.png", target_box=src, tbox=tb224, ibox=ib224,
+                image_size=(1000, 900))
+    tb, ib = boxes_at(case, 512)
+    assert tb == working_box(src, 1000, 900, 512)
+    assert (ib[2] - ib[0], ib[3] - ib[1]) == (tb[2] - tb[0], tb[3] - tb[1])
+    assert ib == irrelevant_box(tb, 512)[0]
+    # the old rule (both 224 boxes rescaled separately) gives different sizes here
+    old_t, old_i = rescale_box(tb224, 224, 512), rescale_box(ib224, 224, 512)
+    assert (old_t[2] - old_t[0], old_t[3] - old_t[1]) != (old_i[2] - old_i[0], old_i[3] - old_i[1])
+    # without a source box (a manifest with working boxes only) the 224 box is rescaled; sizes still agree
+    bare = Case("c", "finding_presence", 1, "nodule", image="x.png", tbox=tb224, ibox=ib224)
+    tb, ib = boxes_at(bare, 512)
+    assert tb == rescale_box(tb224, 224, 512) and (ib[2] - ib[0], ib[3] - ib[1]) == (tb[2] - tb[0], tb[3] - tb[1])
+    assert boxes_at(case, 224) == (tb224, ib224)

@@ -8,7 +8,7 @@ from medvlm_audit.case import Box, IntBox
 
 
 def _round_half_up(x: float) -> int:
-    return int(math.floor(x + 0.5))
+    return math.floor(x + 0.5)
 
 
 def working_box(box: Box, src_w: int, src_h: int, res: int = 224) -> IntBox:
@@ -42,15 +42,28 @@ def irrelevant_box(tbox: IntBox, res: int = 224) -> tuple[IntBox, bool]:
     Returns the box and whether it overlaps the target (possible for boxes wider or taller than half the image).
     """
     x0, y0, x1, y1 = tbox
-    w, h = x1 - x0, y1 - y0
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     corners = [(0, 0), (res, 0), (0, res), (res, res)]
     # farthest corner; ties broken by the fixed order above (deterministic)
-    fx, fy = max(corners, key=lambda c: (c[0] - cx) ** 2 + (c[1] - cy) ** 2)
-    ix0 = 0 if fx == 0 else res - w
-    iy0 = 0 if fy == 0 else res - h
-    ibox = (ix0, iy0, ix0 + w, iy0 + h)
+    corner = max(corners, key=lambda c: (c[0] - cx) ** 2 + (c[1] - cy) ** 2)
+    ibox = corner_box(tbox, (corner[0] != 0, corner[1] != 0), res)
     return ibox, boxes_overlap(ibox, tbox)
+
+
+def corner_box(tbox: IntBox, far: tuple[bool, bool], res: int) -> IntBox:
+    """A box of ``tbox``'s exact size flush in a corner of a res x res image: ``far`` = (right?, bottom?)."""
+    w, h = tbox[2] - tbox[0], tbox[3] - tbox[1]
+    ix0 = res - w if far[0] else 0
+    iy0 = res - h if far[1] else 0
+    return (ix0, iy0, ix0 + w, iy0 + h)
+
+
+def flush_corner(box: IntBox, res: int) -> tuple[bool, bool] | None:
+    """The corner (right?, bottom?) a box is flush in at res x res, or None when it is not in a corner."""
+    x0, y0, x1, y1 = box
+    if x0 != 0 and x1 != res or y0 != 0 and y1 != res:
+        return None
+    return (x0 != 0, y0 != 0)
 
 
 def boxes_overlap(a: IntBox, b: IntBox) -> bool:

@@ -16,8 +16,9 @@ IntBox = tuple[int, int, int, int]
 class Case:
     """One probe item. ``label`` is the yes/no ground truth (1 = Yes) for binary kinds.
 
-    ``target_box`` is in source pixels; ``tbox``/``ibox`` are the fixed target and irrelevant boxes at
-    the working resolution (224), recorded in the probe set so every model sees identical masks.
+    ``target_box`` is in source pixels (of an ``image_size`` = (width, height) image); ``tbox``/``ibox`` are
+    the fixed target and irrelevant boxes at the working resolution (224), recorded in the probe set so every
+    model sees identical masks.
     """
 
     case_id: str
@@ -30,6 +31,7 @@ class Case:
     tbox: IntBox | None = None
     ibox: IntBox | None = None
     ibox_overlaps: bool = False
+    image_size: tuple[int, int] | None = None
     swap_image: str | None = None
     options: tuple[str, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict)

@@ -1,8 +1,9 @@
 """Conditions of the grounding audit: deterministic transforms of a case into the image a model sees.
 
 A condition is (image operation, working resolution, prompt variant). Its pixels are a pure function of the
-source file and the parameters recorded in the probe set (swap partner, target/irrelevant boxes at 224,
-rescaled for 512), described by an :class:`ImageRecipe`. A condition that does not apply to a case (no box,
+source file and the parameters recorded in the probe set (swap partner, target/irrelevant boxes at 224; at
+512 the target box from the source-pixel box and the irrelevant box of its exact size in the recorded
+corner, see :func:`boxes_at`), described by an :class:`ImageRecipe`. A condition that does not apply to a case (no box,
 no swap partner) is skipped with a reason, never faked.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from medvlm_audit.boxes import rescale_box
+from medvlm_audit.boxes import corner_box, flush_corner, irrelevant_box, rescale_box, working_box
 from medvlm_audit.case import Case, IntBox
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.prompts import PROMPT_VARIANTS
@@ -72,10 +73,31 @@ class Condition:
         source = case.swap_image if self.image_op == "swap" else case.image
         path = str(Path(resolve(source)))
         fill: IntBox | None = None
-        if self.image_op == "target_mask":
-            fill = case.tbox
-        elif self.image_op == "irrelevant_mask":
-            fill = case.ibox
-        if fill is not None and self.resolution != WORKING_RES:
-            fill = rescale_box(fill, WORKING_RES, self.resolution)
+        if self.image_op in ("target_mask", "irrelevant_mask"):
+            tbox, ibox = boxes_at(case, self.resolution)
+            fill = tbox if self.image_op == "target_mask" else ibox
         return ImageRecipe(path, self.resolution, fill)
+
+
+def boxes_at(case: Case, res: int) -> tuple[IntBox | None, IntBox | None]:
+    """The (target, irrelevant) boxes of a case at working resolution ``res``.
+
+    At 224 they are the recorded boxes. At another resolution the target box is rescaled from the source-pixel
+    box (``box_*`` and the image size; rescaling the rounded 224 box would add a second rounding), and the
+    irrelevant box has exactly its size, flush in the corner recorded at 224 (the farthest-corner rule of
+    :func:`~medvlm_audit.boxes.irrelevant_box` when the recorded box is not in a corner).
+    """
+    if res == WORKING_RES:
+        return case.tbox, case.ibox
+    tbox: IntBox | None = None
+    if case.tbox is not None:
+        if case.target_box is not None and case.image_size is not None:
+            tbox = working_box(case.target_box, case.image_size[0], case.image_size[1], res)
+        else:  # a manifest with working boxes only
+            tbox = rescale_box(case.tbox, WORKING_RES, res)
+    if case.ibox is None:
+        return tbox, None
+    if tbox is None:
+        return None, rescale_box(case.ibox, WORKING_RES, res)
+    corner = flush_corner(case.ibox, WORKING_RES)
+    return tbox, (irrelevant_box(tbox, res)[0] if corner is None else corner_box(tbox, corner, res))

@@ -210,6 +210,7 @@ def row_to_case(r: dict[str, Any]) -> Case:
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
     meta.update({k: _none(v) for k, v in r.items() if k not in known and not isinstance(v, (list, np.ndarray))})
     opts = r.get("options")
+    w, h = _none(r.get("image_width")), _none(r.get("image_height"))
     return Case(
         case_id=str(r["case_id"]),
         kind=str(r["kind"]),
@@ -221,6 +222,7 @@ def row_to_case(r: dict[str, Any]) -> Case:
         tbox=box("tbox", int),
         ibox=box("ibox", int),
         ibox_overlaps=bool(_none(r.get("ibox_overlaps")) or False),
+        image_size=None if w is None or h is None else (int(w), int(h)),
         swap_image=_none(r.get("swap_image_path")),
         options=tuple(opts) if opts is not None and not isinstance(opts, float) else (),
         meta=meta,
