@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from medvlm_audit import __version__
 from medvlm_audit.boxes import irrelevant_box, working_box
+from medvlm_audit.conditions import Condition
 from medvlm_audit.findings import MS_CXR_FINDINGS
 from medvlm_audit.phantom import PHANTOM_FINDINGS, build_phantom, render_study
 from medvlm_audit.phantom.anatomy import MIN_PIXEL, encode_png
@@ -142,7 +144,9 @@ def test_build_composition(built: tuple[Path, ProbeSet, ProbeSet]) -> None:
     assert set(df["split"]) == {"test"} and set(train.df["split"]) == {"train"}
     assert set(df["source"]) == {"phantom-mscxr", "phantom-mimic", "phantom-rexerr"}
     boxed = df[df["source"] == "phantom-mscxr"]
-    assert set(boxed["finding"]) == set(MS_CXR_FINDINGS) and (boxed["label"] == 1).all()
+    # the eight MS-CXR findings plus nodule get radiologist-style boxes (masking cases)
+    assert set(boxed["finding"]) == {*MS_CXR_FINDINGS, "nodule"} and (boxed["label"] == 1).all()
+    assert boxed.groupby("finding").size().nunique() == 1  # as many boxed cases per finding
     assert boxed["tbox_x0"].notna().all()
     glob = df[df["source"] == "phantom-mimic"]
     assert glob["box_x0"].isna().all()
@@ -193,6 +197,34 @@ def test_boxes_and_irrelevant_boxes(built: tuple[Path, ProbeSet, ProbeSet]) -> N
         # the box is the one recorded for the study's finding
         sf = json.loads(r.study_findings)
         assert tuple(sf[r.finding]["box"]) == box
+
+
+@pytest.mark.parametrize("res", [224, 512])
+def test_mask_boxes_have_equal_size_at_every_resolution(built: tuple[Path, ProbeSet, ProbeSet], res: int) -> None:
+    """The irrelevant box has exactly the target box's size, flush in the corner recorded at 224, at 224 and 512."""
+    _, test, _ = built
+    n = 0
+    for case in test.cases():
+        if case.tbox is None:
+            continue
+        tb = Condition("target_mask", res).recipe(case, test.resolve).fill
+        ib = Condition("irrelevant_mask", res).recipe(case, test.resolve).fill
+        assert (ib[2] - ib[0], ib[3] - ib[1]) == (tb[2] - tb[0], tb[3] - tb[1]), (case.case_id, res, tb, ib)
+        # the target box comes from the source-pixel box (not from the rounded 224 box)
+        assert tb == working_box(case.target_box, 512, 512, res)
+        right, bottom = case.ibox[0] != 0, case.ibox[1] != 0  # the corner recorded at 224
+        assert ib[0] == (res - (ib[2] - ib[0]) if right else 0) and ib[1] == (res - (ib[3] - ib[1]) if bottom else 0)
+        n += 1
+    assert n == int(test.df["tbox_x0"].notna().sum()) > 0
+
+
+def test_provenance_records_the_package_version(built: tuple[Path, ProbeSet, ProbeSet]) -> None:
+    out, test, train = built
+    for folder, ps in (("probeset", test), ("train", train)):
+        assert json.loads((out / folder / "probeset.json").read_text())["package_version"] == __version__
+        assert ps.provenance["package_version"] == __version__
+    # provenance is not content: the hash ignores it (so builds stay byte-for-byte comparable across versions)
+    assert ProbeSet(test.df, test.image_root, {"package_version": "0.0.0"}).content_hash == test.content_hash
 
 
 def test_train_and_test_patients_are_disjoint(built: tuple[Path, ProbeSet, ProbeSet]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medvlm_audit import __version__
 from medvlm_audit.case import KINDS, Case
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
@@ -125,6 +126,7 @@ class ProbeSet:
         try:
             self.df.to_parquet(tmp / MANIFEST, index=False)
             prov = dict(self.provenance)
+            prov.setdefault("package_version", __version__)  # provenance only: not part of the content hash
             prov.update(name=self.name, n_cases=len(self.df), content_hash=self.content_hash)
             root = self.image_root.resolve()
             prov["image_root"] = os.path.relpath(root, folder.resolve()) if _same_drive(root, folder) else str(root)

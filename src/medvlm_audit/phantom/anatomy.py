@@ -370,7 +370,7 @@ def render_study(
 
     boxes: dict[str, tuple[float, float, float, float]] = {}
     for f, bn in boxes_n.items():
-        bn = _finalize_box(bn, 0.06 if f == "nodule" else MIN_BOX_SIDE)
+        bn = _finalize_box(bn, MIN_BOX_SIDE)
         boxes[f] = tuple(round(c * size, 1) for c in bn)  # type: ignore[assignment]
     return out, boxes
 

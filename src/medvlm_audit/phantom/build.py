@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medvlm_audit import __version__
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.phantom.anatomy import RenderTask, atomic_write, write_study_png
 from medvlm_audit.phantom.cohort import Study, assign_swaps, attach_boxes, make_cohort, select_cases
 from medvlm_audit.probeset import ProbeSet
 
-PHANTOM_VERSION = "1"
+PHANTOM_VERSION = "2"  # 2: nodule among the boxed findings
 TEST_SIZE = 512
 TRAIN_SIZE = 224
 STAMP = "phantom.json"
@@ -121,7 +122,8 @@ def build_phantom(out_dir: str | Path, n_cases: int = 800, n_train: int = 1500, 
     attach_boxes(test_rows, {s.study_id: s for s in test_studies})
     attach_boxes(train_rows, {s.study_id: s for s in train_studies}, res=TRAIN_SIZE)
 
-    prov = {**params, "content": "synthetic frontal chest radiographs (phantom)"}
+    # the package version is provenance, not a build parameter: a reused build keeps the version that built it
+    prov = {**params, "package_version": __version__, "content": "synthetic frontal chest radiographs (phantom)"}
     test = ProbeSet(pd.DataFrame(test_rows), out_dir.resolve(), {**prov, "split": "test"}, name="phantom")
     train = ProbeSet(pd.DataFrame(train_rows), out_dir.resolve(), {**prov, "split": "train"}, name="phantom-train")
     test.validate()

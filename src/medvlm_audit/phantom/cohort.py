@@ -40,6 +40,8 @@ _COOCCUR = {("cardiomegaly", "edema"): 0.9, ("cardiomegaly", "pleural_effusion")
             ("edema", "pleural_effusion"): 0.7, ("pneumonia", "consolidation"): 1.0,
             ("pneumonia", "lung_opacity"): 0.5, ("atelectasis", "pleural_effusion"): 0.5}
 
+#: findings drawn as boxed (masking) cases: the eight MS-CXR findings plus nodule (boxed in NIH / VinDr)
+BOXED_FINDINGS: tuple[str, ...] = (*MS_CXR_FINDINGS, "nodule")
 SOURCES = {"box": "phantom-mscxr", "global": "phantom-mimic", "report": "phantom-rexerr"}
 _SEVERITY_GROUPS = (("small", "moderate", "large"), ("mild", "moderate", "severe"), ("mildly", "moderately", "severely"))
 IMAGE_ERRORS = ("false_negation", "wrong_laterality", "changed_severity", "false_prediction")
@@ -231,10 +233,10 @@ def _row(st: Study, case_id: str, kind: str, label: int, source: str, split: str
 
 
 def case_plan(n_cases: int) -> tuple[int, int, int]:
-    """(boxed per MS-CXR finding, global cases per finding and label, report-error cases) for ``n_cases``."""
-    per_box = max(1, round(0.40 * n_cases / len(MS_CXR_FINDINGS)))
+    """(boxed per boxed finding, global cases per finding and label, report-error cases) for ``n_cases``."""
+    per_box = max(1, round(0.40 * n_cases / len(BOXED_FINDINGS)))
     per_global = max(1, round(0.34 * n_cases / (2 * len(PHANTOM_FINDINGS))))
-    n_report = max(0, n_cases - per_box * len(MS_CXR_FINDINGS) - 2 * per_global * len(PHANTOM_FINDINGS))
+    n_report = max(0, n_cases - per_box * len(BOXED_FINDINGS) - 2 * per_global * len(PHANTOM_FINDINGS))
     return per_box, per_global, n_report
 
 
@@ -250,7 +252,7 @@ def select_cases(studies: list[Study], n_cases: int, rng: np.random.Generator, *
     boxed_ids: set[str] = set()
     order = rng.permutation(len(studies))
     shuffled = [studies[i] for i in order]
-    for f in MS_CXR_FINDINGS:
+    for f in BOXED_FINDINGS:
         pos = [s for s in shuffled if s.findings[f] and s.study_id not in boxed_ids]
         if len(pos) < per_box:
             raise ValueError(f"phantom cohort too small: {len(pos)} studies with {f} for {per_box} boxed cases")
