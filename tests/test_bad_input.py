@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import BrightSpotModel, make_tiny_probeset
 from typer.testing import CliRunner
@@ -88,3 +89,18 @@ def test_cli_prints_clear_error_without_traceback(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress"])
     assert res.exit_code == 2
     assert "manifest not found" in res.output and "Traceback" not in res.output
+
+
+def test_box_without_image_size_is_checked_against_the_file_header(tiny_probeset) -> None:
+    """Missing image_width/height: the box is checked against the real image size (64 x 64) before any model."""
+    df = tiny_probeset.df.copy()
+    df["image_width"] = pd.array([None] * len(df), dtype="Int64")
+    df["image_height"] = pd.array([None] * len(df), dtype="Int64")
+    ProbeSet(df, tiny_probeset.image_root, name="nosize").validate()  # every box fits the 64 x 64 files
+    df.loc[4, "box_x1"] = 80.0
+    with pytest.raises(ProbeSetError, match=r"case 'c004': box .* lies outside the 64x64 image"):
+        ProbeSet(df, tiny_probeset.image_root, name="nosize").validate()
+    df.loc[4, "box_x1"] = 30.0
+    (tiny_probeset.image_root / "images" / "img006.png").write_bytes(b"not a png")
+    with pytest.raises(ProbeSetError, match=r"case 'c006': box .* without image_width/image_height and the size"):
+        ProbeSet(df, tiny_probeset.image_root, name="nosize").validate()

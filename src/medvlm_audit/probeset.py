@@ -231,8 +231,28 @@ def row_to_case(r: dict[str, Any]) -> Case:
     )
 
 
+def _header_size(path: str | None, image_root: Path, w: Any, h: Any) -> tuple[Any, Any, str | None]:
+    """Fill a missing image width/height from the image file's header; the reason when it cannot be read."""
+    if path is None:
+        return w, h, "no image_path to read the size from"
+    full = Path(path) if Path(path).is_absolute() else image_root / path
+    if not full.exists():
+        return w, h, None  # reported as a missing file
+    from medvlm_audit.datasets.common import read_image_header
+
+    try:
+        fw, fh = read_image_header(full)
+    except Exception as e:  # noqa: BLE001 - any decoder error is reported with the case
+        return w, h, f"the size of {full} cannot be read ({e})"
+    return (fw if w is None else w), (fh if h is None else h), None
+
+
 def validate_manifest(df: pd.DataFrame, image_root: Path | None, name: str = "probeset") -> None:
-    """Raise ProbeSetError naming the case and field of the first problems found (up to 10 listed)."""
+    """Raise ProbeSetError naming the case and field of the first problems found (up to 10 listed).
+
+    A source box is checked against ``image_width`` x ``image_height``; where those are missing and files are
+    checked (``image_root`` given), against the size in the image file's header.
+    """
     problems: list[str] = []
     if len(df) == 0:
         raise ProbeSetError(f"probe set {name!r} is empty")
@@ -265,6 +285,10 @@ def validate_manifest(df: pd.DataFrame, image_root: Path | None, name: str = "pr
                 x0, y0, x1, y1 = b
                 if x1 - x0 < 1 or y1 - y0 < 1:
                     problems.append(f"case {cid!r}: box {b} is under 1 px")
+                if (w is None or h is None) and image_root is not None:
+                    w, h, why = _header_size(_none(r.get("image_path")), image_root, w, h)
+                    if why:
+                        problems.append(f"case {cid!r}: box {b} given without image_width/image_height and {why}")
                 if x0 < 0 or y0 < 0 or (w is not None and x1 > w) or (h is not None and y1 > h):
                     problems.append(f"case {cid!r}: box {b} lies outside the {w}x{h} image")
         tb = [_none(r.get(f"tbox_{c}")) for c in ("x0", "y0", "x1", "y1")]
