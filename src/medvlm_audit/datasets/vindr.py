@@ -38,6 +38,7 @@ from medvlm_audit.datasets.common import (
     shuffled_one_per_patient,
     stratum_rng,
     stratum_shortfall,
+    view_reasons,
 )
 
 #: VinDr-CXR class name -> finding id (None: a VinDr class outside the prompt vocabulary, logged and skipped)
@@ -114,10 +115,23 @@ def build_vindr(
         i = int(np.flatnonzero(unknown.to_numpy())[0])
         raise DatasetError(f"VinDr-CXR: {ann_path} row {i + 2} has class_name {ann['class_name'].iloc[i]!r}, "
                            f"not a VinDr-CXR class")
-    for c in ("x_min", "y_min", "x_max", "y_max"):
-        ann[c] = pd.to_numeric(ann[c], errors="coerce")
     ann["finding"] = ann["class_name"].map(VINDR_CLASSES)
     ann["record_id"] = ann["image_id"] + "#" + (ann.index + 2).astype(str)
+    # coordinates: a boxed class needs four numbers; a blank or non-numeric one is logged, never silently dropped
+    boxable = ann["finding"].notna() & (ann["finding"] != "no_finding")
+    coord_reason = pd.Series([None] * len(ann), index=ann.index, dtype=object)
+    for c in ("x_min", "y_min", "x_max", "y_max"):
+        raw = ann[c]
+        num = pd.to_numeric(raw, errors="coerce")
+        blank = raw.isna() | (raw.astype(str).str.strip() == "")
+        nonnum = num.isna() & ~blank
+        coord_reason[boxable & nonnum & coord_reason.isna()] = (
+            f"non-numeric box coordinate {c} = " + raw.astype(str).map(repr))[boxable & nonnum & coord_reason.isna()]
+        coord_reason[boxable & blank & coord_reason.isna()] = f"box coordinate {c} is missing"
+        ann[c] = num
+    bad_coords = ann[coord_reason.notna()]
+    log.add_many(bad_coords["record_id"], "vindr", "vindr_box:coordinates",
+                 (bad_coords["class_name"] + " box: " + coord_reason[coord_reason.notna()]).tolist())
     images = sorted(set(ann["image_id"]))
     lab_path = root / "annotations" / f"image_labels_{split}.csv"
     pos_sets: dict[str, set[str]] = {}
@@ -164,8 +178,9 @@ def build_vindr(
     if require_demographics:
         reasons[img["sex"].isna() & reasons.isna()] = "missing sex"
         reasons[img["age"].isna() & reasons.isna()] = "missing age"
-    vbad = img["view"].notna() & ~img["view"].isin(["PA", "AP"])
-    reasons[vbad & reasons.isna()] = "view " + img["view"].astype(str) + " is not frontal (PA/AP)"
+    has_view = img["view"].notna()
+    vr = view_reasons(img["view"].where(has_view, "PA"))  # known non-frontal codes vs unknown codes
+    reasons[has_view & vr.notna() & reasons.isna()] = vr
     img = apply_filters(img, [("vindr:image", reasons)], log, "vindr")
     # the box frame: header size (checked) or sizes_csv
     size = {}
@@ -195,8 +210,20 @@ def build_vindr(
     by_img = img.set_index("record_id")
 
     # ------------------------------------------------------------ boxed positives: one per (image, finding)
-    boxes = ann.dropna(subset=["finding", "x_min", "y_min", "x_max", "y_max"])
-    boxes = boxes[(boxes["finding"] != "no_finding") & boxes["image_id"].isin(by_img.index)]
+    boxes = ann[boxable & coord_reason.isna()]
+    gone = ~boxes["image_id"].isin(by_img.index)
+    log.add_many(boxes.loc[gone, "record_id"], "vindr", "vindr_box:image",
+                 ("image " + boxes.loc[gone, "image_id"] + " was excluded (see its vindr:image or image_check row)"
+                  ).tolist())
+    boxes = boxes[~gone].copy()
+    # each reader's box must lie inside its image (the enclosing box is built from the boxes that do)
+    bw, bh = boxes["image_id"].map(by_img["_ann_w"]), boxes["image_id"].map(by_img["_ann_h"])
+    nosize = pd.Series(np.where(bw.isna() | bh.isna(), "image size unknown (image not checked and not in sizes_csv)",
+                                None), index=boxes.index)
+    boxes = apply_filters(boxes, [
+        ("vindr_box:size", nosize),
+        ("vindr_box:box", box_outside_reason(boxes["x_min"], boxes["y_min"], boxes["x_max"], boxes["y_max"], bw, bh)),
+    ], log, "vindr")
     g = boxes.groupby(["image_id", "finding"], sort=True)
     agg = g.agg(x0=("x_min", "min"), y0=("y_min", "min"), x1=("x_max", "max"), y1=("y_max", "max"),
                 n_boxes=("x_min", "size")).reset_index()
