@@ -74,7 +74,7 @@ def test_bad_coordinates_and_boxes_outside_the_image_are_logged(tmp_path):
     pd.concat([a, extra], ignore_index=True).to_csv(f, index=False)
     res = build_vindr(root, tmp_path / "o", n_absent=5, n_normal=5, verbose=False)
     ex = res.exclusions.set_index("record_id")
-    rid = lambda i: f"{a.image_id[i]}#{i + 2}"  # noqa: E731
+    rid = lambda i: f"{a.image_id[i]}#{i + 2}"
     assert ex.loc[rid(i_txt), "reason"].endswith("non-numeric box coordinate x_min = '12,5'")
     assert ex.loc[rid(i_txt), "stage"] == "vindr_box:coordinates"
     assert ex.loc[rid(i_blank), "reason"].endswith("box coordinate y_max is missing")
