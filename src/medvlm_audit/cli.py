@@ -13,7 +13,7 @@ from medvlm_audit import __version__
 from medvlm_audit.errors import AuditError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Audit whether medical VLMs read the image.")
-build_app = typer.Typer(no_args_is_help=True, help="Build a probe set (phantom, mimic, chexpert, nih, vindr, folder).")
+build_app = typer.Typer(no_args_is_help=True, help="Build a probe set (phantom, mimic, chexpert, nih, vindr, folder) or a vision-probe training set (probe-train).")
 app.add_typer(build_app, name="build")
 console = Console(stderr=True)
 
@@ -77,7 +77,7 @@ def build_mimic_cmd(
     rexerr_counts: Annotated[str, Opt(help="ReXErr image-dependent,text-only,no-error counts.")] = "483,120,120",
     rexerr_split: Annotated[str, Opt()] = "test",
     mimic_split: Annotated[str, Opt()] = "test",
-    negatives: Annotated[str, Opt(help="explicit_then_blank | explicit | blank")] = "explicit_then_blank",
+    negatives: Annotated[str, Opt(help="explicit_then_blank | explicit | explicit_or_blank")] = "explicit_then_blank",
     swap_pool_split: Annotated[str, Opt()] = "all",
     swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
     age_at: Annotated[str, Opt(help="study | anchor")] = "study",
@@ -105,12 +105,13 @@ def build_mimic_cmd(
 def build_chexpert_cmd(
     chexpert_root: Annotated[Path, Opt(help="CheXpert root (train.csv/valid.csv and images).")],
     out: Annotated[Path, Opt()] = Path("probesets/chexpert"),
-    labels_csv: Annotated[Path | None, Opt(help="A labels CSV other than the root's.")] = None,
+    labels_csv: Annotated[Path | None, Opt(help="A labels CSV other than the root's (e.g. the official test_labels.csv).")] = None,
+    demographics_csv: Annotated[Path | None, Opt(help="CSV with Path or patient id + Sex, Age[, view] (for test_labels.csv).")] = None,
     split: Annotated[str, Opt()] = "test",
     test_fraction: Annotated[float, Opt()] = 0.2,
     per_finding: Annotated[int, Opt()] = 50,
     n_normal: Annotated[int, Opt()] = 100,
-    negatives: Annotated[str, Opt()] = "explicit",
+    negatives: Annotated[str, Opt(help="explicit | explicit_then_blank | explicit_or_blank")] = "explicit",
     swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
     check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
     full_decode: Annotated[bool, Opt("--full-decode")] = False,
@@ -122,7 +123,8 @@ def build_chexpert_cmd(
     from medvlm_audit.datasets.chexpert import build_chexpert
 
     try:
-        _built(build_chexpert(chexpert_root, out, labels_csv=labels_csv, split=split, test_fraction=test_fraction,
+        _built(build_chexpert(chexpert_root, out, labels_csv=labels_csv, demographics_csv=demographics_csv,
+                              split=split, test_fraction=test_fraction,
                               per_finding=per_finding, n_normal=n_normal, negatives=negatives,
                               swap_same_view=swap_same_view, check_images=check_images, full_decode=full_decode,
                               workers=workers, seed=seed, name=name, verbose=False))
@@ -212,6 +214,41 @@ def build_folder_cmd(
         _built(build_folder(images, csv, out, frontal_only=frontal_only, require_demographics=require_demographics,
                             min_box_side=min_box_side, swap_same_view=swap_same_view, check_images=check_images,
                             full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+    except (AuditError, ValueError) as e:
+        _fail(e)
+
+
+@build_app.command("probe-train")
+def build_probe_train_cmd(
+    source: Annotated[str, Opt(help="mimic | chexpert")],
+    out: Annotated[Path, Opt(help="Output training-set folder.")],
+    mimic_root: Annotated[Path | None, Opt(help="MIMIC-CXR-JPG root (source mimic).")] = None,
+    mimic_iv_root: Annotated[Path | None, Opt(help="MIMIC-IV root: optional, adds age and sex.")] = None,
+    chexpert_root: Annotated[Path | None, Opt(help="CheXpert root (source chexpert).")] = None,
+    labels_csv: Annotated[Path | None, Opt(help="CheXpert labels CSV other than train.csv/valid.csv.")] = None,
+    demographics_csv: Annotated[Path | None, Opt(help="CheXpert demographics CSV (Path or patient id + Sex, Age).")] = None,
+    splits: Annotated[str | None, Opt(help="Comma-separated splits (default: mimic train,validate; chexpert train).")] = None,
+    negatives: Annotated[str, Opt(help="explicit_or_blank | explicit")] = "explicit_or_blank",
+    exclude_probe_set: Annotated[list[Path], Opt("--exclude-probe-set", help="Leave out studies of this probe set (repeatable).")] = [],  # noqa: B006
+    require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
+    test_fraction: Annotated[float, Opt(help="CheXpert held-out patient fraction (as build chexpert).")] = 0.2,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode")] = False,
+    workers: Annotated[int, Opt()] = 2,
+    seed: Annotated[int, Opt()] = 42,
+    name: Annotated[str | None, Opt()] = None,
+) -> None:
+    """The vision-only probe's training set: every labelled frontal study of the given splits (no cap)."""
+    from medvlm_audit.datasets.probe_train import build_probe_train
+
+    try:
+        _built(build_probe_train(source, out, mimic_root=mimic_root, mimic_iv_root=mimic_iv_root,
+                                 chexpert_root=chexpert_root, labels_csv=labels_csv, demographics_csv=demographics_csv,
+                                 splits=[x.strip() for x in splits.split(",") if x.strip()] if splits else None,
+                                 negatives=negatives, exclude_probe_sets=exclude_probe_set,
+                                 require_demographics=require_demographics, test_fraction=test_fraction,
+                                 check_images=check_images, full_decode=full_decode, workers=workers, seed=seed,
+                                 name=name, verbose=False))
     except (AuditError, ValueError) as e:
         _fail(e)
 

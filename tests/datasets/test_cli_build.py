@@ -53,3 +53,42 @@ def test_build_nih_and_folder_cli(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["build", "mimic", "--mimic-root", str(tmp_path / "nope"), "--ms-cxr-root", "x",
                                    "--rexerr-root", "x", "--mimic-iv-root", "x", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "error" in res.output and "Traceback" not in res.output
+
+
+def test_build_chexpert_official_test_layout_cli(tmp_path: Path) -> None:
+    root, labels, (by_image, _) = F.make_chexpert_official_test(tmp_path / "chx")
+    out = tmp_path / "ps"
+    args = ["build", "chexpert", "--chexpert-root", str(root), "--labels-csv", str(labels), "--out", str(out),
+            "--per-finding", "5", "--n-normal", "5"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "demographics" in res.output.replace("\n", " ") and "Traceback" not in res.output
+    res = CliRunner().invoke(app, [*args, "--demographics-csv", str(by_image)])
+    assert res.exit_code == 0, res.output
+    ps = ProbeSet.load(out)
+    assert (ps.df.split == "test").all() and ps.df.sex.isin(["M", "F"]).all()
+    assert "exclusions" in res.output
+
+
+def test_build_vindr_cli(tmp_path: Path) -> None:
+    root = F.make_vindr_tree(tmp_path / "vindr", n_images=60)
+    out = tmp_path / "ps"
+    res = CliRunner().invoke(app, ["build", "vindr", "--vindr-root", str(root), "--out", str(out), "--n-absent", "5",
+                                   "--n-normal", "5"])
+    assert res.exit_code == 0, res.output
+    ps = ProbeSet.load(out)
+    assert ps.df.tbox_x0.notna().any() and (out / "exclusions.csv").exists()
+    res = CliRunner().invoke(app, ["build", "vindr", "--vindr-root", str(root), "--split", "train", "--out",
+                                   str(tmp_path / "o2")])
+    assert res.exit_code == 2 and "annotations_train.csv" in res.output.replace("\n", "")
+
+
+def test_build_probe_train_cli(tmp_path: Path) -> None:
+    roots = F.make_mimic_tree(tmp_path / "mimic", images=False, **SMALL)
+    out = tmp_path / "train"
+    res = CliRunner().invoke(app, ["build", "probe-train", "--source", "mimic", "--mimic-root", str(roots["mimic_root"]),
+                                   "--splits", "train,validate", "--no-check-images", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    ps = ProbeSet.load(out, validate=False)
+    assert set(ps.df.split) <= {"train", "validate"} and ps.provenance["builder"] == "probe_train"
+    res = CliRunner().invoke(app, ["build", "probe-train", "--source", "mimic", "--out", str(out)])
+    assert res.exit_code == 2 and "mimic_root" in res.output.replace("\n", "")

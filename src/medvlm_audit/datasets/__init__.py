@@ -1,5 +1,6 @@
 """Dataset builders: turn local copies of MIMIC-CXR/MS-CXR/ReXErr, CheXpert, NIH ChestX-ray14, VinDr-CXR or a
-folder of images + CSV into probe sets (manifest + exclusions.csv + shortfall report). See docs/datasets.md."""
+folder of images + CSV into probe sets (manifest + exclusions.csv + shortfall report), and MIMIC-CXR or CheXpert
+into the vision-only probe's training sets (``probe_train``). See docs/datasets.md."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ BUILDERS: dict[str, str] = {
     "nih": "medvlm_audit.datasets.nih:build_nih",
     "vindr": "medvlm_audit.datasets.vindr:build_vindr",
     "folder": "medvlm_audit.datasets.folder:build_folder",
+    "probe_train": "medvlm_audit.datasets.probe_train:build_probe_train",
 }
 
 

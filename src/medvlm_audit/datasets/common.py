@@ -671,8 +671,12 @@ def finalize(
     verbose: bool = True,
     fingerprint: bool = True,
     extra: dict[str, Any] | None = None,
+    validate: bool = True,
 ) -> BuildResult:
-    """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache."""
+    """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache.
+
+    ``validate=False`` (training sets of millions of rows) replaces the row-by-row manifest validation with
+    vectorised checks of what those sets carry (kind, finding, binary label)."""
     dupmask = manifest["case_id"].duplicated(keep=False)
     if dupmask.any():
         d = manifest.loc[dupmask]
@@ -697,7 +701,10 @@ def finalize(
         **(extra or {}),
     }
     ps = ProbeSet(manifest, Path(image_root), prov, name=name)
-    ps.validate(check_files=False)
+    if validate:
+        ps.validate(check_files=False)
+    else:
+        _quick_validate(ps.df, builder)
     out_dir = Path(out_dir)
     ps.save(out_dir)
     excl = log.frame()
@@ -713,6 +720,19 @@ def finalize(
     if verbose:
         print(result.summary())
     return result
+
+
+def _quick_validate(df: pd.DataFrame, builder: str) -> None:
+    from medvlm_audit.findings import DISPLAY_NAMES
+
+    if df.empty:
+        raise DatasetError(f"{builder}: the probe set is empty; see exclusions.csv")
+    bad = ~df["kind"].isin(["finding_presence"]) | ~df["finding"].isin(list(DISPLAY_NAMES))
+    bad |= ~pd.to_numeric(df["label"], errors="coerce").isin([0, 1]) | df["image_path"].isna()
+    if bad.any():
+        r = df.loc[bad].iloc[0]
+        raise DatasetError(f"{builder}: case {r['case_id']!r} has kind {r['kind']!r}, finding {r['finding']!r}, "
+                           f"label {r['label']!r}, image_path {r['image_path']!r}")
 
 
 def checker_for(out_dir: Path, image_root: Path, check_images: bool, workers: int, full_decode: bool) -> ImageChecker | None:
