@@ -60,7 +60,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path
     with ThreadedFakeServer(delay_ms=60) as srv:
         ref_cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "ref")
         out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(ref_cfg), "--no-progress", "--no-report"],
-                             env=env, capture_output=True, text=True, timeout=300)
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
         assert out.returncode == 0, out.stdout + out.stderr
         reference = _answers(tmp_path / "ref")
         assert len(reference["responses"]) > 100
@@ -89,21 +89,44 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path
         assert progress == sorted(progress)  # answers only accumulate across kills
 
 
+URL_PASSWORD, URL_QUERY_SECRET = "SuperSecretPw123", "QuerySecret999"
+
+
 def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
+    """Neither the API key nor credentials carried in a base URL (user:password@, ?api-key=) reach the run store,
+    the exports, the report or the logs."""
     make_tiny_probeset(tmp_path / "data", n=6)
     env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
     with ThreadedFakeServer(record_bodies=True) as srv:
         cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
+        data = yaml.safe_load(cfg.read_text())
+        scheme, rest = srv.base_url.split("://", 1)
+        url = f"{scheme}://user:{URL_PASSWORD}@{rest}?api-key={URL_QUERY_SECRET}"
+        data["models"].append({"name": "vlm-url", "backend": "openai", "model": "fake-vlm-url", "base_urls": [url],
+                               "max_concurrency": 2, "timeout_s": 5})
+        cfg.write_text(yaml.safe_dump(data))
         out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress"],
-                             env=env, capture_output=True, text=True, timeout=300)
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
         assert out.returncode == 0, out.stdout + out.stderr
         seen = list(srv.stats.authorization)
     assert any(SECRET in h for h in seen), "the key must actually be sent to the server"
-    assert SECRET not in out.stdout + out.stderr
+    assert any(h.startswith("Basic ") for h in seen), "the URL's user:password must actually be used"
+    secrets = (SECRET, URL_PASSWORD, URL_QUERY_SECRET)
+    for s in secrets:
+        assert s not in out.stdout + out.stderr
     files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
-    assert any(p.name == "results.parquet" for p in files)
+    assert any(p.name == "results.parquet" for p in files) and any(p.name == "report.html" for p in files)
     for p in files:
-        assert SECRET.encode() not in p.read_bytes(), p
+        for s in secrets:
+            assert s.encode() not in p.read_bytes(), (p, s)
+    # the recorded config keeps the (redacted) base URL: host and path, no user info, no query
+    db = sqlite3.connect(tmp_path / "run" / "run.sqlite")
+    import json
+
+    recorded = json.loads(db.execute("SELECT v FROM meta WHERE k = 'config'").fetchone()[0])
+    db.close()
+    assert recorded["models"][2]["base_urls"] == [srv.base_url]
+    assert recorded["models"][0]["base_urls"] == [srv.base_url]  # a URL without credentials is kept as is
 
 
 
@@ -113,7 +136,7 @@ def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> No
     with ThreadedFakeServer() as srv:
         cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
         out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress"],
-                             env=env, capture_output=True, text=True, timeout=300)
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
         assert srv.stats.total == 0
     assert out.returncode == 2
     assert not (tmp_path / "run").exists()  # nothing written
@@ -133,7 +156,7 @@ def test_runner_completes_through_transient_faults_without_duplicates(tmp_path: 
     with ThreadedFakeServer(fault_rates=rates, retry_after_s=0.05, max_faults_per_key=2, seed=3) as srv:
         cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "run")
         out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"],
-                             env=env, capture_output=True, text=True, timeout=300)
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
         assert out.returncode == 0, out.stdout + out.stderr
         faults = sum(len(v) for v in srv.stats.faults.values())
         answered_by_server = dict(srv.stats.answers)

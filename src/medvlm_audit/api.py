@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from medvlm_audit import __version__
-from medvlm_audit.config import RunConfig, load_config, validate_config
+from medvlm_audit.config import RunConfig, load_config, redact_urls, validate_config
 from medvlm_audit.errors import AuditError
 from medvlm_audit.export import export_run
 from medvlm_audit.models.base import Decoding, Model
@@ -116,7 +116,7 @@ def run(
         store.set_meta(
             run_id=meta.get("run_id") or f"{run_dir.name}-{uuid.uuid4().hex[:8]}",
             suite=cfg.suite,
-            config=json.loads(cfg.model_dump_json()),
+            config=redact_urls(json.loads(cfg.model_dump_json())),  # credentials in base URLs redacted
             package_version=__version__,
             python=platform.python_version(),
             seeds={"construction": cfg.seed, "resampling": 0},

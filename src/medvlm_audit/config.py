@@ -92,6 +92,30 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ru
     return validate_config(data, source=str(p))
 
 
+def redact_urls(obj: Any) -> Any:
+    """A copy of a config (dicts, lists, strings) with every URL that carries user info or a query redacted.
+
+    Base URLs may hold credentials (``http://user:password@host/v1``, ``...?api-key=...``); the recorded config
+    keeps scheme, host, port and path only, with the same redaction the OpenAI client applies to its messages.
+    """
+    if isinstance(obj, dict):
+        return {k: redact_urls(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_urls(v) for v in obj]
+    if isinstance(obj, str) and "://" in obj:
+        from urllib.parse import urlsplit
+
+        from medvlm_audit.models.openai_compat import _redact_url
+
+        try:
+            parts = urlsplit(obj.strip())
+        except ValueError:
+            return obj
+        if parts.scheme and parts.netloc and ("@" in parts.netloc or parts.query or parts.fragment):
+            return _redact_url(obj.strip())
+    return obj
+
+
 def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:
     try:
         return RunConfig.model_validate(data)
