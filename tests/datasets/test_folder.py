@@ -68,3 +68,18 @@ def test_folder_bad_values(folder, tmp_path):
     df.to_csv(tmp_path / "bad.csv", index=False)
     res = build_folder(d, tmp_path / "bad.csv", tmp_path / "o", verbose=False)
     assert res.exclusions.reason.str.contains("outside the 160.0x200.0 image").any()
+
+
+def test_folder_unreadable_age_or_sex_is_an_exclusion_not_a_silent_blank(folder, tmp_path):
+    d, csv = folder
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    df.loc[0, "age"], df.loc[1, "sex"], df.loc[2, "sex"], df.loc[3, "age"] = "forty", "X", "Unknown", ""
+    df.to_csv(tmp_path / "c.csv", index=False)
+    res = build_folder(d, tmp_path / "c.csv", tmp_path / "o", verbose=False)
+    ex = res.exclusions
+    rows = ex[ex.stage == "folder:demographics"].set_index("record_id").reason
+    assert rows["img00.png"] == "non-numeric age 'forty'"
+    assert rows["img01.png"].startswith("unrecognised sex value 'X'")
+    out = res.probe_set.df.set_index("image_path")
+    assert "img00.png" not in out.index and "img01.png" not in out.index
+    assert pd.isna(out.loc["img02.png", "sex"]) and np.isnan(out.loc["img03.png", "age"])  # blank/Unknown: kept

@@ -69,3 +69,25 @@ def test_bad_label_token_and_fallback_to_torchxrayvision(tree, tmp_path, monkeyp
     monkeypatch.setattr(nih, "torchxrayvision_data_dir", lambda: None)
     with pytest.raises(DatasetError, match="Data_Entry_2017"):
         build_nih(empty, tmp_path / "o3", check_images=False, verbose=False)
+
+
+def test_old_style_ages(tree, tmp_path):
+    """The original Data_Entry_2017.csv wrote ages as DICOM age strings ("058Y", months "010M")."""
+    old = tmp_path / "old"
+    old.mkdir()
+    ent = pd.read_csv(tree / "Data_Entry_2017_v2020.csv", index_col=False, dtype=str)
+    ages = ent["Patient Age"].astype(int)
+    ent["Patient Age"] = ages.map(lambda a: f"{a:03d}Y")
+    ent.loc[0, "Patient Age"], ent.loc[1, "Patient Age"], ent.loc[2, "Patient Age"] = "010M", "abc", ""
+    ent.to_csv(old / "Data_Entry_2017.csv", index=False)
+    (old / "BBox_List_2017.csv").write_text((tree / "BBox_List_2017.csv").read_text())
+    res = build_nih(old, tmp_path / "o", per_finding=10, n_normal=10, check_images=False, verbose=False,
+                    metadata_from="root")
+    df = res.probe_set.df
+    by = dict(zip(ent["Image Index"], ages))
+    lab = df[df.image_index.notna()]
+    assert len(lab) and (lab.age == lab.image_index.map(by).astype(float)).all()  # "058Y" -> 58.0
+    assert nih._parse_age(pd.Series(["058Y", "010M", "58", "003W", "x"])).round(3).tolist()[:4] == [58.0, 0.833, 58.0, 0.057]
+    ex = res.exclusions.set_index("record_id")
+    assert ex.loc[ent["Image Index"][1], "reason"] == "unparseable Patient Age 'abc'"
+    assert ex.loc[ent["Image Index"][2], "reason"] == "missing age"

@@ -38,6 +38,8 @@ LABEL_VALUES = {
     "0": 0, "0.0": 0, "no": 0, "false": 0, "absent": 0, "negative": 0,
     "-1": -1, "-1.0": -1, "uncertain": -1,
 }
+#: sex values read as "not given" (allowed unless require_demographics); any other non-M/F value is excluded
+SEX_UNKNOWN = ("U", "UNKNOWN", "O", "OTHER", "NA", "N/A")
 ALIASES = {
     "image": ("image", "image_path", "path", "file"),
     "patient_id": ("patient_id", "patient", "subject_id"),
@@ -107,6 +109,17 @@ def build_folder(
     df["split"] = raw.get("split")
     df["age"] = pd.to_numeric(raw["age"], errors="coerce").astype(float) if "age" in raw else np.nan
     df["sex"] = normalize_sex(raw["sex"]) if "sex" in raw else None
+    # a value that is neither blank nor readable is an exclusion with the value, never a silent "missing"
+    demo_bad = pd.Series([None] * len(df), index=df.index, dtype=object)
+    if "sex" in raw:
+        sx = raw["sex"].astype("string").str.strip()
+        unknown = sx.notna() & (sx != "") & df["sex"].isna() & ~sx.str.upper().isin(SEX_UNKNOWN)
+        demo_bad[unknown] = "unrecognised sex value " + sx[unknown].map(repr).astype(str) + (
+            " (expected M/F/Male/Female, or blank/Unknown/Other)")
+    if "age" in raw:
+        ag = raw["age"].astype("string").str.strip()
+        nonnum = ag.notna() & (ag != "") & df["age"].isna()
+        demo_bad[nonnum] = "non-numeric age " + ag[nonnum].map(repr).astype(str)
     df["view"] = normalize_view(raw["view"]).astype(str) if "view" in raw else ""
     for k in ("x0", "y0", "x1", "y1"):
         c = _col(raw, k)
@@ -117,6 +130,7 @@ def build_folder(
     has_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().all(axis=1)
     part_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().any(axis=1) & ~has_box
     reasons: list[tuple[str, pd.Series]] = [
+        ("folder:demographics", demo_bad),
         ("folder:label", pd.Series(np.where(df["label"] == -1, "uncertain label", None), index=df.index)),
         ("folder:box", pd.Series(np.where(part_box, "box has missing coordinates", None), index=df.index)),
     ]

@@ -110,10 +110,16 @@ def index_nih_images(nih_root: Path) -> dict[str, str]:
     return out
 
 
+_AGE_UNIT = {"": 1.0, "Y": 1.0, "M": 1 / 12, "W": 7 / 365.25, "D": 1 / 365.25}
+
+
 def _parse_age(values: pd.Series) -> pd.Series:
+    """Patient Age in years: ``58`` (Data_Entry_2017_v2020) or the original release's ``058Y`` / ``010M`` /
+    ``003W`` / ``020D`` (DICOM age strings); anything else -> NaN (logged as an unparseable age)."""
     s = values.astype("string").str.strip().str.upper()
-    years = pd.to_numeric(s.str.extract(r"^(\d+)Y?$", expand=False), errors="coerce")
-    return years.astype(float)
+    parts = s.str.extract(r"^(\d+(?:\.\d+)?)\s*([YMWD]?)$")
+    num = pd.to_numeric(parts[0], errors="coerce")
+    return (num * parts[1].map(_AGE_UNIT).astype(float)).astype(float)
 
 
 def build_nih(
@@ -180,6 +186,9 @@ def build_nih(
     dreason[df["sex"].isna()] = "missing sex"
     dreason[(df["age"] < 0) | (df["age"] > 120)] = "implausible age (outside 0-120 years)"
     dreason[df["age"].isna()] = "missing age"
+    raw_age = ent["Patient Age"].astype("string").str.strip()
+    unparsed = df["age"].isna() & raw_age.notna() & (raw_age != "")
+    dreason[unparsed] = "unparseable Patient Age " + raw_age[unparsed].map(repr).astype(str)
     df["vreason"] = view_reasons(df["view"])
     df["dreason"] = dreason
     df["freason"] = np.where(df["image_path"].isna(), "image file not found under images/ or images_*/images/", None)
