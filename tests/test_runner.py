@@ -106,6 +106,62 @@ def test_model_exceptions_are_recorded_per_input_and_retried_on_request(tmp_path
     assert m.calls == 12
 
 
+class Flaky(LocalModel):
+    """One model identity (same backend class and name in every instance) that fails on some inputs while
+    ``failing`` is set: about half the images (by pixel hash), as error responses or as a raised exception."""
+
+    name = "flaky"
+
+    def __init__(self, failing: bool, mode: str = "error_response") -> None:
+        self.failing, self.mode = failing, mode
+        self.batch_size = 1 if mode == "raise" else 16  # a raise fails the whole batch
+        self.seen: list[str] = []
+
+    @staticmethod
+    def bad(inp) -> bool:
+        return inp.images[0].sha256[0] in "01234567"
+
+    def predict(self, inputs):
+        self.seen += [i.images[0].sha256 for i in inputs]
+        if self.failing and self.mode == "raise" and any(self.bad(i) for i in inputs):
+            raise RuntimeError("CUDA error: device-side assert")
+        from medvlm_audit.models.base import ErrorInfo, Response
+
+        return [Response(None, error=ErrorInfo("http_5xx", "503 busy", transient=True))
+                if self.failing and self.bad(i) else Response("Yes") for i in inputs]
+
+
+@pytest.mark.parametrize("mode", ["error_response", "raise"])
+def test_retry_errors_reasks_exactly_the_errored_inputs_of_the_same_model(tmp_path: Path, tiny_probeset,
+                                                                          mode: str) -> None:
+    plan = plan_grounding([tiny_probeset], GroundingOptions(conditions=("original", "target_mask")))
+    store = RunStore(tmp_path / "run.sqlite")
+    first = Flaky(failing=True, mode=mode)
+    run(store, plan, [first])
+    df = tidy(store)
+    errored = set(df.loc[df.error_kind.notna(), "image_sha256"])
+    ok = set(df.loc[df.error_kind.isna(), "image_sha256"])
+    assert errored and ok  # some inputs failed, some did not
+    assert len(first.seen) == len(errored) + len(ok)
+    kept = dict(store.db.execute("SELECT key, created_at FROM responses WHERE error_kind IS NULL").fetchall())
+    # the same model again (now healthy), no flag: errored answers count as answered, nothing is asked
+    again = Flaky(failing=False)
+    run(store, plan, [again])
+    assert again.seen == []
+    # with retry_errors: exactly the errored inputs are asked, once each; good answers are left alone
+    retry = Flaky(failing=False)
+    run(store, plan, [retry], retry_errors=True)
+    assert sorted(retry.seen) == sorted(errored)
+    df = tidy(store)
+    assert df.error_kind.isna().all() and (df.answer_text == "Yes").all() and len(df) == len(errored) + len(ok)
+    after = dict(store.db.execute("SELECT key, created_at FROM responses").fetchall())
+    assert {k: after[k] for k in kept} == kept
+    # nothing errored any more: another retry asks nothing
+    last = Flaky(failing=False)
+    run(store, plan, [last], retry_errors=True)
+    assert last.seen == []
+
+
 def test_text_only_wrapper_drops_images(tmp_path: Path, tiny_probeset) -> None:
     inner = BrightSpotModel()
     wrapped = TextOnly(inner, name="bright-text")
