@@ -59,8 +59,11 @@ def embedded_config(suite: str, run_dir: str | Path) -> RunConfig:
     raise AuditError(f"unknown suite {suite!r}")
 
 
-def plan_for(cfg: RunConfig) -> Plan:
-    """Load and validate the probe sets (before any model is called) and plan the suite's trials."""
+def plan_for(cfg: RunConfig, *, prompt_subsample_from: str | list[str] = "primary") -> Plan:
+    """Load and validate the probe sets (before any model is called) and plan the suite's trials.
+
+    The non-default prompt variants run on ``cfg.prompt_subsample`` balanced cases of the first (primary) probe
+    set; ``prompt_subsample_from="all"`` draws that many from every probe set, a list names the sets."""
     if cfg.suite == "grounding":
         from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
 
@@ -70,9 +73,13 @@ def plan_for(cfg: RunConfig) -> Plan:
             raise AuditError(f"probe-set names must be unique within a run, got {names}")
         prompt_ids: frozenset[str] | None = None
         if any(v != "default" for v in cfg.prompt_variants) and cfg.prompt_subsample > 0:
-            from medvlm_audit.datasets.subsample import prompt_subsample
+            from medvlm_audit.datasets.subsample import run_prompt_subsample
 
-            prompt_ids = frozenset().union(*(prompt_subsample(s, n=cfg.prompt_subsample, seed=cfg.seed) for s in sets))
+            try:
+                prompt_ids = run_prompt_subsample(sets, n=cfg.prompt_subsample, seed=cfg.seed,
+                                                  source=prompt_subsample_from)
+            except ValueError as e:
+                raise AuditError(str(e)) from None
         res_ids: frozenset[str] | None = None
         if any(r != 224 for r in cfg.resolutions) and cfg.res512_boxed_only:
             res_ids = frozenset(cid for s in sets for cid in s.df.loc[s.df["tbox_x0"].notna(), "case_id"])
@@ -98,14 +105,16 @@ def run(
     models: list[Model] | None = None,
     retry_errors: bool = False,
     progress: bool = True,
+    prompt_subsample_from: str | list[str] = "primary",
 ) -> RunResult:
     """Execute (or resume) a run: plan, ask every pending input, commit answers, export the tidy table.
 
     ``models`` overrides ``config.models`` with already-built Model objects (e.g. a fitted panel).
+    ``prompt_subsample_from``: see :func:`plan_for` (default: the first probe set only, as the paper).
     """
     cfg = _as_config(config)
     run_dir = Path(cfg.run_dir)
-    plan = plan_for(cfg)
+    plan = plan_for(cfg, prompt_subsample_from=prompt_subsample_from)
     if not plan.trials:
         raise AuditError("the plan is empty: no case has an applicable condition")
     built = models if models is not None else [load_model(m) for m in cfg.models]

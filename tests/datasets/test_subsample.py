@@ -58,3 +58,38 @@ def test_prompt_subsample_ids_match_the_probe_set_subsample():
     ps = _probe()
     ids = prompt_subsample(ps, n=100, seed=42)
     assert ids == frozenset(prompt_sensitivity_subsample(ps).df.case_id) and len(ids) == 100
+
+
+def test_cross_dataset_run_draws_the_prompt_subsample_from_the_primary_set(tmp_path):
+    """MIMIC + CheXpert in one run: the variants run on 100 cases of the primary (first) set, not 100 of each."""
+    import sys
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from conftest import make_tiny_probeset
+
+    from medvlm_audit import api
+    from medvlm_audit.config import validate_config
+    from medvlm_audit.errors import AuditError
+
+    a = make_tiny_probeset(tmp_path / "a", n=12)
+    ProbeSet(a.df, a.image_root, name="mimic").save(tmp_path / "pa")
+    b = make_tiny_probeset(tmp_path / "b", n=12, seed=1)
+    ProbeSet(b.df.assign(case_id="chx-" + b.df.case_id), b.image_root, name="chexpert").save(tmp_path / "pb")
+    cfg = validate_config({
+        "probe_sets": [str(tmp_path / "pa"), str(tmp_path / "pb")], "run_dir": str(tmp_path / "run"),
+        "models": [{"name": "m", "backend": "openai", "model": "x", "base_urls": "http://x"}],
+        "conditions": ["original"], "prompt_variants": ["default", "terse"], "prompt_subsample": 4,
+    })
+
+    def terse(plan) -> set[tuple[str, str]]:
+        return {(t.probe_set, t.case_id) for t in plan.trials if t.condition == "original|prompt=terse"}
+
+    primary = terse(api.plan_for(cfg))
+    assert len(primary) == 4 and {p for p, _ in primary} == {"mimic"}
+    both = terse(api.plan_for(cfg, prompt_subsample_from="all"))
+    assert len(both) == 8 and {p for p, _ in both} == {"mimic", "chexpert"} and primary < both
+    assert {p for p, _ in terse(api.plan_for(cfg, prompt_subsample_from=["chexpert"]))} == {"chexpert"}
+    with pytest.raises(AuditError, match="not probe sets of this run"):
+        api.plan_for(cfg, prompt_subsample_from=["nih"])

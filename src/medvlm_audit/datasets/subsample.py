@@ -67,3 +67,32 @@ def prompt_subsample(probe_set: ProbeSet, n: int = 100, seed: int = SEED,
                      kinds: Sequence[str] = ("finding_presence",)) -> frozenset[str]:
     """Case ids of the prompt-sensitivity subsample of ``probe_set`` (what the runner's prompt variants use)."""
     return frozenset(balanced_subsample_ids(probe_set.df, n, seed, kinds))
+
+
+#: which probe sets of a run the prompt-sensitivity subsample is drawn from by default: the first (primary) one,
+#: as the paper draws "a 100-case ... sub-sample of the MIMIC probe set"
+PROMPT_SUBSAMPLE_FROM = "primary"
+
+
+def run_prompt_subsample(probe_sets: Sequence[ProbeSet], n: int = 100, seed: int = SEED,
+                         source: str | Sequence[str] = PROMPT_SUBSAMPLE_FROM) -> frozenset[str]:
+    """Case ids that get the non-default prompt variants in a run over ``probe_sets``.
+
+    ``source``: ``"primary"`` (default: ``n`` cases of the first probe set, so a MIMIC + CheXpert run has 100,
+    not 200), ``"all"`` (``n`` cases of every probe set), or probe-set names (``n`` of each named set).
+    """
+    if not probe_sets:
+        return frozenset()
+    if isinstance(source, str) and source == "primary":
+        chosen = [probe_sets[0]]
+    elif isinstance(source, str) and source == "all":
+        chosen = list(probe_sets)
+    else:
+        names = [source] if isinstance(source, str) else list(source)
+        by_name = {ps.name: ps for ps in probe_sets}
+        unknown = [x for x in names if x not in by_name]
+        if unknown:
+            raise ValueError(f"prompt subsample source(s) {unknown} are not probe sets of this run; "
+                             f"use 'primary', 'all' or one of {sorted(by_name)}")
+        chosen = [by_name[x] for x in names]
+    return frozenset().union(*(prompt_subsample(ps, n=n, seed=seed) for ps in chosen))
