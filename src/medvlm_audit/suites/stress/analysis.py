@@ -165,8 +165,9 @@ class StressCube:
 def _answer_codes(scored: pd.DataFrame) -> np.ndarray:
     """Per row: the chosen option's index, REFUSED, or NOT_SCORED (unparsed, no response)."""
     st = scored["status"].to_numpy()
-    idx = scored["parsed"].map(lambda x: LETTERS.find(x) if isinstance(x, str) and x else NOT_SCORED)
-    codes = np.where(st == "answer", idx.to_numpy(dtype=np.int64), NOT_SCORED)
+    inv, uniq = pd.factorize(scored["parsed"].to_numpy())
+    lookup = np.array([LETTERS.find(u) if isinstance(u, str) and u else NOT_SCORED for u in uniq] + [NOT_SCORED])
+    codes = np.where(st == "answer", lookup[inv], NOT_SCORED)  # inv = -1 (missing) picks the appended NOT_SCORED
     return np.where(st == "refusal", REFUSED, codes).astype(np.int16)
 
 
