@@ -16,6 +16,7 @@ from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.runner import execute
 from medvlm_audit.store import STORE_FILE, RunStore
+from medvlm_audit.suites.stress.analysis import analyse_stress
 from medvlm_audit.suites.stress.conditions import DEFAULT_CONDITIONS
 from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
 from medvlm_audit.suites.stress.reference import reference_mcq_panel
@@ -36,6 +37,7 @@ def test_run_store_round_trip_and_report(tmp_path: Path) -> None:
     try:
         asyncio.run(execute(store, plan, reference_mcq_panel(), Decoding(max_new_tokens=64), progress=False))
         tidy = tidy_stress(store)
+        scored_again = tidy.copy()
         assert len(tidy) == 3 * len(plan.trials)
         assert set(tidy["status"]) <= {"answer", "refusal"}
         page = report_stress(store, tmp_path / "report", B=300)
@@ -43,6 +45,16 @@ def test_run_store_round_trip_and_report(tmp_path: Path) -> None:
         store.close()
     text = page.read_text()
     assert "Robustness score" in text and text.count("<svg") == 3  # three inline figures
+    # the page is made of report Sections (usable as extra_sections of any report), each linked from the nav
+    from medvlm_audit.report import Section
+    from medvlm_audit.suites.stress.run import stress_sections
+
+    res = analyse_stress(scored_again, B=50)
+    secs = stress_sections(res)
+    assert all(isinstance(x, Section) for x in secs)
+    for sec in secs:
+        assert f'<section id="{sec.anchor}"><h2>' in text and f'href="#{sec.anchor}"' in text
+    assert {"robustness-score", "exclusions", "distractor-replacement-t4"} <= {x.anchor for x in secs}
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["robustness"]["text-prior"]["R3"] == 1.0
     assert summary["robustness"]["first-option"]["R3"] < 0.8
