@@ -83,3 +83,16 @@ def test_folder_unreadable_age_or_sex_is_an_exclusion_not_a_silent_blank(folder,
     out = res.probe_set.df.set_index("image_path")
     assert "img00.png" not in out.index and "img01.png" not in out.index
     assert pd.isna(out.loc["img02.png", "sex"]) and np.isnan(out.loc["img03.png", "age"])  # blank/Unknown: kept
+
+
+def test_a_box_that_vanishes_at_224_is_an_exclusion_not_a_crash(folder, tmp_path):
+    d, csv = folder
+    Image.fromarray(np.zeros((2000, 2000), np.uint8)).save(d / "big.png")
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    row = df.iloc[0].copy()
+    row[["image", "x0", "y0", "x1", "y1", "patient_id"]] = ["big.png", "100", "100", "102", "102", "PB"]
+    pd.concat([df, row.to_frame().T]).to_csv(tmp_path / "c.csv", index=False)  # 2 px of 2000: 0.2 px at 224
+    res = build_folder(d, tmp_path / "c.csv", tmp_path / "o", verbose=False)  # min_box_side 0 by default
+    ex = res.exclusions
+    hit = ex[(ex.stage == "folder:box_size") & (ex.record_id == "big.png")]
+    assert len(hit) == 1 and "under 1 px" in hit.reason.iloc[0]

@@ -640,6 +640,20 @@ def box_outside_reason(x0, y0, x1, y1, w, h, tol: float = 0.5) -> pd.Series:
     return reason
 
 
+def vanishing_box_reason(x0: pd.Series, y0: pd.Series, x1: pd.Series, y1: pd.Series, w: pd.Series, h: pd.Series,
+                         res: int = 224) -> pd.Series:
+    """Per-row reason a box disappears at the working resolution (its rounded working box is under 1 px), else
+    None; only matters when the minimum box side is lowered to 0 (tiny boxes in large images)."""
+    reason = pd.Series([None] * len(x0), index=x0.index, dtype=object)
+    ok = pd.concat([x0, y0, x1, y1, w, h], axis=1).notna().all(axis=1).to_numpy()
+    for i in np.flatnonzero(ok):
+        tb = working_box((float(x0.iat[i]), float(y0.iat[i]), float(x1.iat[i]), float(y1.iat[i])),
+                         float(w.iat[i]), float(h.iat[i]), res)
+        if tb[2] - tb[0] < 1 or tb[3] - tb[1] < 1:
+            reason.iat[i] = f"box rounds to {list(tb)} at {res} px, under 1 px (nothing to mask)"
+    return reason
+
+
 # ------------------------------------------------------------------------------------------------ saving
 
 

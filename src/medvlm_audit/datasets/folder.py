@@ -29,6 +29,7 @@ from medvlm_audit.datasets.common import (
     normalize_view,
     py,
     read_csv,
+    vanishing_box_reason,
     view_reasons,
 )
 from medvlm_audit.findings import normalize_finding
@@ -168,7 +169,9 @@ def build_folder(
     sh = (df["_ann_y1"] - df["_ann_y0"]) * 224 / df["_ann_h"]
     small = boxed & ((sw < min_box_side) | (sh < min_box_side))
     df = apply_filters(df, [("folder:box", out), ("folder:box_size", (
-        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small))],
+        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small)),
+        ("folder:box_size", lambda d: vanishing_box_reason(d["_ann_x0"], d["_ann_y0"], d["_ann_x1"], d["_ann_y1"],
+                                                           d["_ann_w"], d["_ann_h"]))],
         log, "folder")
     for k in ("x0", "y0", "x1", "y1"):
         df[f"box_{k}"] = df[f"_ann_{k}"]

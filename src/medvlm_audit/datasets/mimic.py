@@ -46,6 +46,7 @@ from medvlm_audit.datasets.common import (
     select_checked,
     stratum_rng,
     stratum_shortfall,
+    vanishing_box_reason,
     view_reasons,
 )
 from medvlm_audit.findings import MS_CXR_FINDINGS
@@ -300,6 +301,7 @@ def build_mimic(
         ("ms_cxr:link", pd.Series(np.where(known, None, "dicom_id not found in mimic-cxr-2.0.0-metadata"), index=ms.index)),
         ("ms_cxr:box", ms_outside),
         ("ms_cxr:box_size", small_reason),
+        ("ms_cxr:box_size", vanishing_box_reason(x0, y0, x1, y1, ms["image_width"], ms["image_height"])),
         ("ms_cxr:view", ms["vreason"]),
         ("ms_cxr:demographics", ms["dreason"]),
     ], log, "ms_cxr")

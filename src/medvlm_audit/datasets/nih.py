@@ -39,6 +39,7 @@ from medvlm_audit.datasets.common import (
     sample_label_strata,
     select_checked,
     stratum_rng,
+    vanishing_box_reason,
     view_reasons,
 )
 
@@ -227,6 +228,7 @@ def build_nih(
         ("nih_box:box", box_outside_reason(x0, y0, x1, y1, size, size)),
         ("nih_box:box_size", ("box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str)
                               + f" px at 224 is below {min_box_side:g}x{min_box_side:g}").where(small)),
+        ("nih_box:box_size", vanishing_box_reason(x0, y0, x1, y1, size, size)),
         ("nih_box:view", bb["vreason"]), ("nih_box:demographics", bb["dreason"]), ("nih_box:file", bb["freason"]),
     ], log, "nih")
     bb["_ann_x0"], bb["_ann_y0"], bb["_ann_x1"], bb["_ann_y1"] = bb["x"], bb["y"], bb["x"] + bb["w"], bb["y"] + bb["h"]

@@ -38,6 +38,7 @@ from medvlm_audit.datasets.common import (
     shuffled_one_per_patient,
     stratum_rng,
     stratum_shortfall,
+    vanishing_box_reason,
     view_reasons,
 )
 
@@ -238,6 +239,8 @@ def build_vindr(
         ("vindr_box:box", box_outside_reason(agg["x0"], agg["y0"], agg["x1"], agg["y1"], agg["_ann_w"], agg["_ann_h"])),
         ("vindr_box:box_size", ("box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str)
                                 + f" px at 224 is below {min_box_side:g}x{min_box_side:g}").where(small)),
+        ("vindr_box:box_size", lambda d: vanishing_box_reason(d["x0"], d["y0"], d["x1"], d["y1"], d["_ann_w"],
+                                                              d["_ann_h"])),
     ], log, "vindr")
     for a, b in (("x0", "x0"), ("y0", "y0"), ("x1", "x1"), ("y1", "y1")):
         agg[f"_ann_{a}"] = agg[b]
