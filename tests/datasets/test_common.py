@@ -125,7 +125,8 @@ def test_builder_registry():
     from medvlm_audit.datasets import BUILDERS, get_builder
     from medvlm_audit.datasets.mimic import build_mimic
 
-    assert get_builder("mimic") is build_mimic and set(BUILDERS) == {"mimic", "chexpert", "nih", "vindr", "folder"}
+    assert get_builder("mimic") is build_mimic
+    assert set(BUILDERS) == {"mimic", "chexpert", "nih", "vindr", "folder", "probe_train"}
     with pytest.raises(KeyError, match="known"):
         get_builder("padchest")
 
