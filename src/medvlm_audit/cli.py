@@ -23,11 +23,18 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
-@app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    if value:
         print(__version__)
         raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Audit whether medical VLMs read the image."""
 
 
 @build_app.command("phantom")
@@ -42,7 +49,7 @@ def build_phantom_cmd(
 
     try:
         test, train = build_phantom(out, n_cases=n_cases, n_train=n_train, seed=seed)
-    except AuditError as e:
+    except (AuditError, ValueError) as e:
         _fail(e)
     console.print(f"phantom probe set: {len(test)} cases -> {out / 'probeset'} (hash {test.content_hash[:12]})")
     console.print(f"training split: {len(train)} cases -> {out / 'train'}")
@@ -255,25 +262,43 @@ def build_probe_train_cmd(
 
 @app.command("run")
 def run_cmd(
-    config: Annotated[Path | None, typer.Argument(help="Run config (YAML or TOML); none = the suite's embedded default.")] = None,
+    config: Annotated[Path | None, typer.Argument(help="Run config (YAML or TOML); none = flags alone, or the suite's embedded default.")] = None,
     suite: Annotated[str | None, typer.Option(help="grounding | stress (overrides the config's suite).")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Override run_dir of the config.")] = None,
+    probe_set: Annotated[list[Path] | None, typer.Option("--probe-set", help="Probe-set folder (repeatable; replaces the config's probe_sets).")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", help="Model as key=value pairs, e.g. name=vlm,backend=openai,model=M,base_urls=http://127.0.0.1:8000/v1 (repeatable; replaces the config's models).")] = None,
+    models_yaml: Annotated[Path | None, typer.Option("--models-yaml", help="YAML/TOML file with a list of model entries (replaces the config's models).")] = None,
+    conditions: Annotated[list[str] | None, typer.Option("--conditions", help="Image conditions, comma-separated or repeated.")] = None,
+    resolutions: Annotated[list[str] | None, typer.Option("--resolutions", help="Working resolutions, e.g. 224,512.")] = None,
+    prompt_variants: Annotated[list[str] | None, typer.Option("--prompt-variants", help="default, terse, radiologist (comma-separated or repeated).")] = None,
+    repeats: Annotated[int | None, typer.Option(help="Samples per input.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Image render workers.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Construction seed (prompt subsample).")] = None,
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
 ) -> None:
-    """Execute a suite (resumes an existing run directory: only missing answers are asked)."""
+    """Execute a suite (resumes an existing run directory: only missing answers are asked).
+
+    The run is described by a config file, by flags alone (--probe-set and --model or --models-yaml), or both: flags override the file's values.
+    """
     from medvlm_audit import api
-    from medvlm_audit.config import load_config
+    from medvlm_audit.config import flag_overrides, load_config, validate_config
 
     try:
-        if config is None:
+        flags = flag_overrides(suite=suite, run_dir=run_dir, probe_sets=probe_set, models=model,
+                               models_file=models_yaml, conditions=conditions, resolutions=resolutions,
+                               prompt_variants=prompt_variants, repeats=repeats, workers=workers, seed=seed)
+        if config is not None:
+            cfg = load_config(config, flags)
+        elif set(flags) - {"suite", "run_dir"}:
+            cfg = validate_config(flags, source="command-line flags")
+        else:
             chosen = suite or "grounding"
             if chosen == "grounding":
-                raise AuditError("the grounding suite's embedded default is `medvlm-audit demo`; give a config to run")
+                raise AuditError("the grounding suite's embedded default is `medvlm-audit demo`; give a config "
+                                 "or --probe-set and --model to run")
             cfg = api.embedded_config(chosen, run_dir or Path(f"runs/{chosen}-default"))
-        else:
-            cfg = load_config(config, {"run_dir": str(run_dir) if run_dir else None, "suite": suite})
         res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)

@@ -5,6 +5,7 @@ Every run records its fully resolved config, the package version and the seeds i
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -86,10 +87,107 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ru
         raise ConfigError(f"config file {p}: expected a mapping at the top level, got {type(data).__name__}")
     data.update({k: v for k, v in (overrides or {}).items() if v is not None})
     base = p.parent
-    for key in ("probe_sets",):
-        if key in data and isinstance(data[key], list):
-            data[key] = [str(x) if Path(str(x)).is_absolute() else str(base / str(x)) for x in data[key]]
+    if isinstance(data.get("probe_sets"), list):  # flag values arrive resolved against the working directory
+        data["probe_sets"] = [_resolve_entry(str(x), base) for x in data["probe_sets"]]
     return validate_config(data, source=str(p))
+
+
+_NAMED_SOURCE = re.compile(r"^[A-Za-z][\w.-]+:")  # ``vqa-rad:/data/VQA_RAD`` (not a drive letter ``C:``)
+
+
+def _resolve_entry(entry: str, base: Path) -> str:
+    """A probe_sets entry as a path against ``base``; ``phantom`` and ``<benchmark>:<folder>`` stay as given."""
+    if entry == "phantom" or _NAMED_SOURCE.match(entry) or Path(entry).expanduser().is_absolute():
+        return str(Path(entry).expanduser()) if entry.startswith("~") else entry
+    return str(base / entry)
+
+
+def parse_model_flag(text: str) -> dict[str, Any]:
+    """One ``--model`` entry: comma-separated ``key=value`` pairs, values read as YAML scalars.
+
+    ``name=vlm,backend=openai,model=Qwen/Qwen2.5-VL-7B-Instruct,base_urls=http://127.0.0.1:8000/v1``; a value
+    with ``;`` is a list (``base_urls=http://a/v1;http://b/v1``). ``backend`` alone names the model after it.
+    """
+    entry: dict[str, Any] = {}
+    for part in (p for p in text.split(",") if p.strip()):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"--model {text!r}: expected comma-separated key=value pairs, got {part!r}")
+        if key in entry:
+            raise ConfigError(f"--model {text!r}: {key!r} given twice")
+        items = [_scalar(v) for v in value.split(";")] if ";" in value else _scalar(value)
+        entry[key] = items
+    if "backend" not in entry:
+        raise ConfigError(f"--model {text!r}: names no backend (e.g. backend=openai)")
+    entry.setdefault("name", str(entry["backend"]))
+    return entry
+
+
+def _scalar(value: str) -> Any:
+    value = value.strip()
+    try:
+        v = yaml.safe_load(value) if value else ""
+    except yaml.YAMLError:
+        return value
+    return v if isinstance(v, (str, int, float, bool)) or v is None else value
+
+
+def load_models_file(path: str | Path) -> list[dict[str, Any]]:
+    """``--models-yaml``: a YAML (or TOML) file holding a list of model entries, or a mapping with ``models``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+        data = tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"models file {p} is unreadable: {e}") from e
+    if isinstance(data, dict):
+        data = data.get("models")
+    if not isinstance(data, list) or not all(isinstance(m, dict) for m in data):
+        raise ConfigError(f"models file {p}: expected a list of model entries (or a 'models:' list)")
+    return data
+
+
+def flag_overrides(
+    *,
+    suite: str | None = None,
+    run_dir: str | Path | None = None,
+    probe_sets: list[str | Path] | None = None,
+    models: list[str] | None = None,
+    models_file: str | Path | None = None,
+    conditions: list[str] | None = None,
+    resolutions: list[str] | None = None,
+    prompt_variants: list[str] | None = None,
+    repeats: int | None = None,
+    workers: int | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Run-config values given as command-line flags (only those given); they override a config file's values.
+
+    Probe-set paths are resolved against the working directory; list flags take repeated or comma-separated
+    values; ``--model`` entries (:func:`parse_model_flag`) come after those of ``--models-yaml``.
+    """
+
+    def split(values: list[str] | None) -> list[str] | None:
+        out = [v.strip() for x in values or () for v in str(x).split(",") if v.strip()]
+        return out or None
+
+    out: dict[str, Any] = {"suite": suite, "run_dir": None if run_dir is None else str(run_dir)}
+    if probe_sets:
+        out["probe_sets"] = [_resolve_entry(str(p), Path.cwd()) for p in probe_sets]
+    entries = (load_models_file(models_file) if models_file is not None else []) + [parse_model_flag(m) for m in models or ()]
+    if entries:
+        out["models"] = entries
+    out["conditions"] = split(conditions)
+    res = split(resolutions)
+    if res is not None:
+        try:
+            out["resolutions"] = [int(r) for r in res]
+        except ValueError:
+            raise ConfigError(f"--resolutions: expected integers, got {res}") from None
+    out["prompt_variants"] = split(prompt_variants)
+    out.update(repeats=repeats, workers=workers, seed=seed)
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def redact_urls(obj: Any) -> Any:
