@@ -18,7 +18,7 @@ from medvlm_audit.export import export_run
 from medvlm_audit.models.base import Decoding, Model
 from medvlm_audit.models.registry import load_model
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.runner import RunSummary, check_models, execute
+from medvlm_audit.runner import RunSummary, TrialIndex, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.base import Plan
 
@@ -119,6 +119,7 @@ def run(
         raise AuditError("the plan is empty: no case has an applicable condition")
     built = models if models is not None else [load_model(m) for m in cfg.models]
     check_models(built)
+    source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
     store = RunStore(run_dir / STORE_FILE)
     try:
         meta = store.meta()
@@ -134,7 +135,8 @@ def run(
         dec = Decoding(**cfg.decoding.model_dump())
         per_model = {m.name: Decoding(**m.decoding.model_dump()) for m in cfg.models if m.decoding is not None}
         summary = asyncio.run(execute(store, plan, built, dec, retry_errors=retry_errors, progress=progress,
-                                      workers=cfg.workers, model_decoding=per_model))
+                                      workers=cfg.workers, model_decoding=per_model,
+                                      source_keys=source_keys))
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
         store.close()

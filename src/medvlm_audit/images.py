@@ -46,6 +46,27 @@ def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
         raise ImageError(f"image file {p} cannot be decoded ({e})") from e
 
 
+def check_image_header(path: str | Path) -> None:
+    """Cheap readability check (file exists, its header decodes; PNG chunk CRCs verified), no pixel decode.
+
+    The runner calls it on every source before any model call; the full decode (and the builders' image
+    checks) catch damage inside the pixel data."""
+    p = Path(path)
+    if not p.exists():
+        raise ImageError(f"image file {p} does not exist")
+    try:
+        if p.suffix.lower() in (".dcm", ".dicom"):
+            import pydicom
+
+            pydicom.dcmread(str(p), stop_before_pixels=True)
+            return
+        with Image.open(p) as im:
+            if im.format == "PNG":
+                im.verify()  # walks every chunk and checks its CRC: catches truncated or altered files
+    except Exception as e:
+        raise ImageError(f"image file {p} cannot be decoded ({e})") from e
+
+
 def load_gray(path: str | Path) -> np.ndarray:
     """Decode an image file to uint8 grayscale."""
     return load_image(path, "L")
@@ -106,33 +127,38 @@ class SourceCache:
 
 
 class PixelCache:
-    """Thread-safe LRU of rendered model images under a byte budget: planning renders every image once to
-    hash it, and execution reuses those pixels instead of decoding and resizing the source again."""
+    """Thread-safe LRU of rendered model images (and their encoded forms) under a byte budget: planning
+    renders every image once to hash it, and execution reuses those pixels instead of decoding again."""
 
     def __init__(self, max_bytes: int = 512 * 2**20) -> None:
         self.max_bytes = max_bytes
         self.nbytes = 0
-        self._d: OrderedDict[object, np.ndarray] = OrderedDict()
+        self._d: OrderedDict[object, np.ndarray | bytes] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: object) -> np.ndarray | None:
+    def get(self, key: object) -> np.ndarray | bytes | None:
         with self._lock:
             arr = self._d.get(key)
             if arr is not None:
                 self._d.move_to_end(key)
             return arr
 
-    def put(self, key: object, arr: np.ndarray) -> None:
-        if arr.nbytes > self.max_bytes:
+    def put(self, key: object, arr: np.ndarray | bytes) -> None:
+        size = _size(arr)
+        if size > self.max_bytes:
             return
         with self._lock:
             if key in self._d:
                 return
             self._d[key] = arr
-            self.nbytes += arr.nbytes
+            self.nbytes += size
             while self.nbytes > self.max_bytes:
                 _, old = self._d.popitem(last=False)
-                self.nbytes -= old.nbytes
+                self.nbytes -= _size(old)
+
+
+def _size(x: np.ndarray | bytes) -> int:
+    return x.nbytes if isinstance(x, np.ndarray) else len(x)
 
 
 @dataclass(frozen=True, slots=True)

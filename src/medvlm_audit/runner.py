@@ -3,24 +3,31 @@
 Every (model, input) is asked once: inputs are keyed by a content hash of the model identity and the exact
 ModelInput (pixel hashes after all transforms, messages, decoding, sample index). A text-only model therefore
 answers once per question whatever the image condition, and a rerun of the same config asks nothing.
-All images are rendered and hashed while planning, so a corrupt or missing file fails before any model call.
+
+Before any model call every source file is checked (exists, header decodes, PNG CRCs); then images are
+rendered and hashed by worker threads while the models are already answering the inputs keyed so far, so
+the image work overlaps the model time. A source whose pixel data fails to decode later stops the run with
+an error naming the case; every answer committed until then stays in the store and a rerun resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing as mp
+import pickle
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 from medvlm_audit.errors import ImageError
-from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache
+from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
     Decoding,
     ErrorInfo,
@@ -35,16 +42,9 @@ from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Plan, Trial
 
 _PLACEHOLDER = np.zeros((0, 0), dtype=np.uint8)
+_DONE = object()  # end-of-work marker in a model's queue
 
-
-@dataclass
-class ModelWork:
-    """One model's share of a run: its distinct pending inputs (without pixels) and their recipes."""
-
-    model: Model
-    n_trials: int = 0
-    n_keys: int = 0
-    pending: dict[str, tuple[ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
+Pending = tuple[str, ModelInput, tuple[ImageRecipe, ...]]  # key, input without pixels, recipes to render
 
 
 @dataclass
@@ -53,7 +53,8 @@ class RunSummary:
     n_skipped: int
     per_model: dict[str, dict[str, int]]
     elapsed_s: float
-    plan_s: float = 0.0  # render + hash every image, key every trial, record the plan
+    plan_s: float = 0.0  # until every image was hashed and every trial keyed (overlaps the asking)
+    first_input_s: float | None = None  # until the first input was queued for a model
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,7 +63,120 @@ class RunSummary:
             "per_model": self.per_model,
             "elapsed_s": round(self.elapsed_s, 3),
             "plan_s": round(self.plan_s, 3),
+            "first_input_s": None if self.first_input_s is None else round(self.first_input_s, 3),
         }
+
+
+class TrialIndex:
+    """The distinct image recipes of a plan, which trials wait on each, and the trial to name in errors."""
+
+    def __init__(self, trials: Sequence[Trial]) -> None:
+        self.trials = trials
+        self.first: dict[ImageRecipe, Trial] = {}
+        self.waiting: dict[ImageRecipe, list[int]] = defaultdict(list)
+        self.missing = [0] * len(trials)
+        for i, t in enumerate(trials):
+            for r in dict.fromkeys(t.images):
+                self.first.setdefault(r, t)
+                self.waiting[r].append(i)
+                self.missing[i] += 1
+
+    def named(self, r: ImageRecipe, e: Exception) -> ImageError:
+        t = self.first[r]
+        return ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}")
+
+    def ready_without_images(self) -> list[int]:
+        return [i for i, m in enumerate(self.missing) if m == 0]
+
+    def resolve(self, recipes: Iterable[ImageRecipe]) -> list[int]:
+        """Mark recipes as hashed; return the trials that have become ready (all their images hashed)."""
+        ready = []
+        for r in recipes:
+            for i in self.waiting.pop(r, ()):
+                self.missing[i] -= 1
+                if self.missing[i] == 0:
+                    ready.append(i)
+        return ready
+
+
+def check_sources(index: TrialIndex) -> dict[ImageRecipe, str]:
+    """Check every source file once (exists, header decodes) and return each recipe's cache key.
+
+    Runs before any model call, so a missing or unreadable file fails the run with the case named."""
+    checked: dict[str, Exception | None] = {}
+    keys: dict[ImageRecipe, str] = {}
+    for r in index.first:
+        if r.source not in checked:
+            try:
+                check_image_header(r.source)
+                checked[r.source] = None
+            except ImageError as e:
+                checked[r.source] = e
+        err = checked[r.source]
+        if err is not None:
+            raise index.named(r, err) from None
+        try:
+            keys[r] = r.cache_key()
+        except ImageError as e:
+            raise index.named(r, e) from None
+    return keys
+
+
+def render_group(
+    recipes: Sequence[ImageRecipe],
+    cache: SourceCache,
+    pixels: PixelCache | None,
+    encoders: Sequence[Callable[[np.ndarray], bytes]] = (),
+) -> list[tuple[ImageRecipe, str | Exception]]:
+    """Render and hash the recipes of one source file (one decode, one resize); pixels, and each model's
+    encoded bytes (so the event loop need not encode), go to ``pixels``."""
+    out: list[tuple[ImageRecipe, str | Exception]] = []
+    for r in recipes:
+        try:
+            px = r.render(cache)
+        except ImageError as e:
+            return out + [(r, e)]
+        if pixels is not None:
+            pixels.put(r, px)
+            for j, enc in enumerate(encoders):
+                pixels.put((r, j), enc(px))
+        out.append((r, pixel_sha256(px)))
+    return out
+
+
+_PROCESS_CACHE: SourceCache | None = None
+
+
+def render_group_in_process(
+    recipes: Sequence[ImageRecipe], encoders: Sequence[Callable[[np.ndarray], bytes]] = ()
+) -> list[tuple[ImageRecipe, str | Exception, Any, tuple[bytes, ...]]]:
+    """``render_group`` for a worker process: hash, pixels and each model's encoded bytes go back to the
+    parent, which caches them; the event loop then neither renders nor encodes."""
+    global _PROCESS_CACHE
+    if _PROCESS_CACHE is None:
+        _PROCESS_CACHE = SourceCache(16)
+    out: list[tuple[ImageRecipe, str | Exception, Any, tuple[bytes, ...]]] = []
+    for r in recipes:
+        try:
+            px = r.render(_PROCESS_CACHE)
+        except ImageError as e:
+            return out + [(r, e, None, ())]
+        out.append((r, pixel_sha256(px), px, tuple(enc(px) for enc in encoders)))
+    return out
+
+
+def _process_pool(workers: int) -> ProcessPoolExecutor:
+    """Rendering in worker processes runs beside the event loop without contending for its GIL."""
+    method = "fork" if "fork" in mp.get_all_start_methods() and sys.platform == "linux" else "spawn"
+    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context(method))
+
+
+def group_by_source(recipes: Iterable[ImageRecipe]) -> list[list[ImageRecipe]]:
+    """One task per source file, so its conditions share one decode and one resize."""
+    by_source: dict[str, list[ImageRecipe]] = {}
+    for r in recipes:
+        by_source.setdefault(r.source, []).append(r)
+    return list(by_source.values())
 
 
 def hash_images(
@@ -72,52 +186,82 @@ def hash_images(
     workers: int = 2,
     pixels: PixelCache | None = None,
 ) -> dict[ImageRecipe, str]:
-    """Pixel sha256 of every distinct recipe; cached in the store so a resumed run does not re-render.
-
-    Rendered pixels are kept in ``pixels`` (bounded) so execution need not render them again."""
-    recipes: dict[ImageRecipe, Trial] = {}
-    for t in trials:
-        for r in t.images:
-            recipes.setdefault(r, t)
+    """Pixel sha256 of every distinct recipe, all at once (the streaming runner does this incrementally);
+    cached in the store so a resumed run does not re-render."""
+    index = TrialIndex(trials)
+    keys = check_sources(index)
     known = store.image_hashes()
-    out: dict[ImageRecipe, str] = {}
-    todo: list[tuple[ImageRecipe, str]] = []
-    for r, t in recipes.items():
-        try:
-            ck = r.cache_key()
-        except ImageError as e:
-            raise ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}") from None
-        if ck in known:
-            out[r] = known[ck]
-        else:
-            todo.append((r, ck))
-
-    def one_source(items: list[tuple[ImageRecipe, str]]) -> list[tuple[ImageRecipe, str, str]]:
-        out_: list[tuple[ImageRecipe, str, str]] = []
-        for r, ck in items:
-            try:
-                px = r.render(cache)
-            except ImageError as e:
-                t = recipes[r]
-                raise ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}") from None
-            if pixels is not None:
-                pixels.put(r, px)
-            out_.append((r, ck, pixel_sha256(px)))
-        return out_
-
-    # one task per source file, so its conditions share one decode and one resize (no two threads race on it)
-    by_source: dict[str, list[tuple[ImageRecipe, str]]] = {}
-    for r, ck in todo:
-        by_source.setdefault(r.source, []).append((r, ck))
+    out = {r: known[ck] for r, ck in keys.items() if ck in known}
+    todo = [r for r in keys if r not in out]
     new: list[tuple[str, str]] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for group in pool.map(one_source, by_source.values()):
-            for r, ck, h in group:
+        for group in pool.map(lambda g: render_group(g, cache, pixels), group_by_source(todo)):
+            for r, h in group:
+                if isinstance(h, Exception):
+                    raise index.named(r, h) from None
                 out[r] = h
-                new.append((ck, h))
+                new.append((keys[r], h))
     if new:
         store.add_image_hashes(new)
     return out
+
+
+@dataclass
+class ModelWork:
+    """One model's share of a run: keys its trials as their images are hashed, queues the inputs to ask."""
+
+    model: Model
+    decoding: Decoding
+    answered: set[str]
+    n_trials: int = 0
+    identity: dict[str, Any] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)
+    pending: dict[str, tuple[ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
+    _keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.identity = self.model.identity()
+
+    @property
+    def n_keys(self) -> int:
+        return len(self.keys)
+
+    def admit(
+        self, trials: Iterable[Trial], hashes: dict[ImageRecipe, str]
+    ) -> tuple[list[tuple], list[tuple[str, str, str]], list[Pending]]:
+        """Key trials whose images are hashed: (trial rows, new request rows, newly pending inputs)."""
+        model = self.model
+        rows: list[tuple] = []
+        requests: list[tuple[str, str, str]] = []
+        new: list[Pending] = []
+        for t in trials:
+            sig = (t.messages, t.images, t.sample_index, t.decoding)
+            hit = self._keyed.get(sig)
+            if hit is None:
+                dec = self.decoding
+                if t.decoding:
+                    dec = replace(dec, **dict(t.decoding))
+                if dec.seed is not None and t.sample_index:
+                    dec = replace(dec, seed=dec.seed + t.sample_index)
+                images = tuple(ImageData(_PLACEHOLDER, hashes[r]) for r in t.images)
+                inp = model.prepare(ModelInput(t.messages, images, dec, t.sample_index))
+                desc = inp.describe()
+                key = input_key(self.identity, inp, desc)
+                hit = self._keyed[sig] = (key, inp, t.images if inp.images else ())
+                if key not in self.keys:
+                    self.keys.add(key)
+                    requests.append((key, model.name, json.dumps(desc, sort_keys=True)))
+                    if key not in self.answered:
+                        self.pending[key] = (inp, hit[2])
+                        new.append(hit)
+            key, inp, _ = hit
+            rows.append(
+                (model.name, t.probe_set, t.case_id, t.condition, t.sample_index, key,
+                 inp.images[0].sha256 if inp.images else None,
+                 json.dumps(t.payload, sort_keys=True) if t.payload else None)
+            )
+        self.n_trials += len(rows)
+        return rows, requests, new
 
 
 def plan_model(
@@ -129,44 +273,14 @@ def plan_model(
     retry_errors: bool,
     answered: set[str] | None = None,
 ) -> ModelWork:
-    """Key every trial for one model, record trials and requests, and collect the inputs still to ask."""
-    identity = model.identity()
-    store.add_model(model.name, model.modality, identity)
-    work = ModelWork(model)
-    rows: list[tuple] = []
-    requests: dict[str, str] = {}
-    keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = {}
-    for t in trials:
-        dec = decoding
-        if t.decoding:
-            dec = replace(dec, **dict(t.decoding))
-        if dec.seed is not None and t.sample_index:
-            dec = replace(dec, seed=dec.seed + t.sample_index)
-        sig = (t.messages, t.images, t.sample_index, t.decoding)
-        hit = keyed.get(sig)
-        if hit is None:
-            images = tuple(ImageData(_PLACEHOLDER, hashes[r]) for r in t.images)
-            inp = model.prepare(ModelInput(t.messages, images, dec, t.sample_index))
-            desc = inp.describe()
-            key = input_key(identity, inp, desc)
-            recipes = t.images if inp.images else ()
-            hit = keyed[sig] = (key, inp, recipes)
-            if key not in requests:
-                requests[key] = json.dumps(desc, sort_keys=True)
-        key, inp, recipes = hit
-        img_hash = inp.images[0].sha256 if inp.images else None
-        rows.append(
-            (model.name, t.probe_set, t.case_id, t.condition, t.sample_index, key, img_hash,
-             json.dumps(t.payload, sort_keys=True) if t.payload else None)
-        )
-        if key not in work.pending:
-            work.pending[key] = (inp, recipes)
-    store.add_trials(rows)
-    store.add_requests((k, model.name, v) for k, v in requests.items())
+    """Key every trial for one model at once, record trials and requests, and collect the inputs to ask."""
+    store.add_model(model.name, model.modality, model.identity())
     done = answered if answered is not None else store.answered_keys(include_errors=not retry_errors)
-    work.n_trials = len(rows)
-    work.n_keys = len(work.pending)
-    work.pending = {k: v for k, v in work.pending.items() if k not in done}
+    work = ModelWork(model, decoding, done)
+    rows, requests, _ = work.admit(trials, hashes)
+    with store.transaction():
+        store.add_trials(rows)
+        store.add_requests(requests)
     return work
 
 
@@ -184,39 +298,104 @@ def _materialise(
     return ModelInput(inp.messages, tuple(images), inp.decoding, inp.sample_index)
 
 
-async def _run_model(
-    store: RunStore, work: ModelWork, cache: SourceCache, pixels: PixelCache, on_done: Any
+def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarray], bytes]], list[int | None]]:
+    """The distinct image encoders of the models (equal ones run once) and each model's index into them."""
+    encoders: list[Callable[[np.ndarray], bytes]] = []
+    seen: dict[bytes, int] = {}
+    of: list[int | None] = []
+    for m in models:
+        enc = m.image_encoder() if m.modality != "text_only" else None
+        if enc is None:
+            of.append(None)
+            continue
+        try:
+            ident = pickle.dumps(enc)
+        except Exception:  # noqa: BLE001  not picklable: the model encodes for itself
+            of.append(None)
+            continue
+        if ident not in seen:
+            seen[ident] = len(encoders)
+            encoders.append(enc)
+        of.append(seen[ident])
+    return encoders, of
+
+
+class _GroupCommit:
+    """Commits answers at the end of the event-loop turn in which they arrive, all of that turn's answers in
+    one transaction: nothing is awaited between an answer's arrival and its commit."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.buf: list[tuple[str, Response]] = []
+
+    def add(self, key: str, resp: Response) -> None:
+        if not self.buf:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.buf.append((key, resp))
+
+    def flush(self) -> None:
+        buf, self.buf = self.buf, []
+        if buf:
+            self.store.put_responses(buf)
+
+
+async def _take_batch(queue: asyncio.Queue, size: int) -> list[Pending]:
+    """Up to ``size`` pending inputs; waits for a full batch unless the producer has finished."""
+    batch: list[Pending] = []
+    while len(batch) < size:
+        item = await queue.get()
+        if item is _DONE:
+            queue.put_nowait(_DONE)  # leave the marker for the model's other workers
+            break
+        batch.append(item)
+    return batch
+
+
+async def _ask(
+    commit: _GroupCommit,
+    work: ModelWork,
+    queue: asyncio.Queue,
+    cache: SourceCache,
+    pixels: PixelCache,
+    on_done: Callable[[str, int], None],
+    encoder: int | None = None,
 ) -> dict[str, int]:
+    """A model's workers: take batches from its queue, ask, commit each answer as it arrives."""
     model = work.model
-    items = list(work.pending.items())
     bs = max(1, model.batch_size)
-    batches = [items[i : i + bs] for i in range(0, len(items), bs)]
-    sem = asyncio.Semaphore(max(1, model.max_concurrency))
     stats = {"asked": 0, "errors": 0}
 
     def cached(recipes: tuple[ImageRecipe, ...]) -> bool:
         return all(pixels.get(r) is not None for r in recipes)
 
-    async def one(batch: list[tuple[str, tuple[ModelInput, tuple[ImageRecipe, ...]]]]) -> None:
-        async with sem:
+    async def worker() -> None:
+        while batch := await _take_batch(queue, bs):
             try:
-                if all(cached(r) for _, (_, r) in batch):
-                    inputs = [_materialise(i, r, cache, pixels) for _, (i, r) in batch]
-                else:  # decoding and resizing release the GIL: keep the event loop free for I/O
-                    inputs = await asyncio.to_thread(lambda: [_materialise(i, r, cache, pixels) for _, (i, r) in batch])
+                if all(cached(r) for _, _, r in batch):
+                    inputs = [_materialise(i, r, cache, pixels) for _, i, r in batch]
+                else:  # evicted from the pixel cache: decoding and resizing release the GIL, keep the loop free
+                    inputs = await asyncio.to_thread(lambda: [_materialise(i, r, cache, pixels) for _, i, r in batch])
+                if encoder is not None:  # bytes a render worker encoded for this model
+                    for (_, _, recipes), inp in zip(batch, inputs):
+                        for r, im in zip(recipes, inp.images):
+                            data = pixels.get((r, encoder))
+                            if data is not None:
+                                model.prime_image(im.sha256, data)
                 responses = await model.generate(inputs)
                 if len(responses) != len(inputs):
                     raise RuntimeError(f"model returned {len(responses)} responses for {len(inputs)} inputs")
-            except Exception as e:  # an adapter bug or a failing local model: recorded per input, run goes on
+            except ImageError:
+                raise
+            except Exception as e:  # noqa: BLE001  an adapter bug or a failing local model: recorded per input, run goes on
                 msg = f"{type(e).__name__}: {e}"[:500]
                 responses = [Response(None, error=ErrorInfo("model", msg, 1, False)) for _ in batch]
-            for (key, _), resp in zip(batch, responses):
-                store.put_response(key, resp)
+            for (key, _, _), resp in zip(batch, responses):
+                commit.add(key, resp)
                 stats["asked"] += 1
                 stats["errors"] += resp.error is not None
             on_done(model.name, len(batch))
 
-    await asyncio.gather(*(one(b) for b in batches))
+    await asyncio.gather(*(worker() for _ in range(max(1, model.max_concurrency))))
     return stats
 
 
@@ -242,50 +421,141 @@ async def execute(
     workers: int = 2,
     pixel_cache_mb: int = 512,
     model_decoding: dict[str, Decoding] | None = None,
+    render_processes: bool = False,
+    source_keys: dict[ImageRecipe, str] | None = None,
 ) -> RunSummary:
-    """Plan every model, then ask all pending inputs concurrently (models side by side), committing each answer.
+    """Check every source, then render and hash images in worker threads while the models (side by side)
+    answer the inputs keyed so far; each answer is committed as it arrives.
 
-    ``model_decoding`` overrides ``decoding`` for the named models."""
+    ``model_decoding`` overrides ``decoding`` for the named models; ``render_processes`` renders in worker
+    processes instead of threads; ``source_keys`` passes :func:`check_sources` results already computed."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
     check_models(models)
+    index = TrialIndex(plan.trials)
+    keys = source_keys if source_keys is not None else check_sources(index)  # before anything is written
     for src in plan.sources:
         store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance)
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
     cache = SourceCache(256)
     pixels = PixelCache(pixel_cache_mb * 2**20)
-    hashes = hash_images(store, plan.trials, cache, workers, pixels)
     answered = store.answered_keys(include_errors=not retry_errors)
     per_dec = model_decoding or {}
-    works = [plan_model(store, m, plan.trials, hashes, per_dec.get(m.name, decoding), retry_errors, answered)
-             for m in models]
-    per_model: dict[str, dict[str, int]] = {
-        w.model.name: {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending)} for w in works
-    }
-    pending_total = sum(len(w.pending) for w in works)
-    plan_s = time.perf_counter() - t0
-    if pending_total:
-        with _progress(progress, works) as advance:
-            results = await asyncio.gather(*(_run_model(store, w, cache, pixels, advance) for w in works))
-        for w, r in zip(works, results):
-            per_model[w.model.name].update(r)
+    works = []
     for m in models:
-        await m.aclose()
-    return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0, plan_s)
+        store.add_model(m.name, m.modality, m.identity())
+        works.append(ModelWork(m, per_dec.get(m.name, decoding), answered))
+    queues: list[asyncio.Queue] = [asyncio.Queue() for _ in works]
+    encoders, encoder_of = _distinct_encoders(models)
+    known = store.image_hashes()
+    hashes = {r: known[ck] for r, ck in keys.items() if ck in known}
+    todo = [r for r in keys if r not in hashes]
+    timing: dict[str, float] = {}
+
+    with _progress(progress, works) as bar:
+
+        def admit(trial_ids: list[int]) -> None:
+            if not trial_ids:
+                return
+            trials = [plan.trials[i] for i in trial_ids]
+            with store.transaction():
+                for w, q in zip(works, queues):
+                    rows, requests, new = w.admit(trials, hashes)
+                    store.add_trials(rows)
+                    store.add_requests(requests)
+                    for item in new:
+                        q.put_nowait(item)
+                    if new:
+                        timing.setdefault("first_input_s", time.perf_counter() - t0)
+                        bar.grow(w.model.name, len(new))
+
+        async def produce() -> None:
+            """Render + hash each source's recipes in workers; key and queue the trials they complete.
+
+            Groups finished while the loop was busy are handled together: one transaction per wake-up."""
+            try:
+                admit(index.ready_without_images() + index.resolve(hashes))
+                if todo:
+                    loop = asyncio.get_running_loop()
+                    groups = group_by_source(todo)
+                    use_procs = render_processes
+                    pool: Executor = _process_pool(workers) if use_procs else ThreadPoolExecutor(max(1, workers))
+                    finished: asyncio.Queue = asyncio.Queue()
+                    with pool:
+                        if use_procs:
+                            futures = [loop.run_in_executor(pool, render_group_in_process, g, encoders)
+                                       for g in groups]
+                        else:
+                            futures = [loop.run_in_executor(pool, render_group, g, cache, pixels, encoders)
+                                       for g in groups]
+                        for f in futures:
+                            f.add_done_callback(finished.put_nowait)
+                        try:
+                            left = len(futures)
+                            while left:
+                                done = [await finished.get()]
+                                while not finished.empty():
+                                    done.append(finished.get_nowait())
+                                left -= len(done)
+                                new: list[tuple[ImageRecipe, str]] = []
+                                for fut in done:
+                                    for r, h, *extra in fut.result():
+                                        if isinstance(h, Exception):
+                                            raise index.named(r, h) from None
+                                        hashes[r] = h
+                                        new.append((r, h))
+                                        if extra:  # from a worker process: pixels and encoded bytes
+                                            pixels.put(r, extra[0])
+                                            for j, data in enumerate(extra[1]):
+                                                pixels.put((r, j), data)
+                                with store.transaction():
+                                    store.add_image_hashes([(keys[r], h) for r, h in new])
+                                    admit(index.resolve(r for r, _ in new))
+                        finally:
+                            for f in futures:
+                                f.cancel()
+                timing["plan_s"] = time.perf_counter() - t0
+            finally:
+                for q in queues:
+                    q.put_nowait(_DONE)
+
+        commit = _GroupCommit(store)
+        tasks = [asyncio.ensure_future(_ask(commit, w, q, cache, pixels, bar.advance, encoder_of[i]))
+                 for i, (w, q) in enumerate(zip(works, queues))]
+        try:
+            await produce()
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            commit.flush()
+            for m in models:
+                await m.aclose()
+    per_model: dict[str, dict[str, int]] = {}
+    for w, r in zip(works, results):
+        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
+    return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
+                      timing.get("plan_s", 0.0), timing.get("first_input_s"))
 
 
 class _progress:
-    """A rich progress bar per model (rate and ETA), or a no-op."""
+    """A rich progress bar per model (answers, rate and ETA; totals grow as inputs are keyed), or a no-op."""
 
     def __init__(self, enabled: bool, works: Sequence[ModelWork]) -> None:
         self.enabled = enabled
-        self.works = works
+        self.names = [w.model.name for w in works]
         self.tasks: dict[str, Any] = {}
+        self.done: dict[str, int] = defaultdict(int)
+        self.total: dict[str, int] = defaultdict(int)
         self.bar: Any = None
+        self.start = time.perf_counter()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         if not self.enabled:
-            return lambda name, n: None
+            return self
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -308,17 +578,23 @@ class _progress:
         )
         self.bar.__enter__()
         self.start = time.perf_counter()
-        for w in self.works:
-            if w.pending:
-                self.tasks[w.model.name] = self.bar.add_task(w.model.name, total=len(w.pending), rate="")
-        done: dict[str, int] = defaultdict(int)
+        return self
 
-        def advance(name: str, n: int) -> None:
-            done[name] += n
-            el = max(time.perf_counter() - self.start, 1e-9)
-            self.bar.update(self.tasks[name], advance=n, rate=f"{done[name] / el:,.0f} answers/s")
+    def grow(self, name: str, n: int) -> None:
+        """n more inputs to ask for this model (keying runs while earlier inputs are being answered)."""
+        if self.bar is None:
+            return
+        if name not in self.tasks:
+            self.tasks[name] = self.bar.add_task(name, total=0, rate="")
+        self.total[name] += n
+        self.bar.update(self.tasks[name], total=self.total[name])
 
-        return advance
+    def advance(self, name: str, n: int) -> None:
+        if self.bar is None:
+            return
+        self.done[name] += n
+        el = max(time.perf_counter() - self.start, 1e-9)
+        self.bar.update(self.tasks[name], advance=n, rate=f"{self.done[name] / el:,.0f} answers/s")
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

@@ -59,7 +59,12 @@ class RunStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One explicit transaction (the connection autocommits, so bulk writes must BEGIN themselves)."""
+        """One explicit transaction (the connection autocommits, so bulk writes must BEGIN themselves).
+
+        Nested uses join the outermost one, so several bulk writes can commit together."""
+        if self.db.in_transaction:
+            yield
+            return
         self.db.execute("BEGIN")
         try:
             yield
@@ -146,9 +151,12 @@ class RunStore:
 
     def put_response(self, key: str, r: Response) -> None:
         """Commit one answer (its own transaction: nothing finished is lost if the process dies next)."""
-        err = r.error
-        self.db.execute(
-            "INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        self.put_responses([(key, r)])
+
+    def put_responses(self, items: Sequence[tuple[str, Response]]) -> None:
+        """Commit answers in one transaction (the runner's group commit of one event-loop turn)."""
+        now = time.time()
+        rows = [
             (
                 key,
                 r.text,
@@ -157,12 +165,15 @@ class RunStore:
                 r.prompt_tokens,
                 r.completion_tokens,
                 r.latency_s,
-                err.kind if err else None,
-                err.message if err else None,
-                err.attempts if err else 1,
-                time.time(),
-            ),
-        )
+                r.error.kind if r.error else None,
+                r.error.message if r.error else None,
+                r.error.attempts if r.error else 1,
+                now,
+            )
+            for key, r in items
+        ]
+        with self.transaction():
+            self.db.executemany("INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def get_response(self, key: str) -> Response | None:
         row = self.db.execute(

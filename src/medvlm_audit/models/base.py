@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,6 +141,16 @@ class Model:
 
     async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
         raise NotImplementedError
+
+    def image_encoder(self) -> Callable[[np.ndarray], bytes] | None:
+        """A picklable pure function from final pixels to the bytes this model sends for an image, or None.
+
+        The runner may run it in its render workers (beside the event loop) and hand the bytes back
+        through :meth:`prime_image`, so request building does not encode on the event loop."""
+        return None
+
+    def prime_image(self, sha256: str, encoded: bytes) -> None:
+        """Accept an image encoded elsewhere by :meth:`image_encoder` (ignored by default)."""
 
     def prepare(self, inp: ModelInput) -> ModelInput:
         """Reduce an input to what this model can see (text-only models drop images) before keying."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import email.utils
+import functools
 import ipaddress
 import json
 import math
@@ -24,11 +25,12 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import numpy as np
 from yarl import URL
 
 from medvlm_audit.errors import ConfigError
@@ -110,6 +112,17 @@ class _DataUrlCache:
     def peek(self, image: ImageData) -> bytes | None:
         return self._d.get(image.sha256)
 
+    def put(self, key: str, url: bytes) -> None:
+        if len(url) > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._d:
+                return
+            self._d[key] = url
+            self.size += len(url)
+            while self.size > self.max_bytes:
+                self.size -= len(self._d.popitem(last=False)[1])
+
     def get(self, image: ImageData) -> bytes:
         key = image.sha256
         with self._lock:
@@ -118,13 +131,7 @@ class _DataUrlCache:
                 self._d.move_to_end(key)
                 return hit
         url = data_url_bytes(image.pixels, self.fmt, self.png_level)
-        if len(url) <= self.max_bytes:
-            with self._lock:
-                if key not in self._d:
-                    self._d[key] = url
-                    self.size += len(url)
-                while self.size > self.max_bytes:
-                    self.size -= len(self._d.popitem(last=False)[1])
+        self.put(key, url)
         return url
 
 
@@ -284,6 +291,15 @@ class OpenAIChatModel(Model):
         else:
             h["Authorization"] = f"Bearer {key}"
         return h
+
+    def image_encoder(self) -> Callable[[np.ndarray], bytes] | None:
+        """The data URL this client sends for an image (so the runner can encode in its render workers)."""
+        if self.modality == "text_only":
+            return None
+        return functools.partial(data_url_bytes, fmt=self.image_format, png_level=self.png_level)
+
+    def prime_image(self, sha256: str, encoded: bytes) -> None:
+        self._images.put(sha256, encoded)
 
     def _images_of(self, inp: ModelInput) -> tuple[ImageData, ...]:
         return inp.images if self.modality != "text_only" else ()

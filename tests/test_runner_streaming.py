@@ -1,0 +1,128 @@
+"""The streaming runner: sources checked before any call, images rendered while models answer, a decode
+failure mid-run named and nothing finished lost, images encoded off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import BrightSpotModel, make_tiny_probeset
+
+from medvlm_audit import api, runner
+from medvlm_audit.errors import ImageError
+from medvlm_audit.export import tidy
+from medvlm_audit.models.base import Decoding
+from medvlm_audit.models.encoding import decode_data_url
+from medvlm_audit.models.openai_compat import OpenAIChatModel
+from medvlm_audit.runner import execute
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+from medvlm_audit.testing.fake_openai import FakeOpenAIServer
+
+OPTS = GroundingOptions(conditions=("original", "target_mask", "irrelevant_mask"))
+
+
+def _damage_pixel_data(path: Path) -> None:
+    """Replace the IDAT payload by bytes that are not a zlib stream, with valid chunk CRCs: the header and
+    every CRC check pass, only decoding the pixels fails."""
+    data = path.read_bytes()
+    out, pos = [data[:8]], 8
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        tag = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        if tag == b"IDAT":
+            body = bytes(range(256)) * (len(body) // 256 + 1)
+            body = body[: max(len(body), 64)]
+        crc = zlib.crc32(body, zlib.crc32(tag))
+        out.append(struct.pack(">I", len(body)) + tag + body + struct.pack(">I", crc))
+        pos += 12 + length
+    path.write_bytes(b"".join(out))
+
+
+def test_damaged_pixels_stop_the_run_naming_the_case_and_keep_finished_answers(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=12)
+    good = (ps.image_root / "images" / "img009.png").read_bytes()
+    _damage_pixel_data(ps.image_root / "images" / "img009.png")
+    runner.check_image_header(ps.image_root / "images" / "img009.png")  # passes: only the pixels are bad
+    store = RunStore(tmp_path / "run.sqlite")
+    with pytest.raises(ImageError, match=r"case 'c009' \(tiny\), condition \w+: image file .*img009.png cannot be decoded"):
+        asyncio.run(execute(store, plan_grounding([ps], OPTS), [BrightSpotModel()], progress=False, workers=1))
+    kept = store.counts()["responses"]
+    # the file is repaired: a rerun asks exactly what is missing and ends with every answer once
+    (ps.image_root / "images" / "img009.png").write_bytes(good)
+    m = BrightSpotModel()
+    asyncio.run(execute(store, plan_grounding([ps], OPTS), [m], progress=False))
+    assert m.calls == 36 - kept
+    assert store.counts()["responses"] == 36
+
+
+def test_api_run_with_an_unreadable_image_writes_nothing(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    (ps.image_root / "images" / "img004.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    cfg = {"probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),
+           "conditions": ["original"], "models": [{"name": "bright-spot", "backend": "openai", "model": "x",
+                                                   "base_urls": "http://127.0.0.1:9/v1"}]}
+    m = BrightSpotModel()
+    with pytest.raises(ImageError, match=r"case 'c00[24]'.*img004.png cannot be decoded"):
+        api.run(cfg, models=[m], progress=False)
+    assert m.calls == 0
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, monkeypatch) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=12)
+    slow = runner.render_group
+
+    def render_slowly(*args, **kw):
+        time.sleep(0.05)
+        return slow(*args, **kw)
+
+    monkeypatch.setattr(runner, "render_group", render_slowly)
+    store = RunStore(tmp_path / "run.sqlite")
+    seen: list[int] = []
+
+    class Watching(BrightSpotModel):
+        def predict(self, inputs):
+            seen.append(len(store.image_hashes()))
+            return super().predict(inputs)
+
+    m = Watching()
+    m.batch_size = 1
+    summary = asyncio.run(execute(store, plan_grounding([ps], OPTS), [m], progress=False, workers=1))
+    assert m.calls == 36
+    assert seen[0] < 36, "the first answer waited for every image to be rendered"
+    assert summary.first_input_s is not None and summary.first_input_s < summary.plan_s
+
+
+def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=8)
+    primed: list[str] = []
+
+    class Counting(OpenAIChatModel):
+        def prime_image(self, sha256: str, encoded: bytes) -> None:
+            primed.append(sha256)
+            super().prime_image(sha256, encoded)
+
+    async def go() -> tuple[list, RunStore]:
+        async with FakeOpenAIServer(record_bodies=True) as srv:
+            m = Counting("vlm", "fake-vlm", srv.base_url, max_concurrency=4, image_cache_mb=0.001)
+            store = RunStore(tmp_path / "run.sqlite")
+            await execute(store, plan_grounding([ps], OPTS), [m], Decoding(max_new_tokens=4), progress=False)
+            return list(srv.stats.bodies), store
+
+    bodies, store = asyncio.run(go())
+    df = tidy(store)
+    assert len(bodies) == 24 and df.error_kind.isna().all()
+    assert sorted(primed) == sorted(df.image_sha256)  # every image came encoded from a render worker
+    # what the server received is exactly the rendered pixels of each trial
+    from medvlm_audit.models.base import pixel_sha256
+
+    got = {pixel_sha256(decode_data_url(b["messages"][0]["content"][0]["image_url"]["url"])) for b in bodies}
+    assert got == set(df.image_sha256)
+    assert np.all(df.groupby("case_id").image_sha256.nunique() == 3)
