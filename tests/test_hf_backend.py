@@ -165,6 +165,27 @@ def test_identity_names_model_and_dtype_not_device(llava, llava_path):
     assert HFModel(llava_path, device="cpu", revision="abc123").identity()["fingerprint"] == "abc123"
 
 
+def test_bfloat16_weights_answer_like_float32(llava, llava_path):
+    """dtype: bfloat16 (the GPU default) on CPU: weights and pixel values in bf16, logprobs computed in float32."""
+    bf = HFModel(llava_path, name="tiny-llava-bf16", device="cpu", dtype="bfloat16", batch_size=4)
+    assert next(bf.model.parameters()).dtype == torch.bfloat16
+    inputs = batch_inputs()
+    out, ref = bf.predict(inputs), llava.predict(inputs)
+    for r, f in zip(out, ref):
+        assert r.ok, r.error
+        assert r.text and 1 <= r.completion_tokens <= 4 and r.prompt_tokens == f.prompt_tokens
+        lps = [lp for _, lp in r.top_logprobs]
+        assert len(lps) == 20 and all(math.isfinite(lp) and lp <= 0 for lp in lps) and lps == sorted(lps, reverse=True)
+    # the first-token distribution stays close to float32's (bf16 keeps ~3 significant digits; max 0.02 here)
+    lb = bf.first_token_logits(inputs).log_softmax(-1)
+    lf = llava.first_token_logits(inputs).log_softmax(-1)
+    assert lb.dtype == torch.float32
+    assert float((lb.exp() - lf.exp()).abs().max()) < 0.05
+    # pixels reach the bf16 model too
+    a, b = bf.first_token_logits([ask(Q, [image(1)]), ask(Q, [image(2)])])
+    assert float((a - b).abs().max()) > 1e-3
+
+
 def test_text_only_model(causal_path):
     m = HFModel(causal_path, device="cpu")
     assert m.modality == "text_only"
