@@ -5,6 +5,8 @@ MIMIC-IV patients into a temp folder (no images: check_images=False), then times
   baseline: reading every input CSV with pandas (the floor any builder pays),
   build:    build_mimic(...) end to end (manifest + exclusions + provenance with input sha256s),
 and a small tree with images for the image checks: 1 vs 2 workers, then a resumed (cached) rerun.
+Also times build_probe_train("mimic", splits train+validate) on the same tree: the vision probe's training set
+(every labelled frontal study, no cap; ~221k studies x up to 14 findings).
 Target: build < 60 s.  Run: .venv/bin/python benchmarks/bench_build_mimic.py [--keep DIR]
 """
 
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "datasets
 import dsfixtures as F
 
 from medvlm_audit.datasets.mimic import build_mimic
+from medvlm_audit.datasets.probe_train import build_probe_train
 
 
 def main() -> None:
@@ -60,6 +63,12 @@ def main() -> None:
           f"(paper: 452 + 1,400 + 723 = 2,575); shortfalls: {len(res.shortfalls)}; "
           f"identical rebuild: {build_build_nofp.probe_set.content_hash == res.probe_set.content_hash}")
     print(f"target build < 60 s: {'PASS' if build < 60 else 'FAIL'}")
+    t0 = time.perf_counter()
+    tr = build_probe_train("mimic", tmp / "train", mimic_root=tree["mimic_root"], check_images=False, verbose=False,
+                           fingerprint_inputs=False)
+    t_train = time.perf_counter() - t0
+    print(f"probe-train mimic train+validate: {t_train:6.2f} s  {tr.counts['images']:,} studies, "
+          f"{tr.counts['rows']:,} training rows, {len(tr.exclusions):,} exclusion rows")
 
     small = F.make_mimic_tree(tmp / "small", n_subjects=80, n_studies=200, n_images=300, test_every=2, n_rexerr=300,
                               ms_eligible=dict.fromkeys(F.MS_CATS, 4), images=True, size=(1024, 1280), gz=False)
