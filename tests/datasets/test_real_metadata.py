@@ -48,3 +48,17 @@ def test_chexpert_real_train_csv_reproduces_table9_total(tmp_path):
 def test_vinbigdata_classes_are_all_known():
     d = pd.read_csv(DATA / "vinbigdata-train.csv.gz", usecols=["class_name"])
     assert set(d.class_name) <= set(VINDR_CLASSES)
+
+
+def test_vinbigdata_counts_quoted_in_the_docs():
+    """docs/datasets.md quotes these availability counts of the real Kaggle train.csv (before the size filter)."""
+    a = pd.read_csv(DATA / "vinbigdata-train.csv.gz")
+    a["finding"] = a.class_name.map(VINDR_CLASSES)
+    boxed = a[a.finding.notna() & (a.finding != "no_finding")]
+    assert boxed.groupby("finding").image_id.nunique().to_dict() == {
+        "aortic_enlargement": 3067, "cardiomegaly": 2300, "pleural_thickening": 1981, "fibrosis": 1617,
+        "lung_opacity": 1322, "pleural_effusion": 1032, "nodule": 826, "infiltration": 613, "calcification": 452,
+        "ild": 386, "consolidation": 353, "atelectasis": 186, "pneumothorax": 96}
+    marked = set(a.loc[a.class_name != "No finding", "image_id"])
+    assert len(set(a.image_id) - marked) == 10606 and a.image_id.nunique() == 15000
+    assert (a.class_name == "Other lesion").sum() == 2203
