@@ -437,6 +437,146 @@ def test_auroc_interval_equals_naive_per_resample_loop(monkeypatch):
     assert f"{B - ok.sum()} resample(s) lacking a class skipped" in e.method or ok.all()
 
 
+def _naive_auroc_rows(s: np.ndarray, y: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """AUROC of each resample row of case positions ``d`` in the (score, class) order, by scipy ranks."""
+    order = np.lexsort((y, s))
+    return np.array([S.auroc(s[order][r], y[order][r]) for r in d])
+
+
+@pytest.mark.parametrize("ties_search_max", [32, 0])  # tied pairs by binary search / by bincount
+def test_auroc_sorted_draw_kernel_equals_per_resample_auroc(monkeypatch, ties_search_max):
+    monkeypatch.setattr(S, "_TIES_SEARCH_MAX", ties_search_max)
+    rng = np.random.default_rng(4)
+    for decimals in (0, 1, 2, 6):  # from heavy ties to none
+        n = int(rng.integers(5, 90))
+        y = (rng.random(n) < 0.4).astype(np.int8)
+        s = np.round(rng.random(n) + 0.3 * y, decimals)
+        d = np.sort(rng.integers(0, n, size=(300, n)).astype(np.int16), axis=1)
+        got = S._auroc_from_sorted_draws(d, S._auroc_plan(s, y))
+        ref = _naive_auroc_rows(s, y, d)
+        assert np.array_equal(np.isnan(got), np.isnan(ref))  # resamples lacking a class
+        ok = ~np.isnan(ref)
+        assert np.abs(got[ok] - ref[ok]).max() < 1e-12
+
+
+def test_auroc_cell_count_kernel_equals_auroc_of_the_counted_resample():
+    # cells = distinct (score, class) in score order: 0.2/neg, 0.2/pos, 0.5/neg, 0.9/pos
+    cells_s, cells_y = np.array([0.2, 0.2, 0.5, 0.9]), np.array([0, 1, 0, 1])
+    level, cell_y = np.array([0, 0, 1, 2]), cells_y
+    C = np.array([[1, 1, 1, 1], [2, 0, 1, 1], [0, 3, 0, 1], [2, 2, 0, 0]], dtype=float)  # rows sum to n = 4
+    got = S._auroc_cells_counts(C, level, cell_y, 3, 4)
+    for row, g in zip(C.astype(int), got):
+        s, y = np.repeat(cells_s, row), np.repeat(cells_y, row)
+        ref = S.auroc(s, y)
+        assert (math.isnan(g) and math.isnan(ref)) or g == pytest.approx(ref, abs=1e-12)
+    # first row by hand: pos 0.2 vs neg 0.2 -> 1/2, vs neg 0.5 -> 0; pos 0.9 beats both -> 2; U = 2.5 of 4
+    assert got[0] == pytest.approx(2.5 / 4)
+
+
+def test_auroc_exact_counts_same_for_any_thread_count_and_documented_blocks():
+    rng = np.random.default_rng(8)
+    n = 700
+    y = rng.integers(0, 2, n)
+    s = rng.random(n) + 0.3 * y  # continuous: the sorted-draw kernel
+    one = S.auroc_interval(s, y, B=1200, mode="exact-counts", workers=1)
+    three = S.auroc_interval(s, y, B=1200, mode="exact-counts", workers=3)
+    assert one == three
+    # the documented stream: block i of 500 resamples from default_rng(SeedSequence(0).spawn(...)[i]), rows of
+    # 16-bit positions in the (score, class) order, drawn in chunks of min(500, 2**17 // n) rows
+    rows = S._chunk_rows(n)
+    boots = []
+    for lo, ss in zip(range(0, 1200, 500), np.random.SeedSequence(0).spawn(3)):
+        g = np.random.default_rng(ss)
+        for a in range(lo, min(1200, lo + 500), rows):
+            d = g.integers(0, n, size=(min(min(1200, lo + 500), a + rows) - a, n), dtype=np.int16)
+            boots.append(_naive_auroc_rows(s, y, np.sort(d, axis=1)))
+    boot = np.concatenate(boots)
+    assert one.se == pytest.approx(boot.std(ddof=1), abs=1e-12)
+    assert (one.ci_low, one.ci_high) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])), abs=1e-12)
+
+
+def test_auroc_exact_counts_few_cells_matches_index_in_distribution():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 600)
+    s = np.round(np.clip(0.3 * y + 0.7 * rng.random(600), 0, 1), 1)  # 11 levels x 2 classes: multinomial cells
+    a = S.auroc_interval(s, y, B=4000, mode="index")
+    b = S.auroc_interval(s, y, B=4000, mode="exact-counts")
+    assert a.point == b.point
+    assert abs(a.ci_low - b.ci_low) < 0.01 and abs(a.ci_high - b.ci_high) < 0.01
+    assert abs(a.se - b.se) / a.se < 0.08
+
+
+def test_bootstrap_mean_hand_computed():
+    # values (0, 1): a resample of 2 has mean 0, 1/2 or 1 with probabilities 1/4, 1/2, 1/4:
+    # bootstrap SD = sqrt(1/4 * 1/4 + 1/4 * 1/4) = sqrt(1/8) = 0.35355, percentile interval (0, 1)
+    e = S.bootstrap_mean([0.0, 1.0], B=20_000)
+    assert e.point == 0.5 and e.n == 2
+    assert e.se == pytest.approx(math.sqrt(1 / 8), rel=0.02)
+    assert (e.ci_low, e.ci_high) == (0.0, 1.0)
+    # continuous values (more than 64 distinct: per-case multiplicities): the exact bootstrap SD of a mean is the
+    # population SD / sqrt(n); for 0, 1/99, ..., 1 that is sqrt((100^2 - 1) / 12) / 99 / sqrt(100) = 0.029157
+    v = np.arange(100) / 99
+    e = S.bootstrap_mean(v, B=20_000)
+    assert e.point == pytest.approx(0.5)
+    assert e.se == pytest.approx(math.sqrt((100**2 - 1) / 12) / 99 / 10, rel=0.03)
+    assert e.ci_low < 0.5 < e.ci_high and "bootstrap of the mean" in e.method
+    assert S.bootstrap_mean([]).method == S.NOT_ESTIMABLE_N0
+
+
+def test_case_bootstrap_ratios_index_mode_is_the_released_index_matrix(monkeypatch):
+    monkeypatch.setattr(S, "_CHUNK_ELEMS", 700)  # several chunks
+    rng = np.random.default_rng(2)
+    n, B = 90, 300
+    v = rng.random(n)
+    m = (rng.random(n) < 0.3).astype(float)
+    draws = S.case_bootstrap_ratios(np.stack([v, v * m], axis=1), np.stack([np.ones(n), m], axis=1), B=B,
+                                    mode="index")
+    idx = np.random.RandomState(0).randint(0, n, size=(B, n))
+    assert np.allclose(draws[:, 0], v[idx].mean(axis=1), rtol=0, atol=1e-12)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sub = (v * m)[idx].sum(axis=1) / m[idx].sum(axis=1)  # the mean over the subset, membership follows the case
+    assert np.allclose(draws[:, 1], sub, rtol=0, atol=1e-12, equal_nan=True)
+
+
+def test_case_bootstrap_ratios_exact_counts_stream_threads_and_few_rows():
+    rng = np.random.default_rng(3)
+    n, B = 300, 1100
+    X = rng.random((n, 3))
+    one = S.case_bootstrap_ratios(X, B=B, workers=1)
+    assert np.array_equal(one, S.case_bootstrap_ratios(X, B=B, workers=4))
+    # the documented stream (same blocks as the AUROC kernel): means of the drawn rows
+    rows = S._chunk_rows(n)
+    ref = []
+    for lo, ss in zip(range(0, B, 500), np.random.SeedSequence(0).spawn(3)):
+        g = np.random.default_rng(ss)
+        hi = min(B, lo + 500)
+        for a in range(lo, hi, rows):
+            d = g.integers(0, n, size=(min(hi, a + rows) - a, n), dtype=np.int16)
+            ref.append(X[d].mean(axis=1))
+    assert np.allclose(one, np.concatenate(ref), rtol=0, atol=1e-12)
+    # two distinct rows: their resampled counts are Binomial(n, 1/2), so the mean's SD is 0.5 / sqrt(n)
+    two = S.case_bootstrap_ratios(np.repeat([[0.0], [1.0]], n // 2, axis=0), B=20_000)[:, 0]
+    assert two.std(ddof=1) == pytest.approx(0.5 / math.sqrt(n), rel=0.03)
+    # a zero denominator gives nan, never a warning
+    assert np.isnan(S.case_bootstrap_ratios(np.ones((4, 1)), np.zeros((4, 1)), B=10)).all()
+    with pytest.raises(ValueError, match="same shape"):
+        S.case_bootstrap_ratios(np.ones((4, 2)), np.ones((4, 1)))
+
+
+def test_ece_terms_sum_to_ece_and_bootstrap_estimate_skips_nan():
+    rng = np.random.default_rng(6)
+    conf = rng.random(200)
+    correct = (rng.random(200) < conf).astype(int)
+    terms = S.ece_terms(conf, correct)
+    assert terms.shape == (200, 10) and np.count_nonzero(terms, axis=1).max() == 1
+    assert np.abs(terms.mean(axis=0)).sum() == pytest.approx(S.ece(conf, correct))
+    # hand: confidences 0.05 (bin 0, correct) and 0.95 (bin 9, wrong): |1 - 0.05| / 2 + |0 - 0.95| / 2 = 0.95
+    assert np.abs(S.ece_terms([0.05, 0.95], [1, 0]).mean(axis=0)).sum() == pytest.approx(0.95)
+    e = S.bootstrap_estimate(0.5, [0.1, np.nan, 0.9, 0.5], n=4)
+    assert e.se == pytest.approx(0.4) and "1 resample(s)" in e.method
+    assert math.isnan(S.bootstrap_estimate(0.5, [np.nan], n=4).ci_low)
+
+
 def test_brier_hand():
     # (0.9-1)^2 + (0.2-0)^2 + (0.6-0)^2 = 0.01 + 0.04 + 0.36 = 0.41; / 3 = 0.136667
     assert S.brier([0.9, 0.2, 0.6], [1, 0, 0]) == pytest.approx(0.41 / 3)

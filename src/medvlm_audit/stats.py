@@ -17,6 +17,10 @@ Conventions (DESIGN.md "Statistics conventions"; paper 000, Methods "Statistical
   for a clustered bootstrap): the same distribution as index resampling at O(B) cost, from
   ``np.random.default_rng(seed)``. ``"index"`` reproduces the released code bit for bit, drawing the index matrix
   chunk by chunk (bounded memory) from the same ``RandomState`` stream.
+* Statistics with no count shortcut (AUROC, means of real values such as a Brier score or an ECE bin) resample
+  n uniform draws with replacement in ``exact-counts`` mode too, from fixed blocks of 500 resamples, block i
+  drawn from ``default_rng(SeedSequence(seed).spawn(...)[i])``; worker threads fill the blocks, and the result
+  is the same for any number of threads. With few distinct values the counts come from a multinomial instead.
 
 Degenerate inputs (n = 0, one class, a single group, constant values) never raise and never warn: they return
 nan / None and say why in ``method`` / ``note`` (e.g. "not estimable (n = 0)"). Malformed inputs (values outside
@@ -26,7 +30,9 @@ nan / None and say why in ``method`` / ``note`` (e.g. "not estimable (n = 0)"). 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -45,14 +51,18 @@ __all__ = [
     "benjamini_hochberg",
     "binomial_test",
     "bootstrap_draws_sd",
+    "bootstrap_estimate",
+    "bootstrap_mean",
     "bootstrap_sd",
     "brier",
+    "case_bootstrap_ratios",
     "chance_test",
     "cluster_bootstrap_ratios",
     "cluster_paired_difference",
     "cluster_ratio_se",
     "cohen_kappa",
     "ece",
+    "ece_terms",
     "kendall_tau_b",
     "mcnemar_exact",
     "mean_estimate",
@@ -74,6 +84,18 @@ NOT_ESTIMABLE_N0 = "not estimable (n = 0)"
 # Index-mode chunking: at most this many (resample x case) elements are materialised at once.
 # 2**20 int64 indices = 8 MiB, plus the gathered values.
 _CHUNK_ELEMS = 1 << 20
+
+# Fast resampling kernels (AUROC, case bootstrap of means): resamples come in fixed blocks, block i drawn from
+# ``default_rng(SeedSequence(seed).spawn(...)[i])``, so results never depend on how many threads fill them.
+_BLOCK_ROWS = 500
+#: (resample x case) elements per chunk of a fast kernel: sized to stay in the per-core cache.
+_CACHE_ELEMS = 1 << 17
+#: at most this many distinct cells (e.g. (score, class) pairs): resampled cell counts come from a multinomial.
+_CELLS_MAX = 64
+#: AUROC with at most this many tied scores shared by both classes: tied pairs counted by binary search.
+_TIES_SEARCH_MAX = 32
+#: default number of worker threads of the fast kernels (numpy's draws, sorts and gathers release the GIL).
+_MAX_WORKERS = 4
 
 _NAN = float("nan")
 
@@ -239,6 +261,45 @@ def _sd(boot: np.ndarray) -> float:
 
 def _pct(alpha: float) -> str:
     return f"{100 * (1 - alpha):g}%"
+
+
+def _draw_dtype(n: int) -> type[np.signedinteger[Any]]:
+    """Smallest integer type holding positions 0..n-1: fewer random bits per draw and a faster sort."""
+    return np.int16 if n < (1 << 15) else np.int32 if n < (1 << 31) else np.int64
+
+
+def _chunk_rows(n: int) -> int:
+    """Resamples per cache-sized chunk of a fast kernel."""
+    return max(1, min(_BLOCK_ROWS, _CACHE_ELEMS // max(n, 1)))
+
+
+def _workers(workers: int | None, tasks: int) -> int:
+    """Threads to use: ``workers`` (None: the CPU count, at most _MAX_WORKERS), never more than the tasks."""
+    if workers is None:
+        workers = min(os.cpu_count() or 1, _MAX_WORKERS)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
+    return max(1, min(int(workers), tasks))
+
+
+def _run_blocks(B: int, seed: int, fill: Callable[[int, int, np.random.Generator], None],
+                workers: int | None = None) -> None:
+    """Call ``fill(lo, hi, rng)`` for each block of resamples [lo, hi), block i with its own PCG64 stream from
+    ``SeedSequence(seed).spawn``; blocks run on worker threads, and the result is the same for any thread count."""
+    starts = range(0, B, _BLOCK_ROWS)
+    seeds = np.random.SeedSequence(seed).spawn(len(starts))
+    tasks = [(lo, min(B, lo + _BLOCK_ROWS), ss) for lo, ss in zip(starts, seeds)]
+
+    def one(task: tuple[int, int, np.random.SeedSequence]) -> None:
+        fill(task[0], task[1], np.random.default_rng(task[2]))
+
+    w = _workers(workers, len(tasks))
+    if w == 1:
+        for t in tasks:
+            one(t)
+        return
+    with ThreadPoolExecutor(max_workers=w) as ex:
+        list(ex.map(one, tasks))
 
 
 def _index_chunks(n: int, B: int, seed: int) -> Iterator[np.ndarray]:
@@ -442,6 +503,115 @@ def mean_estimate(values: Any, B: int = 10_000, seed: int = 0, clusters: Any = N
         how = f"bootstrap (index, B={B}, seed={seed})"
     lo, hi = _percentiles(boot, alpha)
     return Estimate(point, se, lo, hi, n, f"percentile {how} {_pct(alpha)} interval; {se_txt}", _sd(boot))
+
+
+def _dedupe_columns(N: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct columns of [N | D] (shared denominators such as all-ones are resampled once) and where each went."""
+    uniq: dict[bytes, int] = {}
+    cols: list[np.ndarray] = []
+    refs: list[int] = []
+    for v in [*N.T, *D.T]:
+        key = v.tobytes()
+        if key not in uniq:
+            uniq[key] = len(cols)
+            cols.append(v)
+        refs.append(uniq[key])
+    k = N.shape[1]
+    return np.stack(cols, axis=1), np.array(refs[:k]), np.array(refs[k:])
+
+
+def case_bootstrap_ratios(num: Any, den: Any = None, B: int = 10_000, seed: int = 0, mode: Mode = "exact-counts",
+                          workers: int | None = None) -> np.ndarray:
+    """Bootstrap draws, shape (B, k), of sum(num[:, j]) / sum(den[:, j]) over n cases (rows) drawn uniformly with
+    replacement, the same cases for every column (columns of a draw are paired). ``den=None``: plain means.
+
+    A vectorised bootstrap of means and ratios of means (a Brier score, the per-bin terms of an ECE, a mean over a
+    subset whose membership travels with the case). ``exact-counts``: with few distinct rows (<= _CELLS_MAX) their
+    resampled counts come from a multinomial (same distribution); otherwise per-case multiplicities of n draws
+    from the PCG64 block streams of ``_run_blocks`` (any number of ``workers``, same result) times the values.
+    ``index``: the released code's ``RandomState(seed).randint(0, n, (B, n))`` draws. A zero denominator gives nan.
+    """
+    B = _check_B(B)
+    _check_mode(mode)
+    N = _as_cluster_matrix(num, "num")
+    D = np.ones_like(N) if den is None else _as_cluster_matrix(den, "den")
+    if N.shape != D.shape:
+        raise ValueError(f"num and den must have the same shape (cases x columns): {N.shape} != {D.shape}")
+    n, k = N.shape
+    out = np.empty((B, k))
+    if n == 0 or k == 0:
+        out.fill(_NAN)
+        return out
+    V, ia, ib = _dedupe_columns(N, D)
+
+    def put(lo: int, hi: int, sums: np.ndarray) -> None:
+        den_sums = sums[:, ib]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[lo:hi] = np.where(den_sums == 0.0, _NAN, sums[:, ia] / den_sums)
+
+    if mode == "index":
+        pos = 0
+        for idx in _index_chunks(n, B, seed):
+            c = idx.shape[0]
+            flat = (idx + (np.arange(c, dtype=np.int64) * n)[:, None]).ravel()
+            put(pos, pos + c, np.bincount(flat, minlength=c * n).reshape(c, n).astype(np.float64) @ V)
+            pos += c
+        return out
+    rows_v, freq = np.unique(V, axis=0, return_counts=True)
+    if rows_v.shape[0] <= _CELLS_MAX:
+        p = freq / n
+
+        def fill_cells(lo: int, hi: int, rng: np.random.Generator) -> None:
+            put(lo, hi, rng.multinomial(n, p, size=hi - lo).astype(np.float64) @ rows_v)
+
+        _run_blocks(B, seed, fill_cells, workers=1)
+        return out
+    dtype = _draw_dtype(n)
+    rows = _chunk_rows(n)
+
+    def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
+        offs = (np.arange(rows, dtype=np.intp) * n)[:, None]
+        flat = np.empty((rows, n), np.intp)
+        for a in range(lo, hi, rows):
+            c = min(hi, a + rows) - a
+            d = rng.integers(0, n, size=(c, n), dtype=dtype)
+            np.add(d, offs[:c], out=flat[:c])
+            w = np.bincount(flat[:c].ravel(), minlength=c * n).reshape(c, n)
+            put(a, a + c, w.astype(np.float64) @ V)
+
+    _run_blocks(B, seed, fill, workers)
+    return out
+
+
+def bootstrap_estimate(point: float, draws: Any, n: int, alpha: float = 0.05, how: str = "bootstrap") -> Estimate:
+    """An Estimate from bootstrap draws of a statistic: se = SD of the draws (ddof=1), percentile interval; nan
+    draws (resamples where the statistic is undefined) are left out and counted in ``method``."""
+    alpha = _check_alpha(alpha)
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    d = np.asarray(draws, dtype=np.float64).reshape(-1)
+    ok = ~np.isnan(d)
+    method = f"percentile {how} {_pct(alpha)} interval; se = bootstrap SD"
+    if not ok.all():
+        method += f"; {int((~ok).sum())} resample(s) where it is undefined skipped"
+    if not ok.any():
+        return Estimate(float(point), _NAN, _NAN, _NAN, int(n), method + "; interval not estimable")
+    lo, hi = _percentiles(d[ok], alpha)
+    sd = _sd(d[ok])
+    return Estimate(float(point), sd, lo, hi, int(n), method, sd)
+
+
+def bootstrap_mean(values: Any, B: int = 10_000, seed: int = 0, alpha: float = 0.05, mode: Mode = "exact-counts",
+                   workers: int | None = None) -> Estimate:
+    """Mean of real values with se = bootstrap SD and a percentile bootstrap interval (cases resampled with
+    :func:`case_bootstrap_ratios`); compare :func:`mean_estimate` (analytic SE, index draws only)."""
+    B = _check_B(B)
+    v = _as_real(values, "values")
+    n = int(v.shape[0])
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    draws = case_bootstrap_ratios(v[:, None], None, B, seed, mode, workers)[:, 0]
+    return bootstrap_estimate(float(v.mean()), draws, n, alpha, f"bootstrap of the mean ({mode}, B={B}, seed={seed})")
 
 
 # --------------------------------------------------------------------------------------------- paired
@@ -889,48 +1059,149 @@ def auroc(scores: Any, labels: Any) -> float:
     return float((r[y == 1].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
-def _auroc_counts_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int, chunk_rows: int = 64) -> np.ndarray:
-    """Bootstrap AUROCs from per-case draw multiplicities (PCG64 draws, scores sorted once, no per-row sort)."""
-    n = s.shape[0]
-    order = np.argsort(s, kind="stable")
-    ss_, ys = s[order], y[order].astype(bool)
-    starts = np.flatnonzero(np.r_[True, ss_[1:] != ss_[:-1]])
-    unique = starts.shape[0] == n
-    negm, posm = (~ys).astype(np.int32), ys.astype(np.int32)
-    rng = np.random.default_rng(seed)
+def _auroc_cells_counts(C: np.ndarray, cell_level: np.ndarray, cell_y: np.ndarray, L: int, n: int) -> np.ndarray:
+    """AUROCs of resamples given per-cell counts C (rows x cells; cells = distinct (score, class) in score order):
+    U = sum_l pos_l (negatives below level l + neg_l / 2), the Mann-Whitney count with ties 1/2."""
+    rows = C.shape[0]
+    P = np.zeros((rows, L))
+    N = np.zeros((rows, L))
+    P[:, cell_level[cell_y == 1]] = C[:, cell_y == 1]
+    N[:, cell_level[cell_y == 0]] = C[:, cell_y == 0]
+    u = np.sum(P * (np.cumsum(N, axis=1) - 0.5 * N), axis=1)
+    n1 = P.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return u / (n1 * (n - n1))
+
+
+@dataclass(frozen=True)
+class _AurocPlan:
+    """Cases in (score, class) order, negatives first within a tied score: what the sort kernel needs."""
+
+    n: int
+    is_pos: np.ndarray  # 0/1 class at each position of that order (float32 while the rank sums stay below 2**24)
+    rank_ones: np.ndarray  # (n, 2) [position, 1]: the rank sum and the positive count in one matrix product
+    tie_code: np.ndarray | None  # intp per position: 2 j + class in the j-th mixed-class tied score, 2 M elsewhere
+    tie_bounds: np.ndarray | None  # (few mixed scores) intp [first, first positive, end] position of each, flat
+    n_mixed: int
+
+
+def _auroc_plan(s: np.ndarray, y: np.ndarray) -> _AurocPlan:
+    """Order the cases by (score, class) and locate the tied scores that hold both classes."""
+    n = int(s.shape[0])
+    order = np.lexsort((y, s))
+    ss, ys = s[order], y[order].astype(np.int64)
+    level = np.concatenate([[0], np.cumsum(ss[1:] != ss[:-1])])
+    has_pos = np.bincount(level, weights=ys) > 0
+    has_neg = np.bincount(level, weights=1 - ys) > 0
+    mixed = has_pos & has_neg
+    M = int(mixed.sum())
+    tie_code = tie_bounds = None
+    if M > _TIES_SEARCH_MAX:
+        j = np.cumsum(mixed) - 1  # index of each mixed level among the mixed ones
+        tie_code = np.where(mixed[level], 2 * j[level] + ys, 2 * M).astype(np.intp)
+    elif M:
+        lv = np.flatnonzero(mixed)
+        first = np.searchsorted(level, lv, side="left")
+        end = np.searchsorted(level, lv, side="right")
+        first_pos = first + np.bincount(level, weights=1 - ys)[lv].astype(np.int64)  # negatives come first
+        tie_bounds = np.stack([first, first_pos, end], axis=1).reshape(-1).astype(np.intp)
+    # float32 products are exact while every partial rank sum is an integer below 2**24
+    dtype = np.float32 if n * (n - 1) // 2 < (1 << 24) else np.float64
+    rank_ones = np.stack([np.arange(n), np.ones(n)], axis=1).astype(dtype)
+    return _AurocPlan(n, ys.astype(dtype), rank_ones, tie_code, tie_bounds, M)
+
+
+def _tied_pairs(d: np.ndarray, plan: _AurocPlan) -> np.ndarray:
+    """Per resample (row of sorted positions ``d``), the number of (positive, negative) draw pairs with the same
+    score: sum_j P_j N_j over the tied scores holding both classes."""
+    c = d.shape[0]
+    n = plan.n
+    rows = np.arange(c, dtype=np.intp)[:, None]
+    if plan.tie_bounds is not None:
+        # rows are sorted and offset by row * n: one sorted array, counted by binary search at each boundary
+        flat = np.add(d, rows * n, dtype=np.intp).ravel()
+        at = np.searchsorted(flat, (rows * n + plan.tie_bounds).ravel()).reshape(c, -1, 3)
+        return np.sum((at[:, :, 1] - at[:, :, 0]) * (at[:, :, 2] - at[:, :, 1]), axis=1).astype(np.float64)
+    assert plan.tie_code is not None
+    width = 2 * plan.n_mixed + 1
+    codes = plan.tie_code.take(d) + rows * width
+    cnt = np.bincount(codes.ravel(), minlength=c * width).reshape(c, width)
+    return np.sum(cnt[:, 0:-1:2] * cnt[:, 1:-1:2], axis=1).astype(np.float64)
+
+
+def _auroc_from_sorted_draws(d: np.ndarray, plan: _AurocPlan, work: tuple[np.ndarray, np.ndarray] | None = None
+                             ) -> np.ndarray:
+    """AUROC of each resample from its draws ``d`` (positions in the plan's order), each row sorted ascending.
+
+    In a sorted row the positive at index k has k - (positives before it) negatives before it, so
+    U = sum(k over positives) - n1 (n1 - 1) / 2, counting a negative tied in score as 1; each tied (positive,
+    negative) pair then gets 1/2 back. Exact: every term is an integer the float type holds. ``work``: reusable
+    (intp, float) buffers of at least d's shape (allocating ~1 MB per chunk costs more than the arithmetic).
+    """
+    c = d.shape[0]
+    if work is None:
+        work = (np.empty(d.shape, np.intp), np.empty(d.shape, plan.is_pos.dtype))
+    di, x = work[0][:c], work[1][:c]
+    np.copyto(di, d)  # take() would convert the 16-bit positions into a fresh intp array
+    np.take(plan.is_pos, di, out=x)
+    s_n1 = (x @ plan.rank_ones).astype(np.float64)
+    n1 = s_n1[:, 1]
+    u = s_n1[:, 0] - n1 * (n1 - 1.0) / 2.0
+    if plan.n_mixed:
+        u -= 0.5 * _tied_pairs(d, plan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return u / (n1 * (plan.n - n1))
+
+
+def _auroc_counts_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int, workers: int | None = None) -> np.ndarray:
+    """Bootstrap AUROCs under n uniform draws with replacement, from the block streams of :func:`_run_blocks`.
+
+    Few distinct (score, class) cells (<= _CELLS_MAX): the cell counts are drawn from their multinomial, the
+    same distribution at O(B x cells). Otherwise each resample's draws are sorted (SIMD sort of 16-bit
+    positions) and the AUROC follows from the rank sum (:func:`_auroc_from_sorted_draws`): no per-case counts.
+    """
+    n = int(s.shape[0])
     out = np.empty(B)
-    offs = (np.arange(chunk_rows, dtype=np.int64) * n)[:, None]
-    pos = 0
-    while pos < B:
-        c = min(chunk_rows, B - pos)
-        idx = rng.integers(0, n, size=(c, n), dtype=np.int64) + offs[:c]  # positions in score order
-        W = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n)
-        if unique:
-            Wn = W * negm
-            below = np.cumsum(Wn, axis=1) - Wn  # negatives strictly below
-            num = np.einsum("ij,ij->i", (W * posm).astype(np.float64), below.astype(np.float64))
-            n0 = Wn.sum(axis=1)
-        else:
-            P = np.add.reduceat(W * posm, starts, axis=1)
-            N = np.add.reduceat(W * negm, starts, axis=1)
-            num = (P * (np.cumsum(N, axis=1) - N + 0.5 * N)).sum(axis=1)
-            n0 = N.sum(axis=1)
-        n1 = n - n0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[pos : pos + c] = num / (n1.astype(np.float64) * n0)
-        pos += c
+    cells, freq = np.unique(np.stack([s, y.astype(np.float64)], axis=1), axis=0, return_counts=True)
+    if cells.shape[0] <= _CELLS_MAX:
+        level = np.unique(cells[:, 0], return_inverse=True)[1].reshape(-1)
+        cell_y = cells[:, 1].astype(np.int64)
+        L = int(level.max()) + 1
+        p = freq / n
+
+        def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
+            counts = rng.multinomial(n, p, size=hi - lo).astype(np.float64)
+            out[lo:hi] = _auroc_cells_counts(counts, level, cell_y, L, n)
+
+        _run_blocks(B, seed, fill, workers=1)
+        return out
+    plan = _auroc_plan(s, y)
+    dtype = _draw_dtype(n)
+    rows = _chunk_rows(n)
+
+    def fill_sorted(lo: int, hi: int, rng: np.random.Generator) -> None:
+        work = (np.empty((rows, n), np.intp), np.empty((rows, n), plan.is_pos.dtype))
+        for a in range(lo, hi, rows):
+            b = min(hi, a + rows)
+            d = rng.integers(0, n, size=(b - a, n), dtype=dtype)
+            d.sort(axis=1)
+            out[a:b] = _auroc_from_sorted_draws(d, plan, work)
+
+    _run_blocks(B, seed, fill_sorted, workers)
     return out
 
 
 def auroc_interval(
-    scores: Any, labels: Any, B: int = 10_000, seed: int = 0, alpha: float = 0.05, mode: Mode = "index"
+    scores: Any, labels: Any, B: int = 10_000, seed: int = 0, alpha: float = 0.05, mode: Mode = "index",
+    workers: int | None = None,
 ) -> Estimate:
     """AUROC with a percentile bootstrap interval; resamples lacking a class are skipped (their number is in
     ``method``); se = SD of the bootstrap AUROCs (ddof=1).
 
     ``index``: ``RandomState(seed)`` draws, bit-identical to the released code. ``exact-counts``: the same
-    resampling distribution (n uniform draws with replacement) from numpy's faster PCG64 generator; there is
-    no closed-form count distribution for AUROC, so this is the fast path, not a different estimator."""
+    resampling distribution (n uniform draws with replacement) from PCG64 block streams (see ``_run_blocks``),
+    filled by up to ``workers`` threads with the same result for any number; with few distinct (score, class)
+    cells the cell counts are drawn from their multinomial (the same distribution again)."""
     B = _check_B(B)
     alpha = _check_alpha(alpha)
     s = _as_real(scores, "scores")
@@ -945,7 +1216,7 @@ def auroc_interval(
     if mode not in ("index", "exact-counts"):
         raise ValueError(f"mode must be 'index' or 'exact-counts', got {mode!r}")
     if mode == "exact-counts":
-        boot = _auroc_counts_boot(s, y, B, seed)
+        boot = _auroc_counts_boot(s, y, B, seed, workers)
     else:
         boot = _auroc_index_boot(s, y, B, seed)
     ok = np.isfinite(boot)
@@ -1005,6 +1276,28 @@ def brier(prob: Any, outcome: Any) -> float:
     return float(np.mean((pv - o) ** 2))
 
 
+def _ece_bin(cf: np.ndarray, n_bins: int) -> np.ndarray:
+    """ECE bin of each confidence: [e_i, e_{i+1}) with ``np.linspace`` edges, 1.0 in the last bin."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return np.searchsorted(edges[1:-1], cf, side="right")
+
+
+def ece_terms(confidence: Any, correct: Any, n_bins: int = 10) -> np.ndarray:
+    """Per-case ECE terms, shape (n, n_bins): column b holds correct - confidence for the cases in bin b, else 0,
+    so ECE = sum_b |mean of column b|. Resampling the rows (e.g. :func:`case_bootstrap_ratios`) resamples ECE."""
+    cf = _as_real(confidence, "confidence")
+    cr = _as_binary(correct, "correct")
+    _check_same_length(cf, cr, "confidence", "correct")
+    if ((cf < 0) | (cf > 1)).any():
+        i = int(np.flatnonzero((cf < 0) | (cf > 1))[0])
+        raise ValueError(f"confidence[{i}] = {cf[i]!r}: confidences must lie in [0, 1]")
+    if int(n_bins) < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins!r}")
+    out = np.zeros((cf.shape[0], int(n_bins)))
+    out[np.arange(cf.shape[0]), _ece_bin(cf, int(n_bins))] = cr - cf
+    return out
+
+
 def ece(confidence: Any, correct: Any, n_bins: int = 10) -> float | None:
     """Expected calibration error: sum_b |B_b|/N |acc(B_b) - conf(B_b)| over ``n_bins`` equal-width bins of the
     confidence in the GIVEN answer (bins [e_i, e_{i+1}) with ``np.linspace`` edges, the last one closed, as in the
@@ -1022,8 +1315,7 @@ def ece(confidence: Any, correct: Any, n_bins: int = 10) -> float | None:
         raise ValueError(f"n_bins must be >= 1, got {n_bins!r}")
     if np.count_nonzero((cf == 0.0) | (cf == 1.0)) > 0.9 * n:
         return None
-    edges = np.linspace(0.0, 1.0, int(n_bins) + 1)
-    b = np.searchsorted(edges[1:-1], cf, side="right")  # conf >= edges[i] -> bin i; 1.0 -> last bin
+    b = _ece_bin(cf, int(n_bins))
     cnt = np.bincount(b, minlength=n_bins).astype(np.float64)
     sconf = np.bincount(b, weights=cf, minlength=n_bins)
     sacc = np.bincount(b, weights=cr.astype(np.float64), minlength=n_bins)
