@@ -56,7 +56,7 @@ def _write_table(path: str) -> int:
 # ------------------------------------------------------------------------------------------------ fast
 
 
-def child_fast(B: int, trace: bool) -> dict:
+def child_fast(B: int, trace: bool, workers: int | None = None) -> dict:
     from medvlm_audit import stats
     from medvlm_audit.analysis import analyse_grounding
 
@@ -78,7 +78,7 @@ def child_fast(B: int, trace: bool) -> dict:
     if trace:
         tracemalloc.start()
     t0, c0 = time.perf_counter(), time.process_time()
-    res = analyse_grounding(tidy, B=B)
+    res = analyse_grounding(tidy, B=B, workers=workers)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak_traced = tracemalloc.get_traced_memory()[1] / 2**20 if trace else None
     cats = dict(zip(res.categories.model, res.categories.category))
@@ -312,10 +312,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--B", type=int, default=10_000)
     ap.add_argument("--skip-naive", action="store_true")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="threads of the resampling kernels (default: the CPU count, at most 4)")
     ap.add_argument("--child", choices=["fast", "fast-trace", "naive"])
     a = ap.parse_args()
     if a.child:
-        res = child_naive(a.B) if a.child == "naive" else child_fast(a.B, a.child == "fast-trace")
+        res = child_naive(a.B) if a.child == "naive" else child_fast(a.B, a.child == "fast-trace", a.workers)
         print(json.dumps(res))
         return
     import tempfile
@@ -324,9 +326,11 @@ def main() -> None:
     table = os.path.join(tmp, "tidy.parquet")
     n_rows = _write_table(table)
     print(f"paper-sized synthetic run ({n_rows} tidy rows): 9 models x {N_CASES} cases ({N_BOXED} boxed), res512 {N_RES} cases, "
-          f"prompt probe {N_PROMPT} cases; B = {a.B}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    fast = _spawn(["--child", "fast", "--B", str(a.B)], table)
-    trace = _spawn(["--child", "fast-trace", "--B", str(a.B)], table)
+          f"prompt probe {N_PROMPT} cases; B = {a.B}; resampling threads {a.workers or 'default'}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    wk = [] if a.workers is None else ["--workers", str(a.workers)]
+    fast = _spawn(["--child", "fast", "--B", str(a.B), *wk], table)
+    trace = _spawn(["--child", "fast-trace", "--B", str(a.B), *wk], table)
     print(f"fast : wall {fast['wall_s']:.2f} s, cpu {fast['cpu_s']:.2f} s "
           f"(of which stats.auroc_interval {fast['auroc_interval_s']:.2f} s wall / "
           f"{fast['auroc_interval_cpu_s']:.2f} s cpu; without it {fast['wall_s'] - fast['auroc_interval_s']:.2f} s wall / "

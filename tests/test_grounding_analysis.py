@@ -69,9 +69,11 @@ def test_hand_computed_rates(tiny):
     # SE is the analytic binomial SE in points
     r = _m(tiny, "A", "uar")
     assert r.se == pytest.approx(100 * math.sqrt(0.75 * 0.25 / 4))
-    # interval comes from stats.proportion on the same vector
-    est = stats.proportion(np.array([1, 1, 0, 1]), B=B, seed=0)
+    # interval comes from stats.proportion on the same vector: Wilson, as n = 4 < 30
+    est = stats.proportion(np.array([1, 1, 0, 1]), B=B, seed=0, wilson_below=30)
     assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
+    assert (r.ci_low, r.ci_high) == pytest.approx(tuple(100 * v for v in stats.wilson_interval(3, 4)))
+    assert r.ci_method == "wilson"
     assert _m(tiny, "A", "parse_rate", "condition=target_mask").point == pytest.approx(75.0)
     # GSP = CGR - (100 - IS) = 50 - (100 - 66.67)
     assert _m(tiny, "A", "gsp").point == pytest.approx(50 - (100 - 200 / 3))
@@ -142,9 +144,11 @@ def test_is_denominator_option():
 def test_index_mode_and_clusters_run():
     res = analyse_grounding(_tiny(), B=500, mode="index", cluster_by_patient=True)
     r = _m(res, "A", "uar")
-    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]))
+    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]),
+                           wilson_below=30)
     assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
-    assert "cluster" in r.method
+    assert r.se == pytest.approx(100 * est.se)
+    assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "wilson"
 
 
 # ----------------------------------------------------------------------------------------- designed behaviour
@@ -202,6 +206,58 @@ def test_per_finding_cgr_uses_wilson_below_30(designed):
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi))
         assert r.note == "Wilson interval (n < 30)"
     assert rows.n.sum() == _m(res, "reader", "cgr").n
+
+
+def test_every_rate_below_30_cases_uses_wilson():
+    models = [uses_image("reader", cgr=0.3, swap_flip=0.2, irrelevant_flip=0.02, accuracy=0.75),
+              ignores_image("prior", accuracy=0.7)]
+    tidy = make_tidy(models, SyntheticDesign(n_cases=160, n_boxed=70, probe_set="small", n_res512=30, n_prompt=24))
+    res = analyse_grounding(tidy, B=B)
+    rates = res.metrics[(res.metrics.unit == "%") & (res.metrics.n > 0)]
+    small, large = rates[rates.n < 30], rates[rates.n >= 30]
+    kinds = {s.split("=")[0] for s in small.subset}
+    assert {"finding", "sex", "age", "res", "prompt"} <= kinds  # not only the per-finding table
+    assert (small.ci_method == "wilson").all() and (large.ci_method == "bootstrap-percentile").all()
+    for _, r in small.iterrows():
+        lo, hi = stats.wilson_interval(int(r.k), int(r.n))  # image_contingent: k = n - k(UAR), Wilson is symmetric
+        assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi)), (r.metric, r.subset)
+        assert r.note == "Wilson interval (n < 30)"
+    gsp = res.metrics[res.metrics.metric == "gsp"]
+    assert set(gsp.ci_method) <= {"paired-bootstrap-percentile", "none"}
+
+
+def test_brier_ece_and_confidence_regimes_have_bootstrap_intervals(designed):
+    tidy, res = designed
+    m = res.metrics
+    for metric in ("brier", "ece", "conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect", "auroc"):
+        rows = m[(m.metric == metric) & (m.model == "reader")]
+        assert len(rows) == 1, metric
+        r = rows.iloc[0]
+        assert r.ci_method == "bootstrap-percentile", metric
+        assert np.isfinite([r.se, r.ci_low, r.ci_high]).all(), metric
+        assert r.ci_low <= r.point <= r.ci_high and r.se > 0, metric
+    # the bootstrap SD of a mean is close to its analytic SE: Brier = mean of (P(yes) - label)^2 over the cases
+    o = tidy[(tidy.model == "reader") & (tidy.condition == "original") & (tidy.resolution == 224)
+             & (tidy.prompt_variant == "default") & tidy.confidence.notna() & (tidy.parsed >= 0)]
+    sq = (o.confidence - o.label) ** 2
+    brier = _m(res, "reader", "brier")
+    assert brier.point == pytest.approx(sq.mean()) and brier.n == len(sq)
+    assert brier.se == pytest.approx(sq.std(ddof=0) / math.sqrt(len(sq)), rel=0.1)
+    inc = _m(res, "reader", "conf_incorrect")
+    sd = float(inc.note.split("=")[1])
+    assert inc.se == pytest.approx(sd / math.sqrt(inc.n), rel=0.15)
+    # a model with every confidence equal: ECE is N/A and carries no interval, Brier still has one
+    flat = tidy_from_answers({"flat": {"original": [1, 0, 1, 0, 1, 0]}}, LABELS, BOX, confidence={"flat": [0.5] * 6})
+    res2 = analyse_grounding(flat, B=300)
+    assert _m(res2, "flat", "ece").ci_method == "none" and np.isfinite(_m(res2, "flat", "brier").ci_low)
+
+
+def test_results_do_not_depend_on_the_thread_count(designed):
+    tidy, _ = designed
+    one = analyse_grounding(tidy, B=600, workers=1)
+    three = analyse_grounding(tidy, B=600, workers=3)
+    pd.testing.assert_frame_equal(one.metrics, three.metrics)
+    pd.testing.assert_frame_equal(one.comparisons, three.comparisons)
 
 
 def test_bh_families(designed):

@@ -34,6 +34,7 @@ from medvlm_audit.analysis.grounding_metrics import (
     AnalysisInputError,
     Options,
     build_panels,
+    calibration_draws,
     model_metric_rows,
     model_vectors,
 )
@@ -41,7 +42,7 @@ from medvlm_audit.analysis.grounding_metrics import (
 __all__ = ["CATEGORY_COLUMNS", "METRIC_COLUMNS", "GroundingAnalysis", "analyse_grounding"]
 
 METRIC_COLUMNS = ["probe_set", "model", "modality", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
-                  "unit", "method", "note", "k"]
+                  "unit", "method", "note", "k", "ci_method"]
 CATEGORY_COLUMNS = ["probe_set", "model", "modality", "category", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
                     "uar", "uar_low", "uar_high", "n_uar", "is_", "is_low", "is_high", "n_is", "accuracy", "acc_low",
                     "acc_high", "n_acc", "gsp", "sweep_stable"]
@@ -52,7 +53,9 @@ MAIN_RESOLUTION, MAIN_PROMPT = 224, "default"
 class GroundingAnalysis:
     """Everything the grounding report shows (tables as DataFrames, verdicts, a JSON-able summary).
 
-    Beyond the shared schema: ``metrics.k`` (count of ones of a rate), ``comparisons.statistic`` (the test
+    Beyond the shared schema: ``metrics.k`` (count of ones of a rate), ``metrics.ci_method`` (how the interval
+    was made: "wilson" below 30 cases, "bootstrap-percentile", "paired-bootstrap-percentile" or "none"),
+    ``comparisons.statistic`` (the test
     statistic: difference in points, F, or rho), ``categories.sweep_stable`` (same category for every sweep
     threshold). Extra subsets: ``condition=<cond>`` (parse rate per condition) and ``prompt=default`` (the default
     prompt on the prompt-probe cases, the reference of the prompt variants).
@@ -95,12 +98,13 @@ def _main_rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, Rate]]:
 def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                       mode: Literal["exact-counts", "index"] = "exact-counts",
                       is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
-                      baselines: list[str] | None = None) -> GroundingAnalysis:
+                      baselines: list[str] | None = None, workers: int | None = None) -> GroundingAnalysis:
     """Run the full grounding analysis on a tidy run table (schema of ``medvlm_audit.export.tidy``).
 
     ``mode``: bootstrap resampling ("exact-counts", or "index" for bit-exact agreement with the paper's code);
     ``is_denominator``: "correct" (correct-on-original boxed cases, the paper's Table 1) or "all" (Eq. 8);
-    ``baselines``: models compared against (default: every text-only model). Raises AnalysisInputError on a
+    ``baselines``: models compared against (default: every text-only model); ``workers``: threads of the
+    resampling kernels (the results do not depend on it). Raises AnalysisInputError on a
     malformed table (naming the row / column) or an unknown baseline.
     """
     if mode not in ("exact-counts", "index"):
@@ -108,7 +112,7 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
     if is_denominator not in ("correct", "all"):
         raise ValueError(f"is_denominator must be 'correct' or 'all', got {is_denominator!r}")
     opts = Options(B=int(B), seed=int(seed), mode=mode, is_denominator=is_denominator,
-                   cluster_by_patient=bool(cluster_by_patient))
+                   cluster_by_patient=bool(cluster_by_patient), workers=workers)
     panels, notes = build_panels(tidy)
     all_models: list[str] = []
     modality: dict[str, str] = {}
@@ -150,9 +154,11 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                        "n_ibox_overlaps": int((main.has_box & main.ibox_overlaps).sum()),
                        "models": list(main.models), "conditions": answered}
         vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
+        calib = calibration_draws(main, range(len(main.models)), opts,
+                                  {i: vecs[m] for i, m in enumerate(main.models)})
         rows_ps: list[dict[str, Any]] = []
         for i, m in enumerate(main.models):
-            rows_ps.extend(model_metric_rows(main, i, opts, vecs[m]))
+            rows_ps.extend(model_metric_rows(main, i, opts, vecs[m], calib[i]))
         metric_rows.extend(rows_ps)
         rates = _main_rates(rows_ps)
         rates_by_ps[ps] = rates

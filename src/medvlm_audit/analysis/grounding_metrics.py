@@ -9,7 +9,6 @@ hot path. Estimates come only from :mod:`medvlm_audit.stats`.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -71,7 +70,10 @@ class Options:
     is_denominator: Literal["correct", "all"] = "correct"
     cluster_by_patient: bool = False
     n_perm: int = 1_000
+    #: every proportion row with fewer cases gets a Wilson interval (the percentile bootstrap under-covers there)
     wilson_below: int = 30
+    #: threads of the resampling kernels (None: the CPU count, capped); results do not depend on it
+    workers: int | None = None
 
 
 @dataclass
@@ -377,9 +379,6 @@ def _finite(x: float) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
-#: stats.auroc_interval takes a resampling mode in later versions of the stats module; pass ours when it does.
-_AUROC_HAS_MODE = "mode" in inspect.signature(stats.auroc_interval).parameters
-
 
 @lru_cache(maxsize=8192)
 def _proportion_from_counts(k: int, n: int, B: int, seed: int, wilson_below: int) -> stats.Estimate:
@@ -390,9 +389,20 @@ def _proportion_from_counts(k: int, n: int, B: int, seed: int, wilson_below: int
     return stats.proportion(x, B=B, seed=seed, mode="exact-counts", wilson_below=wilson_below)
 
 
-def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, wilson_below: int = 0,
+#: ``ci_method`` of a row: how its interval was made.
+CI_WILSON, CI_BOOT, CI_PAIRED, CI_NONE = "wilson", "bootstrap-percentile", "paired-bootstrap-percentile", "none"
+
+
+def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, wilson_below: int | None = None,
              label: str = "") -> dict[str, Any]:
-    """Estimate of a 0/1 proportion in percent (point, SE in pp, 95% interval, n, k, method, note)."""
+    """Estimate of a 0/1 proportion in percent (point, SE in pp, 95% interval, n, k, method, note, ci_method).
+
+    Below ``wilson_below`` cases (default ``opts.wilson_below``) the interval is Wilson's, for every proportion
+    (overall, per source, finding, subgroup, resolution or prompt variant): the percentile bootstrap under-covers
+    at small n (BENCHMARKS.md, coverage table).
+    """
+    if wilson_below is None:
+        wilson_below = opts.wilson_below
     if clusters is None and opts.mode == "exact-counts":
         est = _proportion_from_counts(int(values.sum()), int(values.shape[0]), opts.B, opts.seed, wilson_below)
     else:
@@ -405,14 +415,15 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
     elif n < wilson_below:
         note = f"Wilson interval (n < {wilson_below})"
     method = est.method if not label else f"{label}; {est.method}"
+    ci_method = CI_NONE if n == 0 else CI_WILSON if n < wilson_below else CI_BOOT
     return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
             "ci_high": 100.0 * est.ci_high, "n": n, "k": int(values.sum()) if n else 0, "unit": "%",
-            "method": method, "note": note}
+            "method": method, "note": note, "ci_method": ci_method}
 
 
 def _empty_row(unit: str, note: str, method: str = "") -> dict[str, Any]:
     return {"point": np.nan, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": 0, "k": 0, "unit": unit,
-            "method": method, "note": note}
+            "method": method, "note": note, "ci_method": CI_NONE}
 
 
 def _reflect(row: dict[str, Any], method: str) -> dict[str, Any]:
@@ -429,18 +440,19 @@ def _clusters(panel: Panel, pos: np.ndarray, opts: Options) -> np.ndarray | None
     return panel.patient[pos] if opts.cluster_by_patient else None
 
 
-def _rate(vec: Vec, panel: Panel, opts: Options, sel: np.ndarray | None = None, wilson_below: int = 0,
-          label: str = "") -> dict[str, Any]:
+def _rate(vec: Vec, panel: Panel, opts: Options, sel: np.ndarray | None = None, label: str = "") -> dict[str, Any]:
     x, pos = vec.take(sel)
-    return rate_row(x, _clusters(panel, pos, opts), opts, wilson_below=wilson_below, label=label)
+    return rate_row(x, _clusters(panel, pos, opts), opts, label=label)
 
 
 def _subsets(values: Iterable[Any]) -> list[str]:
     return sorted({str(v) for v in values if v is not None})
 
 
-def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] | None = None) -> list[dict[str, Any]]:
-    """All metric rows (schema of ``GroundingAnalysis.metrics``) of model ``i`` on a main panel."""
+def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] | None = None,
+                      calib: dict[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
+    """All metric rows (schema of ``GroundingAnalysis.metrics``) of model ``i`` on a main panel; ``calib``: its
+    entry of :func:`calibration_draws` when computed for several models at once."""
     vecs = vecs if vecs is not None else model_vectors(panel, i, opts.is_denominator)
     model = panel.models[i]
     rows: list[dict[str, Any]] = []
@@ -475,14 +487,13 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
             add("uar", f"source={s}", _rate(vecs["uar"], panel, opts, sel))
             if (panel.has_box & sel).any():
                 add("cgr", f"source={s}", _rate(vecs["cgr"], panel, opts, sel))
-    # per finding: Wilson interval where n < 30 (paper, Supplementary Table 2)
+    # per finding (Wilson interval where n < 30, as for every rate; paper, Supplementary Table 2)
     for f in _subsets(panel.finding):
         sel = panel.finding == f
-        w = opts.wilson_below
         if (panel.has_box & sel).any():
-            add("cgr", f"finding={f}", _rate(vecs["cgr"], panel, opts, sel, wilson_below=w))
-        add("accuracy", f"finding={f}", _rate(vecs["accuracy"], panel, opts, sel, wilson_below=w))
-        add("uar", f"finding={f}", _rate(vecs["uar"], panel, opts, sel, wilson_below=w))
+            add("cgr", f"finding={f}", _rate(vecs["cgr"], panel, opts, sel))
+        add("accuracy", f"finding={f}", _rate(vecs["accuracy"], panel, opts, sel))
+        add("uar", f"finding={f}", _rate(vecs["uar"], panel, opts, sel))
     # subgroups (descriptive rates; the tests are in comparisons)
     for name, (_, sel) in subgroup_masks(panel).items():
         if not sel.any():
@@ -491,7 +502,7 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
         add("uar", name, _rate(vecs["uar"], panel, opts, sel))
         if (panel.has_box & sel).any():
             add("cgr", name, _rate(vecs["cgr"], panel, opts, sel))
-    rows.extend(calibration_rows(panel, i, opts, vecs))
+    rows.extend(calibration_rows(panel, i, opts, vecs, calib))
     return rows
 
 
@@ -507,30 +518,138 @@ def gsp_row(cgr: dict[str, Any], is_: dict[str, Any], vecs: dict[str, Vec], pane
     b, _ = vecs["gsp_irrelevant_flip"].take()
     if a.size == 0:
         return {"point": point, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": 0, "k": 0, "unit": "pp",
-                "method": "GSP = CGR - (100 - IS)", "note": "interval not estimable (no case with both masks parsed)"}
+                "method": "GSP = CGR - (100 - IS)", "note": "interval not estimable (no case with both masks parsed)",
+                "ci_method": CI_NONE}
     d = stats.paired_difference(a, b, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=_clusters(panel, pos, opts))
     return {"point": point, "se": 100.0 * d.sd, "ci_low": 100.0 * d.ci_low, "ci_high": 100.0 * d.ci_high,
             "n": int(d.n), "k": 0, "unit": "pp",
             "method": (f"GSP = CGR - (100 - IS) from the two estimates; interval and SD from the paired bootstrap of "
                        f"flip(target) - flip(irrelevant) on the {d.n} correct boxed cases parsed under both masks "
                        f"(diff there {100.0 * d.diff:.1f}); {d.method}"),
-            "note": ""}
+            "note": "", "ci_method": CI_PAIRED}
 
 
 def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]:
     n = int(est.n)
     if n == 0:
         note = note or NOT_ESTIMABLE
+    ci = CI_BOOT if math.isfinite(est.ci_low) and math.isfinite(est.ci_high) else CI_NONE
     return {"point": est.point, "se": est.se, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": n, "k": 0,
-            "unit": unit, "method": est.method, "note": note}
+            "unit": unit, "method": est.method, "note": note, "ci_method": ci}
 
 
-def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) -> list[dict[str, Any]]:
+#: mean confidence in the given answer by decision regime (paper Table 3)
+REGIMES = ("conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect")
+
+
+@dataclass(frozen=True)
+class CalibrationInputs:
+    """One model's cases with a parsed original answer and a defined P(yes): what every calibration metric uses."""
+
+    pos: np.ndarray  # case positions in the panel
+    p_yes: np.ndarray
+    label: np.ndarray
+    given: np.ndarray  # confidence in the given answer: P(yes) for a Yes, 1 - P(yes) for a No
+    correct: np.ndarray
+    regimes: dict[str, np.ndarray]  # regime -> membership over ``pos``
+
+
+def calibration_inputs(panel: Panel, i: int, vecs: dict[str, Vec]) -> CalibrationInputs:
+    """The calibration cases of model ``i``; grounded / ungrounded-correct need a parsed target-mask answer."""
+    a_o = panel.answer("original", i)
+    conf = panel.confidence[i]
+    pos = np.flatnonzero((a_o >= 0) & np.isfinite(conf))
+    p_yes = conf[pos]
+    answer = a_o[pos]
+    label = panel.label[pos]
+    correct = (answer == label).astype(np.int8)
+    cgr = vecs["cgr"]
+    regimes = {"conf_grounded_correct": (cgr.elig & cgr.val)[pos], "conf_ungrounded_correct": (cgr.elig & ~cgr.val)[pos],
+               "conf_incorrect": correct == 0}
+    return CalibrationInputs(pos, p_yes, label, np.where(answer == 1, p_yes, 1.0 - p_yes), correct, regimes)
+
+
+def _calibration_columns(ci: CalibrationInputs) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, slice]]:
+    """Numerator / denominator columns whose resampled ratios give the Brier score, the ECE bin terms and the
+    regime means of one model, and the columns each metric owns."""
+    ones = np.ones(ci.pos.size)
+    nums: list[np.ndarray] = [(ci.p_yes - ci.label) ** 2]
+    dens: list[np.ndarray] = [ones]
+    where = {"brier": slice(0, 1)}
+    terms = stats.ece_terms(ci.given, ci.correct)
+    used = np.flatnonzero(np.any(terms != 0.0, axis=0))  # an all-zero bin adds |0| to every resample
+    where["ece"] = slice(1, 1 + used.size)
+    nums.extend(terms[:, used].T)
+    dens.extend([ones] * used.size)
+    for name in REGIMES:
+        m = ci.regimes[name]
+        if m.any():
+            where[name] = slice(len(nums), len(nums) + 1)
+            nums.append(ci.given * m)
+            dens.append(m.astype(np.float64))
+    return nums, dens, where
+
+
+def calibration_draws(panel: Panel, models: Iterable[int], opts: Options,
+                      vecs: dict[int, dict[str, Vec]]) -> dict[int, dict[str, np.ndarray]]:
+    """Bootstrap draws of the Brier score, the ECE and the confidence by regime of several models at once.
+
+    Models with the same calibration cases share one resampling of those cases (:func:`stats.case_bootstrap_ratios`
+    over all their columns; with ``cluster_by_patient`` whole patients, :func:`stats.cluster_bootstrap_ratios`):
+    each model's draws have the plain case-bootstrap distribution, and one set of per-case multiplicities serves
+    every model, which is what keeps these intervals cheap. Returns model index -> metric -> draws (B,).
+    """
+    inputs = {i: calibration_inputs(panel, i, vecs[i]) for i in models}
+    groups: dict[bytes, list[int]] = {}
+    for i, ci in inputs.items():
+        if ci.pos.size:
+            groups.setdefault(ci.pos.tobytes(), []).append(i)
+    out: dict[int, dict[str, np.ndarray]] = {i: {} for i in inputs}
+    for members in groups.values():
+        nums: list[np.ndarray] = []
+        dens: list[np.ndarray] = []
+        owned: list[tuple[int, dict[str, slice]]] = []
+        for i in members:
+            num, den, where = _calibration_columns(inputs[i])
+            off = len(nums)
+            owned.append((i, {k: slice(s.start + off, s.stop + off) for k, s in where.items()}))
+            nums.extend(num)
+            dens.extend(den)
+        N, D = np.stack(nums, axis=1), np.stack(dens, axis=1)
+        pos = inputs[members[0]].pos
+        if opts.cluster_by_patient:
+            inverse = np.unique(panel.patient[pos], return_inverse=True)[1].reshape(-1)
+            K = int(inverse.max()) + 1
+            Nc = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in N.T], axis=1)
+            Dc = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in D.T], axis=1)
+            draws = stats.cluster_bootstrap_ratios(Nc, Dc, B=opts.B, seed=opts.seed)
+        else:
+            draws = stats.case_bootstrap_ratios(N, D, B=opts.B, seed=opts.seed, mode=opts.mode, workers=opts.workers)
+        for i, where in owned:
+            for metric, s in where.items():
+                block = draws[:, s]
+                out[i][metric] = np.abs(block).sum(axis=1) if metric == "ece" else block[:, 0]
+    return out
+
+
+def _boot_row(point: float, draws: np.ndarray | None, n: int, unit: str, method: str, opts: Options,
+              note: str = "") -> dict[str, Any]:
+    """A metric row from bootstrap draws over cases: se = bootstrap SD, percentile 95% interval."""
+    how = (f"case bootstrap ({'patient clusters, ' if opts.cluster_by_patient else ''}{opts.mode}, B={opts.B}, "
+           f"seed={opts.seed})")
+    if draws is None:
+        draws = np.full(1, np.nan)
+    est = stats.bootstrap_estimate(point, draws, n, how=how)
+    return {**_value_row(est, unit, note), "method": f"{method}; {est.method}"}
+
+
+def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
+                     calib: dict[str, np.ndarray] | None = None) -> list[dict[str, Any]]:
     """AUROC of P(yes) vs the label, Brier, ECE of the confidence in the given answer, coverage of defined
-    confidences, and mean confidence (in the given answer) by decision regime."""
+    confidences, and mean confidence (in the given answer) by decision regime, each with a bootstrap SE and
+    interval over cases (``calib``: this model's :func:`calibration_draws`, computed here when absent)."""
     model = panel.models[i]
     a_o = panel.answer("original", i)
-    y = panel.label
     conf = panel.confidence[i]
     parsed = a_o >= 0
     defined = parsed & np.isfinite(conf)
@@ -543,11 +662,12 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) 
     add("confidence_coverage", rate_row(defined[parsed].astype(np.int8),
                                         _clusters(panel, np.flatnonzero(parsed), opts), opts,
                                         label="share of parsed original answers with a defined P(yes)"))
-    pos = np.flatnonzero(defined)
-    p_yes = conf[pos]
-    given = np.where(a_o[pos] == 1, p_yes, 1.0 - p_yes)
-    corr = (a_o[pos] == y[pos]).astype(np.int8)
-    n = int(pos.size)
+    ci = calibration_inputs(panel, i, vecs)
+    n = int(ci.pos.size)
+    if n and calib is None:
+        calib = calibration_draws(panel, [i], opts, {i: vecs})[i]
+    calib = calib or {}
+    p_yes = ci.p_yes
     constant = n > 0 and bool(np.all(p_yes == p_yes[0]))
     if n == 0:
         for m, unit in (("auroc", "prob"), ("brier", "prob"), ("ece", "prob")):
@@ -556,41 +676,32 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec]) 
         if constant:
             add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
         else:
-            kw: dict[str, Any] = {"mode": opts.mode} if _AUROC_HAS_MODE else {}
-            est = stats.auroc_interval(p_yes, y[pos], B=opts.B, seed=opts.seed, **kw)
+            est = stats.auroc_interval(p_yes, ci.label, B=opts.B, seed=opts.seed, mode=opts.mode,
+                                       workers=opts.workers)
             note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
             add("auroc", {**_value_row(est, "prob", note),
                           "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method
                           + ("; cases resampled individually (no clustered AUROC bootstrap)"
                              if opts.cluster_by_patient else "")})
-        b = stats.brier(p_yes, y[pos])
-        add("brier", {"point": b, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": n, "k": 0, "unit": "prob",
-                      "method": "Brier score mean((P(yes) - label)^2) (point estimate)",
-                      "note": DEGENERATE if constant else ""})
-        e = stats.ece(given, corr)
-        add("ece", {"point": np.nan if e is None else e, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": n,
-                    "k": 0, "unit": "prob",
-                    "method": "ECE, 10 equal-width bins of the confidence in the given answer vs correctness",
-                    "note": DEGENERATE if e is None or constant else ""})
-    # confidence by regime, in the given answer; grounded / ungrounded need a parsed target-mask answer
-    cgr = vecs["cgr"]
-    regimes = {
-        "conf_grounded_correct": cgr.elig & cgr.val,
-        "conf_ungrounded_correct": cgr.elig & ~cgr.val,
-        "conf_incorrect": parsed & (a_o != y),
-    }
-    given_all = np.where(a_o == 1, conf, 1.0 - conf)
-    for name, sel in regimes.items():
-        m = sel & defined
-        v = given_all[m]
+        add("brier", _boot_row(stats.brier(p_yes, ci.label), calib.get("brier"), n, "prob",
+                               "Brier score mean((P(yes) - label)^2)", opts, DEGENERATE if constant else ""))
+        e = stats.ece(ci.given, ci.correct)
+        ece_method = "ECE, 10 equal-width bins of the confidence in the given answer vs correctness"
+        if e is None or constant:
+            add("ece", {"point": np.nan if e is None else e, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan,
+                        "n": n, "k": 0, "unit": "prob", "method": ece_method + "; no interval",
+                        "note": DEGENERATE, "ci_method": CI_NONE})
+        else:
+            add("ece", _boot_row(e, calib.get("ece"), n, "prob", ece_method, opts))
+    for name in REGIMES:
+        v = ci.given[ci.regimes[name]]
         if v.size == 0:
-            why = NOT_ESTIMABLE
-            add(name, _empty_row("prob", why, "mean confidence in the given answer"))
+            add(name, _empty_row("prob", NOT_ESTIMABLE, "mean confidence in the given answer"))
             continue
         sd = float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
-        add(name, {"point": float(v.mean()), "se": sd / math.sqrt(v.size) if v.size > 1 else np.nan,
-                   "ci_low": np.nan, "ci_high": np.nan, "n": int(v.size), "k": 0, "unit": "prob",
-                   "method": "mean confidence in the given answer, reported as mean +/- SD (paper Table 3; SD in "
-                             "note, se = SD/sqrt(n)); no interval",
-                   "note": f"sd = {sd:.3f}" if math.isfinite(sd) else "sd not estimable (n = 1)"})
+        add(name, _boot_row(float(v.mean()), calib.get(name), int(v.size), "prob",
+                            "mean confidence in the given answer (paper Table 3 reports mean +/- SD; SD in note); "
+                            "cases resampled from all of the model's calibration cases, the regime following its "
+                            "case", opts,
+                            f"sd = {sd:.3f}" if math.isfinite(sd) else "sd not estimable (n = 1)"))
     return rows
