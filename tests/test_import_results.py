@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +34,9 @@ def _manifest(tmp: Path) -> Path:
     return p
 
 
+TRUTH = {"ms0": 1, "ms1": 1, "ms2": 1, "ms3": 1, "rx0": 0}  # the manifest's labels (rx0: error present -> No)
+
+
 def _results(tmp: Path, model: str, parsed: dict[str, list[int]]) -> Path:
     d = tmp / "results" / model
     d.mkdir(parents=True, exist_ok=True)
@@ -42,7 +46,7 @@ def _results(tmp: Path, model: str, parsed: dict[str, list[int]]) -> Path:
             "case_id": ids, "source": "x", "model_name": model, "condition": cond, "prompt_variant": "default",
             "raw_answer": ["Yes" if v == 1 else "No" if v == 0 else "maybe" for v in values],
             "parsed_answer": values, "confidence": [0.9 if v == 1 else 0.2 for v in values],
-            "ground_truth": 1,
+            "ground_truth": [TRUTH[i] for i in ids],
         }).to_csv(d / f"{cond}.csv", index=False)
     return tmp / "results"
 
@@ -69,8 +73,15 @@ def test_import_then_tidy_keeps_values(tmp_path: Path) -> None:
     "mutate, message",
     [
         (lambda d: d.replace({"case_id": {"ms1": "zz9"}}), r"original.csv: row 3, column 'case_id': unknown case id 'zz9'"),
-        (lambda d: d.rename(columns={"parsed_answer": "parsed"}), r"original.csv: missing column\(s\) \['parsed_answer'\]"),
+        (lambda d: d.rename(columns={"parsed_answer": "parsed"}),
+         r"original.csv: row 1 \(the header row\): missing column\(s\) \['parsed_answer'\]; unexpected column\(s\) \['parsed'\]"),
         (lambda d: d.assign(parsed_answer=[1, 2, 0, 1, 0]), r"original.csv: row 3, column 'parsed_answer': '2' is not one of"),
+        (lambda d: d.assign(confidence=[0.9, 1.5, 0.2, 0.9, 0.2]), r"original.csv: row 3, column 'confidence': '1.5' is outside \[0, 1\]"),
+        (lambda d: d.assign(confidence=["0.9", "0.8", "high", "0.9", ""]),
+         r"original.csv: row 4, column 'confidence': 'high' is not a number"),
+        (lambda d: d.assign(ground_truth=[1, 1, 1, 1, 1]),
+         r"original.csv: row 6, column 'ground_truth': '1' differs from the manifest label 0 of case 'rx0'"),
+        (lambda d: d.assign(ground_truth=[1, 1, 2, 1, 0]), r"original.csv: row 4, column 'ground_truth': '2' is not 0 or 1"),
     ],
 )
 def test_import_errors_name_file_row_column(tmp_path: Path, mutate, message) -> None:
@@ -81,6 +92,94 @@ def test_import_errors_name_file_row_column(tmp_path: Path, mutate, message) -> 
     with pytest.raises(ResultsImportError, match=message):
         import_results(man, res, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_empty_confidence_is_allowed(tmp_path: Path) -> None:
+    man = _manifest(tmp_path)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
+    f = res / "gpt" / "original.csv"
+    pd.read_csv(f, dtype={"case_id": str}).assign(confidence=[0.9, None, None, 0.7, 0.1]).to_csv(f, index=False)
+    with RunStore.open_dir(import_results(man, res, tmp_path / "run")) as st:
+        o = tidy(st).set_index("case_id")
+    assert pd.isna(o.loc["ms1", "confidence"]) and o.loc["ms3", "confidence"] == pytest.approx(0.7)
+
+
+def test_manifest_with_a_wrong_column_names_the_header_row(tmp_path: Path) -> None:
+    man = _manifest(tmp_path)
+    pd.read_csv(man).rename(columns={"label": "labels"}).to_csv(man, index=False)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
+    with pytest.raises(ResultsImportError, match=r"manifest.csv: row 1 \(the header row\): missing column\(s\) \['label'\]"):
+        import_results(man, res, tmp_path / "run")
+
+
+def test_cli_import_then_report_end_to_end(tmp_path: Path) -> None:
+    man = _manifest(tmp_path)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0], "swap": [1, 1, 0, 1, 0],
+                                     "target_mask": [0, 1, 1, 1], "irrelevant_mask": [1, 1, 1, 1]})
+    _results(tmp_path, "textlm", {"original": [1, 1, 1, 1, 1]})
+    out = CliRunner().invoke(app, ["import-results", str(man), str(res), "--out", str(tmp_path / "run"),
+                                   "--text-only", "textlm"])
+    assert out.exit_code == 0, out.output
+    rep = tmp_path / "run" / "report"
+    assert (rep / "report.html").exists()
+    m = pd.read_csv(rep / "metrics.csv").set_index(["model", "metric", "subset"])
+    assert m.loc[("gpt", "accuracy", "all"), "point"] == pytest.approx(80.0)  # all but ms2 correct: 4 of 5
+    assert m.loc[("gpt", "accuracy", "all"), "n"] == 5
+    # correct boxed cases ms0, ms1, ms3; only ms0 flips under the target mask
+    assert m.loc[("gpt", "cgr", "all"), "point"] == pytest.approx(100 / 3) and m.loc[("gpt", "cgr", "all"), "n"] == 3
+    assert m.loc[("textlm", "uar", "all"), "point"] == pytest.approx(100.0)
+
+
+def test_cli_import_failure_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    man = _manifest(tmp_path)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
+    f = res / "gpt" / "original.csv"
+    pd.read_csv(f, dtype={"case_id": str}).assign(confidence=[0.9, 7, 0.2, 0.9, 0.2]).to_csv(f, index=False)
+    out = CliRunner().invoke(app, ["import-results", str(man), str(res), "--out", str(tmp_path / "run")])
+    assert out.exit_code == 2 and isinstance(out.exception, SystemExit)
+    assert "row 3, column 'confidence'" in " ".join(out.output.split())
+
+
+def test_cli_report_failure_after_import_is_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medvlm_audit import report_run
+    from medvlm_audit.errors import AuditError
+
+    def broken(*_a, **_k):
+        raise AuditError("analysis failed: column 'parsed' is broken")
+
+    monkeypatch.setattr(report_run, "report_run", broken)
+    man = _manifest(tmp_path)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
+    out = CliRunner().invoke(app, ["import-results", str(man), str(res), "--out", str(tmp_path / "run")])
+    assert out.exit_code == 2 and isinstance(out.exception, SystemExit), out.output
+    assert "analysis failed" in out.output
+
+
+def test_cli_report_options_change_the_analysis(tmp_path: Path) -> None:
+    man = _manifest(tmp_path)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0], "swap": [1, 1, 0, 1, 0],
+                                     "target_mask": [0, 1, 1, 1], "irrelevant_mask": [1, 0, 0, 1]})
+    run = tmp_path / "run"
+    assert CliRunner().invoke(app, ["import-results", str(man), str(res), "--out", str(run), "--no-report"]).exit_code == 0
+    runner = CliRunner()
+    default = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "a"), "--B", "300"])
+    chosen = runner.invoke(app, ["report", str(run), "--out", str(tmp_path / "b"), "--B", "300", "--mode", "index",
+                                 "--is-denominator", "all-parsed", "--cluster-by-patient"])
+    assert default.exit_code == 0 and chosen.exit_code == 0, default.output + chosen.output
+    a = pd.read_csv(tmp_path / "a" / "metrics.csv").set_index(["model", "metric", "subset"])
+    b = pd.read_csv(tmp_path / "b" / "metrics.csv").set_index(["model", "metric", "subset"])
+    # IS: correct-on-original boxed cases (ms0, ms1, ms3) vs all parsed boxed cases (ms2 too)
+    assert (a.loc[("gpt", "is", "all"), "n"], b.loc[("gpt", "is", "all"), "n"]) == (3, 4)
+    assert "default denominator" in a.loc[("gpt", "is", "all"), "method"]
+    assert "all parsed boxed cases (Eq. 8)" in b.loc[("gpt", "is", "all"), "method"]
+    assert "B=300" in a.loc[("gpt", "uar", "all"), "method"] and "exact-counts" in a.loc[("gpt", "uar", "all"), "method"]
+    assert "index" in b.loc[("gpt", "uar", "all"), "method"] and "cluster" in b.loc[("gpt", "uar", "all"), "method"]
+    sa, sb = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("a", "b"))
+    assert (sa["is_denominator_option"], sb["is_denominator_option"]) == ("correct", "all")
+    assert sb["resampling"] == {**sb["resampling"], "mode": "index", "B": 300, "cluster_by_patient": True}
+    assert "Eq. 8" in (tmp_path / "b" / "report.html").read_text()  # the report labels the denominator
+    bad = runner.invoke(app, ["report", str(run), "--mode", "bogus"])
+    assert bad.exit_code != 0
 
 
 def test_cli_import_results(tmp_path: Path) -> None:

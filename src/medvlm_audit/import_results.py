@@ -48,8 +48,38 @@ def _read_csv(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     missing = [c for c in required if c not in df.columns]
     if missing:
         unknown = [c for c in df.columns if c not in required]
-        raise ResultsImportError(f"{path}: missing column(s) {missing}" + (f"; unexpected column(s) {unknown}" if unknown else ""))
+        raise ResultsImportError(f"{path}: row 1 (the header row): missing column(s) {missing}"
+                                 + (f"; unexpected column(s) {unknown}" if unknown else ""))
     return df
+
+
+def _fail_at(path: Path, df: pd.DataFrame, bad: pd.Series, column: str, why: str) -> None:
+    """Raise naming the file, the first bad row (1-based, the header is row 1) and the column."""
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ResultsImportError(f"{path}: row {i + 2}, column {column!r}: {str(df[column].iloc[i])!r} {why}")
+
+
+def _check_confidence(path: Path, r: pd.DataFrame) -> pd.Series:
+    """P(yes) as floats: empty / NaN allowed (no confidence), anything else must be a number in [0, 1]."""
+    conf = pd.to_numeric(r["confidence"], errors="coerce")
+    given = r["confidence"].notna() & (r["confidence"].astype(str).str.strip().str.lower() != "nan")
+    _fail_at(path, r, given & conf.isna(), "confidence", "is not a number (P(yes) in [0, 1], or empty)")
+    _fail_at(path, r, conf.notna() & ((conf < 0) | (conf > 1)), "confidence", "is outside [0, 1]")
+    return conf
+
+
+def _check_ground_truth(path: Path, r: pd.DataFrame, labels: dict[str, float]) -> None:
+    """ground_truth, where given, must be 0/1 and equal the manifest's label of the case."""
+    gt = pd.to_numeric(r["ground_truth"], errors="coerce")
+    given = r["ground_truth"].notna()
+    _fail_at(path, r, given & ~gt.isin([0, 1]), "ground_truth", "is not 0 or 1")
+    want = r["case_id"].map(labels)
+    mismatch = given & want.notna() & (gt != want)
+    if mismatch.any():
+        i = int(np.flatnonzero(mismatch.to_numpy())[0])
+        raise ResultsImportError(f"{path}: row {i + 2}, column 'ground_truth': {str(r['ground_truth'].iloc[i])!r} "
+                                 f"differs from the manifest label {int(want.iloc[i])} of case {r['case_id'].iloc[i]!r}")
 
 
 def _box(df: pd.DataFrame, prefix: str) -> pd.DataFrame:
@@ -131,6 +161,7 @@ def import_results(
     ps = manifest_to_probeset(manifest)
     ps.validate(check_files=False)
     known = set(ps.df["case_id"])
+    labels = dict(zip(ps.df["case_id"], pd.to_numeric(ps.df["label"], errors="coerce").astype(float)))
     model_dirs = sorted(p for p in results_dir.iterdir() if p.is_dir()) if results_dir.is_dir() else []
     if not model_dirs:
         raise ResultsImportError(f"{results_dir}: no model folders found")
@@ -146,16 +177,13 @@ def import_results(
                 i = int(np.flatnonzero(unknown.to_numpy())[0])
                 raise ResultsImportError(f"{f}: row {i + 2}, column 'case_id': unknown case id {r['case_id'].iloc[i]!r}")
             parsed = pd.to_numeric(r["parsed_answer"], errors="coerce")
-            bad = ~parsed.isin([1, 0, -1])
-            if bad.any():
-                i = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ResultsImportError(
-                    f"{f}: row {i + 2}, column 'parsed_answer': {str(r['parsed_answer'].iloc[i])!r} is not one of 1, 0, -1"
-                )
+            _fail_at(f, r, ~parsed.isin([1, 0, -1]), "parsed_answer", "is not one of 1, 0, -1")
+            conf = _check_confidence(f, r)
+            _check_ground_truth(f, r, labels)
             conds = set(r["condition"].dropna().astype(str))
             if conds - {f.stem}:
                 raise ResultsImportError(f"{f}: column 'condition' holds {sorted(conds - {f.stem})}, expected {f.stem!r}")
-            r = r.assign(model=mdir.name, parsed=parsed.astype(int), file=str(f))
+            r = r.assign(model=mdir.name, parsed=parsed.astype(int), confidence=conf, file=str(f))
             frames.append(r)
     res = pd.concat(frames, ignore_index=True)
     res["prompt_variant"] = res["prompt_variant"].fillna("default").astype(str)
