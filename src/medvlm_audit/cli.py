@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -334,22 +335,53 @@ def export_cmd(
     console.print(f"wrote {pq} and {csv}")
 
 
-def _report(run_dir: Path, out: Path | None = None) -> Path:
+def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
     from medvlm_audit.report_run import report_run
 
-    path = report_run(run_dir, out)
+    path = report_run(run_dir, out, **analysis)
     console.print(f"report: {path}")
     return path
+
+
+class ResamplingMode(str, Enum):
+    """Bootstrap resampling of the analysis (stats module)."""
+
+    exact_counts = "exact-counts"
+    index = "index"
+
+
+class ISDenominator(str, Enum):
+    """Which cases the irrelevant-mask stability (IS) is computed over."""
+
+    default = "default"
+    all_parsed = "all-parsed"
+
+
+#: CLI name -> analysis option: "default" = correct-on-original boxed cases (paper Table 1), "all-parsed" = Eq. 8
+_IS_DENOMINATOR = {ISDenominator.default: "correct", ISDenominator.all_parsed: "all"}
 
 
 @app.command("report")
 def report_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     out: Annotated[Path | None, typer.Option(help="Output folder (default: RUN/report).")] = None,
+    B: Annotated[int, typer.Option("--B", min=1, help="Bootstrap resamples per interval.")] = 10_000,
+    mode: Annotated[ResamplingMode, typer.Option(
+        help="exact-counts: count-based resampling (fast, same distribution); index: the released code's "
+             "RandomState index draws, bit-exact.")] = ResamplingMode.exact_counts,
+    is_denominator: Annotated[ISDenominator, typer.Option(
+        help="IS over correct-on-original boxed cases (default, paper Table 1) or over all boxed cases parsed "
+             "under both conditions (all-parsed, Eq. 8); the report labels which.")] = ISDenominator.default,
+    cluster_by_patient: Annotated[bool, typer.Option(
+        "--cluster-by-patient", help="Resample whole patients instead of cases.")] = False,
 ) -> None:
-    """Analyse a run and write report.html, metrics.parquet/csv, comparisons.csv and summary.json."""
+    """Analyse a run and write report.html, metrics.parquet/csv, comparisons.csv and summary.json.
+
+    The analysis options apply to grounding runs; a stress run uses B only.
+    """
     try:
-        _report(run_dir, out)
+        _report(run_dir, out, B=B, mode=mode.value, is_denominator=_IS_DENOMINATOR[is_denominator],
+                cluster_by_patient=cluster_by_patient)
     except AuditError as e:
         _fail(e)
 
@@ -371,11 +403,11 @@ def import_results_cmd(
         from medvlm_audit import api
 
         api.export(run_dir)
+        console.print(f"imported into {run_dir}")
+        if report:
+            _report(run_dir)
     except AuditError as e:
         _fail(e)
-    console.print(f"imported into {run_dir}")
-    if report:
-        _report(run_dir)
 
 
 @app.command("demo")
