@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from typer.testing import CliRunner
 
+from medvlm_audit.cli import app
 from medvlm_audit.demo import run_demo
-from medvlm_audit.report_run import report_run
+from medvlm_audit.report.html import badge
+
+DESIGNED = {"local-evidence": "uses_image", "global-probe": "uses_image", "finding-prior": "ignores_image",
+            "always-yes": "ignores_image", "occlusion-unstable": "unstable"}
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo")
     res = run_demo(out, n_cases=500, n_train=900, progress=False, log=lambda *_: None)
-    report_run(res.run_dir)
+    # the report comes from the command line, as a user runs it: `medvlm-audit report RUN`
+    cli = CliRunner().invoke(app, ["report", str(res.run_dir)])
+    assert cli.exit_code == 0, cli.output
+    assert "report:" in cli.output
     return res.run_dir
 
 
@@ -57,3 +67,21 @@ def test_demo_report_is_complete(demo_run: Path) -> None:
     assert (metrics["subset"] == "res=512").any() and (metrics["subset"] == "prompt=terse").any()
     # the run store never holds pixels: no BLOB columns, and it is small
     assert (demo_run / "run.sqlite").stat().st_size < 20 * 2**20
+
+
+def test_demo_report_shows_the_triad_and_each_verdict_with_its_category(demo_run: Path) -> None:
+    page = (demo_run / "report" / "report.html").read_text()
+    verdicts = json.loads((demo_run / "report" / "summary.json").read_text())["verdicts"]
+    figures = re.findall(r'<figure class="fig">(.*?)</figure>', page, flags=re.DOTALL)
+    triad = [f for f in figures if re.search(r"<figcaption><strong>Figure \d+\. Causal triad\.</strong>", f)]
+    assert len(triad) == 1
+    svg, caption = triad[0].split("<figcaption>")
+    assert svg.lstrip().startswith("<svg")
+    items = re.findall(r"<li>(.*?)</li>", re.search(r'<ul class="verdicts">(.*?)</ul>', page, flags=re.DOTALL).group(1))
+    for model, category in DESIGNED.items():
+        assert f">{html.escape(model)}<" in svg, model  # a labelled point of the triad
+        assert f"{model} CGR n = " in caption, model
+        (item,) = [li for li in items if f'<span class="model">{html.escape(model)}</span>' in li]
+        assert badge(category) in item, (model, category)
+        assert html.escape(verdicts[model]) in item, model
+    assert "ignores the image" in html.unescape(" ".join(items))
