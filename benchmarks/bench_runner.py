@@ -61,7 +61,6 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--source-size", type=int, default=512,
                     help="source image size: 512 (decode + resize every source) or 224 (already at working size)")
-    ap.add_argument("--render-processes", action="store_true", help="render in worker processes, not threads")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     ps = make_probeset(tmp / "data", args.cases, args.source_size)
@@ -88,8 +87,7 @@ def main() -> None:
             store = RunStore(tmp / f"run{rnd}.sqlite")
             m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
             t0 = time.perf_counter()
-            summary = asyncio.run(execute(store, plan_grounding([ps], opts), [m], dec, progress=False,
-                                          render_processes=args.render_processes))
+            summary = asyncio.run(execute(store, plan_grounding([ps], opts), [m], dec, progress=False))
             el = time.perf_counter() - t0
             asked = summary.per_model["bench"]["asked"]
             assert asked == len(bodies) and summary.per_model["bench"]["errors"] == 0
@@ -99,8 +97,7 @@ def main() -> None:
             # a second model added to the same run: image hashes are already in the store, so planning only keys
             m2 = OpenAIChatModel("bench2", "fake-vlm-2", base_url, max_concurrency=args.concurrency)
             t0 = time.perf_counter()
-            s2 = asyncio.run(execute(store, plan_grounding([ps], opts), [m2], dec, progress=False,
-                                     render_processes=args.render_processes))
+            s2 = asyncio.run(execute(store, plan_grounding([ps], opts), [m2], dec, progress=False))
             second.append(s2.per_model["bench2"]["asked"] / (time.perf_counter() - t0))
             store.close()
         b, h = float(np.median(bare)), float(np.median(harness))

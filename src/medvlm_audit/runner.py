@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing as mp
-import pickle
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
@@ -142,33 +140,6 @@ def render_group(
                 pixels.put((r, j), enc(px))
         out.append((r, pixel_sha256(px)))
     return out
-
-
-_PROCESS_CACHE: SourceCache | None = None
-
-
-def render_group_in_process(
-    recipes: Sequence[ImageRecipe], encoders: Sequence[Callable[[np.ndarray], bytes]] = ()
-) -> list[tuple[ImageRecipe, str | Exception, Any, tuple[bytes, ...]]]:
-    """``render_group`` for a worker process: hash, pixels and each model's encoded bytes go back to the
-    parent, which caches them; the event loop then neither renders nor encodes."""
-    global _PROCESS_CACHE
-    if _PROCESS_CACHE is None:
-        _PROCESS_CACHE = SourceCache(16)
-    out: list[tuple[ImageRecipe, str | Exception, Any, tuple[bytes, ...]]] = []
-    for r in recipes:
-        try:
-            px = r.render(_PROCESS_CACHE)
-        except ImageError as e:
-            return out + [(r, e, None, ())]
-        out.append((r, pixel_sha256(px), px, tuple(enc(px) for enc in encoders)))
-    return out
-
-
-def _process_pool(workers: int) -> ProcessPoolExecutor:
-    """Rendering in worker processes runs beside the event loop without contending for its GIL."""
-    method = "fork" if "fork" in mp.get_all_start_methods() and sys.platform == "linux" else "spawn"
-    return ProcessPoolExecutor(max_workers=max(1, workers), mp_context=mp.get_context(method))
 
 
 def group_by_source(recipes: Iterable[ImageRecipe]) -> list[list[ImageRecipe]]:
@@ -298,21 +269,48 @@ def _materialise(
     return ModelInput(inp.messages, tuple(images), inp.decoding, inp.sample_index)
 
 
+async def _render_stream(
+    recipes: Sequence[ImageRecipe],
+    workers: int,
+    cache: SourceCache,
+    pixels: PixelCache,
+    encoders: Sequence[Callable[[np.ndarray], bytes]],
+) -> AsyncIterator[list[tuple[ImageRecipe, str | Exception]]]:
+    """Render + hash the recipes in worker threads, one task per source file; yields the results of every
+    task finished since the last yield (so a busy event loop handles them together)."""
+    if not recipes:
+        return
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Queue = asyncio.Queue()
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        futures = [loop.run_in_executor(pool, render_group, g, cache, pixels, encoders)
+                   for g in group_by_source(recipes)]
+        for f in futures:
+            f.add_done_callback(finished.put_nowait)
+        try:
+            left = len(futures)
+            while left:
+                done = [await finished.get()]
+                while not finished.empty():
+                    done.append(finished.get_nowait())
+                left -= len(done)
+                yield [item for f in done for item in f.result()]
+        finally:
+            for f in futures:
+                f.cancel()
+
+
 def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarray], bytes]], list[int | None]]:
     """The distinct image encoders of the models (equal ones run once) and each model's index into them."""
     encoders: list[Callable[[np.ndarray], bytes]] = []
-    seen: dict[bytes, int] = {}
+    seen: dict[str, int] = {}
     of: list[int | None] = []
     for m in models:
         enc = m.image_encoder() if m.modality != "text_only" else None
         if enc is None:
             of.append(None)
             continue
-        try:
-            ident = pickle.dumps(enc)
-        except Exception:  # noqa: BLE001  not picklable: the model encodes for itself
-            of.append(None)
-            continue
+        ident = repr(enc)  # equal partials (same function, same settings) print the same
         if ident not in seen:
             seen[ident] = len(encoders)
             encoders.append(enc)
@@ -421,14 +419,13 @@ async def execute(
     workers: int = 2,
     pixel_cache_mb: int = 512,
     model_decoding: dict[str, Decoding] | None = None,
-    render_processes: bool = False,
     source_keys: dict[ImageRecipe, str] | None = None,
 ) -> RunSummary:
     """Check every source, then render and hash images in worker threads while the models (side by side)
     answer the inputs keyed so far; each answer is committed as it arrives.
 
-    ``model_decoding`` overrides ``decoding`` for the named models; ``render_processes`` renders in worker
-    processes instead of threads; ``source_keys`` passes :func:`check_sources` results already computed."""
+    ``model_decoding`` overrides ``decoding`` for the named models; ``source_keys`` passes the result of
+    :func:`check_sources` when the caller has already checked the sources."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
     check_models(models)
@@ -470,50 +467,18 @@ async def execute(
                         bar.grow(w.model.name, len(new))
 
         async def produce() -> None:
-            """Render + hash each source's recipes in workers; key and queue the trials they complete.
-
-            Groups finished while the loop was busy are handled together: one transaction per wake-up."""
+            """Key the trials each batch of rendered images completes; one transaction per batch."""
             try:
                 admit(index.ready_without_images() + index.resolve(hashes))
-                if todo:
-                    loop = asyncio.get_running_loop()
-                    groups = group_by_source(todo)
-                    use_procs = render_processes
-                    pool: Executor = _process_pool(workers) if use_procs else ThreadPoolExecutor(max(1, workers))
-                    finished: asyncio.Queue = asyncio.Queue()
-                    with pool:
-                        if use_procs:
-                            futures = [loop.run_in_executor(pool, render_group_in_process, g, encoders)
-                                       for g in groups]
-                        else:
-                            futures = [loop.run_in_executor(pool, render_group, g, cache, pixels, encoders)
-                                       for g in groups]
-                        for f in futures:
-                            f.add_done_callback(finished.put_nowait)
-                        try:
-                            left = len(futures)
-                            while left:
-                                done = [await finished.get()]
-                                while not finished.empty():
-                                    done.append(finished.get_nowait())
-                                left -= len(done)
-                                new: list[tuple[ImageRecipe, str]] = []
-                                for fut in done:
-                                    for r, h, *extra in fut.result():
-                                        if isinstance(h, Exception):
-                                            raise index.named(r, h) from None
-                                        hashes[r] = h
-                                        new.append((r, h))
-                                        if extra:  # from a worker process: pixels and encoded bytes
-                                            pixels.put(r, extra[0])
-                                            for j, data in enumerate(extra[1]):
-                                                pixels.put((r, j), data)
-                                with store.transaction():
-                                    store.add_image_hashes([(keys[r], h) for r, h in new])
-                                    admit(index.resolve(r for r, _ in new))
-                        finally:
-                            for f in futures:
-                                f.cancel()
+                async with aclosing(_render_stream(todo, workers, cache, pixels, encoders)) as stream:
+                    async for rendered in stream:
+                        for r, h in rendered:
+                            if isinstance(h, Exception):
+                                raise index.named(r, h) from None
+                            hashes[r] = h
+                        with store.transaction():
+                            store.add_image_hashes([(keys[r], h) for r, h in rendered])
+                            admit(index.resolve(r for r, _ in rendered))
                 timing["plan_s"] = time.perf_counter() - t0
             finally:
                 for q in queues:
