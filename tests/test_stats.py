@@ -437,62 +437,72 @@ def test_auroc_interval_equals_naive_per_resample_loop(monkeypatch):
     assert f"{B - ok.sum()} resample(s) lacking a class skipped" in e.method or ok.all()
 
 
-def _naive_auroc_rows(s: np.ndarray, y: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """AUROC of each resample row of case positions ``d`` in the (score, class) order, by scipy ranks."""
-    order = np.lexsort((y, s))
-    return np.array([S.auroc(s[order][r], y[order][r]) for r in d])
+def _resampled_aurocs(s: np.ndarray, y: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """AUROC (scipy ranks) of each resample: each row of ``d`` holds the drawn case indices."""
+    return np.array([S.auroc(s[r], y[r]) for r in d])
 
 
-@pytest.mark.parametrize("ties_search_max", [32, 0])  # tied pairs by binary search / by bincount
-def test_auroc_sorted_draw_kernel_equals_per_resample_auroc(monkeypatch, ties_search_max):
-    monkeypatch.setattr(S, "_TIES_SEARCH_MAX", ties_search_max)
+def test_auroc_multiplicity_kernel_equals_per_resample_auroc():
     rng = np.random.default_rng(4)
-    for decimals in (0, 1, 2, 6):  # from heavy ties to none
+    for decimals in (0, 1, 2, 6):  # from heavy ties (two scores) to none
         n = int(rng.integers(5, 90))
         y = (rng.random(n) < 0.4).astype(np.int8)
         s = np.round(rng.random(n) + 0.3 * y, decimals)
-        d = np.sort(rng.integers(0, n, size=(300, n)).astype(np.int16), axis=1)
-        got = S._auroc_from_sorted_draws(d, S._auroc_plan(s, y))
-        ref = _naive_auroc_rows(s, y, d)
+        d = rng.integers(0, n, size=(300, n))
+        W = np.zeros((300, n + 1), np.float32)
+        W[:, :n] = np.bincount((d + (np.arange(300) * n)[:, None]).ravel(), minlength=300 * n).reshape(300, n)
+        plan = S._rank_plan(s, y, np.float32)
+        work = tuple(np.empty((300, plan.order.shape[0]), np.float32) for _ in range(3))
+        got = S._auroc_from_multiplicities(W, plan, work)
+        ref = _resampled_aurocs(s, y, d)
         assert np.array_equal(np.isnan(got), np.isnan(ref))  # resamples lacking a class
         ok = ~np.isnan(ref)
-        assert np.abs(got[ok] - ref[ok]).max() < 1e-12
+        assert np.abs(got[ok] - ref[ok]).max() < 1e-12, decimals
 
 
 def test_auroc_cell_count_kernel_equals_auroc_of_the_counted_resample():
     # cells = distinct (score, class) in score order: 0.2/neg, 0.2/pos, 0.5/neg, 0.9/pos
     cells_s, cells_y = np.array([0.2, 0.2, 0.5, 0.9]), np.array([0, 1, 0, 1])
-    level, cell_y = np.array([0, 0, 1, 2]), cells_y
+    level = np.array([0, 0, 1, 2])
     C = np.array([[1, 1, 1, 1], [2, 0, 1, 1], [0, 3, 0, 1], [2, 2, 0, 0]], dtype=float)  # rows sum to n = 4
-    got = S._auroc_cells_counts(C, level, cell_y, 3, 4)
+    got = S._auroc_cells_counts(C, level, cells_y, 3, 4)
     for row, g in zip(C.astype(int), got):
-        s, y = np.repeat(cells_s, row), np.repeat(cells_y, row)
-        ref = S.auroc(s, y)
+        ref = S.auroc(np.repeat(cells_s, row), np.repeat(cells_y, row))
         assert (math.isnan(g) and math.isnan(ref)) or g == pytest.approx(ref, abs=1e-12)
     # first row by hand: pos 0.2 vs neg 0.2 -> 1/2, vs neg 0.5 -> 0; pos 0.9 beats both -> 2; U = 2.5 of 4
     assert got[0] == pytest.approx(2.5 / 4)
 
 
-def test_auroc_exact_counts_same_for_any_thread_count_and_documented_blocks():
+def _documented_draws(n: int, B: int, seed: int = 0) -> np.ndarray:
+    """The exact-counts case draws as documented in stats.case_bootstrap: fixed blocks of 500 resamples, block i
+    from default_rng(SeedSequence(seed).spawn(...)[i]), int16 chunks of min(500, 2**17 // n) rows."""
+    rows = S._chunk_rows(n)
+    blocks = range(0, B, 500)
+    out = []
+    for lo, ss in zip(blocks, np.random.SeedSequence(seed).spawn(len(blocks))):
+        g = np.random.default_rng(ss)
+        hi = min(B, lo + 500)
+        for a in range(lo, hi, rows):
+            out.append(g.integers(0, n, size=(min(hi, a + rows) - a, n), dtype=np.int16))
+    return np.concatenate(out)
+
+
+def test_auroc_exact_counts_same_for_any_thread_count_and_documented_draws():
     rng = np.random.default_rng(8)
     n = 700
     y = rng.integers(0, 2, n)
-    s = rng.random(n) + 0.3 * y  # continuous: the sorted-draw kernel
+    s = np.round(rng.random(n) + 0.3 * y, 3)  # > 64 cells, some tied scores: the multiplicity kernel
     one = S.auroc_interval(s, y, B=1200, mode="exact-counts", workers=1)
-    three = S.auroc_interval(s, y, B=1200, mode="exact-counts", workers=3)
-    assert one == three
-    # the documented stream: block i of 500 resamples from default_rng(SeedSequence(0).spawn(...)[i]), rows of
-    # 16-bit positions in the (score, class) order, drawn in chunks of min(500, 2**17 // n) rows
-    rows = S._chunk_rows(n)
-    boots = []
-    for lo, ss in zip(range(0, 1200, 500), np.random.SeedSequence(0).spawn(3)):
-        g = np.random.default_rng(ss)
-        for a in range(lo, min(1200, lo + 500), rows):
-            d = g.integers(0, n, size=(min(min(1200, lo + 500), a + rows) - a, n), dtype=np.int16)
-            boots.append(_naive_auroc_rows(s, y, np.sort(d, axis=1)))
-    boot = np.concatenate(boots)
+    assert one == S.auroc_interval(s, y, B=1200, mode="exact-counts", workers=3)
+    boot = _resampled_aurocs(s, y, _documented_draws(n, 1200))
     assert one.se == pytest.approx(boot.std(ddof=1), abs=1e-12)
     assert (one.ci_low, one.ci_high) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])), abs=1e-12)
+    # several score columns share the resampled cases: each equals its own call, and the ratios ride along
+    s2 = rng.random(n)
+    auc, rat = S.case_bootstrap(n, B=1200, scores=np.stack([s, s2], axis=1), labels=y, num=s2[:, None])
+    assert np.array_equal(auc[:, 0], S._auroc_counts_boot(s.astype(float), y, 1200, 0))
+    assert np.allclose(auc[:, 1], _resampled_aurocs(s2, y, _documented_draws(n, 1200)), rtol=0, atol=1e-12)
+    assert np.allclose(rat[:, 0], s2[_documented_draws(n, 1200)].mean(axis=1), rtol=0, atol=1e-12)
 
 
 def test_auroc_exact_counts_few_cells_matches_index_in_distribution():
@@ -544,16 +554,8 @@ def test_case_bootstrap_ratios_exact_counts_stream_threads_and_few_rows():
     X = rng.random((n, 3))
     one = S.case_bootstrap_ratios(X, B=B, workers=1)
     assert np.array_equal(one, S.case_bootstrap_ratios(X, B=B, workers=4))
-    # the documented stream (same blocks as the AUROC kernel): means of the drawn rows
-    rows = S._chunk_rows(n)
-    ref = []
-    for lo, ss in zip(range(0, B, 500), np.random.SeedSequence(0).spawn(3)):
-        g = np.random.default_rng(ss)
-        hi = min(B, lo + 500)
-        for a in range(lo, hi, rows):
-            d = g.integers(0, n, size=(min(hi, a + rows) - a, n), dtype=np.int16)
-            ref.append(X[d].mean(axis=1))
-    assert np.allclose(one, np.concatenate(ref), rtol=0, atol=1e-12)
+    # the documented stream (the same case draws as the AUROC): means of the drawn rows
+    assert np.allclose(one, X[_documented_draws(n, B)].mean(axis=1), rtol=0, atol=1e-12)
     # two distinct rows: their resampled counts are Binomial(n, 1/2), so the mean's SD is 0.5 / sqrt(n)
     two = S.case_bootstrap_ratios(np.repeat([[0.0], [1.0]], n // 2, axis=0), B=20_000)[:, 0]
     assert two.std(ddof=1) == pytest.approx(0.5 / math.sqrt(n), rel=0.03)

@@ -55,6 +55,7 @@ __all__ = [
     "bootstrap_mean",
     "bootstrap_sd",
     "brier",
+    "case_bootstrap",
     "case_bootstrap_ratios",
     "chance_test",
     "cluster_bootstrap_ratios",
@@ -92,8 +93,6 @@ _BLOCK_ROWS = 500
 _CACHE_ELEMS = 1 << 17
 #: at most this many distinct cells (e.g. (score, class) pairs): resampled cell counts come from a multinomial.
 _CELLS_MAX = 64
-#: AUROC with at most this many tied scores shared by both classes: tied pairs counted by binary search.
-_TIES_SEARCH_MAX = 32
 #: default number of worker threads of the fast kernels (numpy's draws, sorts and gathers release the GIL).
 _MAX_WORKERS = 4
 
@@ -527,8 +526,8 @@ def case_bootstrap_ratios(num: Any, den: Any = None, B: int = 10_000, seed: int 
 
     A vectorised bootstrap of means and ratios of means (a Brier score, the per-bin terms of an ECE, a mean over a
     subset whose membership travels with the case). ``exact-counts``: with few distinct rows (<= _CELLS_MAX) their
-    resampled counts come from a multinomial (same distribution); otherwise per-case multiplicities of n draws
-    from the PCG64 block streams of ``_run_blocks`` (any number of ``workers``, same result) times the values.
+    resampled counts come from a multinomial (same distribution); otherwise :func:`case_bootstrap` (per-case
+    multiplicities of n draws from the PCG64 block streams, any number of ``workers``, same result).
     ``index``: the released code's ``RandomState(seed).randint(0, n, (B, n))`` draws. A zero denominator gives nan.
     """
     B = _check_B(B)
@@ -566,21 +565,7 @@ def case_bootstrap_ratios(num: Any, den: Any = None, B: int = 10_000, seed: int 
 
         _run_blocks(B, seed, fill_cells, workers=1)
         return out
-    dtype = _draw_dtype(n)
-    rows = _chunk_rows(n)
-
-    def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
-        offs = (np.arange(rows, dtype=np.intp) * n)[:, None]
-        flat = np.empty((rows, n), np.intp)
-        for a in range(lo, hi, rows):
-            c = min(hi, a + rows) - a
-            d = rng.integers(0, n, size=(c, n), dtype=dtype)
-            np.add(d, offs[:c], out=flat[:c])
-            w = np.bincount(flat[:c].ravel(), minlength=c * n).reshape(c, n)
-            put(a, a + c, w.astype(np.float64) @ V)
-
-    _run_blocks(B, seed, fill, workers)
-    return out
+    return case_bootstrap(n, B, seed, num=N, den=D, workers=workers)[1]
 
 
 def bootstrap_estimate(point: float, draws: Any, n: int, alpha: float = 0.05, how: str = "bootstrap") -> Estimate:
@@ -1073,122 +1058,185 @@ def _auroc_cells_counts(C: np.ndarray, cell_level: np.ndarray, cell_y: np.ndarra
         return u / (n1 * (n - n1))
 
 
+#: within-block width of the AUROC multiplicity kernel (prefix sums inside a block come from one small matmul)
+_RANK_BLOCK = 16
+
+
 @dataclass(frozen=True)
-class _AurocPlan:
-    """Cases in (score, class) order, negatives first within a tied score: what the sort kernel needs."""
+class _RankPlan:
+    """One score column in (score, class) order, negatives first within a tied score, padded to whole blocks."""
 
     n: int
-    is_pos: np.ndarray  # 0/1 class at each position of that order (float32 while the rank sums stay below 2**24)
-    rank_ones: np.ndarray  # (n, 2) [position, 1]: the rank sum and the positive count in one matrix product
-    tie_code: np.ndarray | None  # intp per position: 2 j + class in the j-th mixed-class tied score, 2 M elsewhere
-    tie_bounds: np.ndarray | None  # (few mixed scores) intp [first, first positive, end] position of each, flat
-    n_mixed: int
+    order: np.ndarray  # intp case index at each padded position; padding points at the all-zero column n
+    negm: np.ndarray  # 1 where the position holds a negative
+    upper: np.ndarray  # (_RANK_BLOCK, _RANK_BLOCK) strictly upper-triangular ones: prefix sums within a block
+    ones: np.ndarray
+    tie_idx: np.ndarray | None  # reduceat bounds [first, first positive, end] of each tied score holding both classes
 
 
-def _auroc_plan(s: np.ndarray, y: np.ndarray) -> _AurocPlan:
+def _rank_plan(s: np.ndarray, y: np.ndarray, dtype: type[np.floating[Any]]) -> _RankPlan:
     """Order the cases by (score, class) and locate the tied scores that hold both classes."""
     n = int(s.shape[0])
     order = np.lexsort((y, s))
     ss, ys = s[order], y[order].astype(np.int64)
+    npad = -(-(n + 1) // _RANK_BLOCK) * _RANK_BLOCK  # at least one zero position after the cases
+    negm = np.zeros(npad, dtype)
+    negm[:n] = 1 - ys
     level = np.concatenate([[0], np.cumsum(ss[1:] != ss[:-1])])
-    has_pos = np.bincount(level, weights=ys) > 0
-    has_neg = np.bincount(level, weights=1 - ys) > 0
-    mixed = has_pos & has_neg
-    M = int(mixed.sum())
-    tie_code = tie_bounds = None
-    if M > _TIES_SEARCH_MAX:
-        j = np.cumsum(mixed) - 1  # index of each mixed level among the mixed ones
-        tie_code = np.where(mixed[level], 2 * j[level] + ys, 2 * M).astype(np.intp)
-    elif M:
-        lv = np.flatnonzero(mixed)
-        first = np.searchsorted(level, lv, side="left")
-        end = np.searchsorted(level, lv, side="right")
-        first_pos = first + np.bincount(level, weights=1 - ys)[lv].astype(np.int64)  # negatives come first
-        tie_bounds = np.stack([first, first_pos, end], axis=1).reshape(-1).astype(np.intp)
-    # float32 products are exact while every partial rank sum is an integer below 2**24
-    dtype = np.float32 if n * (n - 1) // 2 < (1 << 24) else np.float64
-    rank_ones = np.stack([np.arange(n), np.ones(n)], axis=1).astype(dtype)
-    return _AurocPlan(n, ys.astype(dtype), rank_ones, tie_code, tie_bounds, M)
+    neg_per_level = np.bincount(level, weights=1 - ys)
+    mixed = np.flatnonzero((np.bincount(level, weights=ys) > 0) & (neg_per_level > 0))
+    tie_idx = None
+    if mixed.size:
+        first = np.searchsorted(level, mixed, side="left")
+        end = np.searchsorted(level, mixed, side="right")
+        tie_idx = np.stack([first, first + neg_per_level[mixed].astype(np.int64), end], axis=1).reshape(-1)
+        tie_idx = tie_idx.astype(np.intp)
+    upper = np.triu(np.ones((_RANK_BLOCK, _RANK_BLOCK), dtype), k=1)
+    return _RankPlan(n, np.concatenate([order, np.full(npad - n, n)]).astype(np.intp), negm, upper,
+                     np.ones(_RANK_BLOCK, dtype), tie_idx)
 
 
-def _tied_pairs(d: np.ndarray, plan: _AurocPlan) -> np.ndarray:
-    """Per resample (row of sorted positions ``d``), the number of (positive, negative) draw pairs with the same
-    score: sum_j P_j N_j over the tied scores holding both classes."""
-    c = d.shape[0]
-    n = plan.n
-    rows = np.arange(c, dtype=np.intp)[:, None]
-    if plan.tie_bounds is not None:
-        # rows are sorted and offset by row * n: one sorted array, counted by binary search at each boundary
-        flat = np.add(d, rows * n, dtype=np.intp).ravel()
-        at = np.searchsorted(flat, (rows * n + plan.tie_bounds).ravel()).reshape(c, -1, 3)
-        return np.sum((at[:, :, 1] - at[:, :, 0]) * (at[:, :, 2] - at[:, :, 1]), axis=1).astype(np.float64)
-    assert plan.tie_code is not None
-    width = 2 * plan.n_mixed + 1
-    codes = plan.tie_code.take(d) + rows * width
-    cnt = np.bincount(codes.ravel(), minlength=c * width).reshape(c, width)
-    return np.sum(cnt[:, 0:-1:2] * cnt[:, 1:-1:2], axis=1).astype(np.float64)
+def _auroc_from_multiplicities(W: np.ndarray, plan: _RankPlan, work: tuple[np.ndarray, ...]) -> np.ndarray:
+    """AUROC of each resample from its per-case multiplicities ``W`` (rows x n + 1, last column 0).
 
-
-def _auroc_from_sorted_draws(d: np.ndarray, plan: _AurocPlan, work: tuple[np.ndarray, np.ndarray] | None = None
-                             ) -> np.ndarray:
-    """AUROC of each resample from its draws ``d`` (positions in the plan's order), each row sorted ascending.
-
-    In a sorted row the positive at index k has k - (positives before it) negatives before it, so
-    U = sum(k over positives) - n1 (n1 - 1) / 2, counting a negative tied in score as 1; each tied (positive,
-    negative) pair then gets 1/2 back. Exact: every term is an integer the float type holds. ``work``: reusable
-    (intp, float) buffers of at least d's shape (allocating ~1 MB per chunk costs more than the arithmetic).
+    In (score, class) order U = sum_p P_p * (negatives before p): prefix sums within blocks of 16 positions by
+    one matmul, block totals by a short cumulative sum. A negative tied in score then counted 1, so each tied
+    (positive, negative) pair gives 1/2 back. Exact: every partial sum is an integer the float type holds.
+    ``work``: three reusable (rows, padded n) buffers.
     """
-    c = d.shape[0]
-    if work is None:
-        work = (np.empty(d.shape, np.intp), np.empty(d.shape, plan.is_pos.dtype))
-    di, x = work[0][:c], work[1][:c]
-    np.copyto(di, d)  # take() would convert the 16-bit positions into a fresh intp array
-    np.take(plan.is_pos, di, out=x)
-    s_n1 = (x @ plan.rank_ones).astype(np.float64)
-    n1 = s_n1[:, 1]
-    u = s_n1[:, 0] - n1 * (n1 - 1.0) / 2.0
-    if plan.n_mixed:
-        u -= 0.5 * _tied_pairs(d, plan)
+    c = W.shape[0]
+    G, N, A = (w[:c] for w in work)
+    np.take(W, plan.order, axis=1, out=G)
+    tied = None
+    if plan.tie_idx is not None:
+        seg = np.add.reduceat(G, plan.tie_idx, axis=1)
+        tied = np.einsum("cm,cm->c", seg[:, 0::3], seg[:, 1::3]).astype(np.float64)
+    np.multiply(G, plan.negm, out=N)
+    np.subtract(G, N, out=G)  # G now holds the positives
+    n2, p2 = N.reshape(-1, _RANK_BLOCK), G.reshape(-1, _RANK_BLOCK)
+    np.matmul(n2, plan.upper, out=A.reshape(-1, _RANK_BLOCK))
+    within = np.einsum("cx,cx->c", A, G).astype(np.float64)
+    bn = (n2 @ plan.ones).reshape(c, -1)
+    bp = (p2 @ plan.ones).reshape(c, -1)
+    between = np.einsum("cb,cb->c", bp, np.cumsum(bn, axis=1) - bn).astype(np.float64)
+    u = within + between
+    if tied is not None:
+        u -= 0.5 * tied
+    n1 = bp.sum(axis=1).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         return u / (n1 * (plan.n - n1))
 
 
-def _auroc_counts_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int, workers: int | None = None) -> np.ndarray:
-    """Bootstrap AUROCs under n uniform draws with replacement, from the block streams of :func:`_run_blocks`.
-
-    Few distinct (score, class) cells (<= _CELLS_MAX): the cell counts are drawn from their multinomial, the
-    same distribution at O(B x cells). Otherwise each resample's draws are sorted (SIMD sort of 16-bit
-    positions) and the AUROC follows from the rank sum (:func:`_auroc_from_sorted_draws`): no per-case counts.
-    """
+def _auroc_cells_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int) -> np.ndarray | None:
+    """Bootstrap AUROCs from multinomial counts of the distinct (score, class) cells when there are at most
+    _CELLS_MAX of them (the same distribution as n uniform draws, at O(B x cells)); None otherwise."""
     n = int(s.shape[0])
-    out = np.empty(B)
     cells, freq = np.unique(np.stack([s, y.astype(np.float64)], axis=1), axis=0, return_counts=True)
-    if cells.shape[0] <= _CELLS_MAX:
-        level = np.unique(cells[:, 0], return_inverse=True)[1].reshape(-1)
-        cell_y = cells[:, 1].astype(np.int64)
-        L = int(level.max()) + 1
-        p = freq / n
+    if cells.shape[0] > _CELLS_MAX:
+        return None
+    level = np.unique(cells[:, 0], return_inverse=True)[1].reshape(-1)
+    cell_y = cells[:, 1].astype(np.int64)
+    L = int(level.max()) + 1
+    p = freq / n
+    out = np.empty(B)
 
-        def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
-            counts = rng.multinomial(n, p, size=hi - lo).astype(np.float64)
-            out[lo:hi] = _auroc_cells_counts(counts, level, cell_y, L, n)
+    def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
+        counts = rng.multinomial(n, p, size=hi - lo).astype(np.float64)
+        out[lo:hi] = _auroc_cells_counts(counts, level, cell_y, L, n)
 
-        _run_blocks(B, seed, fill, workers=1)
-        return out
-    plan = _auroc_plan(s, y)
-    dtype = _draw_dtype(n)
-    rows = _chunk_rows(n)
-
-    def fill_sorted(lo: int, hi: int, rng: np.random.Generator) -> None:
-        work = (np.empty((rows, n), np.intp), np.empty((rows, n), plan.is_pos.dtype))
-        for a in range(lo, hi, rows):
-            b = min(hi, a + rows)
-            d = rng.integers(0, n, size=(b - a, n), dtype=dtype)
-            d.sort(axis=1)
-            out[a:b] = _auroc_from_sorted_draws(d, plan, work)
-
-    _run_blocks(B, seed, fill_sorted, workers)
+    _run_blocks(B, seed, fill, workers=1)
     return out
+
+
+def case_bootstrap(n: int, B: int = 10_000, seed: int = 0, *, scores: Any = None, labels: Any = None,
+                   num: Any = None, den: Any = None, workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One bootstrap of n cases serving several statistics: AUROC draws (B, m) of every column of ``scores`` (n, m)
+    against ``labels`` (n,), and draws (B, k) of sum(num[:, j]) / sum(den[:, j]) (``den=None``: means).
+
+    Resample r takes n uniform draws with replacement, the same cases for every statistic (so columns, e.g.
+    models, are paired): block i of 500 resamples comes from ``default_rng(SeedSequence(seed).spawn(...)[i])``
+    as ``integers(0, n, (rows, n), dtype=int16)`` chunks of ``rows = min(500, 2**17 // n)``, filled by up to
+    ``workers`` threads with the same result for any number. Per-case multiplicities feed one matrix product
+    for the ratios and the exact AUROC kernel for each score column; a column with at most 64 distinct
+    (score, class) cells is drawn from its multinomial cell counts instead (same distribution). A resample
+    lacking a class, or with a zero denominator, gives nan.
+    """
+    B = _check_B(B)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    n = int(n)
+    m = k = 0
+    if scores is not None:
+        S_ = _as_cluster_matrix(scores, "scores")
+        y = _binary_labels(labels)
+        if S_.shape[0] != n or y.shape[0] != n:
+            raise ValueError(f"scores and labels need one row per case (n = {n}): {S_.shape[0]}, {y.shape[0]}")
+        m = S_.shape[1]
+    V = None
+    if num is not None:
+        N_ = _as_cluster_matrix(num, "num")
+        D_ = np.ones_like(N_) if den is None else _as_cluster_matrix(den, "den")
+        if N_.shape != D_.shape or N_.shape[0] != n:
+            raise ValueError(f"num and den must have the same shape with one row per case (n = {n}): "
+                             f"{N_.shape}, {D_.shape}")
+        k = N_.shape[1]
+        if n and k:
+            V, ia, ib = _dedupe_columns(N_, D_)
+    auc = np.full((B, m), _NAN)
+    rat = np.full((B, k), _NAN)
+    if n == 0:
+        return auc, rat
+    dtype = np.float32 if n < 8192 else np.float64  # rank sums below 2**24 stay exact in float32
+    plans: list[tuple[int, _RankPlan]] = []
+    for j in range(m):
+        s = S_[:, j]
+        n1 = int(y.sum())
+        if n1 == 0 or n1 == n:
+            continue
+        cells = _auroc_cells_boot(s, y, B, seed)
+        if cells is not None:
+            auc[:, j] = cells
+        else:
+            plans.append((j, _rank_plan(s, y, dtype)))
+    if not plans and V is None:
+        return auc, rat
+    rows = _chunk_rows(n)
+    npad = plans[0][1].order.shape[0] if plans else 0
+    draw_dtype = _draw_dtype(n)
+
+    def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
+        offs = (np.arange(rows, dtype=np.intp) * n)[:, None]
+        flat = np.empty((rows, n), np.intp)
+        Wa = np.zeros((rows, n + 1), dtype) if plans else None
+        work = tuple(np.empty((rows, npad), dtype) for _ in range(3))
+        W64 = np.empty((rows, n)) if V is not None else None
+        for a in range(lo, hi, rows):
+            c = min(hi, a + rows) - a
+            d = rng.integers(0, n, size=(c, n), dtype=draw_dtype)
+            np.add(d, offs[:c], out=flat[:c])
+            w = np.bincount(flat[:c].ravel(), minlength=c * n).reshape(c, n)
+            if Wa is not None:
+                Wa[:c, :n] = w
+                for j, plan in plans:
+                    auc[a:a + c, j] = _auroc_from_multiplicities(Wa[:c], plan, work)
+            if W64 is not None and V is not None:
+                np.copyto(W64[:c], w)
+                sums = W64[:c] @ V
+                den_sums = sums[:, ib]
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    rat[a:a + c] = np.where(den_sums == 0.0, _NAN, sums[:, ia] / den_sums)
+
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread per worker: the kernel's many small products slow down badly under BLAS threading
+    with threadpool_limits(limits=1, user_api="blas"):
+        _run_blocks(B, seed, fill, workers)
+    return auc, rat
+
+
+def _auroc_counts_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int, workers: int | None = None) -> np.ndarray:
+    """Bootstrap AUROCs under n uniform draws with replacement: :func:`case_bootstrap` with one score column."""
+    return case_bootstrap(int(s.shape[0]), B, seed, scores=s[:, None], labels=y, workers=workers)[0][:, 0]
 
 
 def auroc_interval(
