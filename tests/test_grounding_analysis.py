@@ -243,6 +243,11 @@ def test_brier_ece_and_confidence_regimes_have_bootstrap_intervals(designed):
     brier = _m(res, "reader", "brier")
     assert brier.point == pytest.approx(sq.mean()) and brier.n == len(sq)
     assert brier.se == pytest.approx(sq.std(ddof=0) / math.sqrt(len(sq)), rel=0.1)
+    # the AUROC comes from the same shared resampling, and equals the model's own stats.auroc_interval
+    auroc = _m(res, "reader", "auroc")
+    est = stats.auroc_interval(o.confidence.to_numpy(), o.label.to_numpy(), B=B, mode="exact-counts")
+    assert (auroc.point, auroc.se, auroc.ci_low, auroc.ci_high) == pytest.approx((est.point, est.se, est.ci_low,
+                                                                                  est.ci_high), abs=1e-12)
     inc = _m(res, "reader", "conf_incorrect")
     sd = float(inc.note.split("=")[1])
     assert inc.se == pytest.approx(sd / math.sqrt(inc.n), rel=0.15)

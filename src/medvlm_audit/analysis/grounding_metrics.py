@@ -592,12 +592,14 @@ def _calibration_columns(ci: CalibrationInputs) -> tuple[list[np.ndarray], list[
 
 def calibration_draws(panel: Panel, models: Iterable[int], opts: Options,
                       vecs: dict[int, dict[str, Vec]]) -> dict[int, dict[str, np.ndarray]]:
-    """Bootstrap draws of the Brier score, the ECE and the confidence by regime of several models at once.
+    """Bootstrap draws of the AUROC, the Brier score, the ECE and the confidence by regime of several models.
 
-    Models with the same calibration cases share one resampling of those cases (:func:`stats.case_bootstrap_ratios`
-    over all their columns; with ``cluster_by_patient`` whole patients, :func:`stats.cluster_bootstrap_ratios`):
-    each model's draws have the plain case-bootstrap distribution, and one set of per-case multiplicities serves
-    every model, which is what keeps these intervals cheap. Returns model index -> metric -> draws (B,).
+    Models with the same calibration cases share one resampling of those cases (:func:`stats.case_bootstrap`
+    over all their columns): each model's draws have the plain case-bootstrap distribution (its AUROC draws
+    equal ``stats.auroc_interval`` on its own), and one set of per-case multiplicities serves every model, which
+    keeps these intervals cheap. ``index`` mode resamples the ratios with the released code's index matrix and
+    leaves the AUROC to ``stats.auroc_interval`` (bit-exact path); ``cluster_by_patient`` resamples patients
+    (:func:`stats.cluster_bootstrap_ratios`; the AUROC stays case-level). Returns model -> metric -> draws (B,).
     """
     inputs = {i: calibration_inputs(panel, i, vecs[i]) for i in models}
     groups: dict[bytes, list[int]] = {}
@@ -623,8 +625,17 @@ def calibration_draws(panel: Panel, models: Iterable[int], opts: Options,
             Nc = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in N.T], axis=1)
             Dc = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in D.T], axis=1)
             draws = stats.cluster_bootstrap_ratios(Nc, Dc, B=opts.B, seed=opts.seed)
+        elif opts.mode == "index":
+            draws = stats.case_bootstrap_ratios(N, D, B=opts.B, seed=opts.seed, mode="index")
         else:
-            draws = stats.case_bootstrap_ratios(N, D, B=opts.B, seed=opts.seed, mode=opts.mode, workers=opts.workers)
+            # AUROC columns: models whose P(yes) varies (a constant one is N/A) and whose cases hold both labels
+            ranked = [i for i in members if np.ptp(inputs[i].p_yes) > 0 and 0 < inputs[i].label.sum() < pos.size]
+            scores = np.stack([inputs[i].p_yes for i in ranked], axis=1) if ranked else None
+            auc, draws = stats.case_bootstrap(pos.size, opts.B, opts.seed, scores=scores,
+                                              labels=inputs[members[0]].label if ranked else None, num=N, den=D,
+                                              workers=opts.workers)
+            for j, i in enumerate(ranked):
+                out[i]["auroc"] = auc[:, j]
         for i, where in owned:
             for metric, s in where.items():
                 block = draws[:, s]
@@ -635,8 +646,8 @@ def calibration_draws(panel: Panel, models: Iterable[int], opts: Options,
 def _boot_row(point: float, draws: np.ndarray | None, n: int, unit: str, method: str, opts: Options,
               note: str = "") -> dict[str, Any]:
     """A metric row from bootstrap draws over cases: se = bootstrap SD, percentile 95% interval."""
-    how = (f"case bootstrap ({'patient clusters, ' if opts.cluster_by_patient else ''}{opts.mode}, B={opts.B}, "
-           f"seed={opts.seed})")
+    clusters = "patient clusters, " if opts.cluster_by_patient else ""
+    how = f"case bootstrap ({clusters}{opts.mode}, B={opts.B}, seed={opts.seed})"
     if draws is None:
         draws = np.full(1, np.nan)
     est = stats.bootstrap_estimate(point, draws, n, how=how)
@@ -675,6 +686,9 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
     else:
         if constant:
             add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
+        elif "auroc" in calib:  # drawn with the model's other calibration metrics (stats.case_bootstrap)
+            add("auroc", _boot_row(stats.auroc(p_yes, ci.label), calib["auroc"], n, "prob",
+                                   "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2)", opts))
         else:
             est = stats.auroc_interval(p_yes, ci.label, B=opts.B, seed=opts.seed, mode=opts.mode,
                                        workers=opts.workers)
