@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +31,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_http_client import bare_aiohttp_loop
 
-from medvlm_audit.images import SourceCache
+from medvlm_audit.images import ImageRecipe, SourceCache
 from medvlm_audit.models.base import Decoding
+from medvlm_audit.models.encoding import data_url_bytes
 from medvlm_audit.models.openai_compat import OpenAIChatModel
 from medvlm_audit.runner import _materialise, execute, hash_images, plan_model
 from medvlm_audit.store import RunStore
@@ -51,6 +55,54 @@ def make_probeset(folder: Path, n: int, size: int = 512):
         px = np.clip(base + rng.normal(0, 6, (size, size)) + (i % 50), 0, 255).astype(np.uint8)
         Image.fromarray(px).save(folder / "images" / f"img{i:03d}.png", compress_level=1)
     return ps
+
+
+def bare_loop_with_images(url: str, jobs: list[tuple[ImageRecipe, bytes, bytes]], concurrency: int,
+                          workers: int = 2, png_level: int = 0) -> float:
+    """(e) the bare loop plus only the image work any client must do: each body's image rendered from its
+    source file (one decode per source, box fill) and PNG + base64 encoded in worker threads, fed to the
+    same 32 aiohttp workers. No hashing, keying, parsing of log-probabilities or store."""
+
+    async def go() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Queue = asyncio.Queue()
+        by_source: dict[str, list[tuple[ImageRecipe, bytes, bytes]]] = {}
+        for j in jobs:
+            by_source.setdefault(j[0].source, []).append(j)
+        cache = SourceCache(64)
+
+        def render(group: list[tuple[ImageRecipe, bytes, bytes]]) -> list[bytes]:
+            return [head + data_url_bytes(r.render(cache), "png", png_level) + tail for r, head, tail in group]
+
+        def deliver(fut: asyncio.Future) -> None:
+            for body in fut.result():
+                ready.put_nowait(body)
+
+        ok = 0
+        headers = {"Content-Type": "application/json"}
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            for g in by_source.values():
+                loop.run_in_executor(pool, render, g).add_done_callback(deliver)
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+                left = len(jobs)
+
+                async def worker() -> None:
+                    nonlocal ok, left
+                    while left > 0:
+                        left -= 1
+                        body = await ready.get()
+                        async with session.post(url, data=body, headers=headers) as resp:
+                            data = json.loads(await resp.read())
+                            ok += resp.status == 200 and bool(data["choices"][0]["message"]["content"])
+
+                await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - t0, ok
+
+    elapsed, ok = asyncio.run(go())
+    if ok != len(jobs):
+        raise RuntimeError(f"bare loop with images: only {ok} of {len(jobs)} answered")
+    return ok / elapsed
 
 
 def main() -> None:
@@ -77,13 +129,16 @@ def main() -> None:
         hashes = hash_images(store, plan.trials, SourceCache(256))
         work = plan_model(store, model, plan.trials, hashes, dec, False)
         cache = SourceCache(256)
-        import json
-
         bodies = [json.dumps(model.build_body(_materialise(i, r, cache))).encode() for i, r in work.pending.values()]
+        jobs = []  # (recipe, body before the image URL, body after it) for the bare loop with images
+        for i, r in work.pending.values():
+            head, _, tail = json.dumps(model._body(i, ["@IMAGE@"])).encode().partition(b"@IMAGE@")
+            jobs.append((r[0], head, tail))
         url = base_url.rstrip("/") + "/chat/completions"
-        bare, harness, first, planned, second = [], [], [], [], []
+        bare, harness, first, planned, second, with_images = [], [], [], [], [], []
         for rnd in range(args.rounds):
             bare.append(bare_aiohttp_loop(url, bodies, args.concurrency))
+            with_images.append(bare_loop_with_images(url, jobs, args.concurrency))
             store = RunStore(tmp / f"run{rnd}.sqlite")
             m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
             t0 = time.perf_counter()
@@ -100,7 +155,7 @@ def main() -> None:
             s2 = asyncio.run(execute(store, plan_grounding([ps], opts), [m2], dec, progress=False))
             second.append(s2.per_model["bench2"]["asked"] / (time.perf_counter() - t0))
             store.close()
-        b, h = float(np.median(bare)), float(np.median(harness))
+        b, h, e = float(np.median(bare)), float(np.median(harness)), float(np.median(with_images))
         d = float(np.median(second))
         print(f"distinct inputs per run: {len(bodies)} ({args.cases} cases x 4 image conditions, deduplicated); "
               f"sources {args.source_size}x{args.source_size} PNG")
@@ -110,6 +165,8 @@ def main() -> None:
         print(f"ratio (b)/(a):                   {h / b:8.2f}   (target >= 0.80)")
         print(f"    first input queued after {np.median(first):.3f} s; every image hashed and every trial keyed after "
               f"{np.median(planned):.3f} s (overlapping the requests); whole run {len(bodies) / h:.3f} s")
+        print(f"(e) bare loop + rendering and encoding each image (2 threads): {e:8.0f} answers/s  ratio (e)/(a) "
+              f"{e / b:.2f}; runner / (e) = {h / e:.2f}  rounds {[round(x) for x in with_images]}")
         print(f"(d) runner, end to end, image hashes already stored (another model added to the run): {d:8.0f} "
               f"answers/s  ratio (d)/(a) {d / b:.2f}")
     finally:

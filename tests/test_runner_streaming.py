@@ -78,10 +78,13 @@ def test_api_run_with_an_unreadable_image_writes_nothing(tmp_path: Path) -> None
 def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, monkeypatch) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=12)
     slow = runner.render_group
+    rendered: list[int] = []
 
     def render_slowly(*args, **kw):
         time.sleep(0.05)
-        return slow(*args, **kw)
+        out = slow(*args, **kw)
+        rendered.append(len(out))
+        return out
 
     monkeypatch.setattr(runner, "render_group", render_slowly)
     store = RunStore(tmp_path / "run.sqlite")
@@ -89,13 +92,13 @@ def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, mo
 
     class Watching(BrightSpotModel):
         def predict(self, inputs):
-            seen.append(len(store.image_hashes()))
+            seen.append(sum(rendered))
             return super().predict(inputs)
 
     m = Watching()
     m.batch_size = 1
     summary = asyncio.run(execute(store, plan_grounding([ps], OPTS), [m], progress=False, workers=1))
-    assert m.calls == 36
+    assert m.calls == 36 and sum(rendered) == 36
     assert seen[0] < 36, "the first answer waited for every image to be rendered"
     assert summary.first_input_s is not None and summary.first_input_s < summary.plan_s
 
@@ -126,3 +129,28 @@ def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path) -
     got = {pixel_sha256(decode_data_url(b["messages"][0]["content"][0]["image_url"]["url"])) for b in bodies}
     assert got == set(df.image_sha256)
     assert np.all(df.groupby("case_id").image_sha256.nunique() == 3)
+
+
+def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None:
+    """Keys come from per-question templates; they must be byte-identical to input_key over the input."""
+    import json
+
+    from conftest import PromptLengthModel
+
+    from medvlm_audit.models.base import ImageData, ModelInput, TextOnly, input_key
+
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    plan = plan_grounding([ps], GroundingOptions(repeats=2))
+    store = RunStore(tmp_path / "run.sqlite")
+    hashes = runner.hash_images(store, plan.trials, runner.SourceCache(8))
+    dec = Decoding(seed=3)
+    for model in (BrightSpotModel(), PromptLengthModel(), TextOnly(BrightSpotModel(), name="t")):
+        work = runner.ModelWork(model, dec, set())
+        rows, requests, _ = work.admit(plan.trials, hashes)
+        described = dict((k, v) for k, _, v in requests)
+        for t, row in zip(plan.trials, rows):
+            d = dec if not t.sample_index else Decoding(seed=3 + t.sample_index)
+            inp = model.prepare(ModelInput(t.messages, tuple(ImageData(np.zeros((0, 0), np.uint8), hashes[r])
+                                                             for r in t.images), d, t.sample_index))
+            assert row[5] == input_key(model.identity(), inp)
+            assert json.loads(described[row[5]]) == inp.describe()

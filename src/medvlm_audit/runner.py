@@ -13,6 +13,7 @@ an error naming the case; every answer committed until then stays in the store a
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections import defaultdict
@@ -33,7 +34,6 @@ from medvlm_audit.models.base import (
     Model,
     ModelInput,
     Response,
-    input_key,
     pixel_sha256,
 )
 from medvlm_audit.store import RunStore
@@ -177,6 +177,42 @@ def hash_images(
     return out
 
 
+_SLOT = "@medvlm-image-slot-"
+
+
+def _split_slots(text: str, n: int) -> tuple[str, ...]:
+    """``text`` split at its n image-hash slots (the JSON of an input whose image hashes are slots)."""
+    pieces: list[str] = []
+    for i in range(n):
+        before, found, text = text.partition(f"{_SLOT}{i}")
+        if not found:
+            raise AssertionError("image slot lost in JSON encoding")
+        pieces.append(before)
+    return (*pieces, text)
+
+
+@dataclass(frozen=True, slots=True)
+class _KeyTemplate:
+    """A prepared input with image slots and its serialised key payload / request description, split at
+    the slots: keying a trial is then string joins and one sha256 (same bytes as :func:`input_key`)."""
+
+    input: ModelInput
+    key_pieces: tuple[str, ...]
+    request_pieces: tuple[str, ...]
+
+    @staticmethod
+    def _fill(pieces: tuple[str, ...], shas: Sequence[str]) -> str:
+        if not shas:
+            return pieces[0]
+        return "".join(p + h for p, h in zip(pieces, shas)) + pieces[-1]
+
+    def key_json(self, shas: Sequence[str]) -> str:
+        return self._fill(self.key_pieces, shas)
+
+    def request_json(self, shas: Sequence[str]) -> str:
+        return self._fill(self.request_pieces, shas)
+
+
 @dataclass
 class ModelWork:
     """One model's share of a run: keys its trials as their images are hashed, queues the inputs to ask."""
@@ -189,6 +225,7 @@ class ModelWork:
     keys: set[str] = field(default_factory=set)
     pending: dict[str, tuple[ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
     _keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
+    _templates: dict[tuple, _KeyTemplate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.identity = self.model.identity()
@@ -209,19 +246,17 @@ class ModelWork:
             sig = (t.messages, t.images, t.sample_index, t.decoding)
             hit = self._keyed.get(sig)
             if hit is None:
-                dec = self.decoding
-                if t.decoding:
-                    dec = replace(dec, **dict(t.decoding))
-                if dec.seed is not None and t.sample_index:
-                    dec = replace(dec, seed=dec.seed + t.sample_index)
-                images = tuple(ImageData(_PLACEHOLDER, hashes[r]) for r in t.images)
-                inp = model.prepare(ModelInput(t.messages, images, dec, t.sample_index))
-                desc = inp.describe()
-                key = input_key(self.identity, inp, desc)
+                tpl = self._template(t)
+                shas = [hashes[r] for r in t.images][: len(tpl.input.images)]
+                key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
+                inp = tpl.input
+                if shas:
+                    inp = ModelInput(inp.messages, tuple(ImageData(_PLACEHOLDER, h) for h in shas), inp.decoding,
+                                     inp.sample_index)
                 hit = self._keyed[sig] = (key, inp, t.images if inp.images else ())
                 if key not in self.keys:
                     self.keys.add(key)
-                    requests.append((key, model.name, json.dumps(desc, sort_keys=True)))
+                    requests.append((key, model.name, tpl.request_json(shas)))
                     if key not in self.answered:
                         self.pending[key] = (inp, hit[2])
                         new.append(hit)
@@ -233,6 +268,26 @@ class ModelWork:
             )
         self.n_trials += len(rows)
         return rows, requests, new
+
+    def _template(self, t: Trial) -> _KeyTemplate:
+        """The model's prepared input and its key / request JSON for this trial's question, decoding and
+        sample, with the image hashes left as slots (many trials differ only in their images)."""
+        tsig = (t.messages, len(t.images), t.sample_index, t.decoding)
+        tpl = self._templates.get(tsig)
+        if tpl is None:
+            dec = self.decoding
+            if t.decoding:
+                dec = replace(dec, **dict(t.decoding))
+            if dec.seed is not None and t.sample_index:
+                dec = replace(dec, seed=dec.seed + t.sample_index)
+            slots = tuple(ImageData(_PLACEHOLDER, f"{_SLOT}{i}") for i in range(len(t.images)))
+            inp = self.model.prepare(ModelInput(t.messages, slots, dec, t.sample_index))
+            desc = inp.describe()
+            key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
+            tpl = self._templates[tsig] = _KeyTemplate(
+                inp, _split_slots(key_json, len(inp.images)), _split_slots(json.dumps(desc, sort_keys=True),
+                                                                           len(inp.images)))
+        return tpl
 
 
 def plan_model(
@@ -316,6 +371,34 @@ def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarr
             encoders.append(enc)
         of.append(seen[ident])
     return encoders, of
+
+
+class _PlanRows:
+    """Trial, request and image-hash rows, written in large transactions. They are derivable from the plan
+    (a resumed run writes them again), so unlike answers they need not be committed one by one."""
+
+    def __init__(self, store: RunStore, max_rows: int = 20_000) -> None:
+        self.store = store
+        self.max_rows = max_rows
+        self.rows: dict[str, list[tuple]] = {"trials": [], "requests": [], "image_hashes": []}
+        self.n = 0
+
+    def add(self, **rows: list[tuple]) -> None:
+        for table, new in rows.items():
+            self.rows[table].extend(new)
+            self.n += len(new)
+        if self.n >= self.max_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.n:
+            return
+        with self.store.transaction():
+            self.store.add_image_hashes(self.rows["image_hashes"])
+            self.store.add_trials(self.rows["trials"])
+            self.store.add_requests(self.rows["requests"])
+        self.rows = {k: [] for k in self.rows}
+        self.n = 0
 
 
 class _GroupCommit:
@@ -451,23 +534,23 @@ async def execute(
 
     with _progress(progress, works) as bar:
 
+        planned = _PlanRows(store)
+
         def admit(trial_ids: list[int]) -> None:
             if not trial_ids:
                 return
             trials = [plan.trials[i] for i in trial_ids]
-            with store.transaction():
-                for w, q in zip(works, queues):
-                    rows, requests, new = w.admit(trials, hashes)
-                    store.add_trials(rows)
-                    store.add_requests(requests)
-                    for item in new:
-                        q.put_nowait(item)
-                    if new:
-                        timing.setdefault("first_input_s", time.perf_counter() - t0)
-                        bar.grow(w.model.name, len(new))
+            for w, q in zip(works, queues):
+                rows, requests, new = w.admit(trials, hashes)
+                planned.add(trials=rows, requests=requests)
+                for item in new:
+                    q.put_nowait(item)
+                if new:
+                    timing.setdefault("first_input_s", time.perf_counter() - t0)
+                    bar.grow(w.model.name, len(new))
 
         async def produce() -> None:
-            """Key the trials each batch of rendered images completes; one transaction per batch."""
+            """Key the trials each batch of rendered images completes and queue their inputs."""
             try:
                 admit(index.ready_without_images() + index.resolve(hashes))
                 async with aclosing(_render_stream(todo, workers, cache, pixels, encoders)) as stream:
@@ -476,11 +559,11 @@ async def execute(
                             if isinstance(h, Exception):
                                 raise index.named(r, h) from None
                             hashes[r] = h
-                        with store.transaction():
-                            store.add_image_hashes([(keys[r], h) for r, h in rendered])
-                            admit(index.resolve(r for r, _ in rendered))
+                        planned.add(image_hashes=[(keys[r], h) for r, h in rendered])
+                        admit(index.resolve(r for r, _ in rendered))
                 timing["plan_s"] = time.perf_counter() - t0
             finally:
+                planned.flush()
                 for q in queues:
                     q.put_nowait(_DONE)
 

@@ -226,6 +226,7 @@ class OpenAIChatModel(Model):
         self._rng = random.Random()
         self._images = _DataUrlCache(int(image_cache_mb * 2**20), image_format, self.png_level)
         self._placeholder = f"@medvlm-image-{os.urandom(8).hex()}-"
+        self._templates: dict[tuple, tuple[bytes, ...]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -311,21 +312,37 @@ class OpenAIChatModel(Model):
 
     def encode_payload(self, inp: ModelInput) -> bytes:
         """The exact request bytes: ``build_body`` serialised, with the (already JSON-safe) base64 image
-        URLs spliced in after serialisation so the JSON encoder never scans them."""
+        URLs spliced in after serialisation so the JSON encoder never scans them. The serialised text
+        around the images is cached per (messages, decoding, sample, image count): many inputs share it."""
         images = self._images_of(inp)
+        sig = (inp.messages, inp.decoding, inp.sample_index, len(images))
+        pieces = self._templates.get(sig)
+        if pieces is None:
+            pieces = self._template(inp, len(images))
+            if len(self._templates) >= 4096:
+                self._templates.clear()
+            self._templates[sig] = pieces
         if not images:
-            return json.dumps(self._body(inp, []), separators=(",", ":")).encode()
-        marks = [f"{self._placeholder}{i}" for i in range(len(images))]
-        text = json.dumps(self._body(inp, marks), separators=(",", ":")).encode()
+            return pieces[0]
+        out: list[bytes] = [pieces[0]]
+        for im, after in zip(images, pieces[1:]):
+            out += [self._images.get(im), after]
+        return b"".join(out)
+
+    def _template(self, inp: ModelInput, n_images: int) -> tuple[bytes, ...]:
+        """The body's JSON split at its image URLs: n_images + 1 pieces, each image URL goes between two."""
+        marks = [f"{self._placeholder}{i}" for i in range(n_images)]
+        no_pixels = ModelInput(inp.messages, (), inp.decoding, inp.sample_index)
+        text = json.dumps(self._body(no_pixels, marks), separators=(",", ":")).encode()
         pieces: list[bytes] = []
         rest = text
-        for mark, im in zip(marks, images):
-            before, found, rest = rest.partition(b'"' + mark.encode() + b'"')
+        for mark in marks:
+            before, found, rest = rest.partition(mark.encode())
             if not found:  # cannot happen: the placeholder is a random nonce the encoder leaves intact
                 raise AssertionError("image placeholder lost in JSON encoding")
-            pieces += [before, b'"', self._images.get(im), b'"']
+            pieces.append(before)
         pieces.append(rest)
-        return b"".join(pieces)
+        return tuple(pieces)
 
     def _body(self, inp: ModelInput, image_urls: Sequence[str]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
