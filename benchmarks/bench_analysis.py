@@ -9,11 +9,11 @@ all baseline and pairwise comparisons, all subgroup permutation tests (1,000 per
   DataFrame filtering per metric and subset, ``RandomState(0).randint(0, n, (B, n))`` index resampling for every
   proportion and paired difference, Python-loop permutation tests, a full index matrix for the AUROC bootstrap.
 
-Each variant runs in its own subprocess; the figures are wall time, CPU time, peak RSS (``ru_maxrss``) and, in a
-separate run, the tracemalloc peak of the analysis call. Usage::
+Each variant runs in its own subprocess with default thread settings; the figures are wall time, CPU time, peak
+RSS (``ru_maxrss``) and, in a separate run, the tracemalloc peak of the analysis call. Usage::
 
-    .venv/bin/python benchmarks/bench_analysis.py            # fast + naive (naive takes about a minute)
-    .venv/bin/python benchmarks/bench_analysis.py --skip-naive
+    flock /tmp/bench.lock .venv/bin/python benchmarks/bench_analysis.py   # fast + naive (naive: ~2.5 minutes)
+    .venv/bin/python benchmarks/bench_analysis.py --skip-naive --workers 1  # fast only, one resampling thread
     .venv/bin/python benchmarks/bench_analysis.py --B 2000   # a quicker look
 """
 
