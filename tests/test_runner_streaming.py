@@ -103,7 +103,8 @@ def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, mo
     assert summary.first_input_s is not None and summary.first_input_s < summary.plan_s
 
 
-def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("render_in", ["threads", "processes"])
+def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path, render_in: str) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=8)
     primed: list[str] = []
 
@@ -116,7 +117,8 @@ def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path) -
         async with FakeOpenAIServer(record_bodies=True) as srv:
             m = Counting("vlm", "fake-vlm", srv.base_url, max_concurrency=4, image_cache_mb=0.001)
             store = RunStore(tmp_path / "run.sqlite")
-            await execute(store, plan_grounding([ps], OPTS), [m], Decoding(max_new_tokens=4), progress=False)
+            await execute(store, plan_grounding([ps], OPTS), [m], Decoding(max_new_tokens=4), progress=False,
+                          render_in=render_in)
             return list(srv.stats.bodies), store
 
     bodies, store = asyncio.run(go())
@@ -154,3 +156,37 @@ def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None
                                                              for r in t.images), d, t.sample_index))
             assert row[5] == input_key(model.identity(), inp)
             assert json.loads(described[row[5]]) == inp.describe()
+
+
+def test_local_models_get_pixels_from_render_processes(tmp_path: Path) -> None:
+    """Forced process rendering with a local model: pixels come back from the workers, answers as in threads."""
+    ps = make_tiny_probeset(tmp_path / "data", n=10)
+    answers = {}
+    for render_in in ("threads", "processes"):
+        store = RunStore(tmp_path / f"{render_in}.sqlite")
+        asyncio.run(execute(store, plan_grounding([ps], OPTS), [BrightSpotModel()], progress=False,
+                            render_in=render_in))
+        answers[render_in] = tidy(store).set_index(["case_id", "condition"]).sort_index()[["key", "answer_text"]]
+    assert answers["processes"].equals(answers["threads"])
+    assert (answers["threads"].answer_text == "Yes").sum() >= 5
+
+
+def test_header_check_catches_truncated_and_altered_pngs(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=2)
+    f = ps.image_root / "images" / "img000.png"
+    data = f.read_bytes()
+    runner.check_image_header(f)
+    f.write_bytes(data[: len(data) - 20])
+    with pytest.raises(ImageError, match="img000.png cannot be decoded .*truncated"):
+        runner.check_image_header(f)
+    flipped = bytearray(data)
+    flipped[60] ^= 0xFF  # a byte inside the IDAT payload
+    f.write_bytes(bytes(flipped))
+    with pytest.raises(ImageError, match="CRC"):
+        runner.check_image_header(f)
+    f.write_bytes(b"GIF89a not really")
+    with pytest.raises(ImageError, match="img000.png cannot be decoded"):
+        runner.check_image_header(f)
+    (tmp_path / "x.png").unlink(missing_ok=True)
+    with pytest.raises(ImageError, match="does not exist"):
+        runner.check_image_header(tmp_path / "x.png")

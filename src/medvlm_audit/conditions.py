@@ -10,7 +10,6 @@ no swap partner) is skipped with a reason, never faked.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from medvlm_audit.boxes import corner_box, flush_corner, irrelevant_box, rescale_box, working_box
 from medvlm_audit.case import Case, IntBox
@@ -71,7 +70,7 @@ class Condition:
         if self.image_op == "no_image" or case.image is None:
             return None
         source = case.swap_image if self.image_op == "swap" else case.image
-        path = str(Path(resolve(source)))
+        path = str(resolve(source))
         fill: IntBox | None = None
         if self.image_op in ("target_mask", "irrelevant_mask"):
             tbox, ibox = boxes_at(case, self.resolution)

@@ -5,9 +5,11 @@ Transforms are pure functions of (source pixels, recorded parameters); source fi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,11 +62,37 @@ def check_image_header(path: str | Path) -> None:
 
             pydicom.dcmread(str(p), stop_before_pixels=True)
             return
-        with Image.open(p) as im:
-            if im.format == "PNG":
-                im.verify()  # walks every chunk and checks its CRC: catches truncated or altered files
+        data = p.read_bytes()
+        if data.startswith(_PNG_SIGNATURE):
+            _check_png_chunks(data)  # every chunk's CRC: catches truncated or altered files
+            return
+        with Image.open(io.BytesIO(data)):
+            pass
     except Exception as e:
         raise ImageError(f"image file {p} cannot be decoded ({e})") from e
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_png_chunks(data: bytes) -> None:
+    """Walk a PNG's chunks: IHDR first, each CRC right, IEND reached before the data ends."""
+    view = memoryview(data)
+    pos, first = 8, True
+    while pos + 12 <= len(data):
+        length = int.from_bytes(view[pos : pos + 4], "big")
+        tag = bytes(view[pos + 4 : pos + 8])
+        end = pos + 12 + length
+        if end > len(data):
+            raise ValueError(f"chunk {tag!r} runs past the end of the file (truncated)")
+        if zlib.crc32(view[pos + 4 : pos + 8 + length]) != int.from_bytes(view[end - 4 : end], "big"):
+            raise ValueError(f"chunk {tag!r} fails its CRC check")
+        if first and tag != b"IHDR":
+            raise ValueError("the first chunk is not IHDR")
+        if tag == b"IEND":
+            return
+        pos, first = end, False
+    raise ValueError("no IEND chunk (truncated)")
 
 
 def load_gray(path: str | Path) -> np.ndarray:

@@ -13,15 +13,19 @@ an error naming the case; every answer committed until then stays in the store a
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import multiprocessing as mp
+import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import numpy as np
 
@@ -139,6 +143,33 @@ def render_group(
             for j, enc in enumerate(encoders):
                 pixels.put((r, j), enc(px))
         out.append((r, pixel_sha256(px)))
+    return out
+
+
+_WORKER_CACHE: SourceCache | None = None
+
+
+def render_in_process(
+    groups: Sequence[Sequence[ImageRecipe]],
+    encoders: Sequence[Callable[[np.ndarray], bytes]],
+    want_pixels: bool,
+) -> list[tuple[ImageRecipe, str | Exception, np.ndarray | None, tuple[bytes, ...]]]:
+    """``render_group`` in a worker process for several source files: the hash, each model's encoded bytes
+    and (only when some model needs them in the parent) the pixels go back to the parent."""
+    global _WORKER_CACHE
+    if _WORKER_CACHE is None:
+        _WORKER_CACHE = SourceCache(16)
+        if hasattr(os, "nice"):  # the request path (event loop, a local server) comes first; rendering only
+            os.nice(10)  # has to stay ahead of it
+    out: list[tuple[ImageRecipe, str | Exception, np.ndarray | None, tuple[bytes, ...]]] = []
+    for group in groups:
+        for r in group:
+            try:
+                px = r.render(_WORKER_CACHE)
+            except ImageError as e:
+                out.append((r, e, None, ()))
+                break
+            out.append((r, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
     return out
 
 
@@ -313,14 +344,17 @@ def plan_model(
 def _materialise(
     inp: ModelInput, recipes: tuple[ImageRecipe, ...], cache: SourceCache, pixels: PixelCache | None = None
 ) -> ModelInput:
+    """The input with its images' pixels: from the pixel cache, else rendered on first access (a model that
+    was handed the encoded image never touches them)."""
     if not recipes:
         return inp
     images = []
     for r, placeholder in zip(recipes, inp.images):
         px = pixels.get(r) if pixels is not None else None
-        if px is None:
-            px = r.render(cache)
-        images.append(ImageData(px, placeholder.sha256))
+        if isinstance(px, np.ndarray):
+            images.append(ImageData(px, placeholder.sha256))
+        else:
+            images.append(ImageData(None, placeholder.sha256, functools.partial(r.render, cache)))
     return ModelInput(inp.messages, tuple(images), inp.decoding, inp.sample_index)
 
 
@@ -330,16 +364,30 @@ async def _render_stream(
     cache: SourceCache,
     pixels: PixelCache,
     encoders: Sequence[Callable[[np.ndarray], bytes]],
+    processes: bool = False,
+    want_pixels: bool = True,
 ) -> AsyncIterator[list[tuple[ImageRecipe, str | Exception]]]:
-    """Render + hash the recipes in worker threads, one task per source file; yields the results of every
-    task finished since the last yield (so a busy event loop handles them together)."""
+    """Render + hash the recipes in worker threads (one task per source file) or worker processes (a few
+    source files per task); yields the results of every task finished since the last yield.
+
+    Threads share the event loop's GIL, so this image work does not run beside the loop; processes do,
+    and send back only hashes and encoded bytes (pixels too when ``want_pixels``)."""
     if not recipes:
         return
     loop = asyncio.get_running_loop()
     finished: asyncio.Queue = asyncio.Queue()
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        futures = [loop.run_in_executor(pool, render_group, g, cache, pixels, encoders)
-                   for g in group_by_source(recipes)]
+    groups = group_by_source(recipes)
+    pool: Executor
+    if processes:
+        method = "fork" if sys.platform == "linux" else "spawn"
+        pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method))
+        # the first task is one source file, so the first inputs are ready at once; then 8 per task
+        chunks = [groups[:1]] + [groups[i : i + 8] for i in range(1, len(groups), 8)]
+        futures = [loop.run_in_executor(pool, render_in_process, c, encoders, want_pixels) for c in chunks]
+    else:
+        pool = ThreadPoolExecutor(max(1, workers))
+        futures = [loop.run_in_executor(pool, render_group, g, cache, pixels, encoders) for g in groups]
+    with pool:
         for f in futures:
             f.add_done_callback(finished.put_nowait)
         try:
@@ -349,7 +397,18 @@ async def _render_stream(
                 while not finished.empty():
                     done.append(finished.get_nowait())
                 left -= len(done)
-                yield [item for f in done for item in f.result()]
+                out: list[tuple[ImageRecipe, str | Exception]] = []
+                for f in done:
+                    for item in f.result():
+                        if processes:
+                            r, h, px, encoded = item
+                            if px is not None:
+                                pixels.put(r, px)
+                            for j, data in enumerate(encoded):
+                                pixels.put((r, j), data)
+                            item = (r, h)
+                        out.append(item)
+                yield out
         finally:
             for f in futures:
                 f.cancel()
@@ -446,16 +505,10 @@ async def _ask(
     bs = max(1, model.batch_size)
     stats = {"asked": 0, "errors": 0}
 
-    def cached(recipes: tuple[ImageRecipe, ...]) -> bool:
-        return all(pixels.get(r) is not None for r in recipes)
-
     async def worker() -> None:
         while batch := await _take_batch(queue, bs):
             try:
-                if all(cached(r) for _, _, r in batch):
-                    inputs = [_materialise(i, r, cache, pixels) for _, i, r in batch]
-                else:  # evicted from the pixel cache: decoding and resizing release the GIL, keep the loop free
-                    inputs = await asyncio.to_thread(lambda: [_materialise(i, r, cache, pixels) for _, i, r in batch])
+                inputs = [_materialise(i, r, cache, pixels) for _, i, r in batch]
                 if encoder is not None:  # bytes a render worker encoded for this model
                     for (_, _, recipes), inp in zip(batch, inputs):
                         for r, im in zip(recipes, inp.images):
@@ -503,12 +556,15 @@ async def execute(
     pixel_cache_mb: int = 512,
     model_decoding: dict[str, Decoding] | None = None,
     source_keys: dict[ImageRecipe, str] | None = None,
+    render_in: Literal["auto", "threads", "processes"] = "auto",
 ) -> RunSummary:
     """Check every source, then render and hash images in worker threads while the models (side by side)
     answer the inputs keyed so far; each answer is committed as it arrives.
 
     ``model_decoding`` overrides ``decoding`` for the named models; ``source_keys`` passes the result of
-    :func:`check_sources` when the caller has already checked the sources."""
+    :func:`check_sources` when the caller has already checked the sources. ``render_in``: "auto" renders in
+    worker processes when no model needs pixels in this process (HTTP models take encoded bytes) and there
+    are at least 64 images to render, else in threads."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
     check_models(models)
@@ -527,6 +583,8 @@ async def execute(
         works.append(ModelWork(m, per_dec.get(m.name, decoding), answered))
     queues: list[asyncio.Queue] = [asyncio.Queue() for _ in works]
     encoders, encoder_of = _distinct_encoders(models)
+    # pixels are needed in this process only by image models that take no encoded bytes (local models)
+    want_pixels = any(m.modality != "text_only" and e is None for m, e in zip(models, encoder_of))
     known = store.image_hashes()
     hashes = {r: known[ck] for r, ck in keys.items() if ck in known}
     todo = [r for r in keys if r not in hashes]
@@ -553,7 +611,9 @@ async def execute(
             """Key the trials each batch of rendered images completes and queue their inputs."""
             try:
                 admit(index.ready_without_images() + index.resolve(hashes))
-                async with aclosing(_render_stream(todo, workers, cache, pixels, encoders)) as stream:
+                processes = render_in == "processes" or (render_in == "auto" and not want_pixels and len(todo) >= 64)
+                stream_ = _render_stream(todo, workers, cache, pixels, encoders, processes, want_pixels)
+                async with aclosing(stream_) as stream:
                     async for rendered in stream:
                         for r, h in rendered:
                             if isinstance(h, Exception):

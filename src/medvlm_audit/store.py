@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pandas as pd
 
@@ -80,7 +80,7 @@ class RunStore:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> RunStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

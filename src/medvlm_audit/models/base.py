@@ -18,12 +18,31 @@ import numpy as np
 Modality = Literal["multimodal", "text_only", "vision_only"]
 
 
-@dataclass(frozen=True, slots=True)
 class ImageData:
-    """Final pixels handed to a model (uint8, HxW grayscale or HxWx3 RGB) and their sha256."""
+    """Final pixels handed to a model (uint8, HxW grayscale or HxWx3 RGB) and their sha256.
 
-    pixels: np.ndarray
-    sha256: str
+    ``pixels`` may be made on first access by ``load`` (the runner does this when a model was already
+    given the image encoded, so the pixels are usually never needed in the process that asks)."""
+
+    __slots__ = ("_load", "_pixels", "sha256")
+
+    def __init__(self, pixels: np.ndarray | None, sha256: str, load: Callable[[], np.ndarray] | None = None) -> None:
+        if pixels is None and load is None:
+            raise ValueError("ImageData needs pixels or a loader")
+        self._pixels = pixels
+        self._load = load
+        self.sha256 = sha256
+
+    @property
+    def pixels(self) -> np.ndarray:
+        if self._pixels is None:
+            assert self._load is not None
+            self._pixels = self._load()
+        return self._pixels
+
+    def __repr__(self) -> str:
+        shape = None if self._pixels is None else self._pixels.shape
+        return f"ImageData(sha256={self.sha256[:12]}, shape={shape})"
 
     @classmethod
     def from_array(cls, pixels: np.ndarray) -> ImageData:

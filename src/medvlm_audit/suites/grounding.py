@@ -3,6 +3,7 @@ optionally 512, under the default prompt and optionally the terse and radiologis
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -51,19 +52,20 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
     conds = conditions_for(opts)
     for ps in probe_sets:
         plan.sources.append(PlanSource(ps.name, str(ps.image_root), ps.content_hash, ps.df, ps.provenance))
+        resolve = functools.cache(lambda p, ps=ps: str(ps.resolve(p)))  # a source serves several conditions
         for case in ps.cases():
             for cond in conds:
-                if cond.prompt_variant != "default" and opts.prompt_subsample is not None:
-                    if case.case_id not in opts.prompt_subsample:
-                        continue
-                if cond.resolution != 224 and opts.res512_subsample is not None:
-                    if case.case_id not in opts.res512_subsample:
-                        continue
+                sub = opts.prompt_subsample if cond.prompt_variant != "default" else None
+                if sub is not None and case.case_id not in sub:
+                    continue
+                sub = opts.res512_subsample if cond.resolution != 224 else None
+                if sub is not None and case.case_id not in sub:
+                    continue
                 reason = cond.skip_reason(case)
                 if reason is not None:
                     plan.skipped.append(Skip(ps.name, case.case_id, cond.name, reason))
                     continue
-                recipe = cond.recipe(case, ps.resolve)
+                recipe = cond.recipe(case, resolve)
                 msgs = (Message("user", grounding_prompt(case, cond.prompt_variant)),)
                 for s in range(opts.repeats):
                     plan.trials.append(
