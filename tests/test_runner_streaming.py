@@ -190,3 +190,40 @@ def test_header_check_catches_truncated_and_altered_pngs(tmp_path: Path) -> None
     (tmp_path / "x.png").unlink(missing_ok=True)
     with pytest.raises(ImageError, match="does not exist"):
         runner.check_image_header(tmp_path / "x.png")
+
+
+def test_a_model_added_to_a_run_gets_its_images_rendered_off_the_loop(tmp_path: Path) -> None:
+    """Image hashes already stored: the inputs are keyed at once, but each waits for its image to be rendered
+    and encoded by the render workers (none is rendered on the event loop)."""
+    ps = make_tiny_probeset(tmp_path / "data", n=8)
+    store = RunStore(tmp_path / "run.sqlite")
+    asyncio.run(execute(store, plan_grounding([ps], OPTS), [BrightSpotModel()], progress=False))
+    primed: list[str] = []
+
+    class Counting(OpenAIChatModel):
+        def prime_image(self, sha256: str, encoded: bytes) -> None:
+            primed.append(sha256)
+            super().prime_image(sha256, encoded)
+
+    async def go() -> None:
+        async with FakeOpenAIServer() as srv:
+            m = Counting("vlm", "fake-vlm", srv.base_url, max_concurrency=4)
+            await execute(store, plan_grounding([ps], OPTS), [m], Decoding(max_new_tokens=4), progress=False,
+                          render_in="processes")
+
+    asyncio.run(go())
+    df = tidy(store)
+    vlm = df[df.model == "vlm"]
+    assert len(vlm) == 24 and vlm.error_kind.isna().all()
+    assert sorted(primed) == sorted(vlm.image_sha256)
+
+
+def test_a_stored_hash_that_no_longer_matches_the_pixels_stops_the_run(tmp_path: Path) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=4)
+    store = RunStore(tmp_path / "run.sqlite")
+    asyncio.run(execute(store, plan_grounding([ps], OPTS), [BrightSpotModel()], progress=False))
+    store.db.execute("UPDATE image_hashes SET sha256 = 'f00d' WHERE rowid = 1")
+    m = BrightSpotModel()
+    m.name = "second"
+    with pytest.raises(ImageError, match="changed since it was hashed"):
+        asyncio.run(execute(store, plan_grounding([ps], OPTS), [m], progress=False))

@@ -432,6 +432,35 @@ def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarr
     return encoders, of
 
 
+class _Feed:
+    """Hands keyed inputs to their model's queue once the images they need are rendered in this run, so
+    models never wait on the event loop to render; inputs needing no image, or an image nobody is rendering,
+    go at once. ``scheduled`` is None until the render list is known: then every unrendered image waits."""
+
+    def __init__(self, queues: Sequence[asyncio.Queue]) -> None:
+        self.queues = queues
+        self.scheduled: set[ImageRecipe] | None = None
+        self.done: set[ImageRecipe] = set()
+        self.parked: dict[ImageRecipe, list[list]] = defaultdict(list)  # recipe -> [[missing, queue, item]]
+
+    def offer(self, qi: int, item: Pending) -> None:
+        missing = [r for r in item[2] if r not in self.done and (self.scheduled is None or r in self.scheduled)]
+        if not missing:
+            self.queues[qi].put_nowait(item)
+            return
+        slot = [len(missing), qi, item]
+        for r in missing:
+            self.parked[r].append(slot)
+
+    def rendered(self, recipes: Iterable[ImageRecipe]) -> None:
+        for r in recipes:
+            self.done.add(r)
+            for slot in self.parked.pop(r, ()):
+                slot[0] -= 1
+                if slot[0] == 0:
+                    self.queues[slot[1]].put_nowait(slot[2])
+
+
 class _PlanRows:
     """Trial, request and image-hash rows, written in large transactions. They are derivable from the plan
     (a resumed run writes them again), so unlike answers they need not be committed one by one."""
@@ -594,15 +623,17 @@ async def execute(
 
         planned = _PlanRows(store)
 
+        feed = _Feed(queues)
+
         def admit(trial_ids: list[int]) -> None:
             if not trial_ids:
                 return
             trials = [plan.trials[i] for i in trial_ids]
-            for w, q in zip(works, queues):
+            for qi, w in enumerate(works):
                 rows, requests, new = w.admit(trials, hashes)
                 planned.add(trials=rows, requests=requests)
                 for item in new:
-                    q.put_nowait(item)
+                    feed.offer(qi, item)
                 if new:
                     timing.setdefault("first_input_s", time.perf_counter() - t0)
                     bar.grow(w.model.name, len(new))
@@ -610,17 +641,24 @@ async def execute(
         async def produce() -> None:
             """Key the trials each batch of rendered images completes and queue their inputs."""
             try:
-                admit(index.ready_without_images() + index.resolve(hashes))
-                processes = render_in == "processes" or (render_in == "auto" and not want_pixels and len(todo) >= 64)
-                stream_ = _render_stream(todo, workers, cache, pixels, encoders, processes, want_pixels)
+                admit(index.ready_without_images() + index.resolve(hashes))  # hashes known from an earlier run
+                unknown = set(todo)
+                # images already hashed but needed by inputs still to ask are rendered too, before those are asked
+                render = todo + [r for r in feed.parked if r not in unknown]
+                feed.scheduled = set(render)
+                processes = render_in == "processes" or (render_in == "auto" and not want_pixels and len(render) >= 64)
+                stream_ = _render_stream(render, workers, cache, pixels, encoders, processes, want_pixels)
                 async with aclosing(stream_) as stream:
                     async for rendered in stream:
                         for r, h in rendered:
                             if isinstance(h, Exception):
                                 raise index.named(r, h) from None
+                            if r not in unknown and h != hashes[r]:
+                                raise index.named(r, ImageError(f"image file {r.source} changed since it was hashed"))
                             hashes[r] = h
-                        planned.add(image_hashes=[(keys[r], h) for r, h in rendered])
-                        admit(index.resolve(r for r, _ in rendered))
+                        planned.add(image_hashes=[(keys[r], h) for r, h in rendered if r in unknown])
+                        feed.rendered(r for r, _ in rendered)
+                        admit(index.resolve(r for r, _ in rendered if r in unknown))
                 timing["plan_s"] = time.perf_counter() - t0
             finally:
                 planned.flush()
