@@ -57,22 +57,22 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path
     make_tiny_probeset(tmp_path / "data", n=40)
     env = {**os.environ, "MEDVLM_TEST_KEY": SECRET}
     rng = random.Random(7)
-    # 200 ms per answer at concurrency 4: asking takes ~6 s, so kills 1-3 s after a start land mid-answering
-    with ThreadedFakeServer(delay_ms=200) as srv:
-        ref_cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "ref")
+    with ThreadedFakeServer(delay_ms=20) as fast:  # answers depend on the request only, not on the delay
+        ref_cfg = _config(tmp_path, tmp_path / "data" / "probeset", fast.base_url, tmp_path / "ref")
         out = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(ref_cfg), "--no-progress", "--no-report"],
                              env=env, capture_output=True, text=True, timeout=300, check=False)
         assert out.returncode == 0, out.stdout + out.stderr
         reference = _answers(tmp_path / "ref")
         assert len(reference["responses"]) > 100
-
+    # 400 ms per answer at concurrency 4: asking takes ~12 s, so kills 1-2.5 s after each start land mid-answering
+    with ThreadedFakeServer(delay_ms=400) as srv:
         cfg = _config(tmp_path, tmp_path / "data" / "probeset", srv.base_url, tmp_path / "killed")
         kills = 0
         progress = []
         for attempt in range(60):
             proc = _cli(cfg, env)
             if kills < 12:
-                time.sleep(rng.uniform(1.0, 3.0))
+                time.sleep(rng.uniform(1.0, 2.5))
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
                     proc.wait()
