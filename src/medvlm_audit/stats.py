@@ -755,20 +755,11 @@ def cluster_bootstrap_ratios(num: Any, den: Any, B: int = 10_000, seed: int = 0)
     n, ncol = N.shape
     if n == 0 or ncol == 0:
         return np.full((B, ncol), _NAN)
-    uniq: dict[bytes, int] = {}
-    cols: list[np.ndarray] = []
-    refs: list[int] = []
-    for v in [*N.T, *D.T]:
-        key = v.tobytes()
-        if key not in uniq:
-            uniq[key] = len(cols)
-            cols.append(v)
-        refs.append(uniq[key])
-    V = np.stack(cols, axis=1)
+    V, ref_n, ref_d = _dedupe_columns(N, D)
     exact32 = bool(np.all(V == np.round(V))) and float(np.abs(V).max(initial=0.0)) * n < 2.0 ** 24
     if exact32:
         V = V.astype(np.float32)
-    ia, ib = np.array(refs[:ncol]), np.array(refs[ncol:])
+    ia, ib = ref_n, ref_d
     out = np.empty((B, ncol))
     rng = np.random.default_rng(seed)
     chunk = max(1, _RATIO_CHUNK_ELEMS // n)
