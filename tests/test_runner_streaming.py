@@ -227,3 +227,22 @@ def test_a_stored_hash_that_no_longer_matches_the_pixels_stops_the_run(tmp_path:
     m.name = "second"
     with pytest.raises(ImageError, match="changed since it was hashed"):
         asyncio.run(execute(store, plan_grounding([ps], OPTS), [m], progress=False))
+
+
+def test_run_config_render_in_reaches_the_runner(tmp_path: Path, monkeypatch) -> None:
+    """``render_in`` in a run config chooses where images are rendered (here: forced into processes)."""
+    ps = make_tiny_probeset(tmp_path / "data", n=4)
+    seen: list[bool] = []
+    real = runner._render_stream
+
+    def spy(recipes, workers, cache, pixels, encoders, processes=False, want_pixels=True):
+        seen.append(processes)
+        return real(recipes, workers, cache, pixels, encoders, processes, want_pixels)
+
+    monkeypatch.setattr(runner, "_render_stream", spy)
+    cfg = {"probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),
+           "conditions": ["original"], "render_in": "processes",
+           "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://127.0.0.1:9/v1"}]}
+    m = BrightSpotModel()
+    api.run(cfg, models=[m], progress=False)
+    assert seen == [True] and m.calls == 4

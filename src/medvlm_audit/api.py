@@ -136,7 +136,7 @@ def run(
         per_model = {m.name: Decoding(**m.decoding.model_dump()) for m in cfg.models if m.decoding is not None}
         summary = asyncio.run(execute(store, plan, built, dec, retry_errors=retry_errors, progress=progress,
                                       workers=cfg.workers, model_decoding=per_model,
-                                      source_keys=source_keys))
+                                      source_keys=source_keys, render_in=cfg.render_in))
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
         store.close()

@@ -62,6 +62,9 @@ class RunConfig(BaseModel):
     decoding: DecodingSpec = DecodingSpec()
     seed: int = 42
     workers: int = 2
+    #: where images are rendered during a run: worker processes when every image model takes encoded
+    #: bytes (HTTP backends) and there are 64+ images, else threads ("auto"), or as named
+    render_in: Literal["auto", "threads", "processes"] = "auto"
 
     @field_validator("models")
     @classmethod
