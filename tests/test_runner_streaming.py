@@ -149,7 +149,7 @@ def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None
     for model in (BrightSpotModel(), PromptLengthModel(), TextOnly(BrightSpotModel(), name="t")):
         work = runner.ModelWork(model, dec, set())
         rows, requests, _ = work.admit(plan.trials, hashes)
-        described = dict((k, v) for k, _, v in requests)
+        described = {k: v for k, _, v in requests}
         for t, row in zip(plan.trials, rows):
             d = dec if not t.sample_index else Decoding(seed=3 + t.sample_index)
             inp = model.prepare(ModelInput(t.messages, tuple(ImageData(np.zeros((0, 0), np.uint8), hashes[r])
