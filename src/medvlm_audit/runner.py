@@ -5,9 +5,12 @@ ModelInput (pixel hashes after all transforms, messages, decoding, sample index)
 answers once per question whatever the image condition, and a rerun of the same config asks nothing.
 
 Before any model call every source file is checked (exists, header decodes, PNG CRCs); then images are
-rendered and hashed by worker threads while the models are already answering the inputs keyed so far, so
-the image work overlaps the model time. A source whose pixel data fails to decode later stops the run with
-an error naming the case; every answer committed until then stays in the store and a rerun resumes.
+rendered, hashed and (for HTTP models) encoded by workers while the models already answer the inputs keyed
+so far, so the image work overlaps the model time. Workers are processes when every image model takes
+encoded bytes (they then run beside the event loop, which threads cannot: they share its GIL), else threads.
+An input is queued once its image is ready, so the event loop never renders. A source whose pixel data
+fails to decode later stops the run with an error naming the case; every answer committed until then stays
+in the store and a rerun resumes.
 """
 
 from __future__ import annotations
