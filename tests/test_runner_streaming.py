@@ -77,7 +77,7 @@ def test_api_run_with_an_unreadable_image_writes_nothing(tmp_path: Path) -> None
 
 def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, monkeypatch) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=12)
-    slow = runner.render_group
+    slow = runner.render_sources
     rendered: list[int] = []
 
     def render_slowly(*args, **kw):
@@ -86,7 +86,7 @@ def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, mo
         rendered.append(len(out))
         return out
 
-    monkeypatch.setattr(runner, "render_group", render_slowly)
+    monkeypatch.setattr(runner, "render_sources", render_slowly)
     store = RunStore(tmp_path / "run.sqlite")
     seen: list[int] = []
 

@@ -127,48 +127,34 @@ def check_sources(index: TrialIndex) -> dict[ImageRecipe, str]:
     return keys
 
 
-def render_group(
-    recipes: Sequence[ImageRecipe],
-    cache: SourceCache,
-    pixels: PixelCache | None,
-    encoders: Sequence[Callable[[np.ndarray], bytes]] = (),
-) -> list[tuple[ImageRecipe, str | Exception]]:
-    """Render and hash the recipes of one source file (one decode, one resize); pixels, and each model's
-    encoded bytes (so the event loop need not encode), go to ``pixels``."""
-    out: list[tuple[ImageRecipe, str | Exception]] = []
-    for r in recipes:
-        try:
-            px = r.render(cache)
-        except ImageError as e:
-            return out + [(r, e)]
-        if pixels is not None:
-            pixels.put(r, px)
-            for j, enc in enumerate(encoders):
-                pixels.put((r, j), enc(px))
-        out.append((r, pixel_sha256(px)))
-    return out
-
+Rendered = tuple[ImageRecipe, "str | Exception", "np.ndarray | None", tuple[bytes, ...]]
 
 _WORKER_CACHE: SourceCache | None = None
 
 
-def render_in_process(
+def render_sources(
     groups: Sequence[Sequence[ImageRecipe]],
-    encoders: Sequence[Callable[[np.ndarray], bytes]],
-    want_pixels: bool,
-) -> list[tuple[ImageRecipe, str | Exception, np.ndarray | None, tuple[bytes, ...]]]:
-    """``render_group`` in a worker process for several source files: the hash, each model's encoded bytes
-    and (only when some model needs them in the parent) the pixels go back to the parent."""
+    encoders: Sequence[Callable[[np.ndarray], bytes]] = (),
+    want_pixels: bool = True,
+    cache: SourceCache | None = None,
+) -> list[Rendered]:
+    """Render, hash and encode (for each model encoder) the recipes of some source files, one decode and one
+    resize per file: (recipe, sha256 or the ImageError, pixels when ``want_pixels``, encoded bytes).
+
+    In a worker process (no ``cache`` given) it keeps its own source cache and runs at a lower priority:
+    the request path (event loop, a local server) comes first, rendering only has to stay ahead of it."""
     global _WORKER_CACHE
-    if _WORKER_CACHE is None:
-        _WORKER_CACHE = SourceCache(16)
-        if hasattr(os, "nice"):  # the request path (event loop, a local server) comes first; rendering only
-            os.nice(10)  # has to stay ahead of it
-    out: list[tuple[ImageRecipe, str | Exception, np.ndarray | None, tuple[bytes, ...]]] = []
+    if cache is None:
+        if _WORKER_CACHE is None:
+            _WORKER_CACHE = SourceCache(16)
+            if hasattr(os, "nice"):
+                os.nice(10)
+        cache = _WORKER_CACHE
+    out: list[Rendered] = []
     for group in groups:
         for r in group:
             try:
-                px = r.render(_WORKER_CACHE)
+                px = r.render(cache)
             except ImageError as e:
                 out.append((r, e, None, ()))
                 break
@@ -200,10 +186,12 @@ def hash_images(
     todo = [r for r in keys if r not in out]
     new: list[tuple[str, str]] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for group in pool.map(lambda g: render_group(g, cache, pixels), group_by_source(todo)):
-            for r, h in group:
+        for group in pool.map(lambda g: render_sources([g], cache=cache), group_by_source(todo)):
+            for r, h, px, _ in group:
                 if isinstance(h, Exception):
                     raise index.named(r, h) from None
+                if pixels is not None:
+                    pixels.put(r, px)
                 out[r] = h
                 new.append((keys[r], h))
     if new:
@@ -354,7 +342,7 @@ def _materialise(
     images = []
     for r, placeholder in zip(recipes, inp.images):
         px = pixels.get(r) if pixels is not None else None
-        if isinstance(px, np.ndarray):
+        if px is not None:
             images.append(ImageData(px, placeholder.sha256))
         else:
             images.append(ImageData(None, placeholder.sha256, functools.partial(r.render, cache)))
@@ -370,8 +358,8 @@ async def _render_stream(
     processes: bool = False,
     want_pixels: bool = True,
 ) -> AsyncIterator[list[tuple[ImageRecipe, str | Exception]]]:
-    """Render + hash the recipes in worker threads (one task per source file) or worker processes (a few
-    source files per task); yields the results of every task finished since the last yield.
+    """Render + hash the recipes in worker threads or worker processes (a few source files per task); yields
+    the results of every task finished since the last yield, with pixels and encoded bytes put in ``pixels``.
 
     Threads share the event loop's GIL, so this image work does not run beside the loop; processes do,
     and send back only hashes and encoded bytes (pixels too when ``want_pixels``)."""
@@ -380,16 +368,16 @@ async def _render_stream(
     loop = asyncio.get_running_loop()
     finished: asyncio.Queue = asyncio.Queue()
     groups = group_by_source(recipes)
+    # the first task is one source file, so the first inputs are ready at once; then 8 files per task
+    chunks = [groups[:1]] + [groups[i : i + 8] for i in range(1, len(groups), 8)]
     pool: Executor
     if processes:
         method = "fork" if sys.platform == "linux" else "spawn"
         pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method))
-        # the first task is one source file, so the first inputs are ready at once; then 8 per task
-        chunks = [groups[:1]] + [groups[i : i + 8] for i in range(1, len(groups), 8)]
-        futures = [loop.run_in_executor(pool, render_in_process, c, encoders, want_pixels) for c in chunks]
+        futures = [loop.run_in_executor(pool, render_sources, c, encoders, want_pixels) for c in chunks]
     else:
         pool = ThreadPoolExecutor(max(1, workers))
-        futures = [loop.run_in_executor(pool, render_group, g, cache, pixels, encoders) for g in groups]
+        futures = [loop.run_in_executor(pool, render_sources, c, encoders, True, cache) for c in chunks]
     with pool:
         for f in futures:
             f.add_done_callback(finished.put_nowait)
@@ -402,15 +390,12 @@ async def _render_stream(
                 left -= len(done)
                 out: list[tuple[ImageRecipe, str | Exception]] = []
                 for f in done:
-                    for item in f.result():
-                        if processes:
-                            r, h, px, encoded = item
-                            if px is not None:
-                                pixels.put(r, px)
-                            for j, data in enumerate(encoded):
-                                pixels.put((r, j), data)
-                            item = (r, h)
-                        out.append(item)
+                    for r, h, px, encoded in f.result():
+                        if px is not None:
+                            pixels.put(r, px)
+                        for j, data in enumerate(encoded):
+                            pixels.put((r, j), data)
+                        out.append((r, h))
                 yield out
         finally:
             for f in futures:
