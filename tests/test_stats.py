@@ -770,18 +770,16 @@ def test_cluster_ratio_se_hand_and_proportion():
         S.cluster_ratio_se([1, 0], [1])
 
 
-def test_cluster_bootstrap_ratios_follows_the_documented_stream():
+def test_cluster_bootstrap_ratios_resample_whole_clusters_with_the_case_bootstrap():
     num = np.array([[2.0, 1.0], [0.0, 2.0], [1.0, 0.0]])
     den = np.array([[2.0, 2.0], [2.0, 2.0], [1.0, 1.0]])
-    got = S.cluster_bootstrap_ratios(num, den, B=6, seed=3)
-    idx = np.random.default_rng(3).integers(0, 3, size=(6, 3))  # one chunk: 4,000,000 // 3 rows > 6
-    for b in range(6):
-        for j in range(2):
-            assert got[b, j] == num[idx[b], j].sum() / den[idx[b], j].sum()
-    # real-valued sums take the float64 path and agree to rounding
-    real = S.cluster_bootstrap_ratios(num + 0.1, den, B=6, seed=3)
-    want = np.array([[(num[idx[b], j] + 0.1).sum() / den[idx[b], j].sum() for j in range(2)] for b in range(6)])
-    np.testing.assert_allclose(real, want, rtol=1e-12)
+    got = S.cluster_bootstrap_ratios(num, den, B=200, seed=3)
+    np.testing.assert_array_equal(got, S.case_bootstrap_ratios(num, den, B=200, seed=3))
+    # every draw is one multiset of 3 clusters, the same for both columns (columns are paired)
+    counts = [np.array(c) for c in itertools.product(range(4), repeat=3) if sum(c) == 3]
+    possible = {tuple(np.round((c @ num) / (c @ den), 12)) for c in counts}
+    assert all(tuple(np.round(row, 12)) in possible for row in got)
+    assert len({tuple(np.round(row, 12)) for row in got}) > 3
 
 
 def test_cluster_bootstrap_ratios_hand_distribution_and_pairing():

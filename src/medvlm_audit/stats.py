@@ -704,8 +704,6 @@ def mcnemar_exact(a: Any, b: Any) -> float:
 # Many ratios sum(num) / sum(den) over the same clusters (an item and its repeats, a patient and its images),
 # resampled together: one draw of clusters serves every ratio, so a difference of two ratios is paired.
 
-#: rows of cluster indices materialised at once by cluster_bootstrap_ratios: max(1, this // n_clusters)
-_RATIO_CHUNK_ELEMS = 4_000_000
 
 
 def _as_cluster_matrix(x: Any, name: str) -> np.ndarray:
@@ -742,35 +740,8 @@ def cluster_bootstrap_ratios(num: Any, den: Any, B: int = 10_000, seed: int = 0)
     """Bootstrap draws, shape (B, n_columns), of sum(num[:, j]) / sum(den[:, j]) with clusters resampled together.
 
     ``num``/``den`` hold per-cluster sums (e.g. an item's correct and scored trials over its repeats, so repeats
-    stay with their item). A draw takes n_clusters rows with replacement, the same rows for every column:
-    columns of one draw are paired. Rows come from one ``np.random.default_rng(seed)`` stream,
-    ``integers(0, n, size=(c, n))`` for chunks of c = max(1, 4,000,000 // n) rows. A zero denominator gives nan.
-    Identical columns are resampled once; integer sums small enough to be exact use float32 products.
-    """
-    B = _check_B(B)
-    N = _as_cluster_matrix(num, "num")
-    D = _as_cluster_matrix(den, "den")
-    if N.shape != D.shape:
-        raise ValueError(f"num and den must have the same shape (clusters x columns): {N.shape} != {D.shape}")
-    n, ncol = N.shape
-    if n == 0 or ncol == 0:
-        return np.full((B, ncol), _NAN)
-    V, ref_n, ref_d = _dedupe_columns(N, D)
-    exact32 = bool(np.all(V == np.round(V))) and float(np.abs(V).max(initial=0.0)) * n < 2.0 ** 24
-    if exact32:
-        V = V.astype(np.float32)
-    ia, ib = ref_n, ref_d
-    out = np.empty((B, ncol))
-    rng = np.random.default_rng(seed)
-    chunk = max(1, _RATIO_CHUNK_ELEMS // n)
-    for s0 in range(0, B, chunk):
-        c = min(chunk, B - s0)
-        idx = rng.integers(0, n, size=(c, n)) + (np.arange(c) * n)[:, None]
-        counts = np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(V.dtype)
-        prod = (counts @ V).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[s0 : s0 + c] = prod[:, ia] / prod[:, ib]
-    return out
+    stay with their item); a cluster is then one row of :func:`case_bootstrap_ratios`, which draws them."""
+    return case_bootstrap_ratios(num, den, B, seed)
 
 
 def percentile_interval(draws: Any, alpha: float = 0.05) -> tuple[float, float]:
