@@ -5,7 +5,6 @@ Transforms are pure functions of (source pixels, recorded parameters); source fi
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import threading
@@ -62,11 +61,11 @@ def check_image_header(path: str | Path) -> None:
 
             pydicom.dcmread(str(p), stop_before_pixels=True)
             return
-        data = p.read_bytes()
-        if data.startswith(_PNG_SIGNATURE):
-            _check_png_chunks(data)  # every chunk's CRC: catches truncated or altered files
-            return
-        with Image.open(io.BytesIO(data)):
+        with open(p, "rb") as fh:
+            if fh.read(len(_PNG_SIGNATURE)) == _PNG_SIGNATURE:
+                _check_png_chunks(_PNG_SIGNATURE + fh.read())  # every chunk's CRC: truncated or altered files
+                return
+        with Image.open(p):  # other formats: the header only (a full-size JPEG is not read whole here)
             pass
     except Exception as e:
         raise ImageError(f"image file {p} cannot be decoded ({e})") from e
