@@ -4,7 +4,7 @@ Workload: 9 models x 2,575 cases x 4 conditions (700 boxed cases with both masks
 99-case 512 px resolution probe and a 100-case prompt probe (terse, radiologist); all metrics with B = 10,000,
 all baseline and pairwise comparisons, all subgroup permutation tests (1,000 permutations).
 
-* fast: ``medvlm_audit.analysis.analyse_grounding`` (exact-counts resampling, arrays per model).
+* fast: ``medvlm_audit.suites.grounding.analysis.analyse_grounding`` (exact-counts resampling, arrays per model).
 * naive: the same metric set the way the paper's released code computes it: one wide DataFrame per model,
   DataFrame filtering per metric and subset, ``RandomState(0).randint(0, n, (B, n))`` index resampling for every
   proportion and paired difference, Python-loop permutation tests, a full index matrix for the AUROC bootstrap.
@@ -46,7 +46,7 @@ def _table() -> pd.DataFrame:
 
 
 def _write_table(path: str) -> int:
-    from medvlm_audit.analysis.synthetic import paper_sized_run
+    from medvlm_audit.suites.grounding.synthetic import paper_sized_run
 
     t = paper_sized_run(n_cases=N_CASES, n_boxed=N_BOXED, n_res512=N_RES, n_prompt=N_PROMPT)
     t.to_parquet(path, index=False)
@@ -58,7 +58,7 @@ def _write_table(path: str) -> int:
 
 def child_fast(B: int, trace: bool, workers: int | None = None) -> dict:
     from medvlm_audit import stats
-    from medvlm_audit.analysis import analyse_grounding
+    from medvlm_audit.suites.grounding.analysis import analyse_grounding
 
     tidy = _table()
     gc.collect()

@@ -63,14 +63,14 @@ def main() -> None:
         print(f"rebuild (reuse)   : {w_re:.2f} s wall")
 
         _, w_imp, _ = timed(lambda: __import__("sklearn.linear_model"))
-        from medvlm_audit.models.reference import fit_reference_panel
+        from medvlm_audit.suites.grounding.reference import fit_reference_panel
 
         panel, w_fit, c_fit = timed(lambda: fit_reference_panel(train))
         print(f"fit panel: {w_fit:.2f} s wall, {c_fit:.2f} s CPU (+ {w_imp:.2f} s importing scikit-learn)")
 
         # --- a demo-sized set of inputs: original, swap, target/irrelevant mask, no image at 224; original at 512
         from medvlm_audit.models.base import ImageData, Message, ModelInput
-        from medvlm_audit.prompts import grounding_prompt
+        from medvlm_audit.suites.grounding.prompts import grounding_prompt
 
         def load(path: str, res: int) -> np.ndarray:
             with Image.open(test.resolve(path)) as im:

@@ -179,8 +179,8 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.real:
-        from medvlm_audit.analysis.grounding import analyse_grounding
-        from medvlm_audit.analysis.synthetic import paper_sized_run
+        from medvlm_audit.suites.grounding.analysis import analyse_grounding
+        from medvlm_audit.suites.grounding.synthetic import paper_sized_run
 
         t_an, analysis = _time(lambda: analyse_grounding(paper_sized_run()))
         print(f"analyse_grounding on the paper-sized synthetic run: {t_an:.1f} s (not part of the report timing)")

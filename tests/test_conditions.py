@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from medvlm_audit.boxes import irrelevant_box, rescale_box, working_box
-from medvlm_audit.conditions import Condition
+from medvlm_audit.suites.grounding.conditions import Condition
 from medvlm_audit.images import ImageRecipe
 
 
@@ -77,7 +77,7 @@ def test_tiny_probe_set_mask_boxes_have_equal_size(tiny_probeset, res) -> None:
 def test_boxes_at_512_from_the_source_box() -> None:
     """A box whose 224 rounding would put the 512 sides 1 px apart: both 512 boxes keep one size."""
     from medvlm_audit.case import Case
-    from medvlm_audit.conditions import boxes_at
+    from medvlm_audit.suites.grounding.conditions import boxes_at
 
     src = (10.3, 10.0, 221.0, 230.7)  # source pixels of a 1000 x 900 image
     tb224 = working_box(src, 1000, 900, 224)

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from medvlm_audit import stats
-from medvlm_audit.analysis import analyse_grounding
-from medvlm_audit.analysis.categories import Rate, categorize, threshold_sweep
-from medvlm_audit.analysis.grounding_metrics import AnalysisInputError
-from medvlm_audit.analysis.synthetic import (
+from medvlm_audit.suites.grounding.analysis import analyse_grounding
+from medvlm_audit.suites.grounding.categories import Rate, categorize, threshold_sweep
+from medvlm_audit.suites.grounding.metrics import AnalysisInputError
+from medvlm_audit.suites.grounding.synthetic import (
     SyntheticDesign,
     always_yes,
     ignores_image,
@@ -463,7 +463,7 @@ def test_repeats_are_ignored_with_a_note():
 
 @pytest.mark.slow
 def test_paper_sized_cohort_categories():
-    from medvlm_audit.analysis.synthetic import paper_sized_run
+    from medvlm_audit.suites.grounding.synthetic import paper_sized_run
 
     res = analyse_grounding(paper_sized_run(n_cases=1200, n_boxed=500), B=500)
     cats = dict(zip(res.categories.model, res.categories.category))

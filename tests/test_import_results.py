@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from medvlm_audit.cli import app
 from medvlm_audit.export import tidy
-from medvlm_audit.import_results import MANIFEST_COLUMNS, ResultsImportError, import_results
+from medvlm_audit.suites.grounding.import_results import MANIFEST_COLUMNS, ResultsImportError, import_results
 from medvlm_audit.store import RunStore
 
 
@@ -141,7 +141,7 @@ def test_cli_import_failure_is_a_message_not_a_traceback(tmp_path: Path) -> None
 
 
 def test_cli_report_failure_after_import_is_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from medvlm_audit import report_run
+    from medvlm_audit.suites.grounding import report_run
     from medvlm_audit.errors import AuditError
 
     def broken(*_a, **_k):

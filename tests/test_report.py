@@ -25,7 +25,7 @@ from medvlm_audit.report import (
     table_to_html,
     write_report,
 )
-from medvlm_audit.report import figures as F
+from medvlm_audit.suites.grounding import figures as F
 from medvlm_audit.report import write as W
 
 NAN = float("nan")
@@ -538,8 +538,8 @@ def test_numpy_values_in_summary_are_json_safe(tmp_path: Path, monkeypatch: pyte
 
 
 def _real_analysis(drop_conditions: tuple[str, ...] = ()) -> Any:
-    syn = pytest.importorskip("medvlm_audit.analysis.synthetic")
-    grounding = pytest.importorskip("medvlm_audit.analysis.grounding")
+    syn = pytest.importorskip("medvlm_audit.suites.grounding.synthetic")
+    grounding = pytest.importorskip("medvlm_audit.suites.grounding.analysis")
     models = [syn.uses_image("reader"), syn.ignores_image("prior"), syn.always_yes("yes"), syn.unstable("wobbly"),
               syn.uses_image("mute", parse_rate=0.0), syn.ignores_image("flatconf", confidence="binary")]
     tidy = syn.make_tidy(models, syn.SyntheticDesign(n_cases=200, n_boxed=120, n_res512=40, n_prompt=30))

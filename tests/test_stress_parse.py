@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from medvlm_audit.suites.stress.parse import parse_option
+from medvlm_audit.scorers.option import parse_option
 
 OPTS = ["Pneumothorax", "Pleural effusion", "Cardiomegaly", "Unknown", "Effusion"]
 

@@ -26,7 +26,7 @@ from medvlm_audit.models.vision_probe import (
     working_image,
 )
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.scoring.yesno import p_yes
+from medvlm_audit.scorers.yesno import p_yes
 from medvlm_audit.testing.tiny_models import build_tiny_vit
 
 NAMES = {"pleural_effusion": "pleural effusion", "pneumothorax": "pneumothorax"}
@@ -351,7 +351,7 @@ def test_registry_builds_single_multi_and_per_source_probes(world, tmp_path):
 def test_sentence_questions_are_not_applicable(probe, world):
     _, _, _, test = world
     img = working_image(test.resolve(test.df["image_path"].iloc[0]))
-    from medvlm_audit.prompts import SENTENCE_TEMPLATES
+    from medvlm_audit.suites.grounding.prompts import SENTENCE_TEMPLATES
 
     out = probe.predict([ask(t.format(sentence="Small right pleural effusion."), img)
                          for t in SENTENCE_TEMPLATES.values()])

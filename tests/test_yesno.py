@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from medvlm_audit.scoring.yesno import p_yes, parse_yes_no
+from medvlm_audit.scorers.yesno import p_yes, parse_yes_no
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ def embedded_config(suite: str, run_dir: str | Path) -> RunConfig:
             "models": [{"name": k.replace("_", "-"), "backend": "stress_reference", "kind": k} for k in kinds],
         }, source="embedded stress default")
     if suite == "grounding":
-        from medvlm_audit.demo import demo_config
+        from medvlm_audit.suites.grounding.demo import demo_config
 
         out = Path(run_dir)
         cfg = demo_config(out.parent if out.name == "run" else out)
@@ -73,7 +73,7 @@ def plan_for(cfg: RunConfig, *, prompt_subsample_from: str | list[str] = "primar
             raise AuditError(f"probe-set names must be unique within a run, got {names}")
         prompt_ids: frozenset[str] | None = None
         if any(v != "default" for v in cfg.prompt_variants) and cfg.prompt_subsample > 0:
-            from medvlm_audit.datasets.subsample import run_prompt_subsample
+            from medvlm_audit.suites.grounding.subsample import run_prompt_subsample
 
             try:
                 prompt_ids = run_prompt_subsample(sets, n=cfg.prompt_subsample, seed=cfg.seed,

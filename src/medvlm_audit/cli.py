@@ -336,7 +336,7 @@ def export_cmd(
 
 
 def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
-    from medvlm_audit.report_run import report_run
+    from medvlm_audit.suites.grounding.report_run import report_run
 
     path = report_run(run_dir, out, **analysis)
     console.print(f"report: {path}")
@@ -396,7 +396,7 @@ def import_results_cmd(
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after importing.")] = True,
 ) -> None:
     """Import the paper's released result layout into a run store that `report` analyses like any other."""
-    from medvlm_audit.import_results import import_results
+    from medvlm_audit.suites.grounding.import_results import import_results
 
     try:
         run_dir = import_results(manifest, results_dir, out, text_only=tuple(text_only), vision_only=tuple(vision_only))
@@ -419,7 +419,7 @@ def demo_cmd(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Build the phantom probe set, fit the reference panel, run the grounding audit, export and report."""
-    from medvlm_audit.demo import run_demo
+    from medvlm_audit.suites.grounding.demo import run_demo
 
     try:
         res = run_demo(out, n_cases=n_cases, gemma=gemma, vision_probe=vision_probe, progress=not no_progress,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from medvlm_audit.datasets.subsample import balanced_allocation, prompt_sensitivity_subsample
+from medvlm_audit.suites.grounding.subsample import balanced_allocation, prompt_sensitivity_subsample
 from medvlm_audit.probeset import ProbeSet
 
 
@@ -53,7 +53,7 @@ def test_short_strata_pass_their_share_on():
 
 
 def test_prompt_subsample_ids_match_the_probe_set_subsample():
-    from medvlm_audit.datasets.subsample import prompt_subsample
+    from medvlm_audit.suites.grounding.subsample import prompt_subsample
 
     ps = _probe()
     ids = prompt_subsample(ps, n=100, seed=42)

@@ -35,7 +35,7 @@ def _build(backend: str, name: str, params: dict[str, Any], context: dict[str, A
 
         return gemma3_270m(name=name, **params)
     if backend == "reference":
-        from medvlm_audit.models.reference import make_reference_model
+        from medvlm_audit.suites.grounding.reference import make_reference_model
         from medvlm_audit.probeset import ProbeSet
 
         train_path = params.pop("train", None)

@@ -59,7 +59,7 @@ FIT_SPLITS = ("train", "validate", "validation", "val")
 
 _shared_finding_from_prompt: Callable[[str], str | None] | None
 try:  # the shared prompt parser, when present; else the private matcher below
-    from medvlm_audit.prompt_parsing import finding_from_prompt as _shared_finding_from_prompt
+    from medvlm_audit.suites.grounding.prompt_parsing import finding_from_prompt as _shared_finding_from_prompt
 except ImportError:  # pragma: no cover - depends on the tree
     _shared_finding_from_prompt = None
 
@@ -734,7 +734,7 @@ def _heads_hash(mean: np.ndarray, scale: np.ndarray, heads: dict[str, Head]) -> 
 
 def _sentence_prefixes() -> tuple[str, ...]:
     try:
-        from medvlm_audit.prompts import SENTENCE_TEMPLATES
+        from medvlm_audit.suites.grounding.prompts import SENTENCE_TEMPLATES
     except ImportError:  # pragma: no cover - depends on the tree
         return ()
     return tuple(t.split("{sentence}")[0].strip().lower() for t in SENTENCE_TEMPLATES.values())

@@ -5,7 +5,7 @@ Other suites add their own material as ``Section(title, html)`` built with ``fig
 
 from __future__ import annotations
 
-from medvlm_audit.report.figures import build_figures, caption_of, figure_title
+from medvlm_audit.suites.grounding.figures import build_figures, caption_of, figure_title
 from medvlm_audit.report.html import format_estimate, format_p, render_report_html
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.report.write import REPORT_FILES, validate_analysis, write_report

@@ -250,7 +250,7 @@ def figure_to_html(
 
     The caption defaults to the one attached by the figure functions (see figures.caption_of).
     """
-    from medvlm_audit.report.figures import caption_of
+    from medvlm_audit.suites.grounding.figures import caption_of
 
     if caption is None:
         caption = caption_of(fig)
@@ -571,7 +571,7 @@ def render_report_html(
 ) -> str:
     """The whole report page as one self-contained HTML string (figures built from the analysis if not given)."""
     from medvlm_audit import __version__
-    from medvlm_audit.report.figures import build_figures, figure_title
+    from medvlm_audit.suites.grounding.figures import build_figures, figure_title
 
     run_info = dict(run_info or {})
     summary = analysis.summary if isinstance(analysis.summary, Mapping) else {}

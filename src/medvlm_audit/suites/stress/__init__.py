@@ -51,7 +51,7 @@ from medvlm_audit.suites.stress.items import (
     validate_items,
 )
 from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
-from medvlm_audit.suites.stress.parse import ParsedOption, parse_option
+from medvlm_audit.scorers.option import ParsedOption, parse_option
 from medvlm_audit.suites.stress.score import RobustnessScore, StressAccuracies, robustness_score
 
 

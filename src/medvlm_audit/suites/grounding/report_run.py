@@ -52,7 +52,7 @@ def report_run(
         from medvlm_audit.export import tidy
 
         table = tidy(store)
-    from medvlm_audit.analysis.grounding import analyse_grounding
+    from medvlm_audit.suites.grounding.analysis import analyse_grounding
     from medvlm_audit.report.write import write_report
 
     analysis = analyse_grounding(

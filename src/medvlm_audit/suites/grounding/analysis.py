@@ -18,8 +18,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.analysis.categories import SWEEP_THRESHOLDS, Rate, categorize, threshold_sweep, verdict
-from medvlm_audit.analysis.comparisons import (
+from medvlm_audit.suites.grounding.categories import SWEEP_THRESHOLDS, Rate, categorize, threshold_sweep, verdict
+from medvlm_audit.suites.grounding.comparisons import (
     COMPARISON_COLUMNS,
     ROBUSTNESS_COLUMNS,
     adjust_families,
@@ -30,7 +30,7 @@ from medvlm_audit.analysis.comparisons import (
     resolution_robustness,
     subgroup_tests,
 )
-from medvlm_audit.analysis.grounding_metrics import (
+from medvlm_audit.suites.grounding.metrics import (
     AnalysisInputError,
     Options,
     build_panels,

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.conditions import IMAGE_OPS, Condition
+from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
 from medvlm_audit.models.base import Message
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.prompts import grounding_prompt
-from medvlm_audit.scoring.yesno import UNPARSED, p_yes, parse_yes_no
+from medvlm_audit.suites.grounding.prompts import grounding_prompt
+from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 
 DEFAULT_CONDITIONS: tuple[str, ...] = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")

@@ -1,5 +1,5 @@
 """Scorers: turn a model's raw text (and first-token log-probabilities) into an answer and a confidence."""
 
-from medvlm_audit.scoring.yesno import UNPARSED, p_yes, parse_yes_no
+from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
 
 __all__ = ["UNPARSED", "p_yes", "parse_yes_no"]

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
-from medvlm_audit.analysis.categories import Rate, categorize
-from medvlm_audit.analysis.grounding_metrics import (
+from medvlm_audit.suites.grounding.categories import Rate, categorize
+from medvlm_audit.suites.grounding.metrics import (
     AGE_BINS,
     MISSING,
     NOT_ESTIMABLE,

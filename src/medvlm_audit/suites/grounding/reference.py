@@ -1,7 +1,7 @@
 """The reference panel: small real models (numpy + scikit-learn) with known behaviour, fitted on the phantom's training split.
 
 Each model sees only its ModelInput (pixels and prompt text): it reads the queried finding or the
-report sentence back from the prompt (:mod:`medvlm_audit.prompt_parsing`) and the evidence from the
+report sentence back from the prompt (:mod:`medvlm_audit.suites.grounding.prompt_parsing`) and the evidence from the
 pixels, normalised to a fixed 64 x 64 grid so 224 and 512 inputs are read alike. The designed behaviours:
 
 - ``local_evidence`` (multimodal): per-finding logistic regression on local patch statistics inside the
@@ -37,7 +37,7 @@ from PIL import Image
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.models.base import LocalModel, Modality, ModelInput, Response
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.prompt_parsing import ParsedPrompt, parse_prompt
+from medvlm_audit.suites.grounding.prompt_parsing import ParsedPrompt, parse_prompt
 
 REFERENCE_VERSION = "1"
 REFERENCE_KINDS: tuple[str, ...] = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
