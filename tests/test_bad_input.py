@@ -61,7 +61,7 @@ def test_unreadable_and_invalid_configs(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("probe_sets: [x]\nmodels:\n  - {name: a, backend: carrier-pigeon}\nrepeats: many\n")
-    with pytest.raises(ConfigError, match=r"field 'models.0.backend'.*\n.*field 'repeats'"):
+    with pytest.raises(ConfigError, match=r"wrong.yaml: invalid run config:\n.*key 'repeats'"):
         load_config(wrong)
     dup = tmp_path / "dup.yaml"
     dup.write_text("probe_sets: [x]\nmodels:\n  - {name: a, backend: openai}\n  - {name: a, backend: openai}\n")

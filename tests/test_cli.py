@@ -125,7 +125,7 @@ def test_run_flag_errors_are_clear(tmp_path: Path, probeset: Path) -> None:
     res = _invoke("run", "--probe-set", str(probeset), "--model", "name=x,model=m", "--no-progress")
     assert res.exit_code == 2 and "names no backend" in res.text and "Traceback" not in res.output
     res = _invoke("run", "--probe-set", str(probeset), "--no-progress")  # no model at all
-    assert res.exit_code == 2 and "field 'models'" in res.text
+    assert res.exit_code == 2 and "key 'models'" in res.text
     res = _invoke("run", "--no-progress")
     assert res.exit_code == 2 and "--probe-set and --model" in res.text
 

@@ -141,13 +141,13 @@ def test_cli_import_failure_is_a_message_not_a_traceback(tmp_path: Path) -> None
 
 
 def test_cli_report_failure_after_import_is_a_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from medvlm_audit.suites.grounding import report_run
+    from medvlm_audit import api
     from medvlm_audit.errors import AuditError
 
     def broken(*_a, **_k):
         raise AuditError("analysis failed: column 'parsed' is broken")
 
-    monkeypatch.setattr(report_run, "report_run", broken)
+    monkeypatch.setattr(api, "report", broken)
     man = _manifest(tmp_path)
     res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
     out = CliRunner().invoke(app, ["import-results", str(man), str(res), "--out", str(tmp_path / "run")])

@@ -14,19 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medvlm_audit.report import (
-    REPORT_FILES,
-    Section,
-    build_figures,
-    caption_of,
-    figure_to_html,
-    format_estimate,
-    format_p,
-    table_to_html,
-    write_report,
-)
-from medvlm_audit.suites.grounding import figures as F
+from medvlm_audit.report import Section, figure_to_html, format_estimate, format_p, table_to_html
 from medvlm_audit.report import write as W
+from medvlm_audit.suites.grounding import figures as F
+from medvlm_audit.suites.grounding.figures import build_figures, caption_of
+from medvlm_audit.suites.grounding.suite import REPORT_FILES
+from medvlm_audit.suites.grounding.suite import write_grounding_report as write_report
 
 NAN = float("nan")
 PS = "phantom"
@@ -422,9 +415,9 @@ def test_section_validation() -> None:
 
 def test_bad_analysis_names_field_and_column(tmp_path: Path) -> None:
     a = make_analysis()
-    with pytest.raises(ValueError, match=r"analysis.metrics lacks column\(s\) \['ci_low'\]"):
+    with pytest.raises(ValueError, match=r"result.metrics lacks column\(s\) \['ci_low'\]"):
         write_report(replace(a, metrics=a.metrics.drop(columns=["ci_low"])), tmp_path, title="t", run_info={})
-    with pytest.raises(TypeError, match="analysis.verdicts"):
+    with pytest.raises(TypeError, match="result.verdicts"):
         write_report(replace(a, verdicts=["x"]), tmp_path, title="t", run_info={})  # type: ignore[arg-type]
     assert not (tmp_path / "report.html").exists()
 

@@ -16,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
-from medvlm_audit.models.vision_probe import (
+from medvlm_audit.suites.grounding.vision_probe import (
     ImageEncoder,
     RoutedVisionProbe,
     VisionProbe,
@@ -313,7 +313,7 @@ def test_per_source_heads_are_routed_by_the_pixels(world, tmp_path):
 
 
 def test_second_fit_neither_decodes_nor_encodes(world, tmp_path, monkeypatch):
-    from medvlm_audit.models import vision_probe as vp
+    from medvlm_audit.suites.grounding import vision_probe as vp
 
     _, enc, _, _ = world
     train = make_probeset(tmp_path, 12, seed=31, splits=["train"])  # its own files: one is rewritten below

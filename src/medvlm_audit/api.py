@@ -1,26 +1,36 @@
-"""Python API mirroring the CLI, so the same run works from a notebook: run, export, report, demo."""
+"""Python API mirroring the CLI, so the same run works from a notebook: run, export, report, demo.
+
+Everything here reaches a suite only through the suite registry (:func:`medvlm_audit.suites.get_suite`): a run
+config names its suite, the suite's ``Options`` validate its options, its stages plan the trials, its ``tidy``
+scores the store and its ``analyse`` feeds the one report writer.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import platform
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from pydantic import BaseModel, ValidationError
+
 from medvlm_audit import __version__
-from medvlm_audit.config import RunConfig, load_config, redact_urls, validate_config
-from medvlm_audit.errors import AuditError
-from medvlm_audit.export import export_run
-from medvlm_audit.models.base import Decoding, Model
-from medvlm_audit.models.registry import load_model
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
+from medvlm_audit.errors import AuditError, ConfigError
+from medvlm_audit.export import export_table
+from medvlm_audit.export import tidy as _tidy
+from medvlm_audit.models.base import Model
+from medvlm_audit.models.registry import BACKENDS, load_model
+from medvlm_audit.registry import did_you_mean
 from medvlm_audit.runner import RunSummary, TrialIndex, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
-from medvlm_audit.suites.base import Plan
+from medvlm_audit.suites import Suite, get_suite
+from medvlm_audit.suites.base import Plan, StageContext
 
 
 @dataclass
@@ -29,6 +39,7 @@ class RunResult:
     summary: RunSummary
     results_parquet: Path
     results_csv: Path
+    report: Path | None = None
 
 
 def _as_config(config: RunConfig | dict[str, Any] | str | Path) -> RunConfig:
@@ -39,64 +50,55 @@ def _as_config(config: RunConfig | dict[str, Any] | str | Path) -> RunConfig:
     return load_config(config)
 
 
-def embedded_config(suite: str, run_dir: str | Path) -> RunConfig:
-    """The embedded default of a suite: phantom data and the reference panel, runnable offline."""
-    if suite == "stress":
-        kinds = ("first_option", "text_prior", "image_reader")
-        return validate_config({
-            "suite": "stress",
-            "run_dir": str(run_dir),
-            "probe_sets": ["phantom"],
-            "models": [{"name": k.replace("_", "-"), "backend": "stress_reference", "kind": k} for k in kinds],
-        }, source="embedded stress default")
-    if suite == "grounding":
-        from medvlm_audit.suites.grounding.demo import demo_config
+def resolve_config(config: RunConfig | dict[str, Any] | str | Path) -> tuple[RunConfig, Suite, BaseModel]:
+    """Validate a run config against its suite: the suite's options with its ``Options`` model and every model's
+    backend against the backend registry (the suite's own backends included). Errors name the config's
+    source, the key and the nearest valid name."""
+    cfg = _as_config(config)
+    source = cfg._source
+    try:
+        suite = get_suite(cfg.suite)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: key 'suite': {e}") from None
+    try:
+        opts = suite.Options.model_validate(cfg.options)
+    except ValidationError as e:
+        known = [*suite.Options.model_fields, *SHARED_FIELDS]
+        raise ConfigError(f"{source}: invalid options for suite {cfg.suite!r}:\n  "
+                          + "\n  ".join(_error_lines(e, known))) from None
+    for i, m in enumerate(cfg.models):  # a later stage's models (e.g. judges) are checked when it is built
+        if m.backend not in BACKENDS:
+            raise ConfigError(f"{source}: key 'models[{i}].backend' (model {m.name!r}): unknown backend "
+                              f"{m.backend!r}{did_you_mean(m.backend, BACKENDS.names())}; registered: "
+                              f"{', '.join(BACKENDS.names())}")
+    return cfg, suite, opts
 
-        out = Path(run_dir)
-        cfg = demo_config(out.parent if out.name == "run" else out)
-        cfg["run_dir"] = str(run_dir)
-        return validate_config(cfg, source="embedded grounding default")
-    raise AuditError(f"unknown suite {suite!r}")
+
+def embedded_config(suite: str, out: str | Path, **flags: Any) -> RunConfig:
+    """The embedded default of a suite (phantom data and its reference models, offline), prepared under ``out``."""
+    s = get_suite(suite)
+    data = s.embedded_config(Path(out), **flags)
+    return validate_config(data, source=f"embedded {suite} default")
 
 
-def plan_for(cfg: RunConfig, *, prompt_subsample_from: str | list[str] = "primary") -> Plan:
-    """Load and validate the probe sets (before any model is called) and plan the suite's trials.
+def plan_for(cfg: RunConfig | dict[str, Any] | str | Path, stage: int = 0) -> Plan:
+    """Plan the first stage of a run (loads and validates its probe sets before any model is called)."""
+    cfg, suite, opts = resolve_config(cfg)
+    return suite.stages()[stage].plan(StageContext(cfg, opts, Path(cfg.run_dir)))
 
-    The non-default prompt variants run on ``cfg.prompt_subsample`` balanced cases of the first (primary) probe
-    set; ``prompt_subsample_from="all"`` draws that many from every probe set, a list names the sets."""
-    if cfg.suite == "grounding":
-        from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
 
-        sets = [ProbeSet.load(p) for p in cfg.probe_sets]
-        names = [s.name for s in sets]
-        if len(set(names)) != len(names):
-            raise AuditError(f"probe-set names must be unique within a run, got {names}")
-        prompt_ids: frozenset[str] | None = None
-        if any(v != "default" for v in cfg.prompt_variants) and cfg.prompt_subsample > 0:
-            from medvlm_audit.suites.grounding.subsample import run_prompt_subsample
-
-            try:
-                prompt_ids = run_prompt_subsample(sets, n=cfg.prompt_subsample, seed=cfg.seed,
-                                                  source=prompt_subsample_from)
-            except ValueError as e:
-                raise AuditError(str(e)) from None
-        res_ids: frozenset[str] | None = None
-        if any(r != 224 for r in cfg.resolutions) and cfg.res512_boxed_only:
-            res_ids = frozenset(cid for s in sets for cid in s.df.loc[s.df["tbox_x0"].notna(), "case_id"])
-        opts = GroundingOptions(
-            conditions=tuple(cfg.conditions),
-            resolutions=tuple(cfg.resolutions),
-            prompt_variants=tuple(cfg.prompt_variants),
-            prompt_subsample=prompt_ids,
-            res512_subsample=res_ids,
-            repeats=cfg.repeats,
-        )
-        return plan_grounding(sets, opts)
-    if cfg.suite == "stress":
-        from medvlm_audit.suites.stress.run import plan_stress
-
-        return plan_stress(cfg)
-    raise AuditError(f"unknown suite {cfg.suite!r}")
+def _merge(summaries: list[RunSummary]) -> RunSummary:
+    if len(summaries) == 1:
+        return summaries[0]
+    per: dict[str, dict[str, int]] = {}
+    for s in summaries:
+        for name, d in s.per_model.items():
+            acc = per.setdefault(name, {})
+            for k, v in d.items():
+                acc[k] = acc.get(k, 0) + v
+    return RunSummary(sum(s.n_trials for s in summaries), sum(s.n_skipped for s in summaries), per,
+                      sum(s.elapsed_s for s in summaries), sum(s.plan_s for s in summaries),
+                      summaries[0].first_input_s)
 
 
 def run(
@@ -105,47 +107,137 @@ def run(
     models: list[Model] | None = None,
     retry_errors: bool = False,
     progress: bool = True,
-    prompt_subsample_from: str | list[str] = "primary",
 ) -> RunResult:
-    """Execute (or resume) a run: plan, ask every pending input, commit answers, export the tidy table.
+    """Execute (or resume) a run: every stage of its suite plans, asks every pending input and commits each
+    answer as it arrives; then the tidy table is exported.
 
-    ``models`` overrides ``config.models`` with already-built Model objects (e.g. a fitted panel).
-    ``prompt_subsample_from``: see :func:`plan_for` (default: the first probe set only, as the paper).
-    """
-    cfg = _as_config(config)
+    ``models`` overrides the config's models of the same name with already-built Model objects."""
+    cfg, suite, opts = resolve_config(config)
     run_dir = Path(cfg.run_dir)
-    plan = plan_for(cfg, prompt_subsample_from=prompt_subsample_from)
+    override = {m.name: m for m in models or ()}
+    context: dict[str, Any] = {}
+
+    def build(ctx: StageContext, stage_models: Callable[[StageContext], list[Any]]) -> tuple[list[Model], dict]:
+        specs = stage_models(ctx)
+        built = [override.get(s.name) or load_model(s, context=context) for s in specs]
+        check_models(built)
+        return built, {s.name: s.decoding for s in specs if s.decoding is not None}
+
+    stages = list(suite.stages())
+    ctx = StageContext(cfg, opts, run_dir)
+    plan = stages[0].plan(ctx)
     if not plan.trials:
         raise AuditError("the plan is empty: no case has an applicable condition")
-    built = models if models is not None else [load_model(m) for m in cfg.models]
-    check_models(built)
+    built, per_model = build(ctx, stages[0].models)
     source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
     store = RunStore(run_dir / STORE_FILE)
+    summaries: list[RunSummary] = []
     try:
         meta = store.meta()
         store.set_meta(
             run_id=meta.get("run_id") or f"{run_dir.name}-{uuid.uuid4().hex[:8]}",
             suite=cfg.suite,
-            config=redact_urls(json.loads(cfg.model_dump_json())),  # credentials in base URLs redacted
+            config=cfg.recorded(),  # credentials in base URLs redacted
             package_version=__version__,
             python=platform.python_version(),
             seeds={"construction": cfg.seed, "resampling": 0},
             started_at=meta.get("started_at") or time.time(),
         )
-        dec = Decoding(**cfg.decoding.model_dump())
-        per_model = {m.name: Decoding(**m.decoding.model_dump()) for m in cfg.models if m.decoding is not None}
-        summary = asyncio.run(execute(store, plan, built, dec, retry_errors=retry_errors, progress=progress,
-                                      workers=cfg.workers, model_decoding=per_model,
-                                      source_keys=source_keys, render_in=cfg.render_in))
+        for i, stage in enumerate(stages):
+            if i > 0:
+                ctx.store = store
+                plan = stage.plan(ctx)
+                if not plan.trials:
+                    continue
+                built, per_model = build(ctx, stage.models)
+                source_keys = check_sources(TrialIndex(plan.trials))
+            summaries.append(asyncio.run(execute(
+                store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
+                workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
+        summary = _merge(summaries)
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
         store.close()
-    pq, csv = export_run(run_dir)
+    pq, csv = export(run_dir)
     return RunResult(run_dir, summary, pq, csv)
+
+
+def _open(run_dir: str | Path) -> RunStore:
+    if not (Path(run_dir) / STORE_FILE).exists():
+        raise AuditError(f"{run_dir}: no run store ({STORE_FILE}) found")
+    return RunStore.open_dir(run_dir)
+
+
+def _suite_of(meta: dict[str, Any]) -> Suite:
+    return get_suite(meta.get("suite", "grounding"))
+
+
+def tidy(run_dir: str | Path) -> pd.DataFrame:
+    """The scored tidy table of a run (one row per model x case x condition x sample), by its suite."""
+    with _open(run_dir) as store:
+        return _tidy(store)
 
 
 def export(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Tidy Parquet + CSV of a run (one row per model x case x condition x sample)."""
-    if not (Path(run_dir) / STORE_FILE).exists():
-        raise AuditError(f"{run_dir}: no run store ({STORE_FILE}) found")
-    return export_run(run_dir, out_dir)
+    return export_table(tidy(run_dir), Path(out_dir) if out_dir else Path(run_dir))
+
+
+def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    cfg = meta.get("config") or {}
+    return {
+        "run_id": meta.get("run_id", run_dir.name),
+        "suite": meta.get("suite", "grounding"),
+        "package_version": meta.get("package_version", __version__),
+        "report_version": __version__,
+        "seeds": meta.get("seeds"),
+        "probe_sets": cfg.get("probe_sets"),
+        "models": [m.get("name") for m in cfg.get("models", [])] or None,
+        "conditions": cfg.get("conditions"),
+        "resolutions": cfg.get("resolutions"),
+        "prompt_variants": cfg.get("prompt_variants"),
+        "imported_from": meta.get("imported_from"),
+        "last_summary": meta.get("last_summary"),
+    }
+
+
+def report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
+    """Analyse a run with its suite and write report.html, metrics.parquet/csv, comparisons.csv, the suite's
+    tables and summary.json (default folder: RUN/report). ``report_options`` go to the suite's analysis
+    (e.g. ``B``; for grounding ``mode``, ``is_denominator``, ``cluster_by_patient``)."""
+    from medvlm_audit.report import write_report
+
+    run_dir = Path(run_dir)
+    with _open(run_dir) as store:
+        meta = store.meta()
+        suite = _suite_of(meta)
+        table = suite.tidy(store)
+        skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
+                              "ORDER BY probe_set, case_id, condition")
+    recorded = {k: v for k, v in (meta.get("config") or {}).items() if k not in SHARED_FIELDS}
+    try:
+        opts = suite.Options.model_validate(recorded)
+    except ValidationError:
+        opts = suite.Options()  # an imported or older run: the analysis needs no run options
+    result = suite.analyse(table, opts, skipped=skipped, **report_options)
+    title = f"{suite.title}: {meta.get('run_id', run_dir.name)}"
+    return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
+                        run_info=_run_info(meta, run_dir), parquet_tables=getattr(suite, "parquet_tables", False))
+
+
+def demo(
+    suite: str = "grounding",
+    out: str | Path = "demo-run",
+    *,
+    progress: bool = True,
+    log: Callable[[str], Any] = print,
+    with_report: bool = True,
+    **flags: Any,
+) -> RunResult:
+    """A suite's embedded default end to end: prepare its data under ``out``, run it, export and report."""
+    cfg = embedded_config(suite, out, log=log, **flags)
+    res = run(cfg, progress=progress)
+    if with_report:
+        log("writing the report ...")
+        res.report = report(res.run_dir)
+    return res

@@ -1,4 +1,4 @@
-"""The `medvlm-audit` command line: build, run, export, report, import-results, demo."""
+"""The `medvlm-audit` command line: build, run, export, report, demo, and each registered suite's own commands."""
 
 from __future__ import annotations
 
@@ -8,20 +8,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from medvlm_audit import __version__
+from medvlm_audit.cliutil import console, fail
 from medvlm_audit.errors import AuditError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Audit whether medical VLMs read the image.")
 build_app = typer.Typer(no_args_is_help=True, help="Build a probe set (phantom, mimic, chexpert, nih, vindr, folder) or a vision-probe training set (probe-train).")
 app.add_typer(build_app, name="build")
-console = Console(stderr=True)
-
-
-def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {e}")
-    raise typer.Exit(2)
+_fail = fail
 
 
 def _print_version(value: bool) -> None:
@@ -264,7 +259,7 @@ def build_probe_train_cmd(
 @app.command("run")
 def run_cmd(
     config: Annotated[Path | None, typer.Argument(help="Run config (YAML or TOML); none = flags alone, or the suite's embedded default.")] = None,
-    suite: Annotated[str | None, typer.Option(help="grounding | stress (overrides the config's suite).")] = None,
+    suite: Annotated[str | None, typer.Option(help="A registered suite: grounding, stress, ... (overrides the config's suite; alone: the suite's embedded default).")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Override run_dir of the config.")] = None,
     probe_set: Annotated[list[Path] | None, typer.Option("--probe-set", help="Probe-set folder (repeatable; replaces the config's probe_sets).")] = None,
     model: Annotated[list[str] | None, typer.Option("--model", help="Model as key=value pairs, e.g. name=vlm,backend=openai,model=M,base_urls=http://127.0.0.1:8000/v1 (repeatable; replaces the config's models).")] = None,
@@ -294,12 +289,11 @@ def run_cmd(
             cfg = load_config(config, flags)
         elif set(flags) - {"suite", "run_dir"}:
             cfg = validate_config(flags, source="command-line flags")
+        elif suite is None:
+            raise AuditError("nothing to run: give a config file, or --probe-set and --model, or --suite NAME "
+                             "for a suite's embedded default (e.g. --suite stress)")
         else:
-            chosen = suite or "grounding"
-            if chosen == "grounding":
-                raise AuditError("the grounding suite's embedded default is `medvlm-audit demo`; give a config "
-                                 "or --probe-set and --model to run")
-            cfg = api.embedded_config(chosen, run_dir or Path(f"runs/{chosen}-default"))
+            cfg = api.embedded_config(suite, run_dir or Path(f"runs/{suite}-default"), log=console.print)
         res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
@@ -336,9 +330,9 @@ def export_cmd(
 
 
 def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
-    from medvlm_audit.suites.grounding.report_run import report_run
+    from medvlm_audit import api
 
-    path = report_run(run_dir, out, **analysis)
+    path = api.report(run_dir, out, **analysis)
     console.print(f"report: {path}")
     return path
 
@@ -377,7 +371,7 @@ def report_cmd(
 ) -> None:
     """Analyse a run and write report.html, metrics.parquet/csv, comparisons.csv and summary.json.
 
-    The analysis options apply to grounding runs; a stress run uses B only.
+    B applies to every suite; --mode, --is-denominator and --cluster-by-patient to grounding runs.
     """
     try:
         _report(run_dir, out, B=B, mode=mode.value, is_denominator=_IS_DENOMINATOR[is_denominator],
@@ -386,49 +380,42 @@ def report_cmd(
         _fail(e)
 
 
-@app.command("import-results")
-def import_results_cmd(
-    manifest: Annotated[Path, typer.Argument(help="The released manifest CSV.")],
-    results_dir: Annotated[Path, typer.Argument(help="Folder with one sub-folder of condition CSVs per model.")],
-    out: Annotated[Path, typer.Option(help="New run directory to create.")] = Path("runs/imported"),
-    text_only: Annotated[list[str], typer.Option("--text-only", help="Model folder that is a text-only baseline (repeatable).")] = [],  # noqa: B006
-    vision_only: Annotated[list[str], typer.Option("--vision-only", help="Model folder that is a vision-only probe (repeatable).")] = [],  # noqa: B006
-    report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after importing.")] = True,
-) -> None:
-    """Import the paper's released result layout into a run store that `report` analyses like any other."""
-    from medvlm_audit.suites.grounding.import_results import import_results
-
-    try:
-        run_dir = import_results(manifest, results_dir, out, text_only=tuple(text_only), vision_only=tuple(vision_only))
-        from medvlm_audit import api
-
-        api.export(run_dir)
-        console.print(f"imported into {run_dir}")
-        if report:
-            _report(run_dir)
-    except AuditError as e:
-        _fail(e)
-
-
 @app.command("demo")
 def demo_cmd(
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("demo-run"),
-    n_cases: Annotated[int, typer.Option(help="Phantom test cases.")] = 800,
-    gemma: Annotated[bool, typer.Option("--gemma", help="Add Gemma 3 270M as a text-only baseline (extra 'gemma').")] = False,
-    vision_probe: Annotated[bool, typer.Option("--vision-probe", help="Add the encoder + logistic-head vision probe on a small random ViT (extra 'hf').")] = False,
+    suite: Annotated[str, typer.Option(help="The suite whose embedded default runs (grounding, stress, ...).")] = "grounding",
+    n_cases: Annotated[int, typer.Option(help="Phantom test cases (grounding).")] = 800,
+    gemma: Annotated[bool, typer.Option("--gemma", help="Add Gemma 3 270M as a text-only baseline (grounding; extra 'gemma').")] = False,
+    vision_probe: Annotated[bool, typer.Option("--vision-probe", help="Add the encoder + logistic-head vision probe on a small random ViT (grounding; extra 'hf').")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
-    """Build the phantom probe set, fit the reference panel, run the grounding audit, export and report."""
-    from medvlm_audit.suites.grounding.demo import run_demo
+    """Run a suite's embedded default offline: build its phantom data, fit its reference models, run, export and report."""
+    from medvlm_audit import api
 
+    flags: dict[str, Any] = {k: v for k, v, d in (("n_cases", n_cases, 800), ("gemma", gemma, False),
+                                                  ("vision_probe", vision_probe, False)) if v != d}
     try:
-        res = run_demo(out, n_cases=n_cases, gemma=gemma, vision_probe=vision_probe, progress=not no_progress,
-                       log=console.print)
+        res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
     except AuditError as e:
         _fail(e)
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet}")
-    _report(res.run_dir)
+    console.print(f"report: {res.report}")
+
+
+def _add_suite_commands() -> None:
+    """Each registered suite's own commands (e.g. corpus-audit, judge-validate), found through the registry."""
+    from medvlm_audit.suites import get_suite, suite_names
+
+    for name in suite_names():
+        for cmd in get_suite(name).commands():
+            if isinstance(cmd, typer.Typer):
+                app.add_typer(cmd)
+            else:
+                app.command(getattr(cmd, "cli_name", None))(cmd)
+
+
+_add_suite_commands()
 
 
 def main() -> None:  # pragma: no cover

@@ -5,28 +5,26 @@ Every run records its fully resolved config, the package version and the seeds i
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from medvlm_audit.errors import ConfigError
-
-
-class DecodingSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    max_new_tokens: int = 16
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    num_beams: int = 1
-    seed: int | None = None
-    logprobs: bool = True
-    top_logprobs: int = 20
+from medvlm_audit.models.base import Decoding
+from medvlm_audit.registry import did_you_mean
 
 
 class ModelSpec(BaseModel):
@@ -36,35 +34,56 @@ class ModelSpec(BaseModel):
 
     name: str
     #: decoding for this model only (e.g. a reasoning model's longer max_new_tokens); default: the run's
-    decoding: DecodingSpec | None = None
-    backend: Literal["openai", "hf", "reference", "gemma", "vision_probe", "stress_reference"]
+    decoding: Decoding | None = None
+    #: a name in the model-backend registry (checked when the run's suite is loaded)
+    backend: str
     text_only: bool = False
 
     def params(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
 
+#: the fields every suite shares; every other key of a run config is the suite's option (see ``Suite.Options``)
+SHARED_FIELDS: tuple[str, ...] = ("suite", "run_dir", "probe_sets", "models", "decoding", "repeats", "seed",
+                                  "workers", "render_in", "options")
+
+
 class RunConfig(BaseModel):
+    """What every suite shares; the suite's own options (conditions, resolutions, judges, ...) are in
+    ``options`` (given flat at the top level of a config file or under ``options:``) and validated by the
+    suite's ``Options`` model when the config is validated."""
+
     model_config = ConfigDict(extra="forbid")
 
-    suite: Literal["grounding", "stress"] = "grounding"
+    suite: str = "grounding"
     run_dir: str = "runs/run"
+    #: probe sets or item sources (folders, item files, ``phantom``, ``<benchmark>:<folder>``)
     probe_sets: list[str] = Field(min_length=1)
     models: list[ModelSpec] = Field(min_length=1)
-    conditions: list[str] = ["original", "swap", "target_mask", "irrelevant_mask", "no_image"]
-    resolutions: list[int] = [224]
-    prompt_variants: list[str] = ["default"]
-    #: the non-default prompt variants run on this many finding- and label-balanced cases (0 = all cases)
-    prompt_subsample: int = 100
-    #: the 512 resolution probe runs on boxed cases only (as in the paper) unless false
-    res512_boxed_only: bool = True
+    decoding: Decoding = Decoding()
     repeats: int = 1
-    decoding: DecodingSpec = DecodingSpec()
     seed: int = 42
     workers: int = 2
     #: where images are rendered during a run: worker processes when every image model takes encoded
     #: bytes (HTTP backends) and there are 64+ images, else threads ("auto"), or as named
     render_in: Literal["auto", "threads", "processes"] = "auto"
+    #: the suite's options, as validated by its ``Options`` model
+    options: dict[str, Any] = {}
+    #: where the config came from (a file, flags, an embedded default), named in error messages
+    _source: str = PrivateAttr("config")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_options(cls, data: Any) -> Any:
+        """Keys that are not shared fields are the suite's options (flat configs stay valid)."""
+        if not isinstance(data, dict):
+            return data
+        extra = {k: v for k, v in data.items() if k not in SHARED_FIELDS}
+        if not extra:
+            return data
+        out = {k: v for k, v in data.items() if k in SHARED_FIELDS}
+        out["options"] = {**extra, **dict(data.get("options") or {})}
+        return out
 
     @field_validator("models")
     @classmethod
@@ -74,6 +93,13 @@ class RunConfig(BaseModel):
         if dup:
             raise ValueError(f"model names must be unique; repeated: {dup}")
         return v
+
+    def recorded(self) -> dict[str, Any]:
+        """The config as recorded in the run store: shared fields and the suite's options, flat, with every
+        credential-bearing URL redacted."""
+        data = json.loads(self.model_dump_json(exclude={"options"}))
+        data.update(self.options)
+        return redact_urls(data)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -206,23 +232,37 @@ def redact_urls(obj: Any) -> Any:
     if isinstance(obj, str) and "://" in obj:
         from urllib.parse import urlsplit
 
-        from medvlm_audit.models.openai_compat import _redact_url
+        from medvlm_audit.models.openai_compat import redact_url
 
         try:
             parts = urlsplit(obj.strip())
         except ValueError:
             return obj
         if parts.scheme and parts.netloc and ("@" in parts.netloc or parts.query or parts.fragment):
-            return _redact_url(obj.strip())
+            return redact_url(obj.strip())
     return obj
 
 
 def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    """Validate the shared fields of a run config (errors name the source, the key and the nearest valid key).
+
+    The suite's options and the models' backends are checked against the registries by
+    :func:`medvlm_audit.api.resolve_config`, which every run goes through."""
     try:
-        return RunConfig.model_validate(data)
+        cfg = RunConfig.model_validate(data)
     except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            loc = ".".join(str(x) for x in err["loc"])
-            lines.append(f"field {loc!r}: {err['msg']}")
-        raise ConfigError(f"{source}: invalid run config:\n  " + "\n  ".join(lines)) from None
+        known = [*SHARED_FIELDS, *Decoding.__slots__, *ModelSpec.model_fields]
+        raise ConfigError(f"{source}: invalid run config:\n  " + "\n  ".join(_error_lines(e, known))) from None
+    cfg._source = source
+    return cfg
+
+
+def _error_lines(e: ValidationError, known: Any) -> list[str]:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        unknown = err["type"] in ("extra_forbidden", "unexpected_keyword_argument")
+        hint = did_you_mean(str(err["loc"][-1]), known) if unknown and err["loc"] else ""
+        msg = "unknown key" if unknown else err["msg"]
+        lines.append(f"key {loc!r}: {msg}{hint}")
+    return lines

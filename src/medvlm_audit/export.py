@@ -1,6 +1,8 @@
 """Tidy export of a run: one row per model x case x condition x sample, with the scored answer.
 
-Parquet and CSV, written atomically. The columns are documented in docs/tidy-schema.md.
+:func:`raw_table` joins the store's trials with answers, models and case metadata (suite-agnostic); each suite
+scores it into its tidy table (``Suite.tidy``); :func:`export_table` writes Parquet and CSV atomically. The
+columns are documented in docs/tidy-schema.md.
 """
 
 from __future__ import annotations
@@ -8,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
@@ -46,50 +47,27 @@ def raw_table(store: RunStore) -> pd.DataFrame:
     keep = ["probe_set", "case_id", *CASE_COLUMNS, "has_box", "ibox_overlaps"]
     df = df.merge(meta[keep], on=["probe_set", "case_id"], how="left")
     df["age"] = pd.to_numeric(df["age"], errors="coerce").astype(float)
-    cond = df["condition"].str.partition("|prompt=")
-    base = cond[0].str.partition("@")
-    df["image_condition"] = base[0]
-    df["resolution"] = pd.to_numeric(base[2].replace("", "224")).astype(int)
-    df["prompt_variant"] = cond[2].replace("", "default")
     run_id = store.meta().get("run_id", store.path.parent.name)
     df.insert(0, "run_id", run_id)
     return df
 
 
-TIDY_COLUMNS = [
-    "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
-    "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
-    "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
-    "latency_s", "error_kind", "error_message",
-]
+def export_table(df: pd.DataFrame, out: Path) -> tuple[Path, Path]:
+    """Write a tidy table as results.parquet and results.csv in ``out`` (atomically); returns both paths."""
+    write_files_atomic(out, [("results.parquet", parquet_bytes(df)), ("results.csv", csv_bytes(df))])
+    return out / "results.parquet", out / "results.csv"
 
 
-def tidy(store: RunStore, suite: str | None = None) -> pd.DataFrame:
-    """The scored tidy table of a grounding run (``condition`` is the image condition)."""
-    from medvlm_audit.suites.grounding import score_grounding
+def tidy(store: RunStore) -> pd.DataFrame:
+    """The scored tidy table of a run store, by the suite recorded in it (through the suite registry)."""
+    from medvlm_audit.suites import get_suite
 
-    suite = suite or store.meta().get("suite", "grounding")
-    if suite == "stress":
-        from medvlm_audit.suites.stress.run import tidy_stress
-
-        return tidy_stress(store)
-    if suite != "grounding":
-        raise ValueError(f"no tidy export for suite {suite!r}")
-    raw = raw_table(store)
-    scored = score_grounding(raw)
-    scored["full_condition"] = scored["condition"]
-    scored["condition"] = scored["image_condition"]
-    scored["label"] = pd.to_numeric(scored["label"], errors="coerce").astype("Int64")
-    scored.loc[scored["error_kind"].notna(), "parsed"] = -1
-    scored.loc[scored["error_kind"].notna(), "correct"] = np.nan
-    return scored[TIDY_COLUMNS].reset_index(drop=True)
+    return get_suite(store.meta().get("suite", "grounding")).tidy(store)
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Write results.parquet and results.csv (tidy) for a run directory; returns both paths."""
     run_dir = Path(run_dir)
-    out = Path(out_dir) if out_dir else run_dir
     with RunStore.open_dir(run_dir) as store:
         df = tidy(store)
-    write_files_atomic(out, [("results.parquet", parquet_bytes(df)), ("results.csv", csv_bytes(df))])
-    return out / "results.parquet", out / "results.csv"
+    return export_table(df, Path(out_dir) if out_dir else run_dir)

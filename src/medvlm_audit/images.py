@@ -26,8 +26,6 @@ def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
     if not p.exists():
         raise ImageError(f"image file {p} does not exist")
     if p.suffix.lower() in (".dcm", ".dicom"):
-        from medvlm_audit.datasets.common import load_dicom_gray
-
         try:
             gray = load_dicom_gray(p)
         except Exception as e:
@@ -216,3 +214,38 @@ class ImageRecipe:
 
 
 _DEFAULT_CACHE = SourceCache(8)
+
+
+def read_image_header(path: Path, full_decode: bool = False) -> tuple[int, int]:
+    """(width, height) of an image file (JPEG/PNG via Pillow, DICOM via pydicom); raises on a bad file."""
+    suffix = path.suffix.lower()
+    if suffix in (".dcm", ".dicom"):
+        try:
+            import pydicom
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ImageError(f"{path}: reading DICOM needs pydicom (pip install pydicom)") from e
+        ds = pydicom.dcmread(str(path), stop_before_pixels=not full_decode)
+        if full_decode:
+            _ = ds.pixel_array
+        return int(ds.Columns), int(ds.Rows)
+    from PIL import Image
+
+    with Image.open(path) as im:
+        size = im.size
+        if full_decode:
+            im.load()
+        else:
+            im.verify()
+    return int(size[0]), int(size[1])
+
+
+def load_dicom_gray(path: str | Path) -> np.ndarray:
+    """Decode a DICOM radiograph to uint8 grayscale (MONOCHROME1 inverted, min-max windowed)."""
+    import pydicom
+
+    ds = pydicom.dcmread(str(path))
+    arr = ds.pixel_array.astype(np.float64)
+    if getattr(ds, "PhotometricInterpretation", "") == "MONOCHROME1":
+        arr = arr.max() - arr
+    lo, hi = float(arr.min()), float(arr.max())
+    return np.ascontiguousarray(((arr - lo) / (hi - lo or 1.0) * 255.0).round().astype(np.uint8))

@@ -238,7 +238,7 @@ def _header_size(path: str | None, image_root: Path, w: Any, h: Any) -> tuple[An
     full = Path(path) if Path(path).is_absolute() else image_root / path
     if not full.exists():
         return w, h, None  # reported as a missing file
-    from medvlm_audit.datasets.common import read_image_header
+    from medvlm_audit.images import read_image_header
 
     try:
         fw, fh = read_image_header(full)

@@ -88,8 +88,11 @@ def test_cross_dataset_run_draws_the_prompt_subsample_from_the_primary_set(tmp_p
 
     primary = terse(api.plan_for(cfg))
     assert len(primary) == 4 and {p for p, _ in primary} == {"mimic"}
-    both = terse(api.plan_for(cfg, prompt_subsample_from="all"))
+    def source(v):  # the grounding option prompt_subsample_from
+        return cfg.model_copy(update={"options": {**cfg.options, "prompt_subsample_from": v}})
+
+    both = terse(api.plan_for(source("all")))
     assert len(both) == 8 and {p for p, _ in both} == {"mimic", "chexpert"} and primary < both
-    assert {p for p, _ in terse(api.plan_for(cfg, prompt_subsample_from=["chexpert"]))} == {"chexpert"}
+    assert {p for p, _ in terse(api.plan_for(source(["chexpert"])))} == {"chexpert"}
     with pytest.raises(AuditError, match="not probe sets of this run"):
-        api.plan_for(cfg, prompt_subsample_from=["nih"])
+        api.plan_for(source(["nih"]))

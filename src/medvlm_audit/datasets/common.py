@@ -24,6 +24,7 @@ import pandas as pd
 
 from medvlm_audit.boxes import irrelevant_box, working_box
 from medvlm_audit.errors import AuditError
+from medvlm_audit.images import load_dicom_gray, read_image_header  # noqa: F401  (re-exported for builders)
 from medvlm_audit.probeset import ProbeSet
 
 SEED = 42
@@ -309,41 +310,6 @@ def allocate_balanced(available: dict[str, int], total: int) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------------------------ images
-
-
-def read_image_header(path: Path, full_decode: bool = False) -> tuple[int, int]:
-    """(width, height) of an image file (JPEG/PNG via Pillow, DICOM via pydicom); raises on a bad file."""
-    suffix = path.suffix.lower()
-    if suffix in (".dcm", ".dicom"):
-        try:
-            import pydicom
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise DatasetError(f"{path}: reading DICOM needs pydicom (pip install pydicom)") from e
-        ds = pydicom.dcmread(str(path), stop_before_pixels=not full_decode)
-        if full_decode:
-            _ = ds.pixel_array
-        return int(ds.Columns), int(ds.Rows)
-    from PIL import Image
-
-    with Image.open(path) as im:
-        size = im.size
-        if full_decode:
-            im.load()
-        else:
-            im.verify()
-    return int(size[0]), int(size[1])
-
-
-def load_dicom_gray(path: str | Path) -> np.ndarray:
-    """Decode a DICOM radiograph to uint8 grayscale (MONOCHROME1 inverted, min-max windowed)."""
-    import pydicom
-
-    ds = pydicom.dcmread(str(path))
-    arr = ds.pixel_array.astype(np.float64)
-    if getattr(ds, "PhotometricInterpretation", "") == "MONOCHROME1":
-        arr = arr.max() - arr
-    lo, hi = float(arr.min()), float(arr.max())
-    return np.ascontiguousarray(((arr - lo) / (hi - lo or 1.0) * 255.0).round().astype(np.uint8))
 
 
 @dataclass(frozen=True)

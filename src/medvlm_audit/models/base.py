@@ -81,6 +81,10 @@ class Decoding:
         return {f: getattr(self, f) for f in self.__slots__}  # flat fields: no deep copy needed
 
 
+# validated as a run-config field (``decoding:`` of a run or a model): unknown keys are errors
+Decoding.__pydantic_config__ = {"extra": "forbid"}  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInput:
     """Exactly what a model sees. Images belong to the first user message."""

@@ -77,7 +77,7 @@ def scrub(text: str, secrets: Sequence[str] = ()) -> str:
     return _SECRETISH.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
 
 
-def _redact_url(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL without user info and query (either may carry a key), for repr and messages."""
     parts = urlsplit(url)
     host = parts.hostname or ""
@@ -221,7 +221,7 @@ class OpenAIChatModel(Model):
         # URL user info and query values may be credentials: scrubbed from every message
         self._url_secrets = [p for u in urls if (p := urlsplit(u).password)]
         self._url_secrets += [v for u in urls for v in URL(u).query.values() if len(v) >= 8]
-        self._endpoints = [_Endpoint(self._chat_url(u), _redact_url(u)) for u in urls]
+        self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u)) for u in urls]
         self._rr = 0
         self._rng = random.Random()
         self._images = _DataUrlCache(int(image_cache_mb * 2**20), image_format, self.png_level)

@@ -1,92 +1,71 @@
-"""Build models from ModelSpecs. Backends import lazily so the core install stays light."""
+"""Model backends by name: ``BACKENDS`` maps a backend name to a factory ``(name, params, context) -> Model``.
+
+The core registers the general backends (OpenAI-compatible HTTP, transformers, Gemma from PyPI); a suite
+registers its own models (the grounding suite: its reference panel and the paper's vision-only probe) when it is loaded (see :func:`medvlm_audit.suites.get_suite`).
+Factories import their module lazily, so the core install stays light; a missing optional dependency is one
+line naming the extra to install.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from medvlm_audit.config import ModelSpec
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import Model, TextOnly
+from medvlm_audit.registry import Registry
+
+BACKENDS = Registry("backend")
+
+#: the extra that provides each backend's optional dependencies
+BACKEND_EXTRAS: dict[str, str] = {"hf": "hf", "gemma": "gemma", "vision_probe": "hf"}
 
 
-def load_model(spec: ModelSpec, *, context: dict[str, Any] | None = None) -> Model:
-    """Instantiate one model. ``context`` carries shared objects (e.g. a fitted reference panel cache)."""
+def register_backend(name: str, factory: Any, *, replace: bool = False, extra: str | None = None) -> None:
+    """Register a backend: ``factory`` is ``"module:function"`` or a callable ``(name, params, context) -> Model``."""
+    BACKENDS.register(name, factory, replace=replace)
+    if extra:
+        BACKEND_EXTRAS[name] = extra
+
+
+def backend_names() -> list[str]:
+    return BACKENDS.names()
+
+
+def load_model(spec: Any, *, context: dict[str, Any] | None = None) -> Model:
+    """Instantiate one model from a :class:`~medvlm_audit.config.ModelSpec`. ``context`` carries shared objects (e.g. a fitted reference panel cache)."""
     params = spec.params()
+    factory = BACKENDS.load(spec.backend, where=f"model {spec.name!r}")
     try:
-        model = _build(spec.backend, spec.name, params, context or {})
+        model = factory(spec.name, params, context if context is not None else {})
     except TypeError as e:
         raise ConfigError(f"model {spec.name!r} (backend {spec.backend}): bad parameters: {e}") from e
+    except ModuleNotFoundError as e:
+        extra = BACKEND_EXTRAS.get(spec.backend)
+        hint = f"; install it with: pip install 'medvlm-audit[{extra}]'" if extra else ""
+        raise ConfigError(f"model {spec.name!r}: backend {spec.backend!r} needs the module {e.name!r}{hint}") from None
     if spec.text_only and model.modality != "text_only":
         model = TextOnly(model, name=spec.name)
     return model
 
 
-def _build(backend: str, name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
-    if backend == "openai":
-        from medvlm_audit.models.openai_compat import OpenAIChatModel
+def _openai(name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
+    from medvlm_audit.models.openai_compat import OpenAIChatModel
 
-        return OpenAIChatModel(name=name, **params)
-    if backend == "hf":
-        from medvlm_audit.models.hf import HFModel
-
-        return HFModel(name=name, **params)
-    if backend == "gemma":
-        from medvlm_audit.models.gemma import gemma3_270m
-
-        return gemma3_270m(name=name, **params)
-    if backend == "reference":
-        from medvlm_audit.suites.grounding.reference import make_reference_model
-        from medvlm_audit.probeset import ProbeSet
-
-        train_path = params.pop("train", None)
-        kind = params.pop("kind", None)
-        if train_path is None or kind is None:
-            raise ConfigError(f"model {name!r}: backend 'reference' needs 'kind' and 'train' (a training probe set)")
-        cache = context.setdefault("train_sets", {})
-        train = cache.get(train_path) or cache.setdefault(train_path, ProbeSet.load(train_path))
-        model = make_reference_model(kind, train, **params)
-        model.name = name
-        return model
-    if backend == "vision_probe":
-        return _vision_probe(name, params)
-    if backend == "stress_reference":
-        from medvlm_audit.suites.stress import reference as sref
-
-        kinds = {"first_option": sref.FirstOptionAnswerer, "text_prior": sref.TextPriorAnswerer,
-                 "image_reader": sref.PhantomImageReader}
-        kind = params.pop("kind", None)
-        if kind not in kinds:
-            raise ConfigError(f"model {name!r}: backend 'stress_reference' needs kind in {sorted(kinds)}")
-        model = kinds[kind](**params)
-        model.name = name
-        return model
-    raise ConfigError(f"model {name!r}: unknown backend {backend!r}")
+    return OpenAIChatModel(name=name, **params)
 
 
-def _vision_probe(name: str, params: dict[str, Any]) -> Model:
-    """``train``: one training probe-set folder, a list of them (fitted together), or a mapping
-    source -> folder(s) for per-source heads (e.g. ``{mimic: [...], chexpert: [...]}``, routed by a source
-    classifier on the same features). Other keys go to :meth:`VisionProbe.fit` (``encoder_path``,
-    ``cache_dir``, ``findings``, ``C``, ``device``, ``splits``, ``max_iter``, ``workers``)."""
-    from medvlm_audit.models.vision_probe import RoutedVisionProbe, VisionProbe
-    from medvlm_audit.probeset import ProbeSet
+def _hf(name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
+    from medvlm_audit.models.hf import HFModel
 
-    train = params.pop("train", None)
-    if train is None or params.get("encoder_path") is None:
-        raise ConfigError(f"model {name!r}: backend 'vision_probe' needs 'train' (training probe set folder(s)) "
-                          "and 'encoder_path' (a local image-encoder folder, e.g. microsoft/rad-dino)")
+    return HFModel(name=name, **params)
 
-    def sets(value: Any, where: str) -> list[ProbeSet]:
-        paths = [value] if isinstance(value, str) else list(value or [])
-        if not paths or not all(isinstance(p, str) for p in paths):
-            raise ConfigError(f"model {name!r}: {where} must be a probe-set folder or a list of them, got {value!r}")
-        # fit() checks every image it reads; the row-by-row file check of a 200k-study training set is skipped
-        return [ProbeSet.load(p, validate=False) for p in paths]
 
-    if isinstance(train, dict):
-        model: Model = RoutedVisionProbe.fit({str(k): sets(v, f"train.{k}") for k, v in train.items()},
-                                             name=name, **params)
-    else:
-        model = VisionProbe.fit(sets(train, "train"), name=name, **params)
-    model.name = name
-    return model
+def _gemma(name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
+    from medvlm_audit.models.gemma import gemma3_270m
+
+    return gemma3_270m(name=name, **params)
+
+
+register_backend("openai", _openai)
+register_backend("hf", _hf)
+register_backend("gemma", _gemma)

@@ -1,26 +1,25 @@
-"""Reports: self-contained HTML (inline SVG figures, no network) plus tidy tables and a JSON summary.
+"""Reports: one page template, one stylesheet and one writer for every suite.
 
-Other suites add their own material as ``Section(title, html)`` built with ``figure_to_html`` / ``table_to_html``.
+A suite's analysis returns a :class:`~medvlm_audit.suites.base.SuiteResult` (metrics in the shared long schema,
+comparisons, ``Section(title, html)`` blocks built with :func:`figure_to_html` / :func:`table_to_html`, extra
+tables, a summary); :func:`write_report` renders it to a self-contained report.html (inline figures, no
+network) plus the tables and summary.json.
 """
 
 from __future__ import annotations
 
-from medvlm_audit.suites.grounding.figures import build_figures, caption_of, figure_title
-from medvlm_audit.report.html import format_estimate, format_p, render_report_html
+from medvlm_audit.report.html import format_estimate, format_p, render_page
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
-from medvlm_audit.report.write import REPORT_FILES, validate_analysis, write_report
+from medvlm_audit.report.write import report_files, validate_result, write_report
 
 __all__ = [
-    "REPORT_FILES",
     "Section",
-    "build_figures",
-    "caption_of",
-    "figure_title",
     "figure_to_html",
     "format_estimate",
     "format_p",
-    "render_report_html",
+    "render_page",
+    "report_files",
     "table_to_html",
-    "validate_analysis",
+    "validate_result",
     "write_report",
 ]

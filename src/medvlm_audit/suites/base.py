@@ -1,19 +1,34 @@
-"""The suite interface: a suite turns its inputs into a :class:`Plan` of trials, and scores a tidy table.
+"""The suite interface: what every audit gives the core (options, stages, tidy scoring, analysis, embedded default).
 
 A Trial is one question before any model is involved: a case (item) under a condition, as chat messages
 plus image recipes (pure functions of source files and recorded parameters). The runner turns a trial into
 each model's ModelInput, keys it by content hash, asks each distinct input once and stores the answer.
+
+A suite declares one or more :class:`Stage`s. Each stage plans its trials from a :class:`StageContext` (the
+run config, the suite's validated options and, for a later stage, the run store holding the answers of the
+earlier ones) and names the models that answer it. Every stage goes through the same runner, store, keys and
+resume. After the run, :meth:`Suite.tidy` scores the store into one tidy table and :meth:`Suite.analyse`
+turns that table into a :class:`SuiteResult` that the one report writer (:mod:`medvlm_audit.report`) renders.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pandas as pd
 
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pydantic import BaseModel
+
+    from medvlm_audit.config import ModelSpec, RunConfig
+    from medvlm_audit.report.sections import Section
+    from medvlm_audit.store import RunStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +75,79 @@ class Plan:
         self.sources.extend(other.sources)
 
 
-class Suite(Protocol):
-    """What the runner and the CLI need from a suite."""
+@dataclass
+class StageContext:
+    """What a stage's planner sees: the run config, the suite's validated options, the run directory, and the
+    run store (``None`` while the first stage plans: the store is created only after every source checks out)."""
+
+    config: RunConfig
+    options: BaseModel
+    run_dir: Path
+    store: RunStore | None = None
+
+
+def _config_models(ctx: StageContext) -> list[ModelSpec]:
+    return list(ctx.config.models)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One round of model calls: ``plan`` builds its trials, ``models`` names who answers (default: the run's
+    models). A later stage reads the answers of earlier ones through ``ctx.store``."""
 
     name: str
+    plan: Callable[[StageContext], Plan]
+    models: Callable[[StageContext], list[ModelSpec]] = _config_models
 
-    def plan(self, config: Any) -> Plan: ...
 
-    def score(self, tidy: pd.DataFrame) -> pd.DataFrame:
-        """Add parsed / confidence / correct columns to a tidy table of raw answers."""
+#: columns of every suite's metrics table (one row per model x metric x subset), in this order.
+METRICS_COLUMNS: tuple[str, ...] = ("suite", "probe_set", "model", "metric", "subset", "point", "se", "ci_low",
+                                    "ci_high", "n", "unit", "method", "note")
+#: columns of every suite's paired comparisons (one row per test; p_adj is BH within ``family``).
+COMPARISONS_COLUMNS: tuple[str, ...] = ("family", "probe_set", "metric", "subset", "model_a", "model_b", "diff",
+                                        "sd", "ci_low", "ci_high", "p", "p_adj", "n", "test", "note")
+
+
+@dataclass
+class SuiteResult:
+    """What a suite's analysis hands the report writer.
+
+    ``metrics`` and ``comparisons`` use the shared long schemas above (extra columns are kept after them);
+    ``sections`` are the report's blocks in order (the first is usually the verdicts); ``tables`` are extra
+    tables written as ``NAME.csv`` and ``NAME.parquet``; ``summary`` goes to ``summary.json``."""
+
+    metrics: pd.DataFrame
+    comparisons: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(COMPARISONS_COLUMNS)))
+    sections: list[Section] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    #: short lines shown under the title ("how to read this" comes from the suite)
+    intro: str = ""
+
+
+class Suite(Protocol):
+    """An audit: its options, stages, scoring, analysis and embedded default. Registered by name in
+    :mod:`medvlm_audit.suites`; the core calls nothing else of it.
+
+    ``backends`` maps model-backend names this suite brings (its reference models) to ``"module:factory"``;
+    they are registered when the suite is loaded. ``commands`` are extra CLI commands (typer callables)."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    Options: ClassVar[type[BaseModel]]
+    backends: ClassVar[dict[str, str]]
+
+    def stages(self) -> Sequence[Stage]: ...
+
+    def embedded_config(self, out: Path, **flags: Any) -> dict[str, Any]:
+        """The run config of the offline embedded default, preparing its data under ``out`` when needed."""
         ...
+
+    def tidy(self, store: RunStore) -> pd.DataFrame:
+        """The scored tidy table of a run store (one row per model x case x condition x sample)."""
+        ...
+
+    def analyse(self, tidy: pd.DataFrame, options: BaseModel, **report_options: Any) -> SuiteResult: ...
+
+    def commands(self) -> Sequence[Callable[..., Any]]: ...

@@ -11,11 +11,11 @@ from __future__ import annotations
 from medvlm_audit.suites.grounding.plan import (
     DEFAULT_CONDITIONS,
     GroundingOptions,
-    GroundingSuite,
     conditions_for,
     plan_grounding,
     score_grounding,
 )
+from medvlm_audit.suites.grounding.suite import GroundingRunOptions, GroundingSuite
 
-__all__ = ["DEFAULT_CONDITIONS", "GroundingOptions", "GroundingSuite", "conditions_for", "plan_grounding",
+__all__ = ["DEFAULT_CONDITIONS", "GroundingOptions", "GroundingRunOptions", "GroundingSuite", "conditions_for", "plan_grounding",
            "score_grounding"]

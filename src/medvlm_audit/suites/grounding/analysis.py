@@ -18,7 +18,13 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.suites.grounding.categories import SWEEP_THRESHOLDS, Rate, categorize, threshold_sweep, verdict
+from medvlm_audit.suites.grounding.categories import (
+    SWEEP_THRESHOLDS,
+    Rate,
+    categorize,
+    threshold_sweep,
+    verdict,
+)
 from medvlm_audit.suites.grounding.comparisons import (
     COMPARISON_COLUMNS,
     ROBUSTNESS_COLUMNS,

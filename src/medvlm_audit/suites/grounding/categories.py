@@ -128,3 +128,18 @@ def verdict(category: Category, reason: str, cgr: Rate, uar: Rate, is_: Rate, n_
     if n_cases == 0:
         return "no answers: not assessable"
     return f"indeterminate: {reason}"
+
+
+#: category -> fill colour, as in the paper's figures (blue uses image, red ignores image, orange unstable).
+CATEGORY_COLORS: dict[str, str] = {
+    "uses_image": "#1f77b4",
+    "ignores_image": "#d62728",
+    "unstable": "#ff7f0e",
+    "indeterminate": "#7f7f7f",
+}
+CATEGORY_LABELS: dict[str, str] = {
+    "uses_image": "uses image",
+    "ignores_image": "ignores image",
+    "unstable": "unstable",
+    "indeterminate": "indeterminate",
+}

@@ -1,4 +1,4 @@
-"""The embedded default: phantom probe set + fitted reference panel + full grounding run, offline."""
+"""The grounding suite's embedded default: phantom probe set + fitted reference panel, offline."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from medvlm_audit.api import RunResult, run
-from medvlm_audit.config import validate_config
 
 REFERENCE_KINDS = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
 
@@ -39,17 +36,16 @@ def demo_config(out: Path, gemma: bool = False, vision_probe: bool = False) -> d
     }
 
 
-def run_demo(
+def prepare_demo(
     out: str | Path,
     *,
     n_cases: int = 800,
     n_train: int = 1500,
     gemma: bool = False,
     vision_probe: bool = False,
-    progress: bool = True,
     log: Callable[[str], Any] = print,
-) -> RunResult:
-    from medvlm_audit.models.registry import load_model
+) -> dict[str, Any]:
+    """Build the phantom probe set (and a tiny ViT for the vision probe) under ``out``; return the run config."""
     from medvlm_audit.phantom import build_phantom
 
     out = Path(out)
@@ -62,11 +58,13 @@ def run_demo(
         enc = out / "encoders" / "tiny-vit"
         if not (enc / "config.json").exists():
             build_tiny_vit(enc)
-    cfg_dict = demo_config(out, gemma, vision_probe)
-    cfg = validate_config(cfg_dict, source="demo")
-    (out / "demo.yaml").write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
-    t1 = time.perf_counter()
-    context: dict[str, Any] = {}
-    models = [load_model(m, context=context) for m in cfg.models]
-    log(f"reference panel fitted: {', '.join(m.name for m in models)} ({time.perf_counter() - t1:.1f} s)")
-    return run(cfg, models=models, progress=progress)
+    cfg = demo_config(out, gemma, vision_probe)
+    (out / "demo.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return cfg
+
+
+def run_demo(out: str | Path, *, progress: bool = True, log: Callable[[str], Any] = print, **flags: Any) -> Any:
+    """Deprecated (kept for one release): ``medvlm_audit.api.demo("grounding", out, ...)``."""
+    from medvlm_audit import api
+
+    return api.demo("grounding", out, progress=progress, log=log, with_report=False, **flags)

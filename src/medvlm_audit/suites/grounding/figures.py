@@ -9,13 +9,12 @@ without pyplot, so building them has no global state and needs no display.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import matplotlib
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
@@ -24,7 +23,15 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
 from medvlm_audit.findings import DISPLAY_NAMES, MS_CXR_FINDINGS
-from medvlm_audit.report.html import CATEGORY_COLORS, CATEGORY_LABELS, format_p, is_missing
+from medvlm_audit.report.figures import caption_of, figure_title
+from medvlm_audit.report.figures import captioned as _captioned
+from medvlm_audit.report.figures import margins as _margins
+from medvlm_audit.report.figures import marks as _marks
+from medvlm_audit.report.figures import new_figure as _new_figure
+from medvlm_audit.report.figures import styled as _styled
+from medvlm_audit.report.figures import text_in as _text_in
+from medvlm_audit.report.html import format_p, is_missing
+from medvlm_audit.suites.grounding.categories import CATEGORY_COLORS, CATEGORY_LABELS
 
 __all__ = [
     "accuracy_figure",
@@ -54,107 +61,6 @@ USES_IS = 90.0
 _GREY = "#7f7f7f"
 _POS = "#2ca02c"
 _NEG = "#d62728"
-_STYLE: dict[str, Any] = {
-    "font.size": 8.5,
-    "axes.titlesize": 9.5,
-    "axes.labelsize": 8.5,
-    "xtick.labelsize": 7.5,
-    "ytick.labelsize": 7.5,
-    "legend.fontsize": 7.5,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# captions and small helpers
-
-
-def _new_figure(width: float, height: float) -> Figure:
-    # no layout engine: margins are set from label lengths (_margins), which renders ~3x faster than constrained
-    fig = Figure(figsize=(width, height))
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _text_in(labels: Iterable[object], size: float = 7.5) -> float:
-    """Estimated width in inches of the longest label (DejaVu Sans averages ~0.6 em per character)."""
-    longest = max((len(line) for lab in labels for line in str(lab).split("\n")), default=0)
-    return longest * size * 0.6 / 72.0
-
-
-def _margins(fig: Figure, *, left: float = 0.6, right: float = 0.2, bottom: float = 0.5, top: float = 0.35,
-             hspace: float | None = None, wspace: float | None = None) -> None:
-    """Set the subplot margins in inches."""
-    w, h = fig.get_size_inches()
-    left, right = min(left, 0.6 * w), min(right, 0.35 * w)
-    bottom, top = min(bottom, 0.45 * h), min(top, 0.3 * h)
-    fig.subplots_adjust(left=left / w, right=1 - right / w, bottom=bottom / h, top=1 - top / h, hspace=hspace,
-                        wspace=wspace)
-
-
-def _marks(
-    ax: Any,
-    xs: Sequence[float],
-    ys: Sequence[float],
-    colors: Sequence[str],
-    markers: Sequence[str],
-    *,
-    x_lo: Sequence[float] | None = None,
-    x_hi: Sequence[float] | None = None,
-    y_lo: Sequence[float] | None = None,
-    y_hi: Sequence[float] | None = None,
-    size: float = 42.0,
-    lw: float = 1.3,
-) -> None:
-    """Points with optional interval whiskers, drawn in a few batched artists (one per marker shape)."""
-    if not len(xs):
-        return
-    x, y = np.asarray(xs, float), np.asarray(ys, float)
-    cols = list(colors)
-    if x_lo is not None and x_hi is not None:
-        lo, hi = np.asarray(x_lo, float), np.asarray(x_hi, float)
-        ok = np.isfinite(lo) & np.isfinite(hi)
-        if ok.any():
-            ax.hlines(y[ok], lo[ok], hi[ok], colors=[c for c, k in zip(cols, ok) if k], linewidth=lw, zorder=2)
-    if y_lo is not None and y_hi is not None:
-        lo, hi = np.asarray(y_lo, float), np.asarray(y_hi, float)
-        ok = np.isfinite(lo) & np.isfinite(hi)
-        if ok.any():
-            ax.vlines(x[ok], lo[ok], hi[ok], colors=[c for c, k in zip(cols, ok) if k], linewidth=lw, zorder=2)
-    for m in dict.fromkeys(markers):
-        idx = [k for k, mk in enumerate(markers) if mk == m]
-        ax.scatter(x[idx], y[idx], c=[cols[k] for k in idx], marker=m, s=size, edgecolors="black",
-                   linewidths=0.5, zorder=3)
-
-
-def _captioned(fig: Figure, title: str, caption: str) -> Figure:
-    fig._medvlm_title = title  # type: ignore[attr-defined]
-    fig._medvlm_caption = caption  # type: ignore[attr-defined]
-    return fig
-
-
-def caption_of(fig: Figure) -> str:
-    """The caption (with its n) that a figure function attached to its Figure; '' for foreign figures."""
-    return str(getattr(fig, "_medvlm_caption", ""))
-
-
-def figure_title(fig: Figure) -> str:
-    """The short title a figure function attached to its Figure; '' for foreign figures."""
-    return str(getattr(fig, "_medvlm_title", ""))
-
-
-def _styled(func: Callable[..., Figure]) -> Callable[..., Figure]:
-    def wrapper(*args: Any, **kwargs: Any) -> Figure:
-        with matplotlib.rc_context(_STYLE):  # type: ignore[arg-type]
-            return func(*args, **kwargs)
-
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    wrapper.__wrapped__ = func  # type: ignore[attr-defined]
-    return wrapper
-
-
 def _fin(x: object) -> bool:
     if is_missing(x):
         return False
@@ -1142,9 +1048,32 @@ def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, pro
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def model_order(analysis: Any) -> list[str]:
+    """Models in first-seen order over categories, metrics and verdicts."""
+    seen: dict[str, None] = {}
+    for df in (analysis.categories, analysis.metrics):
+        if isinstance(df, pd.DataFrame) and "model" in df.columns:
+            for m in df["model"].tolist():
+                if not is_missing(m):
+                    seen.setdefault(str(m), None)
+    for m in (analysis.verdicts or {}):
+        seen.setdefault(str(m), None)
+    return list(seen)
+
+
+def probe_sets_of(analysis: Any) -> list[str]:
+    """Probe sets in first-seen order over categories and metrics."""
+    seen: dict[str, None] = {}
+    for df in (analysis.categories, analysis.metrics):
+        if isinstance(df, pd.DataFrame) and "probe_set" in df.columns:
+            for p in df["probe_set"].tolist():
+                if not is_missing(p):
+                    seen.setdefault(str(p), None)
+    return list(seen)
+
+
 def build_figures(analysis: Any) -> list[Figure]:
     """Every figure the analysis supports, per probe set, in report order; figures without data are left out."""
-    from medvlm_audit.report.html import probe_sets_of
 
     met, cats, comp = analysis.metrics, analysis.categories, analysis.comparisons
     sweep, rob = analysis.threshold_sweep, analysis.robustness

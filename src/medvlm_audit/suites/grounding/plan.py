@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
 from medvlm_audit.models.base import Message
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.suites.grounding.prompts import grounding_prompt
 from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
+from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
+from medvlm_audit.suites.grounding.prompts import grounding_prompt
 
 DEFAULT_CONDITIONS: tuple[str, ...] = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")
 
@@ -92,17 +92,3 @@ def score_grounding(tidy: pd.DataFrame) -> pd.DataFrame:
     ok = parsed != UNPARSED
     out["correct"] = np.where(ok & ~np.isnan(label), (parsed == label).astype(float), np.nan)
     return out
-
-
-class GroundingSuite:
-    name = "grounding"
-
-    def __init__(self, probe_sets: Sequence[ProbeSet], opts: GroundingOptions) -> None:
-        self.probe_sets = list(probe_sets)
-        self.opts = opts
-
-    def plan(self, config: object = None) -> Plan:
-        return plan_grounding(self.probe_sets, self.opts)
-
-    def score(self, tidy: pd.DataFrame) -> pd.DataFrame:
-        return score_grounding(tidy)

@@ -627,3 +627,22 @@ def fit_reference_panel(train: ProbeSet, seed: int = 0, kinds: Sequence[str] | N
     """Fit the whole panel (or ``kinds``) on the training split; the training images are read once."""
     data = load_training_data(train)
     return [make_reference_model(k, data, seed=seed) for k in (kinds or REFERENCE_KINDS)]
+
+
+def build_reference(name: str, params: dict[str, Any], context: dict[str, Any]) -> ReferenceModel:
+    """Backend ``reference``: ``kind`` (one of the panel's kinds) fitted on ``train`` (a training probe set
+    folder); training sets are read once per ``context`` and shared by the panel."""
+    from medvlm_audit.errors import ConfigError
+
+    params = dict(params)
+    train_path = params.pop("train", None)
+    kind = params.pop("kind", None)
+    if train_path is None or kind is None:
+        raise ConfigError(f"model {name!r}: backend 'reference' needs 'kind' and 'train' (a training probe set)")
+    if kind not in _CLASSES:
+        raise ConfigError(f"model {name!r}: unknown reference kind {kind!r}; known: {list(_CLASSES)}")
+    cache = context.setdefault("train_sets", {})
+    train = cache.get(train_path) or cache.setdefault(train_path, ProbeSet.load(train_path))
+    model = make_reference_model(kind, train, **params)
+    model.name = name
+    return model

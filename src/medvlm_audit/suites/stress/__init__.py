@@ -8,12 +8,7 @@ score :mod:`.score` with bootstrap intervals, distractor curve, per-item view).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-import pandas as pd
-
-from medvlm_audit.suites.base import Plan
+from medvlm_audit.scorers.option import ParsedOption, parse_option
 from medvlm_audit.suites.stress.analysis import (
     DEFAULT_COMPARISONS,
     Comparison,
@@ -51,36 +46,13 @@ from medvlm_audit.suites.stress.items import (
     validate_items,
 )
 from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
-from medvlm_audit.scorers.option import ParsedOption, parse_option
 from medvlm_audit.suites.stress.score import RobustnessScore, StressAccuracies, robustness_score
-
-
-class StressSuite:
-    """The suite object the runner and CLI use: plan trials, score a tidy table, analyse it."""
-
-    name = "stress"
-
-    def __init__(self, item_sets: ItemSet | Sequence[ItemSet], opts: StressOptions | None = None,
-                 probe_set_name: str = "stress") -> None:
-        sets = [item_sets] if isinstance(item_sets, ItemSet) else list(item_sets)
-        self.items = sets[0] if len(sets) == 1 else merge_item_sets(sets)
-        self.opts = opts or StressOptions()
-        self.probe_set_name = probe_set_name
-
-    def plan(self, config: Any = None) -> Plan:
-        return plan_stress(self.items, self.opts, name=self.probe_set_name)
-
-    def score(self, tidy: pd.DataFrame) -> pd.DataFrame:
-        return score_stress(tidy)
-
-    def analyse(self, scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0) -> StressAnalysis:
-        return analyse_stress(scored, B=B, seed=seed)
-
+from medvlm_audit.suites.stress.suite import StressRunOptions, StressSuite  # noqa: E402
 
 __all__ = [
     "CONDITIONS", "DEFAULT_COMPARISONS", "DEFAULT_CONDITIONS", "LOADERS", "SCORE_CONDITIONS", "Comparison",
     "Exclusion", "ItemError", "ItemSet", "MCQItem", "ParsedOption", "RobustnessScore", "StressAccuracies",
-    "StressAnalysis", "StressCondition", "StressOptions", "StressSuite", "accuracy_table", "analyse_stress",
+    "StressAnalysis", "StressCondition", "StressOptions", "StressRunOptions", "StressSuite", "accuracy_table", "analyse_stress",
     "apply_condition", "chance_tests", "distractor_curve", "exclusion_log", "exclusion_summary", "exclusions_frame",
     "item_table", "load_benchmark",
     "load_items", "merge_item_sets", "paired_changes", "parse_option", "plan_frame", "plan_stress",

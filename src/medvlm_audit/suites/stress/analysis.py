@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
-from medvlm_audit.suites.stress.items import LETTERS
 from medvlm_audit.scorers.option import STATUSES, ParsedOption, parse_option
+from medvlm_audit.suites.stress.items import LETTERS
 from medvlm_audit.suites.stress.score import StressAccuracies, robustness_score, robustness_score_arrays
 
 SUBSETS: tuple[str, ...] = ("all", "required", "substitution")

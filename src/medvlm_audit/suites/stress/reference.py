@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -230,3 +231,20 @@ def ask_plan(models: Sequence[LocalModel], plan: Plan, decoding: Decoding | None
             rows.append({"model": m.name, "case_id": t.case_id, "condition": t.condition,
                          "sample_index": t.sample_index, "answer_text": r.text, **(t.payload or {})})
     return pd.DataFrame(rows)
+
+
+_KINDS: dict[str, type[LocalModel]] = {"first_option": FirstOptionAnswerer, "text_prior": TextPriorAnswerer,
+                                       "image_reader": PhantomImageReader}
+
+
+def build_stress_reference(name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
+    """Backend ``stress_reference``: ``kind`` in first_option | text_prior | image_reader."""
+    from medvlm_audit.errors import ConfigError
+
+    params = dict(params)
+    kind = params.pop("kind", None)
+    if kind not in _KINDS:
+        raise ConfigError(f"model {name!r}: backend 'stress_reference' needs kind in {sorted(_KINDS)}")
+    model = _KINDS[kind](**params)
+    model.name = name
+    return model

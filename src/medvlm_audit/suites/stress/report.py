@@ -1,13 +1,8 @@
-"""Glue between a run config / run store and the stress suite: plan from a config, report from a store.
-
-``probe_sets`` entries of a stress config are item files (``.jsonl`` / ``.csv``), folders holding an
-``items.jsonl``, ``<benchmark>:<folder>`` for a local benchmark copy (``vqa-rad``, ``slake``, ``pmc-vqa``,
-``omnimedvqa``), or ``phantom`` for the embedded phantom MCQ set (built into ``<run_dir>/phantom_mcq``).
-"""
+"""The stress suite's tidy table, analysis result and report sections (figures and tables) for the one report
+writer."""
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
@@ -15,10 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
-from medvlm_audit.errors import ConfigError
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
-from medvlm_audit.suites.base import Plan
+from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.stress.analysis import (
     EXCLUSION_COLUMNS,
     StressAnalysis,
@@ -26,46 +19,7 @@ from medvlm_audit.suites.stress.analysis import (
     exclusion_summary,
     score_stress,
 )
-from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, StressOptions
-from medvlm_audit.suites.stress.conditions import plan_stress as _plan_items
-from medvlm_audit.suites.stress.items import ItemSet, load_items
-from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
-
-
-def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42) -> ItemSet:
-    """One ``probe_sets`` entry -> an ItemSet (see the module docstring for the forms)."""
-    if spec == "phantom":
-        from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
-
-        out = Path(run_dir) / "phantom_mcq"
-        if (out / "items.jsonl").exists():
-            return load_items(out / "items.jsonl")
-        return build_phantom_mcq(out, seed=seed)
-    name, sep, rest = spec.partition(":")
-    if sep and name.lower().replace("_", "-") in LOADERS:
-        return load_benchmark(name, rest)
-    p = Path(spec)
-    if p.is_dir():
-        p = p / "items.jsonl"
-    return load_items(p)
-
-
-_GROUNDING_DEFAULT = {"original", "swap", "target_mask", "irrelevant_mask", "no_image"}
-
-
-def plan_stress(cfg: Any) -> Plan:
-    """Plan a stress run from a RunConfig (conditions default to all T1-T6 conditions)."""
-    conds = list(getattr(cfg, "conditions", []) or [])
-    if not conds or set(conds) == _GROUNDING_DEFAULT:
-        conds = list(DEFAULT_CONDITIONS)  # the config's default is the grounding list
-    unknown = [c for c in conds if c not in CONDITIONS]
-    if unknown:
-        raise ConfigError(f"unknown stress condition(s) {unknown}; known: {list(CONDITIONS)}")
-    sets = [load_item_source(s, run_dir=cfg.run_dir, seed=cfg.seed) for s in cfg.probe_sets]
-    items = sets[0] if len(sets) == 1 else merge_item_sets(sets)
-    opts = StressOptions(conditions=tuple(conds), repeats=int(cfg.repeats), seed=int(cfg.seed))
-    return _plan_items(items, opts)
-
+from medvlm_audit.suites.stress.conditions import CONDITIONS
 
 # ------------------------------------------------------------------------------------------------ report
 
@@ -166,8 +120,7 @@ def _robustness_overview(rob: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def stress_sections(res: StressAnalysis, *, run_info: dict[str, Any] | None = None, fmt: str = "svg"
-                    ) -> list[Section]:
+def stress_sections(res: StressAnalysis, *, fmt: str = "svg") -> list[Section]:
     """The stress report as report :class:`~medvlm_audit.report.Section` blocks (figures and tables built with
     the report module's helpers), so any report can carry them as ``extra_sections``."""
     meta = res.meta
@@ -214,40 +167,7 @@ def stress_sections(res: StressAnalysis, *, run_info: dict[str, Any] | None = No
             "condition, reason): items or conditions left out at loading or planning, and trials left out of "
             "accuracy (unparsed answers, calls without a response).</p>")
     secs.append(Section("Exclusions", body + (_table_html(ex, list(ex.columns), max_rows=50) if len(ex) else "")))
-    if run_info:
-        secs.append(Section("Run", f"<pre>{html.escape(json.dumps(run_info, indent=1, default=str))}</pre>"))
     return secs
-
-
-def stress_html(res: StressAnalysis, *, title: str, run_info: dict[str, Any] | None = None, fmt: str = "svg"
-                ) -> str:
-    """A self-contained HTML page (figures inlined): the title, a table of contents and the stress sections."""
-    secs = stress_sections(res, run_info=run_info, fmt=fmt)
-    nav = "".join(f'<a href="#{html.escape(s.anchor)}">{html.escape(s.title)}</a> ' for s in secs)
-    body = "".join(f'<section id="{html.escape(s.anchor)}"><h2>{html.escape(s.title)}</h2>{s.html}</section>'
-                   for s in secs)
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;font-size:12px}"
-             "td,th{border:1px solid #ccc;padding:2px 6px}img,svg{max-width:100%}nav a{margin-right:8px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1><nav>{nav}</nav>{body}</body></html>")
-
-
-def write_stress_report(res: StressAnalysis, out_dir: str | Path, *, title: str = "Stress audit",
-                        run_info: dict[str, Any] | None = None) -> Path:
-    """report.html, one Parquet + CSV per table, exclusions.csv, summary.json (all written atomically)."""
-    out = Path(out_dir)
-    payloads: list[tuple[str, bytes]] = []
-    for name, df in res.frames().items():
-        d = df.copy()
-        for c in d.columns:
-            if d[c].dtype == object:
-                d[c] = d[c].map(lambda v: v if v is None or isinstance(v, str | int | float | bool) else str(v))
-        payloads += [(f"{name}.parquet", parquet_bytes(d)), (f"{name}.csv", csv_bytes(d))]
-    payloads.append(("exclusions.csv", csv_bytes(res.exclusions[list(EXCLUSION_COLUMNS)])))
-    payloads.append(("summary.json", json.dumps(res.summary(), indent=1, default=str).encode()))
-    payloads.append(("report.html", stress_html(res, title=title, run_info=run_info).encode()))
-    write_files_atomic(out, payloads)
-    return out / "report.html"
 
 
 #: columns of the exported stress table (one row per model x item x condition x repeat)
@@ -280,10 +200,50 @@ def plan_skips(store: Any) -> pd.DataFrame:
                        "condition")
 
 
+def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
+    """Accuracy per model x condition and R1-R5 / mean per model in the shared long metrics schema."""
+    acc = res.accuracy
+    rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
+             "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+             "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)", "note": ""}
+            for r in acc.to_dict("records")]
+    for r in res.robustness.to_dict("records"):
+        rows.append({"probe_set": probe_set, "model": r["model"], "metric": "robustness", "subset": r["component"],
+                     "point": r["value"], "se": None, "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                     "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)",
+                     "note": r.get("note") or ""})
+    return pd.DataFrame(rows)
+
+
+def comparisons_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
+    """The paired T-changes in the shared comparisons schema (family: the model's T-tests; p_adj: BH q)."""
+    ch = res.changes
+    return pd.DataFrame({
+        "family": "stress:" + ch["model"].astype(str), "probe_set": probe_set, "metric": "accuracy",
+        "subset": ch["test"].astype(str) + ":" + ch["perturbed"].astype(str), "model_a": ch["model"],
+        "model_b": ch["model"], "diff": ch["diff"], "sd": ch["sd"], "ci_low": ch["ci_low"],
+        "ci_high": ch["ci_high"], "p": ch["p"], "p_adj": ch["q"], "n": ch["n_items"],
+        "test": "paired item bootstrap", "note": ch["comparison"],
+    })
+
+
+def stress_result(res: StressAnalysis, probe_set: str = "stress", *, fmt: str = "svg") -> SuiteResult:
+    """A stress analysis as the suite result the report writer renders."""
+    tables = dict(res.frames())
+    tables["exclusions"] = res.exclusions[list(EXCLUSION_COLUMNS)]
+    return SuiteResult(metrics=metrics_long(res, probe_set), comparisons=comparisons_long(res, probe_set),
+                       sections=stress_sections(res, fmt=fmt), summary=res.summary(), tables=tables)
+
+
 def report_stress(store: Any, out_dir: str | Path, *, run_info: dict[str, Any] | None = None,
                   B: int = 10_000) -> Path:
-    """Score and analyse a stress run store and write its report (called by ``medvlm-audit report``)."""
+    """Score and analyse a stress run store and write its report (what ``medvlm-audit report`` does for a
+    stress run, through the one report writer)."""
+    from medvlm_audit.report import write_report
+
     scored = tidy_stress(store)
     res = analyse_stress(scored, B=B, seed=0, plan_skips=plan_skips(store))
     title = f"Stress audit: {(run_info or {}).get('run_id', Path(out_dir).parent.name)}"
-    return write_stress_report(res, out_dir, title=title, run_info=run_info)
+    probe_set = ",".join(sorted(scored["probe_set"].dropna().astype(str).unique())) or "stress"
+    return write_report(stress_result(res, probe_set), out_dir, suite="stress", title=title, run_info=run_info,
+                        parquet_tables=True)

@@ -59,7 +59,9 @@ FIT_SPLITS = ("train", "validate", "validation", "val")
 
 _shared_finding_from_prompt: Callable[[str], str | None] | None
 try:  # the shared prompt parser, when present; else the private matcher below
-    from medvlm_audit.suites.grounding.prompt_parsing import finding_from_prompt as _shared_finding_from_prompt
+    from medvlm_audit.suites.grounding.prompt_parsing import (
+        finding_from_prompt as _shared_finding_from_prompt,
+    )
 except ImportError:  # pragma: no cover - depends on the tree
     _shared_finding_from_prompt = None
 
@@ -842,3 +844,32 @@ __all__ = [
     "standardiser",
     "working_image",
 ]
+
+
+def build_vision_probe(name: str, params: dict[str, Any], context: dict[str, Any]) -> Any:
+    """``train``: one training probe-set folder, a list of them (fitted together), or a mapping
+    source -> folder(s) for per-source heads (e.g. ``{mimic: [...], chexpert: [...]}``, routed by a source
+    classifier on the same features). Other keys go to :meth:`VisionProbe.fit` (``encoder_path``,
+    ``cache_dir``, ``findings``, ``C``, ``device``, ``splits``, ``max_iter``, ``workers``)."""
+    from medvlm_audit.probeset import ProbeSet
+
+    params = dict(params)
+    train = params.pop("train", None)
+    if train is None or params.get("encoder_path") is None:
+        raise ConfigError(f"model {name!r}: backend 'vision_probe' needs 'train' (training probe set folder(s)) "
+                          "and 'encoder_path' (a local image-encoder folder, e.g. microsoft/rad-dino)")
+
+    def sets(value: Any, where: str) -> list[ProbeSet]:
+        paths = [value] if isinstance(value, str) else list(value or [])
+        if not paths or not all(isinstance(p, str) for p in paths):
+            raise ConfigError(f"model {name!r}: {where} must be a probe-set folder or a list of them, got {value!r}")
+        # fit() checks every image it reads; the row-by-row file check of a 200k-study training set is skipped
+        return [ProbeSet.load(p, validate=False) for p in paths]
+
+    if isinstance(train, dict):
+        model: Any = RoutedVisionProbe.fit({str(k): sets(v, f"train.{k}") for k, v in train.items()},
+                                             name=name, **params)
+    else:
+        model = VisionProbe.fit(sets(train, "train"), name=name, **params)
+    model.name = name
+    return model

@@ -1,0 +1,17 @@
+"""What every command shares: the stderr console and the one-line ``error:`` exit (no traceback)."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+#: progress, logs and errors go to stderr; stdout carries only the paths of what was written
+console = Console(stderr=True)
+
+
+def fail(e: BaseException | str, code: int = 2) -> NoReturn:
+    """Print ``error: <message>`` on stderr and exit with ``code``."""
+    console.print(f"[bold red]error:[/] {e}", highlight=False)
+    raise typer.Exit(code)

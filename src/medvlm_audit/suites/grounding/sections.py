@@ -1,0 +1,206 @@
+"""The grounding report's sections: verdicts with category badges, figures, key metrics, categories, comparisons,
+threshold sweep, robustness and every metric row, as :class:`~medvlm_audit.report.sections.Section` blocks for
+the one report page."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from medvlm_audit.report.html import (
+    _format_n,
+    escape,
+    figure_to_html,
+    format_estimate,
+    format_number,
+    format_p,
+    is_missing,
+    table_to_html,
+)
+from medvlm_audit.report.html import badge as _badge
+from medvlm_audit.report.sections import Section
+from medvlm_audit.suites.grounding.categories import CATEGORY_COLORS, CATEGORY_LABELS
+from medvlm_audit.suites.grounding.figures import model_order, probe_sets_of
+
+#: columns of categories.csv, in this order
+CATEGORIES_COLUMNS = ("probe_set", "model", "modality", "category", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
+                      "uar", "uar_low", "uar_high", "n_uar", "is_", "is_low", "is_high", "n_is", "accuracy",
+                      "acc_low", "acc_high", "n_acc", "gsp")
+
+#: the headline metrics of the key-metrics table, in display order.
+KEY_METRICS: tuple[tuple[str, str], ...] = (
+    ("accuracy", "Accuracy"),
+    ("sensitivity", "Sensitivity"),
+    ("specificity", "Specificity"),
+    ("parse_rate", "Parse rate"),
+    ("cgr", "CGR"),
+    ("uar", "UAR"),
+    ("is", "IS"),
+    ("gsp", "GSP"),
+    ("auroc", "AUROC"),
+    ("ece", "ECE"),
+)
+
+
+
+def badge(category: object) -> str:
+    """A coloured category badge (trusted markup)."""
+    return _badge(category, CATEGORY_COLORS, CATEGORY_LABELS)
+
+
+def _verdicts_html(analysis: Any) -> str:
+    cats = analysis.categories
+    items: list[str] = []
+    multi = len(probe_sets_of(analysis)) > 1
+    for model in model_order(analysis):
+        rows = cats[cats["model"] == model] if len(cats) else cats
+        badges = []
+        for _, row in rows.iterrows():
+            b = badge(row["category"])
+            if multi:
+                b = f'{b}<span class="muted">({escape(row["probe_set"])})</span> '
+            badges.append(b)
+        if not badges:
+            badges.append(badge("indeterminate"))
+        verdict = (analysis.verdicts or {}).get(model)
+        text = escape(verdict) if verdict and not is_missing(verdict) else "no verdict recorded"
+        items.append(f'<li><span class="model">{escape(model)}</span>{"".join(badges)} {text}</li>')
+    return f'<ul class="verdicts">{"".join(items)}</ul>'
+
+
+def _est_from_row(row: Mapping[str, Any]) -> str:
+    return format_estimate(row.get("point"), row.get("se"), row.get("ci_low"), row.get("ci_high"),
+                           row.get("n"), str(row.get("unit") or "%"), row.get("note", ""))
+
+
+def key_metrics_table(metrics: pd.DataFrame, probe_set: str, models: Sequence[str]) -> pd.DataFrame:
+    """Wide table of the headline metrics (subset 'all') for one probe set: one row per model, formatted."""
+    m = metrics[(metrics["probe_set"] == probe_set) & (metrics["subset"] == "all")]
+    present = [(k, lab) for k, lab in KEY_METRICS if (m["metric"] == k).any()]
+    rows = []
+    for model in models:
+        mm = m[m["model"] == model]
+        if mm.empty:
+            continue
+        rec: dict[str, str] = {"model": model, "modality": str(mm["modality"].iloc[0])}
+        for key, label in present:
+            hit = mm[mm["metric"] == key]
+            rec[label] = _est_from_row(hit.iloc[0].to_dict()) if len(hit) else "not computed"
+        rows.append(rec)
+    return pd.DataFrame(rows, columns=["model", "modality", *[lab for _, lab in present]])
+
+
+def metrics_long_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """All metric rows (one per model x metric x subset) with the estimate formatted; same row count as the CSV."""
+    est = [_est_from_row(r) for r in metrics.to_dict("records")]
+    return pd.DataFrame({
+        "probe_set": metrics["probe_set"].to_numpy(),
+        "model": metrics["model"].to_numpy(),
+        "metric": metrics["metric"].to_numpy(),
+        "subset": metrics["subset"].to_numpy(),
+        "estimate": est,
+        "unit": metrics["unit"].to_numpy(),
+        "method": metrics["method"].to_numpy(),
+        "note": metrics["note"].to_numpy(),
+    })
+
+
+def categories_table(categories: pd.DataFrame) -> pd.DataFrame:
+    """Categories with their reasons and the CGR / UAR / IS / accuracy / GSP each rests on, formatted."""
+    rows = []
+    for r in categories.to_dict("records"):
+        rows.append({
+            "probe_set": r["probe_set"],
+            "model": r["model"],
+            "modality": r["modality"],
+            "category": r["category"],
+            "reason": r["reason"] if not is_missing(r["reason"]) else "no reason recorded",
+            "CGR": format_estimate(r["cgr"], None, r["cgr_low"], r["cgr_high"], r["n_cgr"]),
+            "UAR": format_estimate(r["uar"], None, r["uar_low"], r["uar_high"], r["n_uar"]),
+            "IS": format_estimate(r["is_"], None, r["is_low"], r["is_high"], r["n_is"]),
+            "accuracy": format_estimate(r["accuracy"], None, r["acc_low"], r["acc_high"], r["n_acc"]),
+            "GSP (pp)": format_number(r["gsp"], "pp") if not is_missing(r["gsp"]) else "not estimable",
+        })
+    cols = ["probe_set", "model", "modality", "category", "reason", "CGR", "UAR", "IS", "accuracy", "GSP (pp)"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def comparisons_table(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Paired comparisons with family, difference (pp for rates) and raw and BH-adjusted p, formatted."""
+    rows = []
+    for r in comparisons.to_dict("records"):
+        diff = r["diff"]
+        if is_missing(diff):
+            d = str(r["note"]).strip() if not is_missing(r["note"]) and str(r["note"]).strip() else "not estimable"
+        else:
+            d = format_estimate(diff, r["sd"], r["ci_low"], r["ci_high"], None, "pp")
+        rows.append({
+            "family": r["family"], "metric": r["metric"], "subset": r["subset"],
+            "model_a": r["model_a"], "model_b": r["model_b"], "difference": d,
+            "p": format_p(r["p"]), "p_adj (BH)": format_p(r["p_adj"]),
+            "n": _format_n(r["n"]) if not is_missing(r["n"]) else "0", "test": r["test"],
+            "note": "" if is_missing(r["note"]) else r["note"],
+        })
+    cols = ["family", "metric", "subset", "model_a", "model_b", "difference", "p", "p_adj (BH)", "n", "test", "note"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+
+
+
+
+def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, fmt: str = "svg") -> list[Section]:
+    """Verdicts, Figures and Tables of a GroundingAnalysis (figures built from the analysis if not given)."""
+    from medvlm_audit.suites.grounding.figures import build_figures, figure_title
+
+    models = model_order(analysis)
+    probe_sets = probe_sets_of(analysis)
+    if figures is None:
+        figures = build_figures(analysis)
+    fig_html = [figure_to_html(f, number=i, title=figure_title(f), fmt=fmt) for i, f in enumerate(figures, 1)]
+    tables: list[str] = []
+    met = analysis.metrics
+    for ps in probe_sets:
+        km = key_metrics_table(met, ps, models)
+        if len(km):
+            tables.append(f"<h3>Key metrics — {escape(ps)}</h3>")
+            tables.append(table_to_html(km, table_id=f"key-metrics-{ps}"))
+    if len(analysis.categories):
+        tables.append("<h3>Categories and their reasons</h3>")
+        ct = categories_table(analysis.categories)
+        ct["category"] = [badge(c) for c in ct["category"]]
+        tables.append(table_to_html(ct, html_columns=["category"], table_id="categories"))
+    tables.append("<h3>Paired comparisons and tests</h3>")
+    if len(analysis.comparisons):
+        tables.append('<p class="muted">Differences in percentage points for rates; p_adj is Benjamini–Hochberg '
+                      "within the family named in the first column.</p>")
+        tables.append(table_to_html(comparisons_table(analysis.comparisons), table_id="comparisons"))
+    else:
+        tables.append('<p class="muted">No comparisons were computed for this run.</p>')
+    sweep = analysis.threshold_sweep
+    if isinstance(sweep, pd.DataFrame) and len(sweep):
+        tables.append("<h3>Category under the IS threshold sweep</h3>")
+        for ps in [p for p in probe_sets if (sweep["probe_set"] == p).any()]:
+            piv = sweep[sweep["probe_set"] == ps].pivot_table(
+                index="model", columns="threshold", values="category", aggfunc="first")
+            piv = piv.reindex([m for m in models if m in piv.index])
+            piv.columns = [f"IS<{int(c)}" if float(c).is_integer() else f"IS<{c}" for c in piv.columns]
+            tables.append(table_to_html(piv.reset_index(), caption=f"{ps}: category at each unstable threshold"))
+    rob = analysis.robustness
+    if isinstance(rob, pd.DataFrame) and len(rob):
+        tables.append("<h3>Robustness</h3>")
+        kinds = rob["kind"].dropna().unique().tolist() if "kind" in rob.columns else [None]
+        for kind in kinds:
+            sub = rob if kind is None else rob[rob["kind"] == kind]
+            sub = sub.dropna(axis=1, how="all")
+            tables.append(table_to_html(sub, caption=f"Robustness: {kind}" if kind else "Robustness"))
+    tables.append(f"<details><summary>All metrics ({len(met):,} rows: model × metric × subset)</summary>")
+    tables.append(table_to_html(metrics_long_table(met), table_id="metrics-all"))
+    tables.append("</details>")
+    return [
+        Section("Verdicts", _verdicts_html(analysis), "verdicts"),
+        Section("Figures", "".join(fig_html) or '<p class="muted">No figures.</p>', "figures"),
+        Section("Tables", "".join(tables), "tables"),
+    ]

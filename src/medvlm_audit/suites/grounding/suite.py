@@ -1,0 +1,220 @@
+"""The grounding suite behind the one Suite interface: options, its one stage, tidy scoring, analysis, report
+sections and the embedded default (phantom probe set + reference panel)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from medvlm_audit.errors import AuditError, ConfigError
+from medvlm_audit.registry import did_you_mean
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.base import Plan, Stage, StageContext, SuiteResult
+from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, RESOLUTIONS
+from medvlm_audit.suites.grounding.prompts import PROMPT_VARIANTS
+
+DEFAULT_IMAGE_CONDITIONS = ["original", "swap", "target_mask", "irrelevant_mask", "no_image"]
+
+
+class GroundingRunOptions(BaseModel):
+    """The grounding suite's run options (flat keys of a run config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conditions: list[str] = DEFAULT_IMAGE_CONDITIONS
+    resolutions: list[int] = [224]
+    prompt_variants: list[str] = ["default"]
+    #: the non-default prompt variants run on this many finding- and label-balanced cases (0 = all cases)
+    prompt_subsample: int = 100
+    #: which probe sets the prompt subsample is drawn from: "primary" (the first), "all", or a list of names
+    prompt_subsample_from: str | list[str] = "primary"
+    #: the 512 resolution probe runs on boxed cases only (as in the paper) unless false
+    res512_boxed_only: bool = True
+
+    @field_validator("conditions")
+    @classmethod
+    def _known_conditions(cls, v: list[str]) -> list[str]:
+        for c in v:
+            if c not in IMAGE_OPS:
+                raise ValueError(f"unknown grounding condition {c!r}{did_you_mean(c, IMAGE_OPS)}; known: "
+                                 f"{', '.join(IMAGE_OPS)}")
+        return v
+
+    @field_validator("resolutions")
+    @classmethod
+    def _known_resolutions(cls, v: list[int]) -> list[int]:
+        bad = [r for r in v if r not in RESOLUTIONS]
+        if bad:
+            raise ValueError(f"unsupported resolution(s) {bad}; known: {list(RESOLUTIONS)}")
+        return v
+
+    @field_validator("prompt_variants")
+    @classmethod
+    def _known_variants(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if p not in PROMPT_VARIANTS:
+                raise ValueError(f"unknown prompt variant {p!r}{did_you_mean(p, PROMPT_VARIANTS)}; known: "
+                                 f"{', '.join(PROMPT_VARIANTS)}")
+        return v
+
+
+def plan_stage(ctx: StageContext) -> Plan:
+    """Load and validate the probe sets (before any model is called) and plan the grounding trials.
+
+    The non-default prompt variants run on ``prompt_subsample`` balanced cases of the first (primary) probe
+    set; ``prompt_subsample_from: all`` draws that many from every probe set, a list names the sets."""
+    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.plan import GroundingOptions, plan_grounding
+
+    opts: GroundingRunOptions = ctx.options  # type: ignore[assignment]
+    cfg = ctx.config
+    sets = [ProbeSet.load(p) for p in cfg.probe_sets]
+    names = [s.name for s in sets]
+    if len(set(names)) != len(names):
+        raise AuditError(f"probe-set names must be unique within a run, got {names}")
+    prompt_ids: frozenset[str] | None = None
+    if any(v != "default" for v in opts.prompt_variants) and opts.prompt_subsample > 0:
+        from medvlm_audit.suites.grounding.subsample import run_prompt_subsample
+
+        try:
+            prompt_ids = run_prompt_subsample(sets, n=opts.prompt_subsample, seed=cfg.seed,
+                                              source=opts.prompt_subsample_from)
+        except ValueError as e:
+            raise AuditError(str(e)) from None
+    res_ids: frozenset[str] | None = None
+    if any(r != 224 for r in opts.resolutions) and opts.res512_boxed_only:
+        res_ids = frozenset(cid for s in sets for cid in s.df.loc[s.df["tbox_x0"].notna(), "case_id"])
+    return plan_grounding(sets, GroundingOptions(
+        conditions=tuple(opts.conditions),
+        resolutions=tuple(opts.resolutions),
+        prompt_variants=tuple(opts.prompt_variants),
+        prompt_subsample=prompt_ids,
+        res512_subsample=res_ids,
+        repeats=cfg.repeats,
+    ))
+
+
+TIDY_COLUMNS = [
+    "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
+    "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
+    "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
+    "latency_s", "error_kind", "error_message",
+]
+
+
+def tidy_grounding(store: RunStore) -> pd.DataFrame:
+    """The scored tidy table of a grounding run (``condition`` is the image condition)."""
+    from medvlm_audit.export import raw_table
+    from medvlm_audit.suites.grounding.plan import score_grounding
+
+    raw = raw_table(store)
+    cond = raw["condition"].str.partition("|prompt=")
+    base = cond[0].str.partition("@")
+    raw["image_condition"] = base[0]
+    raw["resolution"] = pd.to_numeric(base[2].replace("", "224")).astype(int)
+    raw["prompt_variant"] = cond[2].replace("", "default")
+    scored = score_grounding(raw)
+    scored["full_condition"] = scored["condition"]
+    scored["condition"] = scored["image_condition"]
+    scored["label"] = pd.to_numeric(scored["label"], errors="coerce").astype("Int64")
+    scored.loc[scored["error_kind"].notna(), "parsed"] = -1
+    scored.loc[scored["error_kind"].notna(), "correct"] = np.nan
+    return scored[TIDY_COLUMNS].reset_index(drop=True)
+
+
+#: the files a grounding report folder holds, in the order they are written (report.html last)
+REPORT_FILES: tuple[str, ...] = (
+    "metrics.parquet", "metrics.csv", "comparisons.csv", "categories.csv", "summary.json", "report.html",
+)
+
+
+def grounding_result(analysis: Any, *, figures: Sequence[Any] | None = None, fmt: str = "svg",
+                     extra_sections: Sequence[Any] | None = None) -> SuiteResult:
+    """A GroundingAnalysis as the suite result the report writer renders (its fields checked first, errors naming
+    the field and the column)."""
+    from medvlm_audit.report.write import validate_result
+    from medvlm_audit.suites.grounding.sections import CATEGORIES_COLUMNS, grounding_sections
+
+    for f in ("metrics", "comparisons", "categories", "threshold_sweep", "robustness", "verdicts", "summary"):
+        if not hasattr(analysis, f):
+            raise ValueError(f"analysis lacks field {f!r} (expected a GroundingAnalysis)")
+    cats = analysis.categories
+    if not isinstance(cats, pd.DataFrame):
+        raise TypeError(f"analysis.categories must be a pandas DataFrame, got {type(cats).__name__}")
+    if cats.empty and len(cats.columns) == 0:
+        cats = pd.DataFrame(columns=list(CATEGORIES_COLUMNS))
+    missing = [c for c in CATEGORIES_COLUMNS if c not in cats.columns]
+    if missing:
+        raise ValueError(f"analysis.categories lacks column(s) {missing}; has {list(cats.columns)}")
+    cats = cats[[*CATEGORIES_COLUMNS, *[c for c in cats.columns if c not in CATEGORIES_COLUMNS]]]
+    result = SuiteResult(metrics=analysis.metrics, comparisons=analysis.comparisons, verdicts=analysis.verdicts,
+                         summary=analysis.summary, tables={"categories": cats},
+                         sections=list(extra_sections or []))
+    validate_result(result)
+    result.verdicts, result.summary = dict(analysis.verdicts), dict(analysis.summary)
+    result.sections = [*grounding_sections(analysis, figures=figures, fmt=fmt), *result.sections]
+    return result
+
+
+def write_grounding_report(analysis: Any, out_dir: str | Path, *, title: str = "medvlm-audit grounding report",
+                           run_info: dict[str, Any] | None = None, extra_sections: Sequence[Any] | None = None,
+                           fmt: str = "svg") -> Path:
+    """Render a GroundingAnalysis with the one report writer (report.html, metrics, comparisons, categories,
+    summary.json) and return the path of report.html."""
+    from medvlm_audit.report import write_report
+
+    return write_report(grounding_result(analysis, fmt=fmt, extra_sections=extra_sections), out_dir,
+                        suite="grounding", title=title, run_info=run_info)
+
+
+REFERENCE_KINDS = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
+
+
+class GroundingSuite:
+    """Paper 000: does a model's right answer come from the image?"""
+
+    name: ClassVar[str] = "grounding"
+    title: ClassVar[str] = "Grounding audit"
+    Options: ClassVar[type[BaseModel]] = GroundingRunOptions
+    backends: ClassVar[dict[str, str]] = {
+        "reference": "medvlm_audit.suites.grounding.reference:build_reference",
+        "vision_probe": "medvlm_audit.suites.grounding.vision_probe:build_vision_probe",
+    }
+
+    def stages(self) -> Sequence[Stage]:
+        return (Stage("answer", plan_stage),)
+
+    def embedded_config(self, out: Path, *, n_cases: int = 800, n_train: int = 1500, gemma: bool = False,
+                        vision_probe: bool = False, log: Callable[[str], Any] = print, **flags: Any
+                        ) -> dict[str, Any]:
+        """Build the phantom probe set (and a tiny ViT for the vision probe) under ``out`` and return the demo's
+        run config (also written to OUT/demo.yaml so `medvlm-audit run` can resume or repeat it)."""
+        if flags:
+            raise ConfigError(f"the grounding default takes no option(s) {sorted(flags)}")
+        from medvlm_audit.suites.grounding.demo import prepare_demo
+
+        return prepare_demo(Path(out), n_cases=n_cases, n_train=n_train, gemma=gemma, vision_probe=vision_probe,
+                            log=log)
+
+    def tidy(self, store: RunStore) -> pd.DataFrame:
+        return tidy_grounding(store)
+
+    def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
+                mode: Literal["exact-counts", "index"] = "exact-counts",
+                is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
+                fmt: str = "svg", **unused: Any) -> SuiteResult:
+        from medvlm_audit.suites.grounding.analysis import analyse_grounding
+
+        analysis = analyse_grounding(tidy, B=B, seed=seed, mode=mode, is_denominator=is_denominator,
+                                     cluster_by_patient=cluster_by_patient)
+        return grounding_result(analysis, fmt=fmt)
+
+    def commands(self) -> Sequence[Callable[..., Any]]:
+        from medvlm_audit.suites.grounding.commands import import_results_cmd
+
+        return (import_results_cmd,)

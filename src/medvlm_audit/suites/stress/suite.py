@@ -1,0 +1,84 @@
+"""The stress suite behind the one Suite interface: options, its one stage, tidy scoring, analysis and the
+embedded default (the phantom MCQ set and the MCQ reference answerers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.registry import did_you_mean
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.base import Stage, SuiteResult
+from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS
+
+
+class StressRunOptions(BaseModel):
+    """The stress suite's run options (flat keys of a run config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: T1-T6 conditions (default: all of them)
+    conditions: list[str] = list(DEFAULT_CONDITIONS)
+
+    @field_validator("conditions")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        for c in v:
+            if c not in CONDITIONS:
+                raise ValueError(f"unknown stress condition {c!r}{did_you_mean(c, CONDITIONS)}; known: "
+                                 f"{', '.join(CONDITIONS)}")
+        return v or list(DEFAULT_CONDITIONS)
+
+
+REFERENCE_KINDS = ("first_option", "text_prior", "image_reader")
+
+
+class StressSuite:
+    """Paper 003: multiple-choice stress tests T1-T6 and the robustness score."""
+
+    name: ClassVar[str] = "stress"
+    title: ClassVar[str] = "Stress audit"
+    Options: ClassVar[type[BaseModel]] = StressRunOptions
+    backends: ClassVar[dict[str, str]] = {
+        "stress_reference": "medvlm_audit.suites.stress.reference:build_stress_reference"}
+    #: the stress tables are written as CSV and Parquet
+    parquet_tables: ClassVar[bool] = True
+
+    def stages(self) -> Sequence[Stage]:
+        from medvlm_audit.suites.stress.plan import plan_stage
+
+        return (Stage("answer", plan_stage),)
+
+    def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, **flags: Any) -> dict[str, Any]:
+        """The phantom MCQ set (built into OUT/phantom_mcq when the run plans) and the three answerers."""
+        if flags:
+            raise ConfigError(f"the stress default takes no option(s) {sorted(flags)}")
+        return {
+            "suite": "stress",
+            "run_dir": str(out),
+            "probe_sets": ["phantom"],
+            "models": [{"name": k.replace("_", "-"), "backend": "stress_reference", "kind": k}
+                       for k in REFERENCE_KINDS],
+        }
+
+    def tidy(self, store: RunStore) -> pd.DataFrame:
+        from medvlm_audit.suites.stress.report import tidy_stress
+
+        return tidy_stress(store)
+
+    def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
+                skipped: pd.DataFrame | None = None, fmt: str = "svg", **unused: Any) -> SuiteResult:
+        from medvlm_audit.suites.stress.analysis import analyse_stress
+        from medvlm_audit.suites.stress.report import stress_result
+
+        res = analyse_stress(tidy, B=B, seed=seed, plan_skips=skipped)
+        probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "stress"
+        return stress_result(res, probe_set, fmt=fmt)
+
+    def commands(self) -> Sequence[Callable[..., Any]]:
+        return ()
