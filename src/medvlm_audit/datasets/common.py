@@ -105,12 +105,19 @@ class BuildResult:
     shortfalls: list[Shortfall]
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
+    #: sampled cases lost at a later step (e.g. ``{"swap": 3}``), already subtracted from their strata
+    lost: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         lines = [f"{self.probe_set.name}: {len(self.probe_set)} cases -> {self.out_dir}"]
         for k, v in self.counts.items():
             lines.append(f"  {k}: {v}")
         lines.append(f"  exclusions: {len(self.exclusions)} records (see {EXCLUSIONS_FILE})")
+        if self.lost:
+            per = ", ".join(f"{n} at the {stage} step" if stage != "after sampling" else f"{n} unlogged"
+                            for stage, n in self.lost.items())
+            lines.append(f"  lost after sampling: {sum(self.lost.values())} case(s) ({per}); "
+                         "counted in their strata and shortfalls")
         lines.extend(format_shortfalls(self.shortfalls).splitlines())
         return "\n".join(lines)
 
@@ -479,6 +486,9 @@ def select_checked(
 
 # ------------------------------------------------------------------------------------------------ swaps
 
+#: partner draws per case before assign_swaps gives up on partners whose image fails the check
+SWAP_DRAWS = 16
+
 
 class SwapPool:
     """Frontal images that can serve as swap partners, indexed by a match key (e.g. ``cardiomegaly=1``).
@@ -576,15 +586,23 @@ def assign_swaps(
                 continue
             if str(pool.paths[j]) in failed:
                 tries[i] += 1
-                if tries[i] < 16:
+                if tries[i] < SWAP_DRAWS:
                     nxt.append(i)
                 continue
             choice[i] = j
         pending = nxt
     drop = [i for i in range(n) if choice[i] is None]
     for i in drop:
-        log.add(recs[i]["case_id"], source, "swap",
-                f"no different-patient frontal swap partner with {keys0[i] or 'any key'} (excluded)")
+        key = keys0[i] or "any key"
+        if tries[i] >= SWAP_DRAWS:
+            why = (f"no swap partner with {key} whose image passes the check: {tries[i]} drawn partners failed it "
+                   "(excluded)")
+        elif tries[i]:
+            why = (f"no different-patient frontal swap partner with {key} whose image passes the check "
+                   f"({tries[i]} failed it) (excluded)")
+        else:
+            why = f"no different-patient frontal swap partner with {key} (excluded)"
+        log.add(recs[i]["case_id"], source, "swap", why)
     cases["swap_image_path"] = [None if c is None else str(pool.paths[c]) for c in choice]
     cases["swap_patient_id"] = [None if c is None else str(pool.patients[c]) for c in choice]
     cases["swap_match"] = [None if c is None else (u if u is not None else "any_frontal") for c, u in zip(choice, used)]
@@ -686,11 +704,17 @@ def finalize(
     fingerprint: bool = True,
     extra: dict[str, Any] | None = None,
     validate: bool = True,
+    strata: dict[str, dict[str, Any]] | None = None,
+    sampled: pd.DataFrame | None = None,
 ) -> BuildResult:
     """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache.
 
-    ``validate=False`` (training sets of millions of rows) replaces the row-by-row manifest validation with
-    vectorised checks of what those sets carry (kind, finding, binary label)."""
+    ``strata`` (stratum -> requested/obtained/available, optionally ``target`` for capped strata) is recounted
+    from the final manifest: a case in ``sampled`` (case_id, stratum: the cases as sampled) that did not reach
+    the manifest (e.g. no swap partner) is subtracted from its stratum, named with the stage that logged it, and
+    its stratum gets a shortfall, so the strata, ``shortfalls.csv`` and the printed summary always agree with
+    the manifest. ``validate=False`` (training sets of millions of rows) replaces the row-by-row manifest
+    validation with vectorised checks of what those sets carry (kind, finding, binary label)."""
     dupmask = manifest["case_id"].duplicated(keep=False)
     if dupmask.any():
         d = manifest.loc[dupmask]
@@ -700,6 +724,10 @@ def finalize(
         raise DatasetError(f"{builder}: {len(where)} case id(s) occur more than once (within or across sources), "
                            f"e.g. {first} (case id: sources)")
     manifest = manifest[[c for c in manifest.columns if not c.startswith("_")]].reset_index(drop=True)
+    lost: dict[str, int] = {}
+    if strata is not None:
+        strata, shortfalls, lost = reconcile_strata(manifest, strata, shortfalls, sampled, log.frame())
+        extra = {**(extra or {}), "strata": strata}
     from medvlm_audit import __version__
 
     prov = {
@@ -711,6 +739,7 @@ def finalize(
         "counts": counts,
         "shortfalls": [asdict(s) for s in shortfalls],
         "n_exclusions": len(log),
+        "lost_after_sampling": lost,
         "image_checks": None if checker is None else {"checked": checker.n_checked, "cached": checker.n_cached},
         **(extra or {}),
     }
@@ -730,10 +759,64 @@ def finalize(
     _atomic_write_text(out_dir / SHORTFALLS_FILE, sf.to_csv(index=False))
     if checker is not None:  # save() replaced the folder: put the resumable check cache back
         _atomic_write_text(out_dir / IMAGE_CHECK_CACHE, "".join(json.dumps(r) + "\n" for r in checker.records()))
-    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts)
+    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts, lost)
     if verbose:
         print(result.summary())
     return result
+
+
+def reconcile_strata(
+    manifest: pd.DataFrame,
+    strata: dict[str, dict[str, Any]],
+    shortfalls: Sequence[Shortfall],
+    sampled: pd.DataFrame | None,
+    exclusions: pd.DataFrame,
+) -> tuple[dict[str, dict[str, Any]], list[Shortfall], dict[str, int]]:
+    """Strata and shortfalls recounted from the final manifest, with the sampled cases lost on the way.
+
+    Returns (strata with ``obtained`` = cases of that stratum in the manifest and ``lost_after_sampling`` =
+    {stage: n} where cases were lost, shortfalls in strata order with their ``obtained`` from the manifest and
+    the losses added to their reason, {stage: n} over all strata). A stratum that loses cases below its target
+    (``target``, else ``requested``) gets a shortfall even when it had none at sampling time.
+    """
+    strata = {k: dict(v) for k, v in strata.items()}
+    final = manifest["stratum"].astype(str).value_counts() if "stratum" in manifest else pd.Series(dtype=int)
+    per: dict[str, list[tuple[str, int, str]]] = {}
+    total: dict[str, int] = {}
+    if sampled is not None and len(sampled):
+        gone = sampled.loc[~isin(sampled["case_id"].astype(str), set(manifest["case_id"].astype(str))),
+                           ["case_id", "stratum"]].astype(str)
+        if len(gone):
+            ex = exclusions.drop_duplicates("record_id", keep="last").set_index("record_id")
+            gone = gone.assign(stage=gone["case_id"].map(ex["stage"]).fillna("after sampling"),
+                               reason=gone["case_id"].map(ex["reason"]).fillna("not in the final manifest"))
+            for (k, stage), g in gone.groupby(["stratum", "stage"], sort=False):
+                per.setdefault(k, []).append((stage, len(g), g["reason"].value_counts().index[0]))
+                total[stage] = total.get(stage, 0) + len(g)
+    by_stratum = {s.stratum: s for s in shortfalls}
+    out: list[Shortfall] = []
+    for k, info in strata.items():
+        got = int(final.get(k, 0))
+        if got < info["obtained"]:
+            losses = per.get(k)
+            if not losses:  # no sampled frame given: the loss is still counted, without its stage
+                losses = [("after sampling", int(info["obtained"]) - got, "not in the final manifest")]
+                total["after sampling"] = total.get("after sampling", 0) + losses[0][1]
+            info["lost_after_sampling"] = {stage: n for stage, n, _ in losses}
+            txt = "; ".join(f"{n} sampled case(s) lost " + ("after sampling" if stage == "after sampling" else
+                                                             f"at the {stage} step") + f" (e.g. {why})"
+                            for stage, n, why in losses)
+        else:
+            txt = ""
+        info["obtained"] = got
+        s = by_stratum.pop(k, None)
+        target = int(info.get("target", info["requested"]))
+        if s is not None:
+            out.append(Shortfall(s.stratum, s.requested, got, s.available, "; ".join(x for x in (s.reason, txt) if x)))
+        elif got < target:
+            out.append(Shortfall(k, target, got, int(info["available"]), txt or "fewer cases than requested"))
+    out.extend(by_stratum.values())
+    return strata, out, total
 
 
 def _quick_validate(df: pd.DataFrame, builder: str) -> None:

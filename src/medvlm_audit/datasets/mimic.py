@@ -321,7 +321,12 @@ def build_mimic(
     ms_rows = []
     for f in MS_CXR_FINDINGS:
         sel = ms_sel[f]
-        strata_info[f"ms_cxr:{f}"] = {"requested": int(ms_cxr_cap), "obtained": len(sel), "available": len(ms_strata[f])}
+        strata_info[f"ms_cxr:{f}"] = {"requested": int(ms_cxr_cap), "obtained": len(sel), "available": len(ms_strata[f]),
+                                      "target": ms_want[f]}
+        s = stratum_shortfall(f"ms_cxr:{f}", ms_want[f], len(sel), len(ms_strata[f]),
+                              "candidate images failed the image check (no eligible annotation left to replace them)")
+        if s:  # below the cap is not a shortfall; an eligible box lost to a failing image is
+            shortfalls.append(s)
         ms_rows.append(sel)
     ms_cases = pd.concat(ms_rows, ignore_index=True)
     ms_cases = _scale_boxes_to_image(ms_cases)
@@ -446,12 +451,13 @@ def build_mimic(
     swap_pool = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys_idx,
                          swap_src["view"].to_numpy())
     cases = pd.concat([ms_cases, mimic_cases, rx_cases], ignore_index=True)
+    sampled = cases[["case_id", "stratum"]].copy()
     fin = []
     for src, fallback in (("ms_cxr", False), ("mimic_cxr", False), ("rexerr", True)):
         part = cases[cases["source"] == src]
         if len(part):
             fin.append(assign_swaps(part, swap_pool, "swap_key", seed, log, src, checker, swap_same_view, fallback))
-    cases = pd.concat(fin, ignore_index=True)
+    cases = pd.concat(fin, ignore_index=True) if fin else cases
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"].fillna(cases["width"]) if "_checked_w" in cases else cases["width"]
     cases["image_height"] = cases["_checked_h"].fillna(cases["height"]) if "_checked_h" in cases else cases["height"]
@@ -482,7 +488,7 @@ def build_mimic(
     }
     return finalize(manifest, name=name, builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
                     inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": strata_info})
+                    verbose=verbose, fingerprint=fingerprint_inputs, strata=strata_info, sampled=sampled)
 
 
 def _scale_boxes_to_image(df: pd.DataFrame) -> pd.DataFrame:

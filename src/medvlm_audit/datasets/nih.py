@@ -39,6 +39,7 @@ from medvlm_audit.datasets.common import (
     sample_label_strata,
     select_checked,
     stratum_rng,
+    stratum_shortfall,
     vanishing_box_reason,
     view_reasons,
 )
@@ -252,7 +253,10 @@ def build_nih(
         kind="finding_presence", label=1, finding_state=POS, stratum="nih_box:" + box_cases["finding"],
         swap_key=box_cases["finding"] + "=1", dicom_id=box_cases["image"])
     info = {f"nih_box:{f}": {"requested": box_cap, "obtained": int((box_cases["finding"] == f).sum()),
-                             "available": len(s)} for f, s in strata.items()}
+                             "available": len(s), "target": want[f]} for f, s in strata.items()}
+    box_short = [s for f, i in info.items() if (s := stratum_shortfall(
+        f, i["target"], i["obtained"], i["available"],
+        "candidate images failed the image check (no eligible box left to replace them)"))]
 
     # ------------------------------------------------------------ labelled strata (boxed images removed)
     pool = df if split == "all" else df[df["split"] == split]
@@ -278,6 +282,7 @@ def build_nih(
         st = swap_src[f].to_numpy()
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
+    sampled = cases[["case_id", "stratum"]].copy()
     cases = assign_swaps(cases, sp, "swap_key", seed, log, "nih", checker, swap_same_view)
     cases = add_boxes(cases)
     cases["image_width"] = cases.get("_checked_w", image_size)
@@ -287,7 +292,7 @@ def build_nih(
             "ibox_overlaps", "swap_image_path", "swap_patient_id", "patient_id", "study_id", "age", "sex", "view",
             "source", "split", "dicom_id", "finding_state", "stratum", "swap_match"]
     manifest = cases[keep].rename(columns={"dicom_id": "image_index"})
-    sf: list[Shortfall] = list(shortfalls)
+    sf: list[Shortfall] = [*box_short, *shortfalls]
     counts = {"nih_boxed": len(box_cases), "nih_labelled": len(lab_cases), "total": len(manifest)}
     params: dict[str, Any] = {
         "metadata_from": metadata_from, "split": split, "per_finding": per_finding, "n_normal": n_normal,
@@ -295,4 +300,4 @@ def build_nih(
     }
     return finalize(manifest, name=name, builder="nih", image_root=nih_root, out_dir=out_dir, params=params,
                     inputs={"data_entry": f_entry, "bbox_list": f_bbox}, log=log, shortfalls=sf, counts=counts,
-                    checker=checker, seed=seed, verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": info})
+                    checker=checker, seed=seed, verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
