@@ -68,6 +68,9 @@ NIH_FINDINGS: tuple[str, ...] = (
     "mass", "nodule", "pleural_effusion", "pleural_thickening", "pneumonia", "pneumothorax",
 )
 DATA_ENTRY_NAMES = ("Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv")
+#: the sex column's name: "Patient Gender" (Data_Entry_2017.csv, Kaggle and torchxrayvision copies of the v2020 file)
+#: or "Patient Sex" (Data_Entry_2017_v2020.csv as downloaded from NIH's Box folder)
+SEX_COLUMNS = ("Patient Gender", "Patient Sex")
 BBOX_NAME = "BBox_List_2017.csv"
 
 
@@ -155,8 +158,14 @@ def build_nih(
     log = ExclusionLog()
     f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
     f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)
-    cols = ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "Patient Gender", "View Position"]
-    ent = read_csv(f_entry, cols, "NIH Data_Entry", dtype={"Image Index": str, "Finding Labels": str})
+    cols = ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "View Position"]
+    # index_col=False: NIH's Box copy ends every line with a comma; a header without it would otherwise make
+    # pandas read the first field as the index and shift every column silently
+    ent = read_csv(f_entry, cols, "NIH Data_Entry", dtype={"Image Index": str, "Finding Labels": str}, index_col=False)
+    sex_col = next((c for c in SEX_COLUMNS if c in ent.columns), None)
+    if sex_col is None:
+        raise DatasetError(f"NIH Data_Entry: {f_entry} has neither {SEX_COLUMNS[0]!r} nor {SEX_COLUMNS[1]!r} "
+                           f"(the sex column); found columns {list(ent.columns)[:30]}")
     dup = ent["Image Index"].duplicated()
     if dup.any():
         raise DatasetError(f"NIH Data_Entry: {f_entry} lists image {ent['Image Index'][dup].iloc[0]!r} twice")
@@ -167,7 +176,7 @@ def build_nih(
         raise DatasetError(f"NIH Data_Entry: {f_entry} row {i + 2} column 'Finding Labels' has label "
                            f"{unknown.iloc[i]!r}, not one of {sorted(NIH_LABELS)}")
     df = pd.DataFrame({"record_id": ent["Image Index"], "patient_id": ent["Patient ID"].astype(str),
-                       "age": _parse_age(ent["Patient Age"]), "sex": normalize_sex(ent["Patient Gender"]),
+                       "age": _parse_age(ent["Patient Age"]), "sex": normalize_sex(ent[sex_col]),
                        "view": normalize_view(ent["View Position"]).astype(str)})
     found = {NIH_LABELS[x] for t in tokens for x in t}
     for f in (*NIH_FINDINGS, "no_finding"):
