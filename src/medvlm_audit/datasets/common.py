@@ -107,9 +107,12 @@ class BuildResult:
     counts: dict[str, int] = field(default_factory=dict)
     #: sampled cases lost at a later step (e.g. ``{"swap": 3}``), already subtracted from their strata
     lost: dict[str, int] = field(default_factory=dict)
+    #: things the user should know about the inputs (e.g. CSV columns the builder does not read)
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"{self.probe_set.name}: {len(self.probe_set)} cases -> {self.out_dir}"]
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         for k, v in self.counts.items():
             lines.append(f"  {k}: {v}")
         lines.append(f"  exclusions: {len(self.exclusions)} records (see {EXCLUSIONS_FILE})")
@@ -706,6 +709,7 @@ def finalize(
     validate: bool = True,
     strata: dict[str, dict[str, Any]] | None = None,
     sampled: pd.DataFrame | None = None,
+    warnings: Sequence[str] = (),
 ) -> BuildResult:
     """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache.
 
@@ -740,6 +744,7 @@ def finalize(
         "shortfalls": [asdict(s) for s in shortfalls],
         "n_exclusions": len(log),
         "lost_after_sampling": lost,
+        "warnings": list(warnings),
         "image_checks": None if checker is None else {"checked": checker.n_checked, "cached": checker.n_cached},
         **(extra or {}),
     }
@@ -759,7 +764,8 @@ def finalize(
     _atomic_write_text(out_dir / SHORTFALLS_FILE, sf.to_csv(index=False))
     if checker is not None:  # save() replaced the folder: put the resumable check cache back
         _atomic_write_text(out_dir / IMAGE_CHECK_CACHE, "".join(json.dumps(r) + "\n" for r in checker.records()))
-    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts, lost)
+    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts, lost,
+                         list(warnings))
     if verbose:
         print(result.summary())
     return result
