@@ -237,7 +237,6 @@ def build_chexpert(
     short of 50 (reported).
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     df, files, image_root = load_chexpert_labels(Path(chexpert_root), None if labels_csv is None else Path(labels_csv),
                                                  None if demographics_csv is None else Path(demographics_csv))

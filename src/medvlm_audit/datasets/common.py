@@ -728,6 +728,8 @@ def finalize(
         raise DatasetError(f"{builder}: {len(where)} case id(s) occur more than once (within or across sources), "
                            f"e.g. {first} (case id: sources)")
     manifest = manifest[[c for c in manifest.columns if not c.startswith("_")]].reset_index(drop=True)
+    if manifest.empty:
+        _empty_build(builder, Path(out_dir), Path(image_root), log.frame())
     lost: dict[str, int] = {}
     if strata is not None:
         strata, shortfalls, lost = reconcile_strata(manifest, strata, shortfalls, sampled, log.frame())
@@ -823,6 +825,52 @@ def reconcile_strata(
             out.append(Shortfall(k, target, got, int(info["available"]), txt or "fewer cases than requested"))
     out.extend(by_stratum.values())
     return strata, out, total
+
+
+def top_exclusion_reasons(excl: pd.DataFrame, n: int = 5) -> list[tuple[int, str, str]]:
+    """The ``n`` commonest (count, stage, example reason) groups of an exclusion log.
+
+    Reasons that differ only in a path or a number (``file /a/1.jpg does not exist``) form one group.
+    """
+    if excl.empty:
+        return []
+    key = excl["reason"].astype(str).str.replace(r"\S*/\S*", "<path>", regex=True).str.replace(
+        r"\d+(?:\.\d+)?", "<n>", regex=True)
+    g = excl.assign(_key=key).groupby(["stage", "_key"], sort=False)
+    top = g.size().sort_values(ascending=False, kind="mergesort").head(n)
+    first = g["reason"].first()
+    return [(int(c), str(stage), str(first[(stage, k)])) for (stage, k), c in top.items()]
+
+
+def _empty_build(builder: str, out_dir: Path, image_root: Path, excl: pd.DataFrame) -> None:
+    """No record became a case: write exclusions.csv, leave nothing else, and raise saying why.
+
+    The exclusions go to ``out_dir/exclusions.csv`` with no probe set beside them (the image-check cache and any
+    earlier shortfalls.csv of a failed build are removed); a probe set already saved in ``out_dir`` is left as it was
+    and the exclusions go beside the folder (``<out_dir>.exclusions.csv``)."""
+    from medvlm_audit.probeset import MANIFEST
+
+    if (out_dir / MANIFEST).exists():
+        target = out_dir.with_name(f"{out_dir.name}.{EXCLUSIONS_FILE}")
+        where = f"{target} (the probe set already in {out_dir} is left as it was)"
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in (IMAGE_CHECK_CACHE, SHORTFALLS_FILE):
+            (out_dir / name).unlink(missing_ok=True)
+        target = out_dir / EXCLUSIONS_FILE
+        where = str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(target, excl.to_csv(index=False))
+    top = top_exclusion_reasons(excl)
+    lines = [f"{builder}: the probe set is empty: none of the {len(excl)} excluded records became a case; "
+             f"exclusions written to {where}, nothing else saved. Top exclusion reasons:"]
+    lines += [f"  {c} x {stage}: {why}" for c, stage, why in top] or ["  (no record was read)"]
+    checked = excl["stage"].eq("image_check")
+    missing = checked & excl["reason"].astype(str).str.contains("does not exist")
+    if missing.any() and missing.sum() * 2 >= checked.sum():
+        lines.append(f"  most image files named by the labels do not exist under {image_root}: check that the "
+                     "paths in the label file match the folder layout (e.g. valid/ in the CSV, val/ on disk)")
+    raise DatasetError("\n".join(lines))
 
 
 def _quick_validate(df: pd.DataFrame, builder: str) -> None:

@@ -196,8 +196,6 @@ def build_folder(
             "ibox_overlaps", "swap_image_path", "swap_patient_id", "patient_id", "study_id", "age", "sex", "view",
             "source", "split", "swap_match"]
     manifest = df[keep]
-    if manifest.empty:
-        raise DatasetError(f"folder CSV: no usable row in {csv_path}; see the exclusions above")
     params: dict[str, Any] = {"frontal_only": frontal_only, "require_demographics": require_demographics,
                               "min_box_side": min_box_side, "swap_same_view": swap_same_view,
                               "patient_ids": "from CSV" if pcol else "none given: each image is its own patient",

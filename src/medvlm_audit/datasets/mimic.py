@@ -262,7 +262,6 @@ def build_mimic(
     if negatives not in NEGATIVE_POLICIES:
         raise ValueError(f"negatives={negatives!r}; choose one of {NEGATIVE_POLICIES}")
     mimic_root, out_dir = Path(mimic_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     shortfalls: list[Shortfall] = []
     strata_info: dict[str, dict[str, int]] = {}

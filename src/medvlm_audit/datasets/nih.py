@@ -154,7 +154,6 @@ def build_nih(
     Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
     """
     nih_root, out_dir = Path(nih_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
     f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)

@@ -97,7 +97,6 @@ def build_vindr(
     own patient for swaps.
     """
     root, out_dir = Path(vindr_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     inputs: dict[str, Path] = {}
     ann_path = None
