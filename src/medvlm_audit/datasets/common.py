@@ -296,25 +296,33 @@ def shuffled_one_per_patient(
 
 
 def allocate_balanced(available: dict[str, int], total: int) -> dict[str, int]:
-    """Split ``total`` as evenly as possible over groups, moving what a short group lacks to the others.
+    """Split ``total`` as evenly as possible over groups, a short group passing what it lacks to the others.
 
-    Deterministic: remainders go to groups in sorted-name order.
+    Max-min fair ("water filling"): every group gets ``min(available, L)`` for the largest level ``L`` that fits
+    in ``total``; the ``r`` units left over (fewer than the groups still above ``L``) go one each to the first
+    ``r`` of those groups in sorted-name order. So 483 image-dependent ReXErr sentences over eight error types of
+    which two have only 30 and 33 give 70 to each of the other six, as the released builder's fixed 70 per type
+    (560 // 8) does; a round-by-round split would give 71/71/70/70/69/69.
+
+    >>> allocate_balanced({"a": 30, "b": 33, "c": 200, "d": 200, "e": 200, "f": 200, "g": 200, "h": 200}, 483)
+    {'a': 30, 'b': 33, 'c': 70, 'd': 70, 'e': 70, 'f': 70, 'g': 70, 'h': 70}
+    >>> allocate_balanced({"a": 100, "b": 100, "c": 100}, 100)
+    {'a': 34, 'b': 33, 'c': 33}
     """
-    alloc = {k: 0 for k in available}
-    remaining = total
-    open_groups = sorted(k for k, v in available.items() if v > 0)
-    while remaining > 0 and open_groups:
-        share, extra = divmod(remaining, len(open_groups))
-        progressed = 0
-        for i, k in enumerate(open_groups):
-            want = share + (1 if i < extra else 0)
-            give = min(want, available[k] - alloc[k])
-            alloc[k] += give
-            progressed += give
-        remaining -= progressed
-        open_groups = [k for k in open_groups if alloc[k] < available[k]]
-        if progressed == 0:
-            break
+    caps = {k: max(0, int(v)) for k, v in available.items()}
+    total = min(max(0, int(total)), sum(caps.values()))
+    if total == 0:
+        return {k: 0 for k in caps}
+    lo, hi = 0, max(caps.values())
+    while lo < hi:  # the largest level L with sum(min(cap, L)) <= total
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for c in caps.values()) <= total:
+            lo = mid
+        else:
+            hi = mid - 1
+    alloc = {k: min(c, lo) for k, c in caps.items()}
+    for k in sorted(k for k, c in caps.items() if c > lo)[: total - sum(alloc.values())]:
+        alloc[k] += 1
     return alloc
 
 
