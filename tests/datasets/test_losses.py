@@ -117,3 +117,18 @@ def test_no_loss_keeps_strata_as_sampled():
     out, sf, lost = reconcile_strata(manifest, {"A": {"requested": 1, "obtained": 1, "available": 1}}, [],
                                      manifest, ExclusionLog().frame())
     assert out == {"A": {"requested": 1, "obtained": 1, "available": 1}} and sf == [] and lost == {}
+
+
+def test_nih_and_vindr_counts_agree(tmp_path, capsys):
+    """The same bookkeeping on the open builders (boxed strata have a cap, so their target is min(cap, available))."""
+    from medvlm_audit.datasets.nih import build_nih
+    from medvlm_audit.datasets.vindr import build_vindr
+
+    nih = F.make_nih_tree(tmp_path / "nih", n_images=300, n_boxes=30, images=False)
+    res = build_nih(nih, tmp_path / "o1", per_finding=5, n_normal=5, check_images=False, verbose=True,
+                    metadata_from="root")
+    assert_counts_agree(res, capsys.readouterr().out)
+    vindr = F.make_vindr_tree(tmp_path / "vindr", n_images=80)
+    res = build_vindr(vindr, tmp_path / "o2", n_absent=10, n_normal=10, verbose=True)
+    assert_counts_agree(res, capsys.readouterr().out)
+    assert any(k.startswith("vindr_box:") for k in res.probe_set.provenance["strata"])
