@@ -870,8 +870,9 @@ def _empty_build(builder: str, out_dir: Path, image_root: Path, excl: pd.DataFra
     target.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write_text(target, excl.to_csv(index=False))
     top = top_exclusion_reasons(excl)
-    lines = [f"{builder}: the probe set is empty: none of the {len(excl)} excluded records became a case; "
-             f"exclusions written to {where}, nothing else saved. Top exclusion reasons:"]
+    head = (f"{builder}: the probe set is empty: none of the {len(excl)} excluded records became a case; "
+            f"exclusions written to {where}, nothing else saved. Top exclusion reasons:")
+    lines = [head]
     lines += [f"  {c} x {stage}: {why}" for c, stage, why in top] or ["  (no record was read)"]
     checked = excl["stage"].eq("image_check")
     missing = checked & excl["reason"].astype(str).str.contains("does not exist")

@@ -133,8 +133,9 @@ def build_folder(
     used = {img_col, "finding", "label", pcol, *box_cols, *(c for c in OPTIONAL if c in raw)}
     unused = [c for c in raw.columns if c not in used
               and not (str(c).startswith("Unnamed: ") and raw[c].isna().all())]  # empty columns of trailing commas
-    warnings = [f"column(s) {unused} of {csv_path.name} are not used (read: image, finding, label, patient_id, "
-                f"box corners x0/y0/x1/y1 or x/y/w/h, {', '.join(OPTIONAL)})"] if unused else []
+    note = (f"column(s) {unused} of {csv_path.name} are not used (read: image, finding, label, patient_id, "
+            f"box corners x0/y0/x1/y1 or x/y/w/h, {', '.join(OPTIONAL)})")
+    warnings = [note] if unused else []
     has_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().all(axis=1)
     part_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().any(axis=1) & ~has_box
     reasons: list[tuple[str, pd.Series]] = [
