@@ -266,10 +266,17 @@ NIH_ALL = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "N
            "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia"]
 
 
+#: Data_Entry_2017_v2020.csv header variants: Kaggle/torchxrayvision copies ("Patient Gender", no trailing comma) and
+#: the file as downloaded from NIH's Box folder ("Patient Sex", a trailing comma on the header and on every row)
+NIH_HEADERS = {"kaggle": ("Patient Gender", False, False), "box": ("Patient Sex", True, True),
+               "rows_only_comma": ("Patient Sex", False, True)}
+
+
 def make_nih_tree(root: Path, *, n_images: int = 900, n_boxes: int = 60, images: bool = True, layout: str = "flat",
-                  seed: int = 2) -> Path:
+                  seed: int = 2, header: str = "kaggle") -> Path:
     """NIH ChestX-ray14: Data_Entry_2017_v2020.csv, BBox_List_2017.csv, test_list.txt and 1024x1024 PNGs
-    in ``images/`` (flat) or ``images_001/images/`` (kaggle layout)."""
+    in ``images/`` (flat) or ``images_001/images/`` (kaggle layout); ``header`` picks a NIH_HEADERS variant
+    (the rows are the same for every variant)."""
     rng = np.random.default_rng(seed)
     root = Path(root)
     img_dir = root / ("images" if layout == "flat" else "images_001/images")
@@ -285,11 +292,12 @@ def make_nih_tree(root: Path, *, n_images: int = 900, n_boxes: int = 60, images:
             rows.append([name, "|".join(labs), k, pid, int(rng.integers(20, 85)), rng.choice(["M", "F"]),
                          rng.choice(["PA", "AP"], p=[0.6, 0.4]), 2500, 2048, 0.143, 0.143])
             names.append(name)
-    header = ("Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age,Patient Gender,View Position,"
-              "OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y]\n")
+    sex_col, head_comma, row_comma = NIH_HEADERS[header]
+    head = ("Image Index,Finding Labels,Follow-up #,Patient ID,Patient Age," + sex_col + ",View Position,"
+            "OriginalImage[Width,Height],OriginalImagePixelSpacing[x,y]" + ("," if head_comma else "") + "\n")
     with open(root / "Data_Entry_2017_v2020.csv", "w") as f:
-        f.write(header)
-        f.writelines(",".join(str(v) for v in r) + "\n" for r in rows)
+        f.write(head)
+        f.writelines(",".join(str(v) for v in r) + ("," if row_comma else "") + "\n" for r in rows)
     (root / "test_list.txt").write_text("\n".join(names[: len(names) // 2]) + "\n")
     with open(root / "BBox_List_2017.csv", "w") as f:
         f.write("Image Index,Finding Label,Bbox [x,y,w,h],,,\n")

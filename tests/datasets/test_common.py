@@ -48,6 +48,22 @@ def test_allocate_balanced_hand_computed():
     assert allocate_balanced({"a": 1, "b": 2}, 10) == {"a": 1, "b": 2}
 
 
+def test_allocate_balanced_levels_groups_like_the_released_rexerr_builder():
+    """The released builder takes 560 // 8 = 70 sentences per image-dependent error type (fewer where a type has
+    fewer): 483 on the paper's data, where two types have 63 between them. Splitting 483 evenly must give the
+    same 70 per type, not 71/71/70/70/69/69."""
+    types = ["add medical device", "change location", "change name of device", "change position of device",
+             "change severity", "change view", "false negation", "false prediction"]
+    avail = dict.fromkeys(types, 250) | {"add medical device": 30, "change view": 33}
+    alloc = allocate_balanced(avail, 483)
+    assert alloc == {t: min(a, 70) for t, a in avail.items()} and sum(alloc.values()) == 483
+    assert allocate_balanced(dict.fromkeys(["typo", "homophone", "repetition"], 90), 120) == dict.fromkeys(
+        ["typo", "homophone", "repetition"], 40)
+    # 101 over {a: 30, b: 250, c: 250}: level 35 (30 + 35 + 35 = 100), the one left over to b
+    assert allocate_balanced({"a": 30, "b": 250, "c": 250}, 101) == {"a": 30, "b": 36, "c": 35}
+    assert allocate_balanced({"a": 3, "b": 0}, 0) == {"a": 0, "b": 0}
+
+
 def test_seeded_sampling_is_independent_of_row_order_and_one_per_patient():
     df = pd.DataFrame({"record_id": [f"r{i}" for i in range(50)], "patient_id": [f"p{i // 3}" for i in range(50)]})
     a = shuffled_one_per_patient(df, stratum_rng(42, "s"))

@@ -96,3 +96,61 @@ def test_a_box_that_vanishes_at_224_is_an_exclusion_not_a_crash(folder, tmp_path
     ex = res.exclusions
     hit = ex[(ex.stage == "folder:box_size") & (ex.record_id == "big.png")]
     assert len(hit) == 1 and "under 1 px" in hit.reason.iloc[0]
+
+
+def _xywh_csv(path: Path, layout: str) -> list[tuple]:
+    """The folder fixture's cases with boxes written as top-left corner + size, in one of three layouts."""
+    rows = [("img00.png", "Cardiomegaly", "1", 20, 30, 100, 120, "P0"), ("img01.png", "Cardiomegaly", "1", 5, 6, 50, 60, "P1"),
+            ("img02.png", "edema", "0", "", "", "", "", "P2"), ("img03.png", "edema", "0", "", "", "", "", "P3"),
+            ("img04.png", "edema", "1", 10, 10, "", 40, "P4")]  # a box without its width: excluded
+    if layout == "nih":  # NIH's BBox_List_2017.csv header "Bbox [x,y,w,h]" and its trailing commas
+        lines = ["image,finding,label,Bbox [x,y,w,h],patient_id,,"]
+        lines += [",".join(str(v) for v in (*r[:3], *r[3:7], r[7])) + ",," for r in rows]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        names = {"box": ["box_x", "box_y", "box_w", "box_h"], "short": ["x", "y", "w", "h"]}[layout]
+        pd.DataFrame(rows, columns=["image", "finding", "label", *names, "patient_id"]).to_csv(path, index=False)
+    return rows
+
+
+@pytest.mark.parametrize("layout", ["box", "short", "nih"])
+def test_folder_reads_xywh_boxes(folder, tmp_path, layout):
+    d, _ = folder
+    rows = _xywh_csv(tmp_path / "c.csv", layout)
+    res = build_folder(d, tmp_path / "c.csv", tmp_path / "o", verbose=False)
+    df = res.probe_set.df.set_index("image_path")
+    for img, _, lab, x, y, w, h, _ in rows[:2]:
+        r = df.loc[img]
+        assert (r.box_x0, r.box_y0, r.box_x1, r.box_y1) == (x, y, x + w, y + h)
+        assert (r.tbox_x0, r.tbox_y0, r.tbox_x1, r.tbox_y1) == working_box((x, y, x + w, y + h), 160, 200)
+    assert df.loc[["img02.png", "img03.png"], "tbox_x0"].isna().all()
+    ex = res.exclusions.set_index("record_id")
+    assert ex.loc["img04.png", "reason"] == "box has missing coordinates"
+    assert res.counts["boxed"] == 2 and res.warnings == []  # every column read (trailing empty columns ignored)
+
+
+def test_folder_warns_about_columns_it_does_not_use(folder, tmp_path):
+    d, csv = folder
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    df["notes"], df["box_x0"] = "seen by R1", df["x0"]  # a free-text column and a second spelling of x0
+    df.to_csv(tmp_path / "c.csv", index=False)
+    res = build_folder(d, tmp_path / "c.csv", tmp_path / "o", verbose=False)
+    assert len(res.warnings) == 1 and "['notes', 'box_x0']" in res.warnings[0] and "c.csv" in res.warnings[0]
+    assert f"warning: {res.warnings[0]}" in res.summary()
+    assert res.probe_set.provenance["warnings"] == res.warnings
+
+
+def test_folder_box_layouts_must_be_complete_and_single(folder, tmp_path):
+    d, csv = folder
+    df = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    df.assign(x=df["x0"], y=df["y0"], w="10", h="10").to_csv(tmp_path / "both.csv", index=False)
+    with pytest.raises(DatasetError, match=r"both box corners \['x0', 'y0', 'x1', 'y1'\] and x, y, w, h"):
+        build_folder(d, tmp_path / "both.csv", tmp_path / "o", verbose=False)
+    df.drop(columns=["x0", "y0", "x1", "y1"]).assign(box_x="1", box_y="2", box_w="3").to_csv(tmp_path / "p.csv",
+                                                                                          index=False)
+    with pytest.raises(DatasetError, match=r"box column\(s\) \['box_x', 'box_y', 'box_w'\] but not all four"):
+        build_folder(d, tmp_path / "p.csv", tmp_path / "o", verbose=False)
+    df.drop(columns=["x0", "y0", "x1", "y1"]).assign(x="1", y="2", w="wide", h="3").to_csv(tmp_path / "n.csv",
+                                                                                        index=False)
+    with pytest.raises(DatasetError, match=r"row 2 column 'w' has non-numeric value 'wide'"):
+        build_folder(d, tmp_path / "n.csv", tmp_path / "o", verbose=False)

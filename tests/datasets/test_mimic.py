@@ -245,3 +245,47 @@ def test_duplicate_ms_cxr_annotation_rows_are_reported(small_tree, small_build, 
     assert f"same dicom_id, category_name and box as row {row + 2}" in dup.reason.iloc[0]
     ms_cases = res.probe_set.df[res.probe_set.df.source == "ms_cxr"]
     assert (ms_cases.dicom_id == ms.dicom_id.iloc[row]).sum() == (kept[kept.source == "ms_cxr"].dicom_id == ms.dicom_id.iloc[row]).sum()
+
+
+def test_top_coded_anchor_age_stays_90_plus(small_tree, tmp_path):
+    """MIMIC-IV anchor_age 91 means "over 89 in anchor_year": no year offset is added to it (ages reached 119)."""
+    tree = _copy(small_tree, tmp_path)
+    f = tree["mimic_iv_root"] / "hosp" / "patients.csv.gz"
+    _rewrite(f, lambda d: d.assign(anchor_age=np.where(np.arange(len(d)) % 3 == 0, 91, d.anchor_age),
+                                   anchor_year=d.anchor_year - 5))  # every study is 5+ years after anchor_year
+    pat = pd.read_csv(f).set_index("subject_id")
+    meta = pd.read_csv(tree["mimic_root"] / "mimic-cxr-2.0.0-metadata.csv.gz").set_index("dicom_id")
+    res = build_mimic(out_dir=tmp_path / "o", check_images=False, verbose=False, **tree)
+    df = res.probe_set.df
+    subj = df.patient_id.astype(int)
+    top = subj.map(pat.anchor_age).eq(91).to_numpy()
+    assert top.any() and (~top).any()
+    assert (df.age[top] == 90).all() and df.age_top_coded[top].all() and not df.age_top_coded[~top].any()
+    year = df.dicom_id.map(meta.StudyDate) // 10000
+    want = subj.map(pat.anchor_age) + year - subj.map(pat.anchor_year)
+    assert (df.age[~top] == want[~top]).all()  # other ages: anchor_age + (study year - anchor_year)
+    anchor = build_mimic(out_dir=tmp_path / "o2", check_images=False, verbose=False, age_at="anchor", **tree).probe_set.df
+    assert (anchor.age[anchor.age_top_coded] == 90).all() and anchor.age_top_coded.any()
+
+
+def test_rexerr_error_types_get_70_each_as_the_released_builder(tmp_path):
+    """The released builder takes 70 sentences per image-dependent error type (560 // 8, fewer where a type has
+    fewer), which is 483 on the paper's data. Two scarce types (here 30 and 33 sentences): the other six get 70
+    each, not 71/71/70/70/69/69."""
+    tree = F.make_mimic_tree(tmp_path / "t", images=False, **{**SMALL, "n_rexerr": 3000})
+    f = tree["rexerr_root"] / "ReXErr-sentence-level" / "ReXErr-sentence-level_test.csv"
+    rx = pd.read_csv(f)
+    err = np.flatnonzero(rx.error_present.to_numpy() == 1)
+    others = [t for t in F.IMG_ERR if t not in ("Add medical device", "Change view")] + F.TXT_ERR
+    types = ["Add medical device"] * 30 + ["Change view"] * 33 + [others[i % len(others)] for i in range(len(err) - 63)]
+    rx.loc[err, "error_type"] = types
+    rx.to_csv(f, index=False)
+    every = build_mimic(out_dir=tmp_path / "all", check_images=False, verbose=False, rexerr_counts=(10**6, 0, 0), **tree)
+    img = every.probe_set.df.query("error_group == 'image_dependent'")
+    avail = img.error_type.str.lower().value_counts().to_dict()  # eligible sentences per type
+    assert len(avail) == 8 and avail["add medical device"] <= 30 and avail["change view"] <= 33
+    assert min(v for k, v in avail.items() if k not in ("add medical device", "change view")) > 70
+    total = sum(min(v, 70) for v in avail.values())
+    res = build_mimic(out_dir=tmp_path / "o", check_images=False, verbose=False, rexerr_counts=(total, 0, 0), **tree)
+    got = res.probe_set.df.query("error_group == 'image_dependent'").error_type.str.lower().value_counts().to_dict()
+    assert got == {k: min(v, 70) for k, v in avail.items()}

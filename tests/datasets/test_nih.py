@@ -91,3 +91,29 @@ def test_old_style_ages(tree, tmp_path):
     ex = res.exclusions.set_index("record_id")
     assert ex.loc[ent["Image Index"][1], "reason"] == "unparseable Patient Age 'abc'"
     assert ex.loc[ent["Image Index"][2], "reason"] == "missing age"
+
+
+@pytest.mark.parametrize("header", ["box", "rows_only_comma"])
+def test_data_entry_header_variants_give_the_same_probe_set(tmp_path, header):
+    """NIH's Box copy of Data_Entry_2017_v2020.csv names the column "Patient Sex" and ends every line with a comma;
+    a header without that comma over rows with it must not shift the columns (pandas' silent index column)."""
+    ref = F.make_nih_tree(tmp_path / "kaggle", n_images=300, n_boxes=20, images=False)
+    var = F.make_nih_tree(tmp_path / header, n_images=300, n_boxes=20, images=False, header=header)
+    assert "Patient Sex" in (var / "Data_Entry_2017_v2020.csv").read_text().splitlines()[0]
+    kw = {"per_finding": 5, "n_normal": 5, "check_images": False, "verbose": False, "metadata_from": "root"}
+    a = build_nih(ref, tmp_path / "o1", **kw)
+    b = build_nih(var, tmp_path / "o2", **kw)
+    assert len(b.probe_set) > 0 and b.probe_set.df.sex.isin(["M", "F"]).all()
+    assert b.probe_set.content_hash == a.probe_set.content_hash
+    ent = pd.read_csv(var / "Data_Entry_2017_v2020.csv", index_col=False).set_index("Image Index")
+    df = b.probe_set.df
+    assert (df.sex.to_numpy() == ent.loc[df.image_index, "Patient Sex"].to_numpy()).all()
+    assert (df.age.to_numpy() == ent.loc[df.image_index, "Patient Age"].astype(float).to_numpy()).all()
+
+
+def test_data_entry_without_a_sex_column_names_both_names(tmp_path):
+    root = F.make_nih_tree(tmp_path / "n", n_images=50, n_boxes=5, images=False)
+    f = root / "Data_Entry_2017_v2020.csv"
+    f.write_text(f.read_text().replace("Patient Gender", "Sex of patient", 1))
+    with pytest.raises(DatasetError, match=r"neither 'Patient Gender' nor 'Patient Sex'"):
+        build_nih(root, tmp_path / "o", check_images=False, verbose=False, metadata_from="root")

@@ -237,7 +237,6 @@ def build_chexpert(
     short of 50 (reported).
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     df, files, image_root = load_chexpert_labels(Path(chexpert_root), None if labels_csv is None else Path(labels_csv),
                                                  None if demographics_csv is None else Path(demographics_csv))
@@ -275,6 +274,7 @@ def build_chexpert(
         st = swap_src[f].to_numpy()
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     pool_s = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
+    sampled = cases[["case_id", "stratum"]].copy()
     cases = assign_swaps(cases, pool_s, "swap_key", seed, log, "chexpert", checker, swap_same_view)
     cases["image_width"] = cases.get("_checked_w")
     cases["image_height"] = cases.get("_checked_h")
@@ -291,4 +291,4 @@ def build_chexpert(
     }
     return finalize(manifest, name=name, builder="chexpert", image_root=image_root, out_dir=out_dir, params=params,
                     inputs=files, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": info})
+                    verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)

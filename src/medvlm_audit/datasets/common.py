@@ -106,12 +106,22 @@ class BuildResult:
     shortfalls: list[Shortfall]
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
+    #: sampled cases lost at a later step (e.g. ``{"swap": 3}``), already subtracted from their strata
+    lost: dict[str, int] = field(default_factory=dict)
+    #: things the user should know about the inputs (e.g. CSV columns the builder does not read)
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         lines = [f"{self.probe_set.name}: {len(self.probe_set)} cases -> {self.out_dir}"]
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         for k, v in self.counts.items():
             lines.append(f"  {k}: {v}")
         lines.append(f"  exclusions: {len(self.exclusions)} records (see {EXCLUSIONS_FILE})")
+        if self.lost:
+            per = ", ".join(f"{n} at the {stage} step" if stage != "after sampling" else f"{n} unlogged"
+                            for stage, n in self.lost.items())
+            lines.append(f"  lost after sampling: {sum(self.lost.values())} case(s) ({per}); "
+                         "counted in their strata and shortfalls")
         lines.extend(format_shortfalls(self.shortfalls).splitlines())
         return "\n".join(lines)
 
@@ -287,25 +297,33 @@ def shuffled_one_per_patient(
 
 
 def allocate_balanced(available: dict[str, int], total: int) -> dict[str, int]:
-    """Split ``total`` as evenly as possible over groups, moving what a short group lacks to the others.
+    """Split ``total`` as evenly as possible over groups, a short group passing what it lacks to the others.
 
-    Deterministic: remainders go to groups in sorted-name order.
+    Max-min fair ("water filling"): every group gets ``min(available, L)`` for the largest level ``L`` that fits
+    in ``total``; the ``r`` units left over (fewer than the groups still above ``L``) go one each to the first
+    ``r`` of those groups in sorted-name order. So 483 image-dependent ReXErr sentences over eight error types of
+    which two have only 30 and 33 give 70 to each of the other six, as the released builder's fixed 70 per type
+    (560 // 8) does; a round-by-round split would give 71/71/70/70/69/69.
+
+    >>> allocate_balanced({"a": 30, "b": 33, "c": 200, "d": 200, "e": 200, "f": 200, "g": 200, "h": 200}, 483)
+    {'a': 30, 'b': 33, 'c': 70, 'd': 70, 'e': 70, 'f': 70, 'g': 70, 'h': 70}
+    >>> allocate_balanced({"a": 100, "b": 100, "c": 100}, 100)
+    {'a': 34, 'b': 33, 'c': 33}
     """
-    alloc = {k: 0 for k in available}
-    remaining = total
-    open_groups = sorted(k for k, v in available.items() if v > 0)
-    while remaining > 0 and open_groups:
-        share, extra = divmod(remaining, len(open_groups))
-        progressed = 0
-        for i, k in enumerate(open_groups):
-            want = share + (1 if i < extra else 0)
-            give = min(want, available[k] - alloc[k])
-            alloc[k] += give
-            progressed += give
-        remaining -= progressed
-        open_groups = [k for k in open_groups if alloc[k] < available[k]]
-        if progressed == 0:
-            break
+    caps = {k: max(0, int(v)) for k, v in available.items()}
+    total = min(max(0, int(total)), sum(caps.values()))
+    if total == 0:
+        return {k: 0 for k in caps}
+    lo, hi = 0, max(caps.values())
+    while lo < hi:  # the largest level L with sum(min(cap, L)) <= total
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for c in caps.values()) <= total:
+            lo = mid
+        else:
+            hi = mid - 1
+    alloc = {k: min(c, lo) for k, c in caps.items()}
+    for k in sorted(k for k, c in caps.items() if c > lo)[: total - sum(alloc.values())]:
+        alloc[k] += 1
     return alloc
 
 
@@ -445,6 +463,9 @@ def select_checked(
 
 # ------------------------------------------------------------------------------------------------ swaps
 
+#: partner draws per case before assign_swaps gives up on partners whose image fails the check
+SWAP_DRAWS = 16
+
 
 class SwapPool:
     """Frontal images that can serve as swap partners, indexed by a match key (e.g. ``cardiomegaly=1``).
@@ -542,15 +563,23 @@ def assign_swaps(
                 continue
             if str(pool.paths[j]) in failed:
                 tries[i] += 1
-                if tries[i] < 16:
+                if tries[i] < SWAP_DRAWS:
                     nxt.append(i)
                 continue
             choice[i] = j
         pending = nxt
     drop = [i for i in range(n) if choice[i] is None]
     for i in drop:
-        log.add(recs[i]["case_id"], source, "swap",
-                f"no different-patient frontal swap partner with {keys0[i] or 'any key'} (excluded)")
+        key = keys0[i] or "any key"
+        if tries[i] >= SWAP_DRAWS:
+            why = (f"no swap partner with {key} whose image passes the check: {tries[i]} drawn partners failed it "
+                   "(excluded)")
+        elif tries[i]:
+            why = (f"no different-patient frontal swap partner with {key} whose image passes the check "
+                   f"({tries[i]} failed it) (excluded)")
+        else:
+            why = f"no different-patient frontal swap partner with {key} (excluded)"
+        log.add(recs[i]["case_id"], source, "swap", why)
     cases["swap_image_path"] = [None if c is None else str(pool.paths[c]) for c in choice]
     cases["swap_patient_id"] = [None if c is None else str(pool.patients[c]) for c in choice]
     cases["swap_match"] = [None if c is None else (u if u is not None else "any_frontal") for c, u in zip(choice, used)]
@@ -652,11 +681,18 @@ def finalize(
     fingerprint: bool = True,
     extra: dict[str, Any] | None = None,
     validate: bool = True,
+    strata: dict[str, dict[str, Any]] | None = None,
+    sampled: pd.DataFrame | None = None,
+    warnings: Sequence[str] = (),
 ) -> BuildResult:
     """Validate, save the ProbeSet to ``out_dir`` and write exclusions.csv, shortfalls.csv and the check cache.
 
-    ``validate=False`` (training sets of millions of rows) replaces the row-by-row manifest validation with
-    vectorised checks of what those sets carry (kind, finding, binary label)."""
+    ``strata`` (stratum -> requested/obtained/available, optionally ``target`` for capped strata) is recounted
+    from the final manifest: a case in ``sampled`` (case_id, stratum: the cases as sampled) that did not reach
+    the manifest (e.g. no swap partner) is subtracted from its stratum, named with the stage that logged it, and
+    its stratum gets a shortfall, so the strata, ``shortfalls.csv`` and the printed summary always agree with
+    the manifest. ``validate=False`` (training sets of millions of rows) replaces the row-by-row manifest
+    validation with vectorised checks of what those sets carry (kind, finding, binary label)."""
     dupmask = manifest["case_id"].duplicated(keep=False)
     if dupmask.any():
         d = manifest.loc[dupmask]
@@ -666,6 +702,12 @@ def finalize(
         raise DatasetError(f"{builder}: {len(where)} case id(s) occur more than once (within or across sources), "
                            f"e.g. {first} (case id: sources)")
     manifest = manifest[[c for c in manifest.columns if not c.startswith("_")]].reset_index(drop=True)
+    if manifest.empty:
+        _empty_build(builder, Path(out_dir), Path(image_root), log.frame())
+    lost: dict[str, int] = {}
+    if strata is not None:
+        strata, shortfalls, lost = reconcile_strata(manifest, strata, shortfalls, sampled, log.frame())
+        extra = {**(extra or {}), "strata": strata}
     from medvlm_audit import __version__
 
     prov = {
@@ -677,6 +719,8 @@ def finalize(
         "counts": counts,
         "shortfalls": [asdict(s) for s in shortfalls],
         "n_exclusions": len(log),
+        "lost_after_sampling": lost,
+        "warnings": list(warnings),
         "image_checks": None if checker is None else {"checked": checker.n_checked, "cached": checker.n_cached},
         **(extra or {}),
     }
@@ -696,10 +740,112 @@ def finalize(
     _atomic_write_text(out_dir / SHORTFALLS_FILE, sf.to_csv(index=False))
     if checker is not None:  # save() replaced the folder: put the resumable check cache back
         _atomic_write_text(out_dir / IMAGE_CHECK_CACHE, "".join(json.dumps(r) + "\n" for r in checker.records()))
-    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts)
+    result = BuildResult(ProbeSet.load(out_dir, validate=False), excl, list(shortfalls), out_dir, counts, lost,
+                         list(warnings))
     if verbose:
         print(result.summary())
     return result
+
+
+def reconcile_strata(
+    manifest: pd.DataFrame,
+    strata: dict[str, dict[str, Any]],
+    shortfalls: Sequence[Shortfall],
+    sampled: pd.DataFrame | None,
+    exclusions: pd.DataFrame,
+) -> tuple[dict[str, dict[str, Any]], list[Shortfall], dict[str, int]]:
+    """Strata and shortfalls recounted from the final manifest, with the sampled cases lost on the way.
+
+    Returns (strata with ``obtained`` = cases of that stratum in the manifest and ``lost_after_sampling`` =
+    {stage: n} where cases were lost, shortfalls in strata order with their ``obtained`` from the manifest and
+    the losses added to their reason, {stage: n} over all strata). A stratum that loses cases below its target
+    (``target``, else ``requested``) gets a shortfall even when it had none at sampling time.
+    """
+    strata = {k: dict(v) for k, v in strata.items()}
+    final = manifest["stratum"].astype(str).value_counts() if "stratum" in manifest else pd.Series(dtype=int)
+    per: dict[str, list[tuple[str, int, str]]] = {}
+    total: dict[str, int] = {}
+    if sampled is not None and len(sampled):
+        gone = sampled.loc[~isin(sampled["case_id"].astype(str), set(manifest["case_id"].astype(str))),
+                           ["case_id", "stratum"]].astype(str)
+        if len(gone):
+            ex = exclusions.drop_duplicates("record_id", keep="last").set_index("record_id")
+            gone = gone.assign(stage=gone["case_id"].map(ex["stage"]).fillna("after sampling"),
+                               reason=gone["case_id"].map(ex["reason"]).fillna("not in the final manifest"))
+            for (k, stage), g in gone.groupby(["stratum", "stage"], sort=False):
+                per.setdefault(k, []).append((stage, len(g), g["reason"].value_counts().index[0]))
+                total[stage] = total.get(stage, 0) + len(g)
+    by_stratum = {s.stratum: s for s in shortfalls}
+    out: list[Shortfall] = []
+    for k, info in strata.items():
+        got = int(final.get(k, 0))
+        if got < info["obtained"]:
+            losses = per.get(k)
+            if not losses:  # no sampled frame given: the loss is still counted, without its stage
+                losses = [("after sampling", int(info["obtained"]) - got, "not in the final manifest")]
+                total["after sampling"] = total.get("after sampling", 0) + losses[0][1]
+            info["lost_after_sampling"] = {stage: n for stage, n, _ in losses}
+            txt = "; ".join(f"{n} sampled case(s) lost " + ("after sampling" if stage == "after sampling" else
+                                                             f"at the {stage} step") + f" (e.g. {why})"
+                            for stage, n, why in losses)
+        else:
+            txt = ""
+        info["obtained"] = got
+        s = by_stratum.pop(k, None)
+        target = int(info.get("target", info["requested"]))
+        if s is not None:
+            out.append(Shortfall(s.stratum, s.requested, got, s.available, "; ".join(x for x in (s.reason, txt) if x)))
+        elif got < target:
+            out.append(Shortfall(k, target, got, int(info["available"]), txt or "fewer cases than requested"))
+    out.extend(by_stratum.values())
+    return strata, out, total
+
+
+def top_exclusion_reasons(excl: pd.DataFrame, n: int = 5) -> list[tuple[int, str, str]]:
+    """The ``n`` commonest (count, stage, example reason) groups of an exclusion log.
+
+    Reasons that differ only in a path or a number (``file /a/1.jpg does not exist``) form one group.
+    """
+    if excl.empty:
+        return []
+    key = excl["reason"].astype(str).str.replace(r"\S*/\S*", "<path>", regex=True).str.replace(
+        r"\d+(?:\.\d+)?", "<n>", regex=True)
+    g = excl.assign(_key=key).groupby(["stage", "_key"], sort=False)
+    top = g.size().sort_values(ascending=False, kind="mergesort").head(n)
+    first = g["reason"].first()
+    return [(int(c), str(stage), str(first[(stage, k)])) for (stage, k), c in top.items()]
+
+
+def _empty_build(builder: str, out_dir: Path, image_root: Path, excl: pd.DataFrame) -> None:
+    """No record became a case: write exclusions.csv, leave nothing else, and raise saying why.
+
+    The exclusions go to ``out_dir/exclusions.csv`` with no probe set beside them (the image-check cache and any
+    earlier shortfalls.csv of a failed build are removed); a probe set already saved in ``out_dir`` is left as it was
+    and the exclusions go beside the folder (``<out_dir>.exclusions.csv``)."""
+    from medvlm_audit.probeset import MANIFEST
+
+    if (out_dir / MANIFEST).exists():
+        target = out_dir.with_name(f"{out_dir.name}.{EXCLUSIONS_FILE}")
+        where = f"{target} (the probe set already in {out_dir} is left as it was)"
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in (IMAGE_CHECK_CACHE, SHORTFALLS_FILE):
+            (out_dir / name).unlink(missing_ok=True)
+        target = out_dir / EXCLUSIONS_FILE
+        where = str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(target, excl.to_csv(index=False))
+    top = top_exclusion_reasons(excl)
+    head = (f"{builder}: the probe set is empty: none of the {len(excl)} excluded records became a case; "
+            f"exclusions written to {where}, nothing else saved. Top exclusion reasons:")
+    lines = [head]
+    lines += [f"  {c} x {stage}: {why}" for c, stage, why in top] or ["  (no record was read)"]
+    checked = excl["stage"].eq("image_check")
+    missing = checked & excl["reason"].astype(str).str.contains("does not exist")
+    if missing.any() and missing.sum() * 2 >= checked.sum():
+        lines.append(f"  most image files named by the labels do not exist under {image_root}: check that the "
+                     "paths in the label file match the folder layout (e.g. valid/ in the CSV, val/ on disk)")
+    raise DatasetError("\n".join(lines))
 
 
 def _quick_validate(df: pd.DataFrame, builder: str) -> None:

@@ -1,8 +1,10 @@
 """A probe set from any folder of images plus a CSV of (image, finding, label, box, patient, age, sex, view).
 
 Each CSV row becomes one finding-presence case; ``label`` is the correct answer to "Is [display] present ...?"
-(so a normal image asked about ``no_finding`` - "any acute abnormality" - has label 0). Boxes (x0, y0, x1, y1 in
-the image's pixels) enable the masking conditions; swap partners are drawn from the other rows.
+(so a normal image asked about ``no_finding`` - "any acute abnormality" - has label 0). Boxes in the image's pixels,
+as corners (x0, y0, x1, y1) or as top-left corner and size (x, y, w, h: ``box_x, box_y, box_w, box_h``, ``x, y, w,
+h`` or NIH's ``Bbox [x, y, w, h]``), enable the masking conditions; swap partners are drawn from the other rows.
+A CSV column the builder does not read is named in a warning (printed summary and provenance).
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ ALIASES = {
     "x1": ("x1", "box_x1", "x_max", "xmax"),
     "y1": ("y1", "box_y1", "y_max", "ymax"),
 }
+#: box as top-left corner + width and height, in the order x, y, w, h (the last is NIH's BBox_List_2017.csv header
+#: ``Bbox [x,y,w,h]`` as a CSV reader splits it)
+XYWH_LAYOUTS = (("box_x", "box_y", "box_w", "box_h"), ("x", "y", "w", "h"), ("Bbox [x", "y", "w", "h]"))
+#: optional columns read under their own name
+OPTIONAL = ("age", "sex", "view", "study_id", "split", "case_id", "width", "height")
 
 
 def _col(df: pd.DataFrame, key: str) -> str | None:
@@ -122,12 +129,13 @@ def build_folder(
         nonnum = ag.notna() & (ag != "") & df["age"].isna()
         demo_bad[nonnum] = "non-numeric age " + ag[nonnum].map(repr).astype(str)
     df["view"] = normalize_view(raw["view"]).astype(str) if "view" in raw else ""
-    for k in ("x0", "y0", "x1", "y1"):
-        c = _col(raw, k)
-        df[f"_ann_{k}"] = pd.to_numeric(raw[c], errors="coerce") if c else np.nan
-        if c and (raw[c].notna() & df[f"_ann_{k}"].isna()).any():
-            i = int(np.flatnonzero((raw[c].notna() & df[f"_ann_{k}"].isna()).to_numpy())[0])
-            raise DatasetError(f"folder CSV: {csv_path} row {i + 2} column {c!r} has non-numeric value {raw[c].iloc[i]!r}")
+    box_cols = _read_box(raw, df, csv_path)
+    used = {img_col, "finding", "label", pcol, *box_cols, *(c for c in OPTIONAL if c in raw)}
+    unused = [c for c in raw.columns if c not in used
+              and not (str(c).startswith("Unnamed: ") and raw[c].isna().all())]  # empty columns of trailing commas
+    note = (f"column(s) {unused} of {csv_path.name} are not used (read: image, finding, label, patient_id, "
+            f"box corners x0/y0/x1/y1 or x/y/w/h, {', '.join(OPTIONAL)})")
+    warnings = [note] if unused else []
     has_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().all(axis=1)
     part_box = df[[f"_ann_{k}" for k in ("x0", "y0", "x1", "y1")]].notna().any(axis=1) & ~has_box
     reasons: list[tuple[str, pd.Series]] = [
@@ -189,12 +197,42 @@ def build_folder(
             "ibox_overlaps", "swap_image_path", "swap_patient_id", "patient_id", "study_id", "age", "sex", "view",
             "source", "split", "swap_match"]
     manifest = df[keep]
-    if manifest.empty:
-        raise DatasetError(f"folder CSV: no usable row in {csv_path}; see the exclusions above")
     params: dict[str, Any] = {"frontal_only": frontal_only, "require_demographics": require_demographics,
                               "min_box_side": min_box_side, "swap_same_view": swap_same_view,
-                              "patient_ids": "from CSV" if pcol else "none given: each image is its own patient"}
+                              "patient_ids": "from CSV" if pcol else "none given: each image is its own patient",
+                              "box_columns": box_cols}
     counts = {"folder": len(manifest), "boxed": int(manifest["tbox_x0"].notna().sum()), "total": len(manifest)}
     return finalize(manifest, name=name, builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
                     inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs)
+                    verbose=verbose, fingerprint=fingerprint_inputs, warnings=warnings)
+
+
+def _numeric(raw: pd.DataFrame, col: str, csv_path: Path) -> pd.Series:
+    """A box column as floats (blank -> NaN); a value that is neither blank nor a number is an error naming it."""
+    v = pd.to_numeric(raw[col], errors="coerce")
+    bad = raw[col].notna() & v.isna()
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DatasetError(f"folder CSV: {csv_path} row {i + 2} column {col!r} has non-numeric value {raw[col].iloc[i]!r}")
+    return v.astype(float)
+
+
+def _read_box(raw: pd.DataFrame, df: pd.DataFrame, csv_path: Path) -> list[str]:
+    """Fill df's _ann_x0.._ann_y1 from corner columns or from x, y, w, h columns; returns the columns read."""
+    corners = {k: _col(raw, k) for k in ("x0", "y0", "x1", "y1")}
+    xywh = next((lay for lay in XYWH_LAYOUTS if all(c in raw.columns for c in lay)), None)
+    given = [c for c in corners.values() if c]
+    if xywh is not None and given:
+        raise DatasetError(f"folder CSV: {csv_path} has both box corners {given} and x, y, w, h columns {list(xywh)}; "
+                           "keep one box layout")
+    if xywh is None:
+        partial = [c for c in dict.fromkeys(c for lay in XYWH_LAYOUTS for c in lay) if c in raw.columns]
+        if partial and not given:
+            raise DatasetError(f"folder CSV: {csv_path} has box column(s) {partial} but not all four of x, y, w, h "
+                               f"(accepted: {', '.join(str(list(lay)) for lay in XYWH_LAYOUTS)})")
+        for k, c in corners.items():
+            df[f"_ann_{k}"] = _numeric(raw, c, csv_path).to_numpy() if c else np.nan
+        return given
+    x, y, w, h = (_numeric(raw, c, csv_path).to_numpy() for c in xywh)
+    df["_ann_x0"], df["_ann_y0"], df["_ann_x1"], df["_ann_y1"] = x, y, x + w, y + h
+    return list(xywh)

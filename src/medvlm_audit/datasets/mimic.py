@@ -78,6 +78,10 @@ IMAGE_DEPENDENT_ERRORS = (
 )
 TEXT_ONLY_ERRORS = ("add typo", "change to homophone", "add repetition")
 REXERR_GROUPS = ("image_dependent", "text_only", "no_error")
+#: MIMIC-IV patients.anchor_age of a patient over 89 in anchor_year (a de-identification top code), and the age
+#: the builders record for it: 90, meaning 90 or older (flag ``age_top_coded``)
+TOP_CODED_ANCHOR_AGE = 91
+TOP_CODED_AGE = 90.0
 NEGATIVE_POLICIES = ("explicit_then_blank", "explicit", "explicit_or_blank")
 
 
@@ -151,7 +155,11 @@ def load_mimic_images(
         age = anchor_age + (year - anchor_year).fillna(0)
     else:
         age = anchor_age
-    img["age"] = age.astype(float)
+    # anchor_age 91 is MIMIC-IV's top code for "over 89 in anchor_year", not an age: no year offset is added to
+    # it (that gave ages up to 119); the case is kept as 90+ (age 90, age_top_coded True)
+    top = (anchor_age >= TOP_CODED_ANCHOR_AGE).fillna(False).astype(bool)
+    img["age"] = age.astype(float).where(~top, TOP_CODED_AGE)
+    img["age_top_coded"] = top
     img["view"] = normalize_view(img["view_raw"])
     img["patient_id"] = img["subject_id"].astype(str)
     img["record_id"] = img["dicom_id"].astype(str)
@@ -262,7 +270,6 @@ def build_mimic(
     if negatives not in NEGATIVE_POLICIES:
         raise ValueError(f"negatives={negatives!r}; choose one of {NEGATIVE_POLICIES}")
     mimic_root, out_dir = Path(mimic_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     shortfalls: list[Shortfall] = []
     strata_info: dict[str, dict[str, int]] = {}
@@ -282,8 +289,8 @@ def build_mimic(
     ms["finding"] = ms["category_name"].astype(str).str.strip().str.lower().map(MS_CXR_CATEGORIES)
     known = pd.Series(isin(ms["dicom_id"], dicom_set), index=ms.index)
     j = ms["dicom_id"].where(known)
-    for c in ("subject_id", "study_id", "view", "vreason", "dreason", "age", "sex", "split", "image_path",
-              "width", "height", "patient_id"):
+    for c in ("subject_id", "study_id", "view", "vreason", "dreason", "age", "age_top_coded", "sex", "split",
+              "image_path", "width", "height", "patient_id"):
         ms[c] = j.map(by_dicom[c])
     x0, y0 = ms["x"], ms["y"]
     x1, y1 = ms["x"] + ms["w"], ms["y"] + ms["h"]
@@ -321,7 +328,12 @@ def build_mimic(
     ms_rows = []
     for f in MS_CXR_FINDINGS:
         sel = ms_sel[f]
-        strata_info[f"ms_cxr:{f}"] = {"requested": int(ms_cxr_cap), "obtained": len(sel), "available": len(ms_strata[f])}
+        strata_info[f"ms_cxr:{f}"] = {"requested": int(ms_cxr_cap), "obtained": len(sel), "available": len(ms_strata[f]),
+                                      "target": ms_want[f]}
+        s = stratum_shortfall(f"ms_cxr:{f}", ms_want[f], len(sel), len(ms_strata[f]),
+                              "candidate images failed the image check (no eligible annotation left to replace them)")
+        if s:  # below the cap is not a shortfall; an eligible box lost to a failing image is
+            shortfalls.append(s)
         ms_rows.append(sel)
     ms_cases = pd.concat(ms_rows, ignore_index=True)
     ms_cases = _scale_boxes_to_image(ms_cases)
@@ -388,7 +400,8 @@ def build_mimic(
     rx = apply_filters(rx, [("rexerr:link", link_reason)], log, "rexerr")
     rx = rx.drop(columns=["dicom_id", "study_id", "subject_id"]).merge(
         good[["record_id", "cand"]].rename(columns={"cand": "dicom_id"}), on="record_id", how="left")
-    for c in ("subject_id", "study_id", "view", "age", "sex", "split", "image_path", "width", "height", "patient_id"):
+    for c in ("subject_id", "study_id", "view", "age", "age_top_coded", "sex", "split", "image_path", "width",
+              "height", "patient_id"):
         rx[c] = rx["dicom_id"].map(by_dicom[c])
     rx = rx.sort_values("record_id", key=lambda s: s.str.split("#").str[1].astype(int), kind="mergesort")
     dupr = rx.duplicated(["study_id", "original_sentence", "error_sentence"], keep="first")
@@ -446,12 +459,13 @@ def build_mimic(
     swap_pool = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys_idx,
                          swap_src["view"].to_numpy())
     cases = pd.concat([ms_cases, mimic_cases, rx_cases], ignore_index=True)
+    sampled = cases[["case_id", "stratum"]].copy()
     fin = []
     for src, fallback in (("ms_cxr", False), ("mimic_cxr", False), ("rexerr", True)):
         part = cases[cases["source"] == src]
         if len(part):
             fin.append(assign_swaps(part, swap_pool, "swap_key", seed, log, src, checker, swap_same_view, fallback))
-    cases = pd.concat(fin, ignore_index=True)
+    cases = pd.concat(fin, ignore_index=True) if fin else cases
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"].fillna(cases["width"]) if "_checked_w" in cases else cases["width"]
     cases["image_height"] = cases["_checked_h"].fillna(cases["height"]) if "_checked_h" in cases else cases["height"]
@@ -460,13 +474,14 @@ def build_mimic(
     keep = ["case_id", "kind", "label", "finding", "sentence", "image_path", "image_width", "image_height",
             "box_x0", "box_y0", "box_x1", "box_y1", "tbox_x0", "tbox_y0", "tbox_x1", "tbox_y1",
             "ibox_x0", "ibox_y0", "ibox_x1", "ibox_y1", "ibox_overlaps", "swap_image_path", "swap_patient_id",
-            "patient_id", "study_id", "age", "sex", "view", "source", "split", "dicom_id", "error_type",
+            "patient_id", "study_id", "age", "age_top_coded", "sex", "view", "source", "split", "dicom_id", "error_type",
             "error_group", "label_text", "original_sentence", "finding_state", "stratum", "swap_match"]
     for c in keep:
         if c not in cases:
             cases[c] = None
     manifest = cases[keep].copy()
     manifest["finding_state"] = pd.array(pd.to_numeric(manifest["finding_state"], errors="coerce"), dtype="Int64")
+    manifest["age_top_coded"] = manifest["age_top_coded"].eq(True)
     counts = {
         "ms_cxr": int((manifest["source"] == "ms_cxr").sum()),
         "mimic_cxr": int((manifest["source"] == "mimic_cxr").sum()),
@@ -482,7 +497,7 @@ def build_mimic(
     }
     return finalize(manifest, name=name, builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
                     inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": strata_info})
+                    verbose=verbose, fingerprint=fingerprint_inputs, strata=strata_info, sampled=sampled)
 
 
 def _scale_boxes_to_image(df: pd.DataFrame) -> pd.DataFrame:

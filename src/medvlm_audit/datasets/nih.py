@@ -39,6 +39,7 @@ from medvlm_audit.datasets.common import (
     sample_label_strata,
     select_checked,
     stratum_rng,
+    stratum_shortfall,
     vanishing_box_reason,
     view_reasons,
 )
@@ -67,6 +68,9 @@ NIH_FINDINGS: tuple[str, ...] = (
     "mass", "nodule", "pleural_effusion", "pleural_thickening", "pneumonia", "pneumothorax",
 )
 DATA_ENTRY_NAMES = ("Data_Entry_2017_v2020.csv", "Data_Entry_2017.csv")
+#: the sex column's name: "Patient Gender" (Data_Entry_2017.csv, Kaggle and torchxrayvision copies of the v2020 file)
+#: or "Patient Sex" (Data_Entry_2017_v2020.csv as downloaded from NIH's Box folder)
+SEX_COLUMNS = ("Patient Gender", "Patient Sex")
 BBOX_NAME = "BBox_List_2017.csv"
 
 
@@ -150,12 +154,17 @@ def build_nih(
     Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
     """
     nih_root, out_dir = Path(nih_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
     f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)
-    cols = ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "Patient Gender", "View Position"]
-    ent = read_csv(f_entry, cols, "NIH Data_Entry", dtype={"Image Index": str, "Finding Labels": str})
+    cols = ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "View Position"]
+    # index_col=False: NIH's Box copy ends every line with a comma; a header without it would otherwise make
+    # pandas read the first field as the index and shift every column silently
+    ent = read_csv(f_entry, cols, "NIH Data_Entry", dtype={"Image Index": str, "Finding Labels": str}, index_col=False)
+    sex_col = next((c for c in SEX_COLUMNS if c in ent.columns), None)
+    if sex_col is None:
+        raise DatasetError(f"NIH Data_Entry: {f_entry} has neither {SEX_COLUMNS[0]!r} nor {SEX_COLUMNS[1]!r} "
+                           f"(the sex column); found columns {list(ent.columns)[:30]}")
     dup = ent["Image Index"].duplicated()
     if dup.any():
         raise DatasetError(f"NIH Data_Entry: {f_entry} lists image {ent['Image Index'][dup].iloc[0]!r} twice")
@@ -166,7 +175,7 @@ def build_nih(
         raise DatasetError(f"NIH Data_Entry: {f_entry} row {i + 2} column 'Finding Labels' has label "
                            f"{unknown.iloc[i]!r}, not one of {sorted(NIH_LABELS)}")
     df = pd.DataFrame({"record_id": ent["Image Index"], "patient_id": ent["Patient ID"].astype(str),
-                       "age": _parse_age(ent["Patient Age"]), "sex": normalize_sex(ent["Patient Gender"]),
+                       "age": _parse_age(ent["Patient Age"]), "sex": normalize_sex(ent[sex_col]),
                        "view": normalize_view(ent["View Position"]).astype(str)})
     found = {NIH_LABELS[x] for t in tokens for x in t}
     for f in (*NIH_FINDINGS, "no_finding"):
@@ -252,7 +261,10 @@ def build_nih(
         kind="finding_presence", label=1, finding_state=POS, stratum="nih_box:" + box_cases["finding"],
         swap_key=box_cases["finding"] + "=1", dicom_id=box_cases["image"])
     info = {f"nih_box:{f}": {"requested": box_cap, "obtained": int((box_cases["finding"] == f).sum()),
-                             "available": len(s)} for f, s in strata.items()}
+                             "available": len(s), "target": want[f]} for f, s in strata.items()}
+    box_short = [s for f, i in info.items() if (s := stratum_shortfall(
+        f, i["target"], i["obtained"], i["available"],
+        "candidate images failed the image check (no eligible box left to replace them)"))]
 
     # ------------------------------------------------------------ labelled strata (boxed images removed)
     pool = df if split == "all" else df[df["split"] == split]
@@ -278,6 +290,7 @@ def build_nih(
         st = swap_src[f].to_numpy()
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
+    sampled = cases[["case_id", "stratum"]].copy()
     cases = assign_swaps(cases, sp, "swap_key", seed, log, "nih", checker, swap_same_view)
     cases = add_boxes(cases)
     cases["image_width"] = cases.get("_checked_w", image_size)
@@ -287,7 +300,7 @@ def build_nih(
             "ibox_overlaps", "swap_image_path", "swap_patient_id", "patient_id", "study_id", "age", "sex", "view",
             "source", "split", "dicom_id", "finding_state", "stratum", "swap_match"]
     manifest = cases[keep].rename(columns={"dicom_id": "image_index"})
-    sf: list[Shortfall] = list(shortfalls)
+    sf: list[Shortfall] = [*box_short, *shortfalls]
     counts = {"nih_boxed": len(box_cases), "nih_labelled": len(lab_cases), "total": len(manifest)}
     params: dict[str, Any] = {
         "metadata_from": metadata_from, "split": split, "per_finding": per_finding, "n_normal": n_normal,
@@ -295,4 +308,4 @@ def build_nih(
     }
     return finalize(manifest, name=name, builder="nih", image_root=nih_root, out_dir=out_dir, params=params,
                     inputs={"data_entry": f_entry, "bbox_list": f_bbox}, log=log, shortfalls=sf, counts=counts,
-                    checker=checker, seed=seed, verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": info})
+                    checker=checker, seed=seed, verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)

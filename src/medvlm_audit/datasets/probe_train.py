@@ -105,7 +105,6 @@ def build_probe_train(
         raise ValueError(f"negatives={negatives!r}; choose one of {TRAIN_NEGATIVES}")
     splits = tuple(splits) if splits else DEFAULT_SPLITS[source]
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     tag = f"{source}_train"
     if source == "mimic":

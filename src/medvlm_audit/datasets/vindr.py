@@ -97,7 +97,6 @@ def build_vindr(
     own patient for swaps.
     """
     root, out_dir = Path(vindr_root), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     inputs: dict[str, Path] = {}
     ann_path = None
@@ -276,7 +275,8 @@ def build_vindr(
         df["case_id"] = f"vindr-{word}-{f}-" + (df["image_id"] if "image_id" in df and df["image_id"].notna().all() else df["record_id"])
         df["image_id"] = df["image_id"] if "image_id" in df and df["image_id"].notna().all() else df["record_id"]
         parts.append(df)
-        info[k] = {"requested": want[k] if not k.startswith("vindr_box") else box_cap, "obtained": len(df), "available": avail[k]}
+        info[k] = {"requested": want[k] if not k.startswith("vindr_box") else box_cap, "obtained": len(df),
+                   "available": avail[k], "target": want[k]}
         if not k.startswith("vindr_box"):
             s = stratum_shortfall(k, want[k], len(df), avail[k], "too few eligible images")
             if s:
@@ -288,6 +288,7 @@ def build_vindr(
         st = srt[f].to_numpy()
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(srt["image_path"].to_numpy(), srt["patient_id"].to_numpy(), keys, srt["view"].to_numpy())
+    sampled = cases[["case_id", "stratum"]].copy()
     cases = assign_swaps(cases, sp, "swap_key", seed, log, "vindr", None, False)
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"] if "_checked_w" in cases else cases["_ann_w"]
@@ -307,4 +308,4 @@ def build_vindr(
                               "box_policy": "enclosing box of all readers' boxes per (image, finding)"}
     return finalize(manifest, name=name, builder="vindr", image_root=root, out_dir=out_dir, params=params,
                     inputs=inputs, log=log, shortfalls=sf, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, extra={"strata": info})
+                    verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
