@@ -36,6 +36,9 @@ from medvlm_audit.scorers.yesno import p_yes, parse_yes_no
         ("\u2581Yes", 1),
         ("Not present.", 0),
         ("Maybe", -1),
+        # the whole final line must equal a token; else the first token of the answer (DESIGN.md "Parser")
+        ("Yes.\nNo other abnormality is seen.", 1),
+        ("No.\nYes, the heart is normal in size.", 0),
     ],
 )
 def test_parse_yes_no(text, expected) -> None:

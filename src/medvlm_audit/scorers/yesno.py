@@ -1,8 +1,8 @@
 """The paper's yes/no parser and first-token P(yes) (paper 000, Methods; DESIGN.md "Grounding audit").
 
-Parse order: strip tokenizer artifacts and ``<think>...</think>`` (an unclosed ``<think>`` to the end); the final non-empty line against the
-affirmative/negative token sets; then the first whitespace token; then the first 60 lower-cased characters
-for an unambiguous yes or no matched as whole words (so "cannot" and "abnormality" are not read as No).
+Parse order: strip tokenizer artifacts and ``<think>...</think>`` (an unclosed ``<think>`` to the end); the whole
+final non-empty line (lower-cased, stripped of punctuation) must equal one of the affirmative/negative tokens;
+then the first whitespace token; then the first 60 lower-cased characters for an unambiguous yes or no matched as whole words (so "cannot" and "abnormality" are not read as No).
 Returns 1 (Yes), 0 (No) or -1 (unparsed, an explicit class: never coerced).
 """
 
@@ -50,14 +50,9 @@ def _classify_token(token: str) -> int:
 
 
 def _classify_line(line: str) -> int:
-    """A line is read as a yes/no token when, stripped of punctuation, it is one of the tokens."""
-    whole = _classify_token(line)
-    if whole != UNPARSED:
-        return whole
-    words = line.strip(_STRIP).split()
-    if words:
-        return _classify_token(words[0])
-    return UNPARSED
+    """A line is read as a yes/no token only when the **whole** line, lower-cased and stripped of punctuation,
+    equals one of the tokens ("No other abnormality is seen." is not a token: DESIGN.md "Parser")."""
+    return _classify_token(line)
 
 
 def parse_yes_no(text: str | None) -> int:
