@@ -57,6 +57,18 @@ def test_p_yes_renormalises_over_variants() -> None:
     assert p_yes(tl) == pytest.approx(0.75)
 
 
+def test_p_yes_counts_exactly_the_papers_token_sets() -> None:
+    # "y" / "n" / "yeah" / "Yes." are not in {Yes, yes, YES, _Yes, _yes, _YES} and its No set
+    tl = [("Yes", math.log(0.3)), ("y", math.log(0.3)), ("No", math.log(0.1)), ("n", math.log(0.2)),
+          ("yeah", math.log(0.05)), ("Yes.", math.log(0.05))]
+    assert p_yes(tl) == pytest.approx(0.3 / 0.4)
+    assert math.isnan(p_yes([("y", -0.1), ("n", -2.0)]))
+    # the six spellings of each set, a leading space also as the tokenizer's word-start marker
+    yes = [(t, math.log(0.1)) for t in ("Yes", "yes", "YES", " Yes", " yes", " YES")]
+    no = [(t, math.log(0.05)) for t in ("No", "no", "NO", " No", "\u2581no", "\u0120NO")]
+    assert p_yes(yes + no) == pytest.approx(0.6 / 0.9)
+
+
 def test_p_yes_undefined_not_zero() -> None:
     assert math.isnan(p_yes(None))
     assert math.isnan(p_yes([]))

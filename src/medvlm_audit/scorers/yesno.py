@@ -78,17 +78,29 @@ def parse_yes_no(text: str | None) -> int:
     return UNPARSED
 
 
+#: the paper's first-token sets (Methods, "Confidence"; DESIGN.md): these strings exactly, nothing else
+#: ("y", "n", "yeah", "Yes." and the like do not count).
+YES_TOKENS = frozenset({"Yes", "yes", "YES", " Yes", " yes", " YES"})
+NO_TOKENS = frozenset({"No", "no", "NO", " No", " no", " NO"})
+#: word-start markers of raw tokenizer vocabularies (SentencePiece U+2581, byte-level BPE U+0120): a leading
+#: space written the tokenizer's way, so "\u2581Yes" is the token " Yes".
+_SPACE_MARKERS = ("\u2581", "\u0120")
+
+
 def _token_class(token: str) -> int:
-    tok = _ARTIFACTS.sub("", token).strip(_STRIP).lower()
-    if tok in ("yes", "yeah", "y"):
+    tok = token
+    if tok[:1] in _SPACE_MARKERS:
+        tok = " " + tok[1:]
+    if tok in YES_TOKENS:
         return YES
-    if tok in ("no", "n"):
+    if tok in NO_TOKENS:
         return NO
     return UNPARSED
 
 
 def p_yes(top_logprobs: Iterable[tuple[str, float]] | None) -> float:
-    """First-token P(yes) renormalised over the yes/no token variants; NaN (undefined) when neither appears."""
+    """First-token P(yes) renormalised over exactly the paper's token sets ``YES_TOKENS`` / ``NO_TOKENS``;
+    NaN (undefined) when neither appears."""
     if not top_logprobs:
         return math.nan
     py = pn = 0.0
