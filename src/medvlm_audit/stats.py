@@ -9,7 +9,8 @@ Conventions (DESIGN.md "Statistics conventions"; paper 000, Methods "Statistical
   interval and a two-sided shift-and-reflect p-value (Supplementary Algorithm 1 of the paper).
 * Checked against the authors' released code (github.com/mahshadlotfinia/causal, ``Inference/stats_utils.py``):
   bootstrap SDs use ``ddof=1``; intervals use ``np.percentile`` with its default (linear) interpolation;
-  index resampling is ``np.random.RandomState(seed).randint(0, n, size=(B, n))``; the clustered bootstrap draws
+  index resampling is ``np.random.RandomState(seed).randint(0, n, size=(B, n))``. The released code has **no**
+  clustered bootstrap: the patient-clustered option is this project's addition (beyond the paper). It draws
   ``randint(0, K, size=(B, K))`` over the sorted unique cluster ids and takes the ratio of summed values to
   summed cluster sizes.
 * Two resampling modes for 0/1 outcomes. ``"exact-counts"`` draws the resampled counts directly (binomial for one
