@@ -414,7 +414,9 @@ def test_one_case_subgroup_and_binary_confidence():
     # view: only PA -> one group: not estimable, no exception; sex for CGR: F has no correct boxed case
     assert math.isnan(c.loc[("cgr", "view")].p) and "not estimable" in c.loc[("cgr", "view")].note
     assert math.isnan(c.loc[("cgr", "view")].p_adj)
-    assert _m(res, "m", "ece").note == "N/A (degenerate confidence)"  # all confidences exactly 0 or 1
+    for metric in ("auroc", "brier", "ece"):  # all confidences exactly 0 or 1: all three N/A, not only ECE
+        r = _m(res, "m", metric)
+        assert r.note == "N/A (degenerate confidence)" and math.isnan(r.point) and math.isnan(r.ci_low), metric
     _no_nan_text(res)
 
 

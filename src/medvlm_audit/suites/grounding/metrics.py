@@ -680,9 +680,16 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
     calib = calib or {}
     p_yes = ci.p_yes
     constant = n > 0 and bool(np.all(p_yes == p_yes[0]))
+    # the paper's N/A rule: more than 90% of confidences exactly 0 or 1 -> AUROC, Brier and ECE are all N/A
+    binary = n > 0 and int(np.count_nonzero((p_yes == 0.0) | (p_yes == 1.0))) > 0.9 * n
     if n == 0:
         for m, unit in (("auroc", "prob"), ("brier", "prob"), ("ece", "prob")):
             add(m, _empty_row(unit, NOT_ESTIMABLE, "no parsed original answer with a defined confidence"))
+    elif binary:
+        why = (f"{int(np.count_nonzero((p_yes == 0.0) | (p_yes == 1.0)))} of {n} confidences are exactly 0 or 1 "
+               f"(> 90%): no usable confidence")
+        for m in ("auroc", "brier", "ece"):
+            add(m, {**_empty_row("prob", DEGENERATE, why), "n": n})
     else:
         if constant:
             add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
