@@ -487,3 +487,21 @@ def test_text_only_rows_filled_and_no_image_condition():
     ni = _m(res, "reader", "no_image_accuracy")
     t = tidy[(tidy.model == "reader") & (tidy.condition == "no_image")]
     assert ni.n == len(t) and ni.point == pytest.approx(100 * (t.parsed == t.label).mean())
+
+
+def test_category_reads_the_bootstrap_interval_at_small_n():
+    # CGR 1/20 with IS 20/20: Wilson's lower bound is above 0 (display), the percentile bootstrap interval
+    # [0, 15] is not, so the rule says indeterminate (DESIGN.md "Categories"; issue 12 item 3)
+    n = 20
+    labels, box = [1] * n, [True] * n
+    answers = {"m": {"original": [1] * n, "target_mask": [0] + [1] * (n - 1), "irrelevant_mask": [1] * n,
+                     "swap": [1] * n}}
+    res = analyse_grounding(tidy_from_answers(answers, labels, box), B=2000)
+    r = _m(res, "m", "cgr")
+    assert (r.n, r.point) == (20, 5.0) and r.ci_method == "wilson" and r.ci_low > 0  # Wilson displayed
+    cat = res.categories.set_index("model").loc["m"]
+    assert cat.category == "indeterminate"
+    assert "bootstrap interval [0.0, 15.0] does not exclude 0" in cat.reason
+    # the rule's interval is the percentile bootstrap of the same vector
+    est = stats.proportion(np.array([1] + [0] * (n - 1)), B=2000, seed=0)
+    assert (100 * est.ci_low, 100 * est.ci_high) == pytest.approx((0.0, 15.0))

@@ -410,15 +410,19 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
                                wilson_below=wilson_below)
     n = int(est.n)
     note = ""
+    boot_low = boot_high = math.nan
     if n == 0:
         note = NOT_ESTIMABLE
     elif n < wilson_below:
+        # Wilson for display; the percentile-bootstrap interval is kept beside it for the category rule
+        boot = rate_row(values, clusters, opts, wilson_below=0)
+        boot_low, boot_high = boot["ci_low"], boot["ci_high"]
         note = f"Wilson interval (n < {wilson_below})"
     method = est.method if not label else f"{label}; {est.method}"
     ci_method = CI_NONE if n == 0 else CI_WILSON if n < wilson_below else CI_BOOT
     return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
             "ci_high": 100.0 * est.ci_high, "n": n, "k": int(values.sum()) if n else 0, "unit": "%",
-            "method": method, "note": note, "ci_method": ci_method}
+            "method": method, "note": note, "ci_method": ci_method, "boot_low": boot_low, "boot_high": boot_high}
 
 
 def _empty_row(unit: str, note: str, method: str = "") -> dict[str, Any]:
