@@ -223,7 +223,7 @@ def test_every_rate_below_30_cases_uses_wilson():
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi)), (r.metric, r.subset)
         assert r.note == "Wilson interval (n < 30)"
     gsp = res.metrics[res.metrics.metric == "gsp"]
-    assert set(gsp.ci_method) <= {"paired-bootstrap-percentile", "none"}
+    assert set(gsp.ci_method) <= {"bootstrap-percentile", "none"}  # GSP's own bootstrap, whatever the n
 
 
 def test_brier_ece_and_confidence_regimes_have_bootstrap_intervals(designed):
@@ -505,3 +505,22 @@ def test_category_reads_the_bootstrap_interval_at_small_n():
     # the rule's interval is the percentile bootstrap of the same vector
     est = stats.proportion(np.array([1] + [0] * (n - 1)), B=2000, seed=0)
     assert (100 * est.ci_low, 100 * est.ci_high) == pytest.approx((0.0, 15.0))
+
+
+def test_gsp_interval_recomputes_cgr_and_is_on_their_own_denominators():
+    # 20 correct boxed cases flip under the target mask but have no parsed irrelevant-mask answer; 20 more are
+    # parsed under both masks and never change. CGR 20/40 = 50, IS 20/20 = 100, GSP = 50. A paired bootstrap on
+    # the 20 cases parsed under both masks gave [0, 0], excluding its own point (issue 12 item 6).
+    n = 40
+    answers = {"m": {"original": [1] * n, "target_mask": [0] * 20 + [1] * 20,
+                     "irrelevant_mask": [-1] * 20 + [1] * 20}}
+    res = analyse_grounding(tidy_from_answers(answers, [1] * n, [True] * n), B=2000)
+    g = _m(res, "m", "gsp")
+    assert g.point == pytest.approx(50.0)
+    assert g.ci_low <= g.point <= g.ci_high and g.ci_high - g.ci_low > 10
+    # by hand: the same draws as a ratio bootstrap of (flips / CGR cases, unchanged / IS cases) over the 40 cases
+    num = np.stack([[1.0] * 20 + [0.0] * 20, [0.0] * 20 + [1.0] * 20], axis=1)
+    den = np.stack([[1.0] * 40, [0.0] * 20 + [1.0] * 20], axis=1)
+    d = stats.case_bootstrap_ratios(num, den, B=2000, seed=0)
+    want = stats.percentile_interval(100 * (d[:, 0] - (1 - d[:, 1])))
+    assert (g.ci_low, g.ci_high) == pytest.approx(want)

@@ -348,9 +348,6 @@ def model_vectors(panel: Panel, i: int, is_denominator: Literal["correct", "all"
         "uar": Vec(correct & p_s, a_s == a_o),
         "is_all_parsed": Vec(parsed & p_i, a_i == a_o),
         "no_image_accuracy": Vec(a_n >= 0, a_n == y),
-        # flips under each mask on the cases entering both CGR and IS: the paired GSP interval
-        "gsp_target_flip": Vec(correct & p_t & p_i, a_t != a_o),
-        "gsp_irrelevant_flip": Vec(correct & p_t & p_i, a_i != a_o),
     }
     out["is"] = Vec(correct & p_i, a_i == a_o) if is_denominator == "correct" else out["is_all_parsed"]
     for cond in ("swap", "target_mask", "irrelevant_mask", "no_image"):
@@ -512,25 +509,36 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
 
 def gsp_row(cgr: dict[str, Any], is_: dict[str, Any], vecs: dict[str, Vec], panel: Panel,
             opts: Options) -> dict[str, Any]:
-    """GSP = CGR - (100 - IS) in points (Eq. 9); interval from the paired bootstrap of flip(target) minus
-    flip(irrelevant) on the cases entering both."""
+    """GSP = CGR - (100 - IS) in points (Eq. 9). Interval: cases entering CGR or IS are resampled together and, in
+    each draw, CGR and IS are recomputed on their own denominators (DESIGN.md), so the point lies inside its
+    interval; with ``cluster_by_patient`` whole patients are resampled."""
     if not cgr["n"] or not is_["n"]:
         which = "CGR" if not cgr["n"] else "IS"
         return _empty_row("pp", NOT_ESTIMABLE, f"GSP = CGR - (100 - IS); {which} has n = 0")
     point = cgr["point"] - (100.0 - is_["point"])
-    a, pos = vecs["gsp_target_flip"].take()
-    b, _ = vecs["gsp_irrelevant_flip"].take()
-    if a.size == 0:
-        return {"point": point, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": 0, "k": 0, "unit": "pp",
-                "method": "GSP = CGR - (100 - IS)", "note": "interval not estimable (no case with both masks parsed)",
-                "ci_method": CI_NONE}
-    d = stats.paired_difference(a, b, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=_clusters(panel, pos, opts))
-    return {"point": point, "se": 100.0 * d.sd, "ci_low": 100.0 * d.ci_low, "ci_high": 100.0 * d.ci_high,
-            "n": int(d.n), "k": 0, "unit": "pp",
-            "method": (f"GSP = CGR - (100 - IS) from the two estimates; interval and SD from the paired bootstrap of "
-                       f"flip(target) - flip(irrelevant) on the {d.n} correct boxed cases parsed under both masks "
-                       f"(diff there {100.0 * d.diff:.1f}); {d.method}"),
-            "note": "", "ci_method": CI_PAIRED}
+    vc, vi = vecs["cgr"], vecs["is"]
+    pos = np.flatnonzero(vc.elig | vi.elig)
+    num = np.stack([(vc.elig & vc.val)[pos], (vi.elig & vi.val)[pos]], axis=1).astype(np.float64)
+    den = np.stack([vc.elig[pos], vi.elig[pos]], axis=1).astype(np.float64)
+    if opts.cluster_by_patient:
+        inverse = np.unique(panel.patient[pos], return_inverse=True)[1].reshape(-1)
+        K = int(inverse.max()) + 1
+        num = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in num.T], axis=1)
+        den = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in den.T], axis=1)
+        draws = stats.cluster_bootstrap_ratios(num, den, B=opts.B, seed=opts.seed)
+        unit = f"{K} patient clusters"
+    else:
+        draws = stats.case_bootstrap_ratios(num, den, B=opts.B, seed=opts.seed, mode=opts.mode, workers=opts.workers)
+        unit = f"{pos.size} cases"
+    gsp_draws = 100.0 * (draws[:, 0] - (1.0 - draws[:, 1]))
+    how = f"bootstrap ({unit}, {opts.mode}, B={opts.B}, seed={opts.seed})"
+    est = stats.bootstrap_estimate(point, gsp_draws, int(pos.size), how=how)
+    return {"point": point, "se": est.se, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": int(pos.size), "k": 0,
+            "unit": "pp",
+            "method": (f"GSP = CGR - (100 - IS); in each draw CGR (n = {cgr['n']}) and IS (n = {is_['n']}) are "
+                       f"recomputed on their own denominators over the {pos.size} cases entering either; "
+                       f"{est.method}"),
+            "note": "", "ci_method": CI_BOOT}
 
 
 def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]:
