@@ -104,16 +104,14 @@ def test_hand_computed_paired_comparisons(tiny):
     c = tiny.comparisons
     acc = c[(c.family == "baseline:tiny:accuracy:T") & (c.model_a == "A")].iloc[0]
     assert acc.n == 6 and acc["diff"] == pytest.approx(100 * (4 / 6 - 5 / 6))
-    d = stats.paired_difference(np.array([1, 1, 1, 0, 1, 0]), np.array([1, 1, 1, 1, 0, 1]), B=B, seed=0)
-    assert acc.p == pytest.approx(d.p) and acc.ci_low == pytest.approx(100 * d.ci_low)
+    # 6 shared cases < 10: no test, the row says why (the bootstrap p is checked by hand on 12 cases below)
+    assert math.isnan(acc.p) and math.isnan(acc.ci_low) and "fewer than 10" in acc.note
     # UAR on cases correct for both and swap-parsed for both: c0 c1 c2 -> A 2/3, T 3/3
     uar = c[(c.family == "baseline:tiny:uar:T") & (c.model_a == "A")].iloc[0]
     assert uar.n == 3 and uar["diff"] == pytest.approx(100 * (2 / 3 - 1))
     assert acc.test == "paired-bootstrap"
     pairs = c[c.family == "pairs:tiny:accuracy"]
     assert len(pairs) == 1 and pairs.iloc[0]["diff"] == pytest.approx(acc["diff"])
-    # one-test family: BH leaves the p-value alone
-    assert acc.p_adj == pytest.approx(acc.p)
 
 
 def test_tiny_categories_and_reasons(tiny):
@@ -524,3 +522,28 @@ def test_gsp_interval_recomputes_cgr_and_is_on_their_own_denominators():
     d = stats.case_bootstrap_ratios(num, den, B=2000, seed=0)
     want = stats.percentile_interval(100 * (d[:, 0] - (1 - d[:, 1])))
     assert (g.ci_low, g.ci_high) == pytest.approx(want)
+
+
+def test_no_paired_test_below_ten_shared_cases_and_mcnemar_beside_accuracy():
+    # 3 shared cases used to give p = 0.0001; now no test, and the row says why (issue 12 item 7)
+    answers = {"a": {"original": [1, 1, 1]}, "b": {"original": [0, 0, 0]}}
+    res = analyse_grounding(tidy_from_answers(answers, [1, 1, 1], [False] * 3), B=500)
+    c = res.comparisons
+    boot = c[(c.test == "paired-bootstrap") & (c.metric == "accuracy")].iloc[0]
+    assert boot.n == 3 and math.isnan(boot.p) and math.isnan(boot.ci_low) and boot["diff"] == pytest.approx(100.0)
+    assert "no test: 3 shared case(s), fewer than 10" in boot.note
+    mc = c[c.test == "mcnemar-exact"].iloc[0]
+    assert math.isnan(mc.p) and mc.family == boot.family + "|mcnemar"
+    # 12 shared cases, discordant pairs 7 (only a correct) vs 1 (only b correct): exact McNemar by hand
+    a = [1] * 9 + [0] * 3
+    b = [1, 1] + [0] * 7 + [1] + [0] * 2
+    res = analyse_grounding(tidy_from_answers({"a": {"original": a}, "b": {"original": b}}, [1] * 12, [False] * 12),
+                            B=500)
+    c = res.comparisons
+    mc = c[c.test == "mcnemar-exact"].iloc[0]
+    # p = 2 * P(X <= 1), X ~ Bin(8, 1/2) = 2 * 9 / 256
+    assert mc.p == pytest.approx(18 / 256) and mc.n == 12 and "7 only a correct, 1 only b correct" in mc.note
+    boot = c[c.test == "paired-bootstrap"].iloc[0]
+    d = stats.paired_difference(np.array(a), np.array(b), B=500, seed=0)
+    assert boot.n == 12 and boot.p == pytest.approx(d.p) and boot.ci_low == pytest.approx(100 * d.ci_low)
+    assert boot.p_adj == pytest.approx(boot.p)  # one-test family: BH leaves the p-value alone

@@ -1147,6 +1147,8 @@ def build_figures(analysis: Any) -> list[Figure]:
     from medvlm_audit.report.html import probe_sets_of
 
     met, cats, comp = analysis.metrics, analysis.categories, analysis.comparisons
+    if len(comp) and "test" in comp.columns:  # exact McNemar rows (p only) sit beside the tests, in the tables
+        comp = comp[comp["test"] != "mcnemar-exact"]
     sweep, rob = analysis.threshold_sweep, analysis.robustness
     if not isinstance(sweep, pd.DataFrame):
         sweep = pd.DataFrame()
