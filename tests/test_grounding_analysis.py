@@ -142,11 +142,19 @@ def test_is_denominator_option():
 def test_index_mode_and_clusters_run():
     res = analyse_grounding(_tiny(), B=500, mode="index", cluster_by_patient=True)
     r = _m(res, "A", "uar")
-    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]),
-                           wilson_below=30)
+    # with patient clusters every interval honours them: the cluster bootstrap even below 30 cases (Wilson would
+    # treat the cases as independent), and the row says so (issue 12 item 9)
+    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]))
     assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
     assert r.se == pytest.approx(100 * est.se)
-    assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "wilson"
+    assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "bootstrap-percentile"
+    assert "patient-cluster bootstrap interval although n < 30" in r.note
+    # what does not honour the clustering says so on its row
+    assert "ignores patient clustering" in _m(res, "A", "auroc").note
+    sub = res.comparisons[res.comparisons.family.str.startswith("subgroups:")]
+    assert sub.note.str.contains("ignores patient clustering").all()
+    mc = res.comparisons[res.comparisons.test == "mcnemar-exact"]
+    assert len(mc) and mc.note.str.contains("no test|no patient clustering").all()
 
 
 # ----------------------------------------------------------------------------------------- designed behaviour

@@ -182,6 +182,8 @@ def subgroup_tests(panel: Panel, vecs: dict[str, dict[str, Vec]], opts: Options)
                 a_, b_ = _ORDER[contrast]
                 diff = 100.0 * (x[gl == a_].mean() - x[gl == b_].mean())
             note = "; ".join(means)
+            if opts.cluster_by_patient:
+                note += "; permutation of cases, not of patients (ignores patient clustering)"
             if not math.isfinite(res.p):
                 note = f"{res.note or NOT_ESTIMABLE}; {note}"
             elif res.dropped:

@@ -400,6 +400,10 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
     """
     if wilson_below is None:
         wilson_below = opts.wilson_below
+    clustered_small = clusters is not None and 0 < values.shape[0] < wilson_below
+    if clusters is not None:
+        # Wilson treats the cases as independent: with patient clusters the cluster bootstrap is used at every n
+        wilson_below = 0
     if clusters is None and opts.mode == "exact-counts":
         est = _proportion_from_counts(int(values.sum()), int(values.shape[0]), opts.B, opts.seed, wilson_below)
     else:
@@ -415,6 +419,9 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
         boot = rate_row(values, clusters, opts, wilson_below=0)
         boot_low, boot_high = boot["ci_low"], boot["ci_high"]
         note = f"Wilson interval (n < {wilson_below})"
+    elif clustered_small:
+        note = (f"patient-cluster bootstrap interval although n < {opts.wilson_below} (a Wilson interval would "
+                f"ignore the clustering)")
     method = est.method if not label else f"{label}; {est.method}"
     ci_method = CI_NONE if n == 0 else CI_WILSON if n < wilson_below else CI_BOOT
     return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
@@ -712,6 +719,8 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
             est = stats.auroc_interval(p_yes, ci.label, B=opts.B, seed=opts.seed, mode=opts.mode,
                                        workers=opts.workers)
             note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
+            if opts.cluster_by_patient and not note:
+                note = "interval ignores patient clustering (cases resampled individually for the AUROC)"
             add("auroc", {**_value_row(est, "prob", note),
                           "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method
                           + ("; cases resampled individually (no clustered AUROC bootstrap)"
