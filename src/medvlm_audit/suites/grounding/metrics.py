@@ -52,7 +52,7 @@ REQUIRED_COLUMNS = ("probe_set", "model", "case_id", "label", "condition", "pars
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "modality": "multimodal", "run_id": None, "kind": None, "finding": None, "source": None, "patient_id": None,
     "sex": None, "view": None, "age": np.nan, "has_box": False, "ibox_overlaps": False, "resolution": 224,
-    "prompt_variant": "default", "sample_index": 0, "confidence": np.nan,
+    "prompt_variant": "default", "sample_index": 0, "confidence": np.nan, "case_order": np.nan,
 }
 
 
@@ -150,8 +150,12 @@ def _row_desc(df: pd.DataFrame, i: int) -> str:
     return (f"row {int(df.index[i])} (model {r['model']!r}, case {r['case_id']!r}, condition {r['condition']!r})")
 
 
-def build_panels(tidy: pd.DataFrame) -> tuple[dict[tuple[str, int, str], Panel], list[str]]:
+def build_panels(tidy: pd.DataFrame, *, file_order: bool = False) -> tuple[dict[tuple[str, int, str], Panel], list[str]]:
     """Validate the tidy table and turn it into panels keyed by (probe_set, resolution, prompt_variant).
+
+    Cases are sorted by ``case_id``; with ``file_order`` (index mode) they keep the probe set's own row order
+    (``case_order``, e.g. the released manifest's MS-CXR, MIMIC, ReXErr order; else first appearance), the order
+    the released code resamples them in.
 
     Returns the panels and a list of plain-language notes (repeats ignored, text-only answers reused).
     Raises AnalysisInputError naming the row, model, case or column on malformed input.
@@ -226,7 +230,11 @@ def build_panels(tidy: pd.DataFrame) -> tuple[dict[tuple[str, int, str], Panel],
 
     for p, ps in enumerate(ps_names):
         rows = np.flatnonzero(ps_codes == p)
-        case_codes, case_names = pd.factorize(case_all[rows], sort=True)
+        if file_order:
+            order = pd.to_numeric(pd.Series(_col(df, "case_order")), errors="coerce").to_numpy(dtype=float)[rows]
+            if np.isfinite(order).all():
+                rows = rows[np.argsort(order, kind="stable")]
+        case_codes, case_names = pd.factorize(case_all[rows], sort=not file_order)
         n_cases = len(case_names)
         first = np.unique(case_codes, return_index=True)[1]
         fr = rows[first]
@@ -400,7 +408,9 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
     """
     if wilson_below is None:
         wilson_below = opts.wilson_below
-    clustered_small = clusters is not None and 0 < values.shape[0] < wilson_below
+    if opts.mode == "index":
+        wilson_below = 0  # the released code's bootstrap interval at every n (index mode reproduces it)
+    clustered_small = clusters is not None and 0 < values.shape[0] < opts.wilson_below
     if clusters is not None:
         # Wilson treats the cases as independent: with patient clusters the cluster bootstrap is used at every n
         wilson_below = 0
@@ -617,7 +627,7 @@ def calibration_draws(panel: Panel, models: Iterable[int], opts: Options,
     over all their columns): each model's draws have the plain case-bootstrap distribution (its AUROC draws
     equal ``stats.auroc_interval`` on its own), and one set of per-case multiplicities serves every model, which
     keeps these intervals cheap. ``index`` mode resamples the ratios with the released code's index matrix and
-    leaves the AUROC to ``stats.auroc_interval`` (bit-exact path); ``cluster_by_patient`` resamples patients
+    leaves the AUROC to ``stats.auroc_interval_released`` (the released code's AUROC and draws); ``cluster_by_patient`` resamples patients
     (:func:`stats.cluster_bootstrap_ratios`; the AUROC stays case-level). Returns model -> metric -> draws (B,).
     """
     inputs = {i: calibration_inputs(panel, i, vecs[i]) for i in models}
@@ -715,6 +725,10 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
         elif "auroc" in calib:  # drawn with the model's other calibration metrics (stats.case_bootstrap)
             add("auroc", _boot_row(stats.auroc(p_yes, ci.label), calib["auroc"], n, "prob",
                                    "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2)", opts))
+        elif opts.mode == "index" and not opts.cluster_by_patient:  # the released code's AUROC and draws
+            est = stats.auroc_interval_released(p_yes, ci.label, B=opts.B, seed=opts.seed)
+            note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
+            add("auroc", {**_value_row(est, "prob", note), "method": "AUROC of P(yes) vs label; " + est.method})
         else:
             est = stats.auroc_interval(p_yes, ci.label, B=opts.B, seed=opts.seed, mode=opts.mode,
                                        workers=opts.workers)
