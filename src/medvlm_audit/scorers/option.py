@@ -15,12 +15,20 @@ option.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from medvlm_audit.suites.stress.items import LETTERS, norm_option
+#: option letters, A first
+LETTERS: str = string.ascii_uppercase
+
+
+def norm_option(text: str) -> str:
+    """Comparison key of an option text: case-folded, whitespace collapsed, trailing punctuation dropped."""
+    return " ".join(str(text).casefold().split()).rstrip(" .;:")
+
 
 Status = Literal["answer", "refusal", "unparsed", "no_response"]
 STATUSES: tuple[str, ...] = ("answer", "refusal", "unparsed", "no_response")

@@ -27,7 +27,6 @@ import io
 import json
 import math
 import os
-import string
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,8 +36,8 @@ from typing import Any, Literal
 import pandas as pd
 
 from medvlm_audit.errors import ProbeSetError
+from medvlm_audit.scorers.option import LETTERS, norm_option  # noqa: F401  (re-exported: part of this module's API)
 
-LETTERS: str = string.ascii_uppercase
 OnError = Literal["raise", "exclude"]
 
 
@@ -111,11 +110,6 @@ def exclusions_frame(exclusions: Iterable[Exclusion]) -> pd.DataFrame:
         for e in exclusions
     ]
     return pd.DataFrame(rows, columns=["item_id", "stage", "condition", "source", "reason"])
-
-
-def norm_option(text: str) -> str:
-    """Comparison key of an option text: case-folded, whitespace collapsed, trailing punctuation dropped."""
-    return " ".join(str(text).casefold().split()).rstrip(" .;:")
 
 
 def _missing(v: Any) -> bool:
