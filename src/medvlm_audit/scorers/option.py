@@ -7,7 +7,8 @@ tag: a lone letter (``B``, ``(B)``, ``B.``), a letter the reply says it picks (`
 is (C)``, ``Option b`` in any case, ``I would choose B because…``, ``I'd go with (d)``; a lower-case letter
 only after "option"/"choice" or in brackets, where it cannot be the article "a"; a hedge such as ``B or C``
 picks nothing), a leading letter with a reason (``B because…``); else exactly one option text quoted in the
-reply. A reply that picks nothing and declines (``cannot determine without the image``) is a ``refusal``;
+reply. A reply that repeats the whole option list picks nothing (``unparsed``) unless it also says which one
+(``Answer: B``). A reply that picks nothing and declines (``cannot determine without the image``) is a ``refusal``;
 anything else is ``unparsed``. Refusals and unparsed answers are their own classes, never coerced into an
 option.
 """
@@ -101,6 +102,14 @@ def _contained(text: str, keys: Sequence[str]) -> int | None:
     return kept[0] if len(kept) == 1 else None
 
 
+def _echoes_options(text: str, keys: Sequence[str]) -> bool:
+    """The reply repeats the whole option list (every option's text, two or more options): not a choice."""
+    if len(keys) < 2:
+        return False
+    t = " " + " ".join(re.sub(r"[^\w\s'/-]", " ", text.casefold()).split()) + " "
+    return all(kk and f" {kk} " in t for kk in (" ".join(re.sub(r"[^\w\s'/-]", " ", k).split()) for k in keys))
+
+
 def _picked_letters(text: str, k: int) -> list[str]:
     """Letters (upper case, within the first k) the text says it picks, in order; hedged picks left out."""
     out = []
@@ -184,6 +193,8 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     tags = _TAG.findall(s)
     if tags:
         body = tags[-1].strip()
+        if _echoes_options(body, keys):  # "<answer>A. x B. y C. z</answer>" chose nothing
+            return ParsedOption("unparsed", None, "echoes_options")
         exact = _match_text(body, keys)
         if exact is not None:  # the option's own text (also when that text is a number)
             return ParsedOption("answer", exact, "tag_text")
@@ -201,6 +212,13 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
         return ParsedOption("answer", LETTERS.index(lone.group(1)), "lone_letter")
     lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
     last = lines[-1] if lines else s
+    if _echoes_options(s, keys):
+        # the whole option list repeated: only an explicit, unique pick ("Answer: B") is a choice; the last
+        # echoed line is not
+        said = [x for x in _SAYS.findall(s) if x in LETTERS[:k]]
+        if said and len(set(said)) == 1:
+            return ParsedOption("answer", LETTERS.index(said[-1]), "says_letter")
+        return ParsedOption("unparsed", None, "echoes_options")
     for cand, whole in ((last, False), (s, True)):
         said = [x for x in _SAYS.findall(cand) if x in LETTERS[:k]]
         if said and (not whole or len(set(said)) == 1):
