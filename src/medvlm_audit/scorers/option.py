@@ -9,8 +9,9 @@ only after "option"/"choice" or in brackets, where it cannot be the article "a";
 picks nothing), a leading letter with a reason (``B because…``); else exactly one option text quoted in the
 reply. A reply that repeats the whole option list picks nothing (``unparsed``) unless it also says which one
 (``Answer: B``). A reply that picks nothing and declines (``cannot determine without the image``) is a ``refusal``;
-anything else is ``unparsed``. Refusals and unparsed answers are their own classes, never coerced into an
-option.
+an abstention that names no option ("Unknown", "None of the above", "N/A", "I don't know", "please provide
+the image") is ``abstain``; anything else is ``unparsed``. Refusals, abstentions and unparsed answers are their
+own classes, never coerced into an option (the stress analysis counts all three as wrong answers).
 """
 
 from __future__ import annotations
@@ -31,8 +32,22 @@ def norm_option(text: str) -> str:
     return " ".join(str(text).casefold().split()).rstrip(" .;:")
 
 
-Status = Literal["answer", "refusal", "unparsed", "no_response"]
-STATUSES: tuple[str, ...] = ("answer", "refusal", "unparsed", "no_response")
+Status = Literal["answer", "refusal", "abstain", "unparsed", "no_response"]
+STATUSES: tuple[str, ...] = ("answer", "refusal", "abstain", "unparsed", "no_response")
+
+#: a reply (or answer-tag body) that is only an abstention, when no option says it: an answer, and a wrong one
+#: (paper 003's denominators are all items; DESIGN.md "Stress audit")
+_ABSTAIN = re.compile(
+    r"^(?:the\s+answer\s+is\s*:?\s*)?(?:unknown|none|none of the above|none of these|n/?a|not applicable|"
+    r"i\s+(?:do\s*n[o']?t|dont)\s+know|unsure|not sure|uncertain|undetermined|cannot be determined)$"
+    r"|\bplease\s+(?:provide|upload|share|attach|send)\s+(?:the|an|a)\s+(?:image|picture|x-?ray|scan)",
+    re.IGNORECASE,
+)
+
+
+def _abstains(text: str) -> bool:
+    t = " ".join(text.split()).strip(" .!,;:\"'()[]*")
+    return bool(_ABSTAIN.search(t))
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
@@ -204,6 +219,8 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
         inside = _contained(body, keys)
         if inside is not None:
             return ParsedOption("answer", inside, "tag_contains")
+        if _abstains(body):
+            return ParsedOption("abstain", None, "tag_abstain")
         if _REFUSAL.search(body) or _REFUSAL.search(s):
             return ParsedOption("refusal", None, "tag_refusal")
         return ParsedOption("unparsed", None, "tag_unreadable")
@@ -235,6 +252,8 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     inside = _contained(s, keys)
     if inside is not None and not _REFUSAL.search(s):
         return ParsedOption("answer", inside, "contains")
+    if _abstains(s) or _abstains(last):
+        return ParsedOption("abstain", None, "abstain")
     if _REFUSAL.search(s):
         return ParsedOption("refusal", None, "refusal")
     if inside is not None:
