@@ -312,3 +312,21 @@ def test_distractor_curve_compares_one_item_set() -> None:
     cur = analyse_stress(never_changing_answers(30, 0)[0], B=100).curve
     txt = cur[cur.modality == "text-only"].set_index("level")
     assert "4R" not in txt.index and (txt["accuracy"] == 1.0).all() and "not estimable: 4R" in txt["note"].iloc[0]
+
+
+def test_f1_weights_are_the_fixed_benchmark_sizes() -> None:
+    # model q has no response on two 'big' items without the image: F1 still weights 'big' by its 4 items, not by
+    # the 2 items q scored under both conditions (the released code's fixed benchmark sizes; issue 12 item 15)
+    rows = []
+    for i in range(4):
+        rows += [row(f"b{i}", "original", "A", bench="big", model=mm) for mm in ("m", "q")]
+        rows += [row(f"b{i}", "no_image", "B", bench="big", model="m"),
+                 row(f"b{i}", "no_image", None if i < 2 else "B", bench="big", model="q")]
+    for i in range(2):
+        rows += [row(f"s{i}", "original", "A", bench="small", model=mm) for mm in ("m", "q")]
+        rows += [row(f"s{i}", "no_image", "A", bench="small", model=mm) for mm in ("m", "q")]
+    inputs = robustness_inputs(pd.DataFrame(rows))
+    for model in ("m", "q"):
+        assert inputs[model].t1["big"][2] == 4 and inputs[model].t1["small"][2] == 2
+    # F1 for q: big 100 - 0 over its 2 scored items, small 0 drop: (100 * 4 + 0 * 2) / 6 / 100
+    assert robustness_score(inputs["q"]).F["F1"] == pytest.approx(4 / 6)

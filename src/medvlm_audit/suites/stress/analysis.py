@@ -434,7 +434,10 @@ class _Plan:
                     n_bench[b] = 0
                     continue
                 ja, jb, da = self._pair(m, k_orig, k_txt, cb.mask("all", b))
-                cols[f"t1_img:{b}"], cols[f"t1_txt:{b}"], n_bench[b] = ja, jb, int((da > 0).sum())
+                # F1's weight: the benchmark's size (fixed, as in the released code), not the items this model
+                # happened to score under both conditions
+                cols[f"t1_img:{b}"], cols[f"t1_txt:{b}"] = ja, jb
+                n_bench[b] = int(cb.shown("original", cb.mask("all", b)).sum())
             cols["t2_txt_required"] = None
             if k_txt is not None:
                 num, den = _sums(cb, m, k_txt, req)
