@@ -104,16 +104,14 @@ def test_hand_computed_paired_comparisons(tiny):
     c = tiny.comparisons
     acc = c[(c.family == "baseline:tiny:accuracy:T") & (c.model_a == "A")].iloc[0]
     assert acc.n == 6 and acc["diff"] == pytest.approx(100 * (4 / 6 - 5 / 6))
-    d = stats.paired_difference(np.array([1, 1, 1, 0, 1, 0]), np.array([1, 1, 1, 1, 0, 1]), B=B, seed=0)
-    assert acc.p == pytest.approx(d.p) and acc.ci_low == pytest.approx(100 * d.ci_low)
+    # 6 shared cases < 10: no test, the row says why (the bootstrap p is checked by hand on 12 cases below)
+    assert math.isnan(acc.p) and math.isnan(acc.ci_low) and "fewer than 10" in acc.note
     # UAR on cases correct for both and swap-parsed for both: c0 c1 c2 -> A 2/3, T 3/3
     uar = c[(c.family == "baseline:tiny:uar:T") & (c.model_a == "A")].iloc[0]
     assert uar.n == 3 and uar["diff"] == pytest.approx(100 * (2 / 3 - 1))
     assert acc.test == "paired-bootstrap"
     pairs = c[c.family == "pairs:tiny:accuracy"]
     assert len(pairs) == 1 and pairs.iloc[0]["diff"] == pytest.approx(acc["diff"])
-    # one-test family: BH leaves the p-value alone
-    assert acc.p_adj == pytest.approx(acc.p)
 
 
 def test_tiny_categories_and_reasons(tiny):
@@ -144,11 +142,19 @@ def test_is_denominator_option():
 def test_index_mode_and_clusters_run():
     res = analyse_grounding(_tiny(), B=500, mode="index", cluster_by_patient=True)
     r = _m(res, "A", "uar")
-    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]),
-                           wilson_below=30)
+    # with patient clusters every interval honours them: the cluster bootstrap even below 30 cases (Wilson would
+    # treat the cases as independent), and the row says so (issue 12 item 9)
+    est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]))
     assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
     assert r.se == pytest.approx(100 * est.se)
-    assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "wilson"
+    assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "bootstrap-percentile"
+    assert "patient-cluster bootstrap interval although n < 30" in r.note
+    # what does not honour the clustering says so on its row
+    assert "ignores patient clustering" in _m(res, "A", "auroc").note
+    sub = res.comparisons[res.comparisons.family.str.startswith("subgroups:")]
+    assert sub.note.str.contains("ignores patient clustering").all()
+    mc = res.comparisons[res.comparisons.test == "mcnemar-exact"]
+    assert len(mc) and mc.note.str.contains("no test|no patient clustering").all()
 
 
 # ----------------------------------------------------------------------------------------- designed behaviour
@@ -223,7 +229,7 @@ def test_every_rate_below_30_cases_uses_wilson():
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi)), (r.metric, r.subset)
         assert r.note == "Wilson interval (n < 30)"
     gsp = res.metrics[res.metrics.metric == "gsp"]
-    assert set(gsp.ci_method) <= {"paired-bootstrap-percentile", "none"}
+    assert set(gsp.ci_method) <= {"bootstrap-percentile", "none"}  # GSP's own bootstrap, whatever the n
 
 
 def test_brier_ece_and_confidence_regimes_have_bootstrap_intervals(designed):
@@ -414,7 +420,9 @@ def test_one_case_subgroup_and_binary_confidence():
     # view: only PA -> one group: not estimable, no exception; sex for CGR: F has no correct boxed case
     assert math.isnan(c.loc[("cgr", "view")].p) and "not estimable" in c.loc[("cgr", "view")].note
     assert math.isnan(c.loc[("cgr", "view")].p_adj)
-    assert _m(res, "m", "ece").note == "N/A (degenerate confidence)"  # all confidences exactly 0 or 1
+    for metric in ("auroc", "brier", "ece"):  # all confidences exactly 0 or 1: all three N/A, not only ECE
+        r = _m(res, "m", metric)
+        assert r.note == "N/A (degenerate confidence)" and math.isnan(r.point) and math.isnan(r.ci_low), metric
     _no_nan_text(res)
 
 
@@ -485,3 +493,65 @@ def test_text_only_rows_filled_and_no_image_condition():
     ni = _m(res, "reader", "no_image_accuracy")
     t = tidy[(tidy.model == "reader") & (tidy.condition == "no_image")]
     assert ni.n == len(t) and ni.point == pytest.approx(100 * (t.parsed == t.label).mean())
+
+
+def test_category_reads_the_bootstrap_interval_at_small_n():
+    # CGR 1/20 with IS 20/20: Wilson's lower bound is above 0 (display), the percentile bootstrap interval
+    # [0, 15] is not, so the rule says indeterminate (DESIGN.md "Categories"; issue 12 item 3)
+    n = 20
+    labels, box = [1] * n, [True] * n
+    answers = {"m": {"original": [1] * n, "target_mask": [0] + [1] * (n - 1), "irrelevant_mask": [1] * n,
+                     "swap": [1] * n}}
+    res = analyse_grounding(tidy_from_answers(answers, labels, box), B=2000)
+    r = _m(res, "m", "cgr")
+    assert (r.n, r.point) == (20, 5.0) and r.ci_method == "wilson" and r.ci_low > 0  # Wilson displayed
+    cat = res.categories.set_index("model").loc["m"]
+    assert cat.category == "indeterminate"
+    assert "bootstrap interval [0.0, 15.0] does not exclude 0" in cat.reason
+    # the rule's interval is the percentile bootstrap of the same vector
+    est = stats.proportion(np.array([1] + [0] * (n - 1)), B=2000, seed=0)
+    assert (100 * est.ci_low, 100 * est.ci_high) == pytest.approx((0.0, 15.0))
+
+
+def test_gsp_interval_recomputes_cgr_and_is_on_their_own_denominators():
+    # 20 correct boxed cases flip under the target mask but have no parsed irrelevant-mask answer; 20 more are
+    # parsed under both masks and never change. CGR 20/40 = 50, IS 20/20 = 100, GSP = 50. A paired bootstrap on
+    # the 20 cases parsed under both masks gave [0, 0], excluding its own point (issue 12 item 6).
+    n = 40
+    answers = {"m": {"original": [1] * n, "target_mask": [0] * 20 + [1] * 20,
+                     "irrelevant_mask": [-1] * 20 + [1] * 20}}
+    res = analyse_grounding(tidy_from_answers(answers, [1] * n, [True] * n), B=2000)
+    g = _m(res, "m", "gsp")
+    assert g.point == pytest.approx(50.0)
+    assert g.ci_low <= g.point <= g.ci_high and g.ci_high - g.ci_low > 10
+    # by hand: the same draws as a ratio bootstrap of (flips / CGR cases, unchanged / IS cases) over the 40 cases
+    num = np.stack([[1.0] * 20 + [0.0] * 20, [0.0] * 20 + [1.0] * 20], axis=1)
+    den = np.stack([[1.0] * 40, [0.0] * 20 + [1.0] * 20], axis=1)
+    d = stats.case_bootstrap_ratios(num, den, B=2000, seed=0)
+    want = stats.percentile_interval(100 * (d[:, 0] - (1 - d[:, 1])))
+    assert (g.ci_low, g.ci_high) == pytest.approx(want)
+
+
+def test_no_paired_test_below_ten_shared_cases_and_mcnemar_beside_accuracy():
+    # 3 shared cases used to give p = 0.0001; now no test, and the row says why (issue 12 item 7)
+    answers = {"a": {"original": [1, 1, 1]}, "b": {"original": [0, 0, 0]}}
+    res = analyse_grounding(tidy_from_answers(answers, [1, 1, 1], [False] * 3), B=500)
+    c = res.comparisons
+    boot = c[(c.test == "paired-bootstrap") & (c.metric == "accuracy")].iloc[0]
+    assert boot.n == 3 and math.isnan(boot.p) and math.isnan(boot.ci_low) and boot["diff"] == pytest.approx(100.0)
+    assert "no test: 3 shared case(s), fewer than 10" in boot.note
+    mc = c[c.test == "mcnemar-exact"].iloc[0]
+    assert math.isnan(mc.p) and mc.family == boot.family + "|mcnemar"
+    # 12 shared cases, discordant pairs 7 (only a correct) vs 1 (only b correct): exact McNemar by hand
+    a = [1] * 9 + [0] * 3
+    b = [1, 1] + [0] * 7 + [1] + [0] * 2
+    res = analyse_grounding(tidy_from_answers({"a": {"original": a}, "b": {"original": b}}, [1] * 12, [False] * 12),
+                            B=500)
+    c = res.comparisons
+    mc = c[c.test == "mcnemar-exact"].iloc[0]
+    # p = 2 * P(X <= 1), X ~ Bin(8, 1/2) = 2 * 9 / 256
+    assert mc.p == pytest.approx(18 / 256) and mc.n == 12 and "7 only a correct, 1 only b correct" in mc.note
+    boot = c[c.test == "paired-bootstrap"].iloc[0]
+    d = stats.paired_difference(np.array(a), np.array(b), B=500, seed=0)
+    assert boot.n == 12 and boot.p == pytest.approx(d.p) and boot.ci_low == pytest.approx(100 * d.ci_low)
+    assert boot.p_adj == pytest.approx(boot.p)  # one-test family: BH leaves the p-value alone

@@ -15,7 +15,7 @@ from medvlm_audit.suites.grounding.import_results import MANIFEST_COLUMNS, Resul
 from medvlm_audit.store import RunStore
 
 
-def _manifest(tmp: Path) -> Path:
+def _manifest(tmp: Path, rexerr_clean: bool = False) -> Path:
     rows = []
     for i in range(4):
         r = {c: None for c in MANIFEST_COLUMNS}
@@ -24,24 +24,32 @@ def _manifest(tmp: Path) -> Path:
                  label=1, box_x=10, box_y=20, box_w=30, box_h=40, swap_image_path=f"files/q{i}.jpg",
                  irrelevant_box_x=194, irrelevant_box_y=184, irrelevant_box_w=30, irrelevant_box_h=40)
         rows.append(r)
+    # ReXErr rows as the release fills them: label = error_present (the ground truth is 1 - error_present)
     r = {c: None for c in MANIFEST_COLUMNS}
     r.update(case_id="rx0", source="rexerr", image_path="files/r.jpg", subject_id=300, study_id=301, view="PA", age=70,
-             gender="M", error_sentence="There is a large left effusion.", error_present=1, error_type="false_prediction",
-             swap_image_path="files/s.jpg")
+             gender="M", original_sentence="There is no effusion.", error_sentence="There is a large left effusion.",
+             error_present=1, label=1, error_type="false_prediction", swap_image_path="files/s.jpg")
     rows.append(r)
+    if rexerr_clean:  # a no-error control: empty error_sentence, label 0, Title-Case error type
+        r = {c: None for c in MANIFEST_COLUMNS}
+        r.update(case_id="rx1", source="rexerr", image_path="files/r1.jpg", subject_id=310, study_id=311, view="PA",
+                 age=71, gender="F", original_sentence="The heart size is normal.", error_sentence="", error_present=0,
+                 label=0, error_type="Not Applicable", finding="Cardiomegaly")
+        rows.append(r)
     p = tmp / "manifest.csv"
     pd.DataFrame(rows, columns=MANIFEST_COLUMNS).to_csv(p, index=False)
     return p
 
 
-TRUTH = {"ms0": 1, "ms1": 1, "ms2": 1, "ms3": 1, "rx0": 0}  # the manifest's labels (rx0: error present -> No)
+TRUTH = {"ms0": 1, "ms1": 1, "ms2": 1, "ms3": 1, "rx0": 0, "rx1": 1}  # ground truth (rexerr: 1 - error_present)
 
 
-def _results(tmp: Path, model: str, parsed: dict[str, list[int]]) -> Path:
+def _results(tmp: Path, model: str, parsed: dict[str, list[int]],
+             ids_all: tuple[str, ...] = ("ms0", "ms1", "ms2", "ms3", "rx0")) -> Path:
     d = tmp / "results" / model
     d.mkdir(parents=True, exist_ok=True)
     for cond, values in parsed.items():
-        ids = ["ms0", "ms1", "ms2", "ms3", "rx0"][: len(values)]
+        ids = list(ids_all)[: len(values)]
         pd.DataFrame({
             "case_id": ids, "source": "x", "model_name": model, "condition": cond, "prompt_variant": "default",
             "raw_answer": ["Yes" if v == 1 else "No" if v == 0 else "maybe" for v in values],
@@ -81,6 +89,7 @@ def test_import_then_tidy_keeps_values(tmp_path: Path) -> None:
          r"original.csv: row 4, column 'confidence': 'high' is not a number"),
         (lambda d: d.assign(ground_truth=[1, 1, 1, 1, 1]),
          r"original.csv: row 6, column 'ground_truth': '1' differs from the manifest label 0 of case 'rx0'"),
+        # the released layout: ReXErr's ground truth is 1 - error_present (the manifest label is error_present)
         (lambda d: d.assign(ground_truth=[1, 1, 2, 1, 0]), r"original.csv: row 4, column 'ground_truth': '2' is not 0 or 1"),
     ],
 )
@@ -188,3 +197,41 @@ def test_cli_import_results(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["import-results", str(man), str(res), "--out", str(tmp_path / "run"), "--no-report"])
     assert out.exit_code == 0, out.output
     assert (tmp_path / "run" / "results.parquet").exists()
+
+
+def test_rexerr_rows_in_the_released_layout(tmp_path: Path) -> None:
+    # label = error_present in the manifest; ground truth 1 - error_present in the results (issue 12 item 1):
+    # this import used to abort ("differs from the manifest label"), and rx1 (empty error_sentence) became a
+    # finding-presence question about cardiomegaly with label 0
+    man = _manifest(tmp_path, rexerr_clean=True)
+    ids = ("ms0", "ms1", "ms2", "ms3", "rx0", "rx1")
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0, 1], "swap": [1, 1, 0, 1, 1, 1]}, ids)
+    _results(tmp_path, "RAD-DINO", {"original": [1, 1, 1, 1, 1, 1]}, ids)
+    logged: list[str] = []
+    run = import_results(man, res, tmp_path / "run", vision_only=("RAD-DINO",), log=logged.append)
+    with RunStore.open_dir(run) as st:
+        df = tidy(st)
+        cases = {r["case_id"]: r for r in st.frame("SELECT row FROM cases")["row"].map(json.loads)}
+        meta = st.meta()
+    o = df[(df.model == "gpt") & (df.condition == "original")].set_index("case_id")
+    assert o.loc["rx0", "label"] == 0 and o.loc["rx1", "label"] == 1
+    assert (o.loc["rx0", "kind"], o.loc["rx1", "kind"]) == ("report_error", "report_error")
+    assert o.loc["rx1", "correct"] == 1.0
+    assert cases["rx1"]["sentence"] == "The heart size is normal." and cases["rx1"]["finding"] is None
+    assert cases["rx0"]["sentence"] == "There is a large left effusion."
+    assert cases["rx1"]["error_type"] == "not_applicable"
+    summary = json.loads((run / "import_summary.json").read_text())
+    assert summary == meta["import_summary"] and summary["n_rexerr"] == 2
+    text = " ".join(summary["release_defects"])
+    assert "ReXErr swap polarity" in text and "Title-Case error types" in text and "RAD-DINO's ReXErr rows" in text
+    assert len(logged) == len(summary["release_defects"])
+
+
+def test_rexerr_row_without_its_sentence_names_the_row(tmp_path: Path) -> None:
+    man = _manifest(tmp_path)
+    m = pd.read_csv(man, dtype={"case_id": str})
+    m.loc[m.case_id == "rx0", "error_sentence"] = None
+    m.to_csv(man, index=False)
+    res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0]})
+    with pytest.raises(ResultsImportError, match=r"row 6, column 'error_sentence': empty for a ReXErr row"):
+        import_results(man, res, tmp_path / "run")

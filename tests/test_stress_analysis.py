@@ -31,18 +31,42 @@ def row(item, cond, text, gold="A", rep=0, model="m", required=True, bench="b"):
             "options": OPTS, "gold": gold, "benchmark": bench, "required": required}
 
 
-def test_refusals_count_as_wrong_and_unparsed_are_excluded() -> None:
+def test_non_answers_count_as_wrong_with_parsed_only_beside() -> None:
+    # refusals, abstentions and unparsed answers are wrong answers: the headline is over all items (paper 003's
+    # denominators); the parsed-only accuracy is reported beside it (issue 12 item 12)
     t = pd.DataFrame([
         row("i1", "no_image", "<answer>A. Alpha</answer>"),
         row("i2", "no_image", "I cannot answer without the image."),
         row("i3", "no_image", "lorem ipsum"),
         row("i4", "no_image", "B"),
+        row("i5", "no_image", "Unknown"),
+        row("i6", "no_image", "<answer>None of the above</answer>"),
+        row("i7", "no_image", "N/A"),
+        row("i8", "no_image", "I don't know."),
+        row("i9", "no_image", "Please provide the image so I can answer."),
     ])
+    sc = score_stress(t).set_index("item_id")
+    assert list(sc.loc[["i5", "i6", "i7", "i8", "i9"], "status"]) == ["abstain"] * 5
     acc = accuracy_table(t, B=200).iloc[0]
-    assert acc["n_trials"] == 4 and acc["n_scored"] == 3
-    assert acc["accuracy"] == pytest.approx(1 / 3)
-    assert acc["refusal_rate"] == 0.25 and acc["unparsed_rate"] == 0.25 and acc["parse_rate"] == 0.75
-    assert acc["se"] == pytest.approx(math.sqrt(1 / 3 * 2 / 3 / 3))
+    assert acc["n_trials"] == 9 and acc["n_scored"] == 9
+    assert acc["accuracy"] == pytest.approx(1 / 9)  # was 1/3: unparsed and abstentions dropped
+    assert acc["accuracy_parsed"] == pytest.approx(1 / 2) and acc["n_parsed"] == 2
+    assert acc["refusal_rate"] == pytest.approx(1 / 9) and acc["abstain_rate"] == pytest.approx(5 / 9)
+    assert acc["unparsed_rate"] == pytest.approx(1 / 9) and acc["parse_rate"] == pytest.approx(8 / 9)
+    assert acc["se"] == pytest.approx(math.sqrt(1 / 9 * 8 / 9 / 9))
+    # 'Unknown' that IS an option (T4's 'Unknown' condition) is an answer, not an abstention
+    opts_unk = ["Alpha", "Beta", "Unknown"]
+    got = score_stress(pd.DataFrame([{**row("j", "no_image", "Unknown"), "options": opts_unk}])).iloc[0]
+    assert got["status"] == "answer" and got["parsed"] == "C" and got["correct"] == 0.0
+
+
+def test_text_only_abstentions_do_not_inflate_accuracy() -> None:
+    # 150 "Unknown" of 175 items with 12 of the other 25 right: 12/175 = 6.9%, not 12/25 = 48% (issue 12)
+    rows = [row(f"i{i:03d}", "no_image", "Unknown") for i in range(150)]
+    rows += [row(f"k{i:03d}", "no_image", "A" if i < 12 else "B") for i in range(25)]
+    acc = accuracy_table(pd.DataFrame(rows), B=200).iloc[0]
+    assert acc["accuracy"] == pytest.approx(12 / 175) and round(100 * acc["accuracy"], 1) == 6.9
+    assert acc["accuracy_parsed"] == pytest.approx(12 / 25)
 
 
 def random_table(n_items=300, reps=3, seed=0):
@@ -84,7 +108,7 @@ def test_paired_change_agrees_with_the_stats_module() -> None:
 
 
 def test_pairs_drop_unscorable_trials_and_zero_change_has_p_one() -> None:
-    t = pd.DataFrame([row("i1", "original", "A"), row("i1", "no_image", "zzz"),
+    t = pd.DataFrame([row("i1", "original", "A"), row("i1", "no_image", None),  # no response: unscorable
                       row("i2", "original", "A"), row("i2", "no_image", "A"),
                       row("i3", "original", "B"), row("i3", "no_image", "B")])
     ch = paired_changes(t, [Comparison("T1", "x", "original", "no_image")], B=500).iloc[0]
@@ -288,3 +312,21 @@ def test_distractor_curve_compares_one_item_set() -> None:
     cur = analyse_stress(never_changing_answers(30, 0)[0], B=100).curve
     txt = cur[cur.modality == "text-only"].set_index("level")
     assert "4R" not in txt.index and (txt["accuracy"] == 1.0).all() and "not estimable: 4R" in txt["note"].iloc[0]
+
+
+def test_f1_weights_are_the_fixed_benchmark_sizes() -> None:
+    # model q has no response on two 'big' items without the image: F1 still weights 'big' by its 4 items, not by
+    # the 2 items q scored under both conditions (the released code's fixed benchmark sizes; issue 12 item 15)
+    rows = []
+    for i in range(4):
+        rows += [row(f"b{i}", "original", "A", bench="big", model=mm) for mm in ("m", "q")]
+        rows += [row(f"b{i}", "no_image", "B", bench="big", model="m"),
+                 row(f"b{i}", "no_image", None if i < 2 else "B", bench="big", model="q")]
+    for i in range(2):
+        rows += [row(f"s{i}", "original", "A", bench="small", model=mm) for mm in ("m", "q")]
+        rows += [row(f"s{i}", "no_image", "A", bench="small", model=mm) for mm in ("m", "q")]
+    inputs = robustness_inputs(pd.DataFrame(rows))
+    for model in ("m", "q"):
+        assert inputs[model].t1["big"][2] == 4 and inputs[model].t1["small"][2] == 2
+    # F1 for q: big 100 - 0 over its 2 scored items, small 0 drop: (100 * 4 + 0 * 2) / 6 / 100
+    assert robustness_score(inputs["q"]).F["F1"] == pytest.approx(4 / 6)

@@ -13,6 +13,11 @@ OPTS = ["Pneumothorax", "Pleural effusion", "Cardiomegaly", "Unknown", "Effusion
     "text, status, letter",
     [
         ("<answer>B. Pleural effusion</answer>", "answer", "B"),
+        # the whole option list echoed is no choice (it used to parse as the last option)
+        ("A. Pneumothorax\nB. Pleural effusion\nC. Cardiomegaly\nD. Unknown\nE. Effusion", "unparsed", None),
+        ("<answer>A. Pneumothorax B. Pleural effusion C. Cardiomegaly D. Unknown E. Effusion</answer>", "unparsed",
+         None),
+        ("A. Pneumothorax\nB. Pleural effusion\nC. Cardiomegaly\nD. Unknown\nE. Effusion\nAnswer: C", "answer", "C"),
         ("<answer>B</answer>", "answer", "B"),
         ("<answer>(c)</answer>", "answer", "C"),
         ("<answer>Cardiomegaly</answer>", "answer", "C"),

@@ -176,7 +176,7 @@ def test_exclusion_log_is_written_and_summarised(tmp_path: Path) -> None:
     # every answer of the mumbler is unparsed: one scoring row per trial it was asked
     scoring = log[log["stage"] == "scoring"]
     assert set(scoring["model"]) == {"mumbler"} and len(scoring) == len(plan.trials)
-    assert (scoring["reason"] == "unparsed answer (unreadable)").all()
+    assert (scoring["reason"] == "unparsed answer, counted wrong (unreadable)").all()
     page = (tmp_path / "report" / "report.html").read_text()
     section = page[page.index('<section id="exclusions">'):]
     assert f"{len(log)} exclusion(s)" in section

@@ -78,3 +78,19 @@ def test_vectorised_score_matches_scalar() -> None:
     for k, v in s.R.items():
         assert arr[k][0] == pytest.approx(v, abs=1e-12)
     assert arr["mean"][0] == pytest.approx(s.mean, abs=1e-12)
+
+
+def test_released_code_robustness_vector() -> None:
+    # the authors' released code's vector R1-R5 = .916 / .734 / .961 / .829 / .690, mean .826 (issue 12 item 18),
+    # from accuracies chosen so that each F-term gives it: F1 8.4 pp drop, F2 (41.28 - 20) / 80, F3 1.95 / 50,
+    # F4 (0.5 * 20 + 0.3 * 10 + 0.2 * 20.5) / 100, F5 31 pp drop
+    acc = StressAccuracies(
+        t1={"jama": (58.4, 50.0, 1314), "nejm": (58.4, 50.0, 947)},
+        t2_txt_required=41.28, t2_chance=20.0,
+        t3_txt_orig=50.0, t3_txt_reordered=48.05,
+        t4_txt_base=50.0, t4_txt_4r=30.0, t4_img_base=60.0, t4_img_4r=70.0, t4_txt_unknown=70.5,
+        t5_orig=80.0, t5_substituted=49.0,
+    )
+    s = robustness_score(acc)
+    assert tuple(round(s.R[f"R{i}"], 3) for i in range(1, 6)) == (0.916, 0.734, 0.961, 0.829, 0.690)
+    assert round(s.mean, 3) == 0.826 and s.mean == pytest.approx((0.916 + 0.734 + 0.961 + 0.829 + 0.690) / 5)

@@ -36,6 +36,9 @@ from medvlm_audit.scorers.yesno import p_yes, parse_yes_no
         ("\u2581Yes", 1),
         ("Not present.", 0),
         ("Maybe", -1),
+        # the whole final line must equal a token; else the first token of the answer (DESIGN.md "Parser")
+        ("Yes.\nNo other abnormality is seen.", 1),
+        ("No.\nYes, the heart is normal in size.", 0),
     ],
 )
 def test_parse_yes_no(text, expected) -> None:
@@ -52,6 +55,18 @@ def test_p_yes_renormalises_over_variants() -> None:
     # P(Yes)=0.5, P(" yes")=0.1, P("No")=0.2, other token 0.2 -> 0.6 / 0.8 = 0.75
     tl = [("Yes", math.log(0.5)), (" yes", math.log(0.1)), ("No", math.log(0.2)), ("The", math.log(0.2))]
     assert p_yes(tl) == pytest.approx(0.75)
+
+
+def test_p_yes_counts_exactly_the_papers_token_sets() -> None:
+    # "y" / "n" / "yeah" / "Yes." are not in {Yes, yes, YES, _Yes, _yes, _YES} and its No set
+    tl = [("Yes", math.log(0.3)), ("y", math.log(0.3)), ("No", math.log(0.1)), ("n", math.log(0.2)),
+          ("yeah", math.log(0.05)), ("Yes.", math.log(0.05))]
+    assert p_yes(tl) == pytest.approx(0.3 / 0.4)
+    assert math.isnan(p_yes([("y", -0.1), ("n", -2.0)]))
+    # the six spellings of each set, a leading space also as the tokenizer's word-start marker
+    yes = [(t, math.log(0.1)) for t in ("Yes", "yes", "YES", " Yes", " yes", " YES")]
+    no = [(t, math.log(0.05)) for t in ("No", "no", "NO", " No", "\u2581no", "\u0120NO")]
+    assert p_yes(yes + no) == pytest.approx(0.6 / 0.9)
 
 
 def test_p_yes_undefined_not_zero() -> None:

@@ -362,7 +362,8 @@ def report_cmd(
     B: Annotated[int, typer.Option("--B", min=1, help="Bootstrap resamples per interval.")] = 10_000,
     mode: Annotated[ResamplingMode, typer.Option(
         help="exact-counts: count-based resampling (fast, same distribution); index: the released code's "
-             "RandomState index draws, bit-exact.")] = ResamplingMode.exact_counts,
+             "RandomState index draws in the released files' row order, bootstrap interval at every n, AUROC as "
+             "released: its intervals equal the released code's (tested on a released-layout fixture).")] = ResamplingMode.exact_counts,
     is_denominator: Annotated[ISDenominator, typer.Option(
         help="IS over correct-on-original boxed cases (default, paper Table 1) or over all boxed cases parsed "
              "under both conditions (all-parsed, Eq. 8); the report labels which.")] = ISDenominator.default,

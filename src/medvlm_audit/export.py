@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
@@ -35,16 +36,17 @@ def raw_table(store: RunStore) -> pd.DataFrame:
     missing = df["answer_text"].isna() & df["error_kind"].isna() & df["imported_parsed"].isna()
     df.loc[missing, "error_kind"] = "not_asked"
     df["top_logprobs"] = [json.loads(x) if isinstance(x, str) else None for x in df["top_logprobs"]]
-    cases = store.frame("SELECT probe_set, case_id, row FROM cases")
+    cases = store.frame("SELECT probe_set, case_id, row FROM cases ORDER BY rowid")
     rows = [json.loads(r) for r in cases["row"]]
     meta = pd.DataFrame(rows)
     meta.insert(0, "probe_set", cases["probe_set"].to_numpy())
+    meta["case_order"] = np.arange(len(meta))  # the probe set's own row order (index mode resamples in it)
     for col in CASE_COLUMNS:
         if col not in meta:
             meta[col] = None
     meta["has_box"] = meta["tbox_x0"].notna() if "tbox_x0" in meta else False
     meta["ibox_overlaps"] = meta["ibox_overlaps"].fillna(False).astype(bool) if "ibox_overlaps" in meta else False
-    keep = ["probe_set", "case_id", *CASE_COLUMNS, "has_box", "ibox_overlaps"]
+    keep = ["probe_set", "case_id", *CASE_COLUMNS, "has_box", "ibox_overlaps", "case_order"]
     df = df.merge(meta[keep], on=["probe_set", "case_id"], how="left")
     df["age"] = pd.to_numeric(df["age"], errors="coerce").astype(float)
     run_id = store.meta().get("run_id", store.path.parent.name)

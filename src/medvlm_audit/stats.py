@@ -9,14 +9,19 @@ Conventions (DESIGN.md "Statistics conventions"; paper 000, Methods "Statistical
   interval and a two-sided shift-and-reflect p-value (Supplementary Algorithm 1 of the paper).
 * Checked against the authors' released code (github.com/mahshadlotfinia/causal, ``Inference/stats_utils.py``):
   bootstrap SDs use ``ddof=1``; intervals use ``np.percentile`` with its default (linear) interpolation;
-  index resampling is ``np.random.RandomState(seed).randint(0, n, size=(B, n))``; the clustered bootstrap draws
+  index resampling is ``np.random.RandomState(seed).randint(0, n, size=(B, n))``. The released code has **no**
+  clustered bootstrap: the patient-clustered option is this project's addition (beyond the paper). It draws
   ``randint(0, K, size=(B, K))`` over the sorted unique cluster ids and takes the ratio of summed values to
   summed cluster sizes.
 * Two resampling modes for 0/1 outcomes. ``"exact-counts"`` draws the resampled counts directly (binomial for one
   proportion, multinomial over the four outcome pairs for a paired difference, multinomial over cluster *types*
   for a clustered bootstrap): the same distribution as index resampling at O(B) cost, from
-  ``np.random.default_rng(seed)``. ``"index"`` reproduces the released code bit for bit, drawing the index matrix
-  chunk by chunk (bounded memory) from the same ``RandomState`` stream.
+  ``np.random.default_rng(seed)``. ``"index"`` draws the released code's index matrix chunk by chunk (bounded
+  memory) from the same ``RandomState`` stream: the draws, and so the means and intervals of a given vector, are
+  bit-identical to the released code's one-shot ``values[idx].mean(1)`` (tested). The released code's *results*
+  are reproduced only when the vector is in its row order (the grounding analysis keeps the files' order in
+  index mode) and its AUROC is :func:`auroc_released`; :func:`auroc` (Mann-Whitney, ties 1/2) differs from it
+  whenever scores are tied.
 * Statistics with no count shortcut (AUROC, means of real values such as a Brier score or an ECE bin) resample
   n uniform draws with replacement in ``exact-counts`` mode too, from fixed blocks of 500 resamples, block i
   drawn from ``default_rng(SeedSequence(seed).spawn(...)[i])``; worker threads fill the blocks, and the result
@@ -48,6 +53,8 @@ __all__ = [
     "PermutationResult",
     "auroc",
     "auroc_interval",
+    "auroc_interval_released",
+    "auroc_released",
     "benjamini_hochberg",
     "binomial_test",
     "bootstrap_draws_sd",
@@ -411,7 +418,8 @@ def proportion(x: Any, B: int = 10_000, seed: int = 0, mode: Mode = "exact-count
     """Proportion of 1s: mean, analytic SE sqrt(p(1-p)/n), percentile bootstrap interval, n.
 
     ``mode="exact-counts"``: k* ~ Binomial(n, p_hat) (same distribution as index resampling, O(B)).
-    ``mode="index"``: the released code's ``RandomState(seed).randint(0, n, (B, n))``, chunked, bit-identical.
+    ``mode="index"``: the released code's ``RandomState(seed).randint(0, n, (B, n))``, chunked; bit-identical draws
+    (the released interval of the same vector in the same order).
     ``clusters``: patient ids; resample whole clusters (ratio of sums). The SE is then the cluster-robust
     (linearised ratio) SE sqrt(sum_c (s_c - p m_c)^2) / n, which equals sqrt(p(1-p)/n) when every cluster is one
     case. ``wilson_below``: if n < wilson_below, the interval is Wilson's instead (paper: 30 for per-finding cells).
@@ -625,7 +633,7 @@ def paired_difference(a: Any, b: Any, B: int = 10_000, seed: int = 0, mode: Mode
     """Paired bootstrap of mean(a) - mean(b) for 0/1 outcomes on the same cases (Supplementary Algorithm 1).
 
     ``exact-counts``: (n11, n10, n01, n00)* ~ Multinomial(n, observed pair shares), O(B); ``index``: the
-    released code's shared ``RandomState(seed).randint`` index matrix, chunked, bit-identical.
+    released code's shared ``RandomState(seed).randint`` index matrix, chunked; bit-identical draws.
     """
     B = _check_B(B)
     alpha = _check_alpha(alpha)
@@ -1208,7 +1216,9 @@ def auroc_interval(
     """AUROC with a percentile bootstrap interval; resamples lacking a class are skipped (their number is in
     ``method``); se = SD of the bootstrap AUROCs (ddof=1).
 
-    ``index``: ``RandomState(seed)`` draws, bit-identical to the released code. ``exact-counts``: the same
+    ``index``: the released code's ``RandomState(seed)`` index draws (the same resamples); the AUROC of each is
+    Mann-Whitney with ties 1/2, so with tied scores the values differ from the released code's trapezoid over its
+    argsort order (:func:`auroc_interval_released` reproduces that). ``exact-counts``: the same
     resampling distribution (n uniform draws with replacement) from PCG64 block streams (see ``_run_blocks``),
     filled by up to ``workers`` threads with the same result for any number; with few distinct (score, class)
     cells the cell counts are drawn from their multinomial (the same distribution again)."""
@@ -1243,7 +1253,7 @@ def auroc_interval(
 
 
 def _auroc_index_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int) -> np.ndarray:
-    """Bootstrap AUROCs under ``RandomState(seed)`` index resampling (bit-identical to the released code)."""
+    """Bootstrap AUROCs (Mann-Whitney, ties 1/2) under the released code's ``RandomState(seed)`` index draws."""
     n = int(s.shape[0])
     # Per resample, count positives / negatives at each distinct score level (one bincount, no sorting), then
     # U = sum_l pos_l * (negatives below level l + neg_l / 2): the Mann-Whitney count with ties 1/2.
@@ -1427,3 +1437,83 @@ def chance_test(k: int, probs: Any) -> float:
     if not 0 <= int(k) <= n:
         raise ValueError(f"chance_test: need 0 <= k <= n, got k={k}, n={n}")
     return poisson_binomial_sf(k, pv)
+
+
+# ---- released-code AUROC (index mode; issue 12 item 2) ----
+
+
+def auroc_released(scores: Any, labels: Any) -> float:
+    """AUROC as the paper's released code computes it (``Inference/metrics.py``, ``_auc_from_scores``).
+
+    Cases are ordered by ``np.argsort(scores)[::-1]`` (numpy's default sort, descending by reversal), and the area
+    is the trapezoidal integral of the stepwise ROC of that order. Without tied scores this equals :func:`auroc`;
+    with ties it does not count a tied pair 1/2: the area depends on the order the sort leaves tied cases in (and
+    so, like the released code, on numpy's sort implementation). Used by ``index`` mode only; :func:`auroc` is the
+    definition everywhere else. nan when a class is missing.
+
+    Examples
+    --------
+    Scores 0.9, 0.8, 0.8, 0.3 with labels 1, 0, 1, 0: ``argsort`` gives 3, 1, 2, 0, reversed 0, 2, 1, 3, i.e.
+    labels 1, 1, 0, 0 in that order, a perfect ranking:
+
+    >>> auroc_released([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])
+    1.0
+    >>> auroc([0.9, 0.8, 0.8, 0.3], [1, 0, 1, 0])  # Mann-Whitney counts the tied pair 1/2: 3.5 / 4
+    0.875
+    """
+    s = _as_real(scores, "scores")
+    y = _binary_labels(labels)
+    _check_same_length(s, y, "scores", "labels")
+    return _auroc_released(s, y)
+
+
+def _auroc_released(s: np.ndarray, y: np.ndarray) -> float:
+    n_pos = int(np.count_nonzero(y == 1))
+    n_neg = int(y.shape[0]) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return _NAN
+    ys = y[np.argsort(s)[::-1]]
+    tpr = np.concatenate([[0], np.cumsum(ys == 1) / n_pos])
+    fpr = np.concatenate([[0], np.cumsum(ys == 0) / n_neg])
+    return float(np.trapezoid(tpr, fpr))
+
+
+def auroc_interval_released(scores: Any, labels: Any, B: int = 10_000, seed: int = 0,
+                            alpha: float = 0.05) -> Estimate:
+    """AUROC (:func:`auroc_released`) with the released code's bootstrap: ``RandomState(seed).randint(0, n, (B, n))``
+    rows in the cases' given order, the AUROC of each resample by :func:`auroc_released`, resamples lacking a
+    class dropped, ``np.percentile`` interval; se = SD (ddof=1) of the kept draws.
+
+    Examples
+    --------
+    >>> est = auroc_interval_released([0.9, 0.8, 0.7, 0.6, 0.5, 0.4], [1, 1, 0, 1, 0, 0], B=200)
+    >>> round(est.point, 4)
+    0.8889
+    """
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    s = _as_real(scores, "scores")
+    y = _binary_labels(labels)
+    _check_same_length(s, y, "scores", "labels")
+    n = int(s.shape[0])
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    point = _auroc_released(s, y)
+    if math.isnan(point):
+        return Estimate(_NAN, _NAN, _NAN, _NAN, n, "not estimable (only one class among labels)")
+    boot = np.empty(B)
+    pos = 0
+    for idx in _index_chunks(n, B, seed):
+        for row in idx:
+            boot[pos] = _auroc_released(s[row], y[row])
+            pos += 1
+    ok = np.isfinite(boot)
+    how = (f"percentile bootstrap (index, B={B}, seed={seed}) {_pct(alpha)} interval, AUROC as the released code "
+           f"computes it (argsort order, trapezoid); se = bootstrap SD")
+    if not ok.all():
+        how += f"; {int((~ok).sum())} resample(s) lacking a class skipped"
+    if not ok.any():
+        return Estimate(point, _NAN, _NAN, _NAN, n, how + "; interval not estimable")
+    lo, hi = _percentiles(boot[ok], alpha)
+    sd = _sd(boot[ok])
+    return Estimate(point, sd, lo, hi, n, how, sd)

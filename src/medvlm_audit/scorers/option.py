@@ -7,9 +7,11 @@ tag: a lone letter (``B``, ``(B)``, ``B.``), a letter the reply says it picks (`
 is (C)``, ``Option b`` in any case, ``I would choose B because…``, ``I'd go with (d)``; a lower-case letter
 only after "option"/"choice" or in brackets, where it cannot be the article "a"; a hedge such as ``B or C``
 picks nothing), a leading letter with a reason (``B because…``); else exactly one option text quoted in the
-reply. A reply that picks nothing and declines (``cannot determine without the image``) is a ``refusal``;
-anything else is ``unparsed``. Refusals and unparsed answers are their own classes, never coerced into an
-option.
+reply. A reply that repeats the whole option list picks nothing (``unparsed``) unless it also says which one
+(``Answer: B``). A reply that picks nothing and declines (``cannot determine without the image``) is a ``refusal``;
+an abstention that names no option ("Unknown", "None of the above", "N/A", "I don't know", "please provide
+the image") is ``abstain``; anything else is ``unparsed``. Refusals, abstentions and unparsed answers are their
+own classes, never coerced into an option (the stress analysis counts all three as wrong answers).
 """
 
 from __future__ import annotations
@@ -29,8 +31,23 @@ def norm_option(text: str) -> str:
     """Comparison key of an option text: case-folded, whitespace collapsed, trailing punctuation dropped."""
     return " ".join(str(text).casefold().split()).rstrip(" .;:")
 
-Status = Literal["answer", "refusal", "unparsed", "no_response"]
-STATUSES: tuple[str, ...] = ("answer", "refusal", "unparsed", "no_response")
+
+Status = Literal["answer", "refusal", "abstain", "unparsed", "no_response"]
+STATUSES: tuple[str, ...] = ("answer", "refusal", "abstain", "unparsed", "no_response")
+
+#: a reply (or answer-tag body) that is only an abstention, when no option says it: an answer, and a wrong one
+#: (paper 003's denominators are all items; DESIGN.md "Stress audit")
+_ABSTAIN = re.compile(
+    r"^(?:the\s+answer\s+is\s*:?\s*)?(?:unknown|none|none of the above|none of these|n/?a|not applicable|"
+    r"i\s+(?:do\s*n[o']?t|dont)\s+know|unsure|not sure|uncertain|undetermined|cannot be determined)$"
+    r"|\bplease\s+(?:provide|upload|share|attach|send)\s+(?:the|an|a)\s+(?:image|picture|x-?ray|scan)",
+    re.IGNORECASE,
+)
+
+
+def _abstains(text: str) -> bool:
+    t = " ".join(text.split()).strip(" .!,;:\"'()[]*")
+    return bool(_ABSTAIN.search(t))
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
@@ -98,6 +115,14 @@ def _contained(text: str, keys: Sequence[str]) -> int | None:
     # drop hits that are substrings of another hit ("effusion" inside "pleural effusion")
     kept = [i for i in hits if not any(j != i and keys[i] in keys[j] for j in hits)]
     return kept[0] if len(kept) == 1 else None
+
+
+def _echoes_options(text: str, keys: Sequence[str]) -> bool:
+    """The reply repeats the whole option list (every option's text, two or more options): not a choice."""
+    if len(keys) < 2:
+        return False
+    t = " " + " ".join(re.sub(r"[^\w\s'/-]", " ", text.casefold()).split()) + " "
+    return all(kk and f" {kk} " in t for kk in (" ".join(re.sub(r"[^\w\s'/-]", " ", k).split()) for k in keys))
 
 
 def _picked_letters(text: str, k: int) -> list[str]:
@@ -183,6 +208,8 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     tags = _TAG.findall(s)
     if tags:
         body = tags[-1].strip()
+        if _echoes_options(body, keys):  # "<answer>A. x B. y C. z</answer>" chose nothing
+            return ParsedOption("unparsed", None, "echoes_options")
         exact = _match_text(body, keys)
         if exact is not None:  # the option's own text (also when that text is a number)
             return ParsedOption("answer", exact, "tag_text")
@@ -192,6 +219,8 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
         inside = _contained(body, keys)
         if inside is not None:
             return ParsedOption("answer", inside, "tag_contains")
+        if _abstains(body):
+            return ParsedOption("abstain", None, "tag_abstain")
         if _REFUSAL.search(body) or _REFUSAL.search(s):
             return ParsedOption("refusal", None, "tag_refusal")
         return ParsedOption("unparsed", None, "tag_unreadable")
@@ -200,6 +229,13 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
         return ParsedOption("answer", LETTERS.index(lone.group(1)), "lone_letter")
     lines = [ln.strip() for ln in s.splitlines() if ln.strip()]
     last = lines[-1] if lines else s
+    if _echoes_options(s, keys):
+        # the whole option list repeated: only an explicit, unique pick ("Answer: B") is a choice; the last
+        # echoed line is not
+        said = [x for x in _SAYS.findall(s) if x in LETTERS[:k]]
+        if said and len(set(said)) == 1:
+            return ParsedOption("answer", LETTERS.index(said[-1]), "says_letter")
+        return ParsedOption("unparsed", None, "echoes_options")
     for cand, whole in ((last, False), (s, True)):
         said = [x for x in _SAYS.findall(cand) if x in LETTERS[:k]]
         if said and (not whole or len(set(said)) == 1):
@@ -216,6 +252,8 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     inside = _contained(s, keys)
     if inside is not None and not _REFUSAL.search(s):
         return ParsedOption("answer", inside, "contains")
+    if _abstains(s) or _abstains(last):
+        return ParsedOption("abstain", None, "abstain")
     if _REFUSAL.search(s):
         return ParsedOption("refusal", None, "refusal")
     if inside is not None:

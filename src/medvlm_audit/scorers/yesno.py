@@ -1,8 +1,8 @@
 """The paper's yes/no parser and first-token P(yes) (paper 000, Methods; DESIGN.md "Grounding audit").
 
-Parse order: strip tokenizer artifacts and ``<think>...</think>`` (an unclosed ``<think>`` to the end); the final non-empty line against the
-affirmative/negative token sets; then the first whitespace token; then the first 60 lower-cased characters
-for an unambiguous yes or no matched as whole words (so "cannot" and "abnormality" are not read as No).
+Parse order: strip tokenizer artifacts and ``<think>...</think>`` (an unclosed ``<think>`` to the end); the whole
+final non-empty line (lower-cased, stripped of punctuation) must equal one of the affirmative/negative tokens;
+then the first whitespace token; then the first 60 lower-cased characters for an unambiguous yes or no matched as whole words (so "cannot" and "abnormality" are not read as No).
 Returns 1 (Yes), 0 (No) or -1 (unparsed, an explicit class: never coerced).
 """
 
@@ -50,14 +50,9 @@ def _classify_token(token: str) -> int:
 
 
 def _classify_line(line: str) -> int:
-    """A line is read as a yes/no token when, stripped of punctuation, it is one of the tokens."""
-    whole = _classify_token(line)
-    if whole != UNPARSED:
-        return whole
-    words = line.strip(_STRIP).split()
-    if words:
-        return _classify_token(words[0])
-    return UNPARSED
+    """A line is read as a yes/no token only when the **whole** line, lower-cased and stripped of punctuation,
+    equals one of the tokens ("No other abnormality is seen." is not a token: DESIGN.md "Parser")."""
+    return _classify_token(line)
 
 
 def parse_yes_no(text: str | None) -> int:
@@ -83,17 +78,29 @@ def parse_yes_no(text: str | None) -> int:
     return UNPARSED
 
 
+#: the paper's first-token sets (Methods, "Confidence"; DESIGN.md): these strings exactly, nothing else
+#: ("y", "n", "yeah", "Yes." and the like do not count).
+YES_TOKENS = frozenset({"Yes", "yes", "YES", " Yes", " yes", " YES"})
+NO_TOKENS = frozenset({"No", "no", "NO", " No", " no", " NO"})
+#: word-start markers of raw tokenizer vocabularies (SentencePiece U+2581, byte-level BPE U+0120): a leading
+#: space written the tokenizer's way, so "\u2581Yes" is the token " Yes".
+_SPACE_MARKERS = ("\u2581", "\u0120")
+
+
 def _token_class(token: str) -> int:
-    tok = _ARTIFACTS.sub("", token).strip(_STRIP).lower()
-    if tok in ("yes", "yeah", "y"):
+    tok = token
+    if tok[:1] in _SPACE_MARKERS:
+        tok = " " + tok[1:]
+    if tok in YES_TOKENS:
         return YES
-    if tok in ("no", "n"):
+    if tok in NO_TOKENS:
         return NO
     return UNPARSED
 
 
 def p_yes(top_logprobs: Iterable[tuple[str, float]] | None) -> float:
-    """First-token P(yes) renormalised over the yes/no token variants; NaN (undefined) when neither appears."""
+    """First-token P(yes) renormalised over exactly the paper's token sets ``YES_TOKENS`` / ``NO_TOKENS``;
+    NaN (undefined) when neither appears."""
     if not top_logprobs:
         return math.nan
     py = pn = 0.0

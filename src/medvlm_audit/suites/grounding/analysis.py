@@ -107,7 +107,9 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                       baselines: list[str] | None = None, workers: int | None = None) -> GroundingAnalysis:
     """Run the full grounding analysis on a tidy run table (schema of ``medvlm_audit.export.tidy``).
 
-    ``mode``: bootstrap resampling ("exact-counts", or "index" for bit-exact agreement with the paper's code);
+    ``mode``: bootstrap resampling ("exact-counts", or "index": the released code's draws over the cases in the
+    probe set's own row order, its bootstrap interval at every n and its AUROC, so the intervals equal the
+    released code's);
     ``is_denominator``: "correct" (correct-on-original boxed cases, the paper's Table 1) or "all" (Eq. 8);
     ``baselines``: models compared against (default: every text-only model); ``workers``: threads of the
     resampling kernels (the results do not depend on it). Raises AnalysisInputError on a
@@ -119,7 +121,7 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         raise ValueError(f"is_denominator must be 'correct' or 'all', got {is_denominator!r}")
     opts = Options(B=int(B), seed=int(seed), mode=mode, is_denominator=is_denominator,
                    cluster_by_patient=bool(cluster_by_patient), workers=workers)
-    panels, notes = build_panels(tidy)
+    panels, notes = build_panels(tidy, file_order=mode == "index")
     all_models: list[str] = []
     modality: dict[str, str] = {}
     for p in panels.values():

@@ -2,7 +2,8 @@
 
 ignores_image: CGR = 0, UAR = 100 and IS = 100, each on at least 100 cases (no image edit changed an answer);
 unstable: IS < 70 (answers move under an irrelevant occlusion, so CGR is not localized grounding);
-uses_image: CGR > 0 with its 95% interval excluding 0, and IS >= 90;
+uses_image: CGR > 0 with its 95% percentile-bootstrap interval excluding 0 (also where a Wilson interval is
+displayed: one flip in 20 is indeterminate), and IS >= 90;
 indeterminate: anything else, with the reason in plain words.
 The rule reads point estimates, intervals and counts only; accuracy never enters it.
 """
@@ -23,19 +24,32 @@ SWEEP_THRESHOLDS: tuple[int, ...] = tuple(range(50, 95, 5))
 
 @dataclass(frozen=True)
 class Rate:
-    """A rate in percent with its 95% interval, denominator n and count k of ones (n = 0: not estimable)."""
+    """A rate in percent with its displayed 95% interval, denominator n and count k of ones (n = 0: not
+    estimable). ``boot_low`` / ``boot_high``: its 95% percentile-bootstrap interval, the one the category rule
+    reads (DESIGN.md: a Wilson interval may be displayed at small n, the rule reads the bootstrap interval);
+    nan means the displayed interval is already the bootstrap one."""
 
     point: float
     ci_low: float
     ci_high: float
     n: int
     k: int
+    boot_low: float = math.nan
+    boot_high: float = math.nan
 
     @classmethod
     def from_row(cls, row: dict[str, Any] | None) -> Rate:
         if row is None:
             return cls(math.nan, math.nan, math.nan, 0, 0)
-        return cls(float(row["point"]), float(row["ci_low"]), float(row["ci_high"]), int(row["n"]), int(row["k"]))
+        return cls(float(row["point"]), float(row["ci_low"]), float(row["ci_high"]), int(row["n"]), int(row["k"]),
+                   float(row.get("boot_low", math.nan)), float(row.get("boot_high", math.nan)))
+
+    @property
+    def rule_interval(self) -> tuple[float, float]:
+        """The percentile-bootstrap interval the category rule reads."""
+        if math.isfinite(self.boot_low) and math.isfinite(self.boot_high):
+            return self.boot_low, self.boot_high
+        return self.ci_low, self.ci_high
 
     @property
     def estimable(self) -> bool:
@@ -68,9 +82,11 @@ def categorize(cgr: Rate, uar: Rate, is_: Rate, *, unstable_below: float = 70.0,
     if is_.estimable and is_.point < unstable_below:
         return "unstable", (f"{is_.text('IS')} < {unstable_below:g}: answers change when an irrelevant region is "
                             f"masked, so CGR does not measure localized grounding")
-    cgr_excl0 = cgr.estimable and cgr.k > 0 and math.isfinite(cgr.ci_low) and cgr.ci_low > 0
+    b_lo, b_hi = cgr.rule_interval
+    boot_txt = f"its 95% bootstrap interval [{b_lo:.1f}, {b_hi:.1f}]" if math.isfinite(b_lo) else "its interval"
+    cgr_excl0 = cgr.estimable and cgr.k > 0 and math.isfinite(b_lo) and b_lo > 0
     if cgr_excl0 and is_.estimable and is_.point >= uses_image_is_min:
-        return "uses_image", (f"{cgr.text('CGR')} with its 95% interval excluding 0, and {is_.text('IS')} >= "
+        return "uses_image", (f"{cgr.text('CGR')} with {boot_txt} excluding 0, and {is_.text('IS')} >= "
                               f"{uses_image_is_min:g}: masking the finding's region flips correct answers while an "
                               f"irrelevant mask of the same size does not")
     why: list[str] = []
@@ -86,7 +102,7 @@ def categorize(cgr: Rate, uar: Rate, is_: Rate, *, unstable_below: float = 70.0,
                                                f" but {uar.text('UAR')} is below 100" if uar.estimable else
                                                " but UAR not estimable (n = 0)"))
     elif not cgr_excl0:
-        why.append(f"{cgr.text('CGR')}: its interval does not exclude 0")
+        why.append(f"{cgr.text('CGR')}: {boot_txt} does not exclude 0")
     if not is_.estimable:
         why.append("IS not estimable (n = 0: no boxed case with a parsed irrelevant-mask answer)")
     elif unstable_below <= is_.point < uses_image_is_min:

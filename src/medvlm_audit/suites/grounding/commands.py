@@ -23,7 +23,8 @@ def import_results_cmd(
     from medvlm_audit.suites.grounding.import_results import import_results
 
     try:
-        run_dir = import_results(manifest, results_dir, out, text_only=tuple(text_only), vision_only=tuple(vision_only))
+        run_dir = import_results(manifest, results_dir, out, text_only=tuple(text_only), vision_only=tuple(vision_only),
+                                 log=console.print)
         from medvlm_audit import api
 
         api.export(run_dir)

@@ -4,7 +4,8 @@ subgroup permutation tests, Benjamini-Hochberg within declared families, and the
 
 Families (one BH adjustment each):
 ``baseline:<probe_set>:<metric>:<baseline>`` every model against one text-only baseline on accuracy or UAR;
-``pairs:<probe_set>:accuracy`` all model pairs; ``subgroups:<probe_set>:<model>`` the model's five subgroup
+``pairs:<probe_set>:accuracy`` all model pairs; every paired accuracy test has an exact McNemar row beside it
+(family ``<family>|mcnemar``); below 10 shared cases no test is made and the row says why; ``subgroups:<probe_set>:<model>`` the model's five subgroup
 tests (CGR by sex, view and age; UAR by sex and age -- the five the paper's Table 2 reports).
 """
 
@@ -59,19 +60,49 @@ def _clusters(panel: Panel, pos: np.ndarray, opts: Options) -> np.ndarray | None
     return panel.patient[pos] if opts.cluster_by_patient else None
 
 
+#: fewer shared cases than this: no paired test (the row says why); DESIGN.md "Comparisons"
+MIN_PAIRED = 10
+
+
 def paired_row(family: str, panel: Panel, metric: str, model_a: str, model_b: str, va: Vec, vb: Vec,
                opts: Options, subset: str = "all") -> dict[str, Any]:
-    """Paired bootstrap of model_a minus model_b (points) on the cases eligible for both."""
+    """Paired bootstrap of model_a minus model_b (points) on the cases eligible for both; no test (p = nan, the
+    note says why) below ``MIN_PAIRED`` shared cases."""
     shared = va.elig & vb.elig
     pos = np.flatnonzero(shared)
     a = va.val[pos].astype(np.int8)
     b = vb.val[pos].astype(np.int8)
+    row = {"family": family, "probe_set": panel.probe_set, "metric": metric, "subset": subset, "model_a": model_a,
+           "model_b": model_b, "p_adj": np.nan, "n": int(pos.size), "test": "paired-bootstrap"}
+    if pos.size < MIN_PAIRED:
+        diff = 100.0 * (a.mean() - b.mean()) if pos.size else np.nan
+        why = (NOT_ESTIMABLE if pos.size == 0 else
+               f"no test: {pos.size} shared case(s), fewer than {MIN_PAIRED} (a bootstrap p on so few cases is "
+               f"meaningless); {model_a} {100 * a.mean():.1f} vs {model_b} {100 * b.mean():.1f}")
+        return {**row, "diff": diff, "sd": np.nan, "ci_low": np.nan, "ci_high": np.nan, "p": np.nan, "note": why,
+                "statistic": diff}
     d = stats.paired_difference(a, b, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=_clusters(panel, pos, opts))
-    note = NOT_ESTIMABLE if d.n == 0 else f"{model_a} {100 * a.mean():.1f} vs {model_b} {100 * b.mean():.1f} on shared cases"
-    return {"family": family, "probe_set": panel.probe_set, "metric": metric, "subset": subset, "model_a": model_a,
-            "model_b": model_b, "diff": 100.0 * d.diff, "sd": 100.0 * d.sd, "ci_low": 100.0 * d.ci_low,
-            "ci_high": 100.0 * d.ci_high, "p": d.p, "p_adj": np.nan, "n": int(d.n), "test": "paired-bootstrap",
-            "note": note, "statistic": 100.0 * d.diff}
+    note = f"{model_a} {100 * a.mean():.1f} vs {model_b} {100 * b.mean():.1f} on shared cases"
+    return {**row, "diff": 100.0 * d.diff, "sd": 100.0 * d.sd, "ci_low": 100.0 * d.ci_low,
+            "ci_high": 100.0 * d.ci_high, "p": d.p, "note": note, "statistic": 100.0 * d.diff}
+
+
+def mcnemar_row(boot_row: dict[str, Any], va: Vec, vb: Vec, opts: Options) -> dict[str, Any]:
+    """Exact McNemar test beside a paired accuracy test, on the same shared cases; its own BH family
+    (``<family>|mcnemar``) so the bootstrap family's adjustment is unchanged."""
+    pos = np.flatnonzero(va.elig & vb.elig)
+    a = va.val[pos].astype(np.int8)
+    b = vb.val[pos].astype(np.int8)
+    n10 = int(np.count_nonzero((a == 1) & (b == 0)))
+    n01 = int(np.count_nonzero((a == 0) & (b == 1)))
+    row = {**boot_row, "family": f"{boot_row['family']}|mcnemar", "test": "mcnemar-exact", "sd": np.nan,
+           "ci_low": np.nan, "ci_high": np.nan, "p_adj": np.nan, "statistic": float(min(n10, n01))}
+    if pos.size < MIN_PAIRED:
+        return {**row, "p": np.nan, "note": boot_row["note"]}
+    note = f"discordant pairs: {n10} only {boot_row['model_a']} correct, {n01} only {boot_row['model_b']} correct"
+    if opts.cluster_by_patient:
+        note += "; cases treated as independent (McNemar has no patient clustering)"
+    return {**row, "p": stats.mcnemar_exact(a, b), "note": note}
 
 
 def baseline_comparisons(panel: Panel, vecs: dict[str, dict[str, Vec]], baselines: Sequence[str],
@@ -87,15 +118,21 @@ def baseline_comparisons(panel: Panel, vecs: dict[str, dict[str, Vec]], baseline
             for m in panel.models:
                 if m == base:
                     continue
-                rows.append(paired_row(fam, panel, metric, m, base, vecs[m][metric], vecs[base][metric], opts))
+                r = paired_row(fam, panel, metric, m, base, vecs[m][metric], vecs[base][metric], opts)
+                rows.append(r)
+                if metric == "accuracy":
+                    rows.append(mcnemar_row(r, vecs[m][metric], vecs[base][metric], opts))
     return rows
 
 
 def pairwise_comparisons(panel: Panel, vecs: dict[str, dict[str, Vec]], opts: Options) -> list[dict[str, Any]]:
     """Accuracy of every pair of models on the cases parsed by both: one family per probe set."""
     fam = f"pairs:{panel.probe_set}:accuracy"
-    return [paired_row(fam, panel, "accuracy", a, b, vecs[a]["accuracy"], vecs[b]["accuracy"], opts)
-            for a, b in combinations(panel.models, 2)]
+    rows: list[dict[str, Any]] = []
+    for a, b in combinations(panel.models, 2):
+        r = paired_row(fam, panel, "accuracy", a, b, vecs[a]["accuracy"], vecs[b]["accuracy"], opts)
+        rows.extend([r, mcnemar_row(r, vecs[a]["accuracy"], vecs[b]["accuracy"], opts)])
+    return rows
 
 
 def _contrast_groups(panel: Panel, contrast: str) -> np.ndarray:
@@ -145,6 +182,8 @@ def subgroup_tests(panel: Panel, vecs: dict[str, dict[str, Vec]], opts: Options)
                 a_, b_ = _ORDER[contrast]
                 diff = 100.0 * (x[gl == a_].mean() - x[gl == b_].mean())
             note = "; ".join(means)
+            if opts.cluster_by_patient:
+                note += "; permutation of cases, not of patients (ignores patient clustering)"
             if not math.isfinite(res.p):
                 note = f"{res.note or NOT_ESTIMABLE}; {note}"
             elif res.dropped:

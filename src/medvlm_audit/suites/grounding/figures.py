@@ -1076,6 +1076,8 @@ def build_figures(analysis: Any) -> list[Figure]:
     """Every figure the analysis supports, per probe set, in report order; figures without data are left out."""
 
     met, cats, comp = analysis.metrics, analysis.categories, analysis.comparisons
+    if len(comp) and "test" in comp.columns:  # exact McNemar rows (p only) sit beside the tests, in the tables
+        comp = comp[comp["test"] != "mcnemar-exact"]
     sweep, rob = analysis.threshold_sweep, analysis.robustness
     if not isinstance(sweep, pd.DataFrame):
         sweep = pd.DataFrame()

@@ -5,6 +5,12 @@ resolution) and a results folder with one sub-folder per model holding original.
 target_mask.csv and irrelevant_mask.csv (case_id, source, model_name, condition, prompt_variant, raw_answer,
 parsed_answer in {1, 0, -1}, confidence = P(yes), ground_truth). The imported parsed answers and confidences
 are kept as given (the store marks them imported); raw answers are kept as text.
+
+ReXErr rows (``source == rexerr``): in the released manifest their ``label`` is ``error_present``, while the
+question ("Is this sentence accurate for this X-ray?") has ground truth ``1 - error_present``. Every such row is
+imported as a report-error question on ``error_sentence`` (or ``original_sentence`` for a no-error row) with
+label ``1 - error_present``, whatever its ``label`` column says. Known defects of the released data are flagged
+in the import summary (``import_summary.json`` in the run folder, and the store's meta), never silently kept.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -87,16 +94,76 @@ def _box(df: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return pd.DataFrame({"x0": x.round(), "y0": y.round(), "x1": (x + w).round(), "y1": (y + h).round()})
 
 
+def _snake_error_type(v: object) -> object:
+    """'False Prediction' -> 'false_prediction' (the release mixes Title Case with the snake_case its code reads)."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return v
+    return "_".join(str(v).strip().lower().replace("-", " ").split())
+
+
+def release_defects(m: pd.DataFrame, res: pd.DataFrame | None = None,
+                    vision_only: tuple[str, ...] = ()) -> list[str]:
+    """Plain-language flags for the known defects of the released data found in this manifest / these results."""
+    out: list[str] = []
+    src = m["source"].astype(str).str.strip().str.lower()
+    rex = src == "rexerr"
+    finding = m["finding"].astype(str).str.strip().str.lower()
+    normal = ~rex & finding.isin(["no finding", "no_finding", "normal", "support devices normal"])
+    if normal.any():
+        lab = pd.to_numeric(m.loc[normal, "label"], errors="coerce")
+        out.append(f"normals' polarity: {int(normal.sum())} 'No Finding' row(s) (label 1: {int((lab == 1).sum())}, "
+                   f"label 0: {int((lab == 0).sum())}); the release asks whether 'no finding' is present, so a "
+                   f"normal study's label polarity is inverted relative to every other finding: check before use")
+    swap = rex & m["swap_image_path"].notna() & (m["swap_image_path"].astype(str).str.strip() != "")
+    if swap.any():
+        out.append(f"ReXErr swap polarity: {int(swap.sum())} ReXErr row(s) have a swap image; a report sentence's "
+                   f"truth on another patient's image is not its original label, so UAR and swapped accuracy on "
+                   f"ReXErr rows do not measure a same-label swap")
+    et = m["error_type"].dropna().astype(str)
+    title = et[et.str.contains(r"[A-Z ]", regex=True)]
+    if len(title):
+        out.append(f"Title-Case error types: {len(title)} row(s) (e.g. {sorted(set(title))[:3]}) were written in Title "
+                   f"Case where the released code's sets are snake_case (so its image-dependent / text-only "
+                   f"classes miss them); imported as snake_case")
+    if res is not None and len(res):
+        rex_ids = set(m.loc[rex, "case_id"].astype(str))
+        vo = res[res["case_id"].astype(str).isin(rex_ids)
+                 & (res["model"].isin(vision_only) | res["model"].astype(str).str.lower().str.contains("rad-dino"))]
+        for model, g in vo.groupby("model"):
+            out.append(f"RAD-DINO's ReXErr rows: vision-only model {model!r} has {g['case_id'].nunique()} ReXErr "
+                       f"case(s); a vision-only probe cannot read the sentence, so its report-error answers are "
+                       f"not answers to the question")
+    return out
+
+
 def manifest_to_probeset(path: Path, image_root: Path | None = None) -> ProbeSet:
     """The released manifest as a ProbeSet (boxes are at the 224 working resolution)."""
     m = _read_csv(path, MANIFEST_COLUMNS)
     dup = m["case_id"][m["case_id"].duplicated()].unique()
     if len(dup):
         raise ResultsImportError(f"{path}: duplicate case_id(s) {list(dup[:5])}")
-    is_err = m["error_sentence"].notna() & (m["error_sentence"].astype(str).str.strip() != "")
+    is_err = m["source"].astype(str).str.strip().str.lower() == "rexerr"
+    err_present = pd.to_numeric(m["error_present"], errors="coerce")
+    bad = is_err & ~err_present.isin([0, 1])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ResultsImportError(f"{path}: row {i + 2}, column 'error_present': {str(m['error_present'].iloc[i])!r} is "
+                                 f"not 0/1 (a ReXErr row's ground truth is 1 - error_present)")
+    has_err_sentence = m["error_sentence"].notna() & (m["error_sentence"].astype(str).str.strip() != "")
+    has_orig_sentence = m["original_sentence"].notna() & (m["original_sentence"].astype(str).str.strip() != "")
+    no_sentence = is_err & ~((err_present == 1) & has_err_sentence) & ~((err_present == 0) & (has_orig_sentence
+                                                                                              | has_err_sentence))
+    if no_sentence.any():
+        i = int(np.flatnonzero(no_sentence.to_numpy())[0])
+        col = "error_sentence" if err_present.iloc[i] == 1 else "original_sentence"
+        raise ResultsImportError(f"{path}: row {i + 2}, column {col!r}: empty for a ReXErr row (the sentence the "
+                                 f"question asks about)")
+    # a no-error row asks about the original sentence (the release may repeat it in error_sentence)
+    sentence = np.where(err_present == 1, m["error_sentence"],
+                        np.where(has_orig_sentence, m["original_sentence"], m["error_sentence"]))
     findings = []
     for i, (f, err) in enumerate(zip(m["finding"], is_err)):
-        if pd.isna(f) or str(f).strip() == "":
+        if pd.isna(f) or str(f).strip() == "" or err:
             if not err:
                 raise ResultsImportError(f"{path}: row {i + 2}, column 'finding': empty for a finding-presence case")
             findings.append(None)
@@ -106,12 +173,11 @@ def manifest_to_probeset(path: Path, image_root: Path | None = None) -> ProbeSet
         except KeyError as e:
             raise ResultsImportError(f"{path}: row {i + 2}, column 'finding': {e.args[0]}") from None
     label = pd.to_numeric(m["label"], errors="coerce")
-    bad = label.notna() & ~label.isin([0, 1])
+    bad = ~is_err & label.notna() & ~label.isin([0, 1])
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise ResultsImportError(f"{path}: row {i + 2}, column 'label': {str(m['label'].iloc[i])!r} is not 0/1")
-    err_present = pd.to_numeric(m["error_present"], errors="coerce")
-    label = label.where(label.notna() | ~is_err, 1 - err_present)
+    label = label.where(~is_err, 1 - err_present)
     tb, ib = _box(m, "box"), _box(m, "irrelevant_box")
     sex = m["gender"].astype(str).str.upper().str[0].where(m["gender"].notna())
     df = pd.DataFrame(
@@ -120,7 +186,7 @@ def manifest_to_probeset(path: Path, image_root: Path | None = None) -> ProbeSet
             "kind": np.where(is_err, "report_error", "finding_presence"),
             "label": label.astype("Int64"),
             "finding": findings,
-            "sentence": m["error_sentence"].where(is_err),
+            "sentence": pd.Series(sentence, index=m.index).where(is_err),
             "image_path": m["image_path"],
             "swap_image_path": m["swap_image_path"],
             **{f"tbox_{c}": tb[c] for c in ("x0", "y0", "x1", "y1")},
@@ -133,7 +199,7 @@ def manifest_to_probeset(path: Path, image_root: Path | None = None) -> ProbeSet
             "source": m["source"],
             "split": "test",
             "dicom_id": m["dicom_id"],
-            "error_type": m["error_type"],
+            "error_type": m["error_type"].map(_snake_error_type),
             "label_text": m["label_text"],
         }
     )
@@ -153,8 +219,12 @@ def import_results(
     *,
     text_only: tuple[str, ...] = (),
     vision_only: tuple[str, ...] = (),
+    log: Callable[[str], None] | None = None,
 ) -> Path:
-    """Validate everything first, then write a new run store (atomically: built in a temp folder, renamed)."""
+    """Validate everything first, then write a new run store (atomically: built in a temp folder, renamed).
+
+    The import summary (counts and the release's known data defects found) is written to
+    ``import_summary.json`` and the store's meta; ``log`` receives one line per defect."""
     manifest, results_dir, run_dir = Path(manifest), Path(results_dir), Path(run_dir)
     if (run_dir / STORE_FILE).exists():
         raise AuditError(f"{run_dir} already holds a run store; import into a new folder")
@@ -196,12 +266,21 @@ def import_results(
         row = res[dup].iloc[0]
         raise ResultsImportError(f"{row['file']}: case {row['case_id']!r} appears twice for model {row['model']!r}")
 
+    defects = release_defects(_read_csv(manifest, MANIFEST_COLUMNS), res, vision_only)
+    summary = {"manifest": str(manifest), "results_dir": str(results_dir), "n_cases": int(len(ps.df)),
+               "n_rexerr": int((ps.df["source"].astype(str).str.lower() == "rexerr").sum()),
+               "models": sorted(res["model"].unique().tolist()), "release_defects": defects}
+    if log is not None:
+        for d in defects:
+            log(f"release defect: {d}")
+
     tmp = run_dir.with_name(f".{run_dir.name}.importing")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         store = RunStore(tmp / STORE_FILE)
         store.set_meta(run_id=run_dir.name, suite="grounding", imported_from=str(results_dir), started_at=time.time(),
-                       seeds={"construction": None, "resampling": 0})
+                       seeds={"construction": None, "resampling": 0}, import_summary=summary)
+        (tmp / "import_summary.json").write_text(json.dumps(summary, indent=2))
         store.add_probe_set(ps.name, str(manifest), ps.content_hash, ps.df, ps.provenance)
         trials, responses, imported = [], [], []
         for model, g in res.groupby("model", sort=True):

@@ -52,7 +52,7 @@ REQUIRED_COLUMNS = ("probe_set", "model", "case_id", "label", "condition", "pars
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "modality": "multimodal", "run_id": None, "kind": None, "finding": None, "source": None, "patient_id": None,
     "sex": None, "view": None, "age": np.nan, "has_box": False, "ibox_overlaps": False, "resolution": 224,
-    "prompt_variant": "default", "sample_index": 0, "confidence": np.nan,
+    "prompt_variant": "default", "sample_index": 0, "confidence": np.nan, "case_order": np.nan,
 }
 
 
@@ -150,8 +150,12 @@ def _row_desc(df: pd.DataFrame, i: int) -> str:
     return (f"row {int(df.index[i])} (model {r['model']!r}, case {r['case_id']!r}, condition {r['condition']!r})")
 
 
-def build_panels(tidy: pd.DataFrame) -> tuple[dict[tuple[str, int, str], Panel], list[str]]:
+def build_panels(tidy: pd.DataFrame, *, file_order: bool = False) -> tuple[dict[tuple[str, int, str], Panel], list[str]]:
     """Validate the tidy table and turn it into panels keyed by (probe_set, resolution, prompt_variant).
+
+    Cases are sorted by ``case_id``; with ``file_order`` (index mode) they keep the probe set's own row order
+    (``case_order``, e.g. the released manifest's MS-CXR, MIMIC, ReXErr order; else first appearance), the order
+    the released code resamples them in.
 
     Returns the panels and a list of plain-language notes (repeats ignored, text-only answers reused).
     Raises AnalysisInputError naming the row, model, case or column on malformed input.
@@ -226,7 +230,11 @@ def build_panels(tidy: pd.DataFrame) -> tuple[dict[tuple[str, int, str], Panel],
 
     for p, ps in enumerate(ps_names):
         rows = np.flatnonzero(ps_codes == p)
-        case_codes, case_names = pd.factorize(case_all[rows], sort=True)
+        if file_order:
+            order = pd.to_numeric(pd.Series(_col(df, "case_order")), errors="coerce").to_numpy(dtype=float)[rows]
+            if np.isfinite(order).all():
+                rows = rows[np.argsort(order, kind="stable")]
+        case_codes, case_names = pd.factorize(case_all[rows], sort=not file_order)
         n_cases = len(case_names)
         first = np.unique(case_codes, return_index=True)[1]
         fr = rows[first]
@@ -348,9 +356,6 @@ def model_vectors(panel: Panel, i: int, is_denominator: Literal["correct", "all"
         "uar": Vec(correct & p_s, a_s == a_o),
         "is_all_parsed": Vec(parsed & p_i, a_i == a_o),
         "no_image_accuracy": Vec(a_n >= 0, a_n == y),
-        # flips under each mask on the cases entering both CGR and IS: the paired GSP interval
-        "gsp_target_flip": Vec(correct & p_t & p_i, a_t != a_o),
-        "gsp_irrelevant_flip": Vec(correct & p_t & p_i, a_i != a_o),
     }
     out["is"] = Vec(correct & p_i, a_i == a_o) if is_denominator == "correct" else out["is_all_parsed"]
     for cond in ("swap", "target_mask", "irrelevant_mask", "no_image"):
@@ -403,6 +408,12 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
     """
     if wilson_below is None:
         wilson_below = opts.wilson_below
+    if opts.mode == "index":
+        wilson_below = 0  # the released code's bootstrap interval at every n (index mode reproduces it)
+    clustered_small = clusters is not None and 0 < values.shape[0] < opts.wilson_below
+    if clusters is not None:
+        # Wilson treats the cases as independent: with patient clusters the cluster bootstrap is used at every n
+        wilson_below = 0
     if clusters is None and opts.mode == "exact-counts":
         est = _proportion_from_counts(int(values.sum()), int(values.shape[0]), opts.B, opts.seed, wilson_below)
     else:
@@ -410,15 +421,22 @@ def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, 
                                wilson_below=wilson_below)
     n = int(est.n)
     note = ""
+    boot_low = boot_high = math.nan
     if n == 0:
         note = NOT_ESTIMABLE
     elif n < wilson_below:
+        # Wilson for display; the percentile-bootstrap interval is kept beside it for the category rule
+        boot = rate_row(values, clusters, opts, wilson_below=0)
+        boot_low, boot_high = boot["ci_low"], boot["ci_high"]
         note = f"Wilson interval (n < {wilson_below})"
+    elif clustered_small:
+        note = (f"patient-cluster bootstrap interval although n < {opts.wilson_below} (a Wilson interval would "
+                f"ignore the clustering)")
     method = est.method if not label else f"{label}; {est.method}"
     ci_method = CI_NONE if n == 0 else CI_WILSON if n < wilson_below else CI_BOOT
     return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
             "ci_high": 100.0 * est.ci_high, "n": n, "k": int(values.sum()) if n else 0, "unit": "%",
-            "method": method, "note": note, "ci_method": ci_method}
+            "method": method, "note": note, "ci_method": ci_method, "boot_low": boot_low, "boot_high": boot_high}
 
 
 def _empty_row(unit: str, note: str, method: str = "") -> dict[str, Any]:
@@ -508,25 +526,36 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
 
 def gsp_row(cgr: dict[str, Any], is_: dict[str, Any], vecs: dict[str, Vec], panel: Panel,
             opts: Options) -> dict[str, Any]:
-    """GSP = CGR - (100 - IS) in points (Eq. 9); interval from the paired bootstrap of flip(target) minus
-    flip(irrelevant) on the cases entering both."""
+    """GSP = CGR - (100 - IS) in points (Eq. 9). Interval: cases entering CGR or IS are resampled together and, in
+    each draw, CGR and IS are recomputed on their own denominators (DESIGN.md), so the point lies inside its
+    interval; with ``cluster_by_patient`` whole patients are resampled."""
     if not cgr["n"] or not is_["n"]:
         which = "CGR" if not cgr["n"] else "IS"
         return _empty_row("pp", NOT_ESTIMABLE, f"GSP = CGR - (100 - IS); {which} has n = 0")
     point = cgr["point"] - (100.0 - is_["point"])
-    a, pos = vecs["gsp_target_flip"].take()
-    b, _ = vecs["gsp_irrelevant_flip"].take()
-    if a.size == 0:
-        return {"point": point, "se": np.nan, "ci_low": np.nan, "ci_high": np.nan, "n": 0, "k": 0, "unit": "pp",
-                "method": "GSP = CGR - (100 - IS)", "note": "interval not estimable (no case with both masks parsed)",
-                "ci_method": CI_NONE}
-    d = stats.paired_difference(a, b, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=_clusters(panel, pos, opts))
-    return {"point": point, "se": 100.0 * d.sd, "ci_low": 100.0 * d.ci_low, "ci_high": 100.0 * d.ci_high,
-            "n": int(d.n), "k": 0, "unit": "pp",
-            "method": (f"GSP = CGR - (100 - IS) from the two estimates; interval and SD from the paired bootstrap of "
-                       f"flip(target) - flip(irrelevant) on the {d.n} correct boxed cases parsed under both masks "
-                       f"(diff there {100.0 * d.diff:.1f}); {d.method}"),
-            "note": "", "ci_method": CI_PAIRED}
+    vc, vi = vecs["cgr"], vecs["is"]
+    pos = np.flatnonzero(vc.elig | vi.elig)
+    num = np.stack([(vc.elig & vc.val)[pos], (vi.elig & vi.val)[pos]], axis=1).astype(np.float64)
+    den = np.stack([vc.elig[pos], vi.elig[pos]], axis=1).astype(np.float64)
+    if opts.cluster_by_patient:
+        inverse = np.unique(panel.patient[pos], return_inverse=True)[1].reshape(-1)
+        K = int(inverse.max()) + 1
+        num = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in num.T], axis=1)
+        den = np.stack([np.bincount(inverse, weights=c, minlength=K) for c in den.T], axis=1)
+        draws = stats.cluster_bootstrap_ratios(num, den, B=opts.B, seed=opts.seed)
+        unit = f"{K} patient clusters"
+    else:
+        draws = stats.case_bootstrap_ratios(num, den, B=opts.B, seed=opts.seed, mode=opts.mode, workers=opts.workers)
+        unit = f"{pos.size} cases"
+    gsp_draws = 100.0 * (draws[:, 0] - (1.0 - draws[:, 1]))
+    how = f"bootstrap ({unit}, {opts.mode}, B={opts.B}, seed={opts.seed})"
+    est = stats.bootstrap_estimate(point, gsp_draws, int(pos.size), how=how)
+    return {"point": point, "se": est.se, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": int(pos.size), "k": 0,
+            "unit": "pp",
+            "method": (f"GSP = CGR - (100 - IS); in each draw CGR (n = {cgr['n']}) and IS (n = {is_['n']}) are "
+                       f"recomputed on their own denominators over the {pos.size} cases entering either; "
+                       f"{est.method}"),
+            "note": "", "ci_method": CI_BOOT}
 
 
 def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]:
@@ -598,7 +627,7 @@ def calibration_draws(panel: Panel, models: Iterable[int], opts: Options,
     over all their columns): each model's draws have the plain case-bootstrap distribution (its AUROC draws
     equal ``stats.auroc_interval`` on its own), and one set of per-case multiplicities serves every model, which
     keeps these intervals cheap. ``index`` mode resamples the ratios with the released code's index matrix and
-    leaves the AUROC to ``stats.auroc_interval`` (bit-exact path); ``cluster_by_patient`` resamples patients
+    leaves the AUROC to ``stats.auroc_interval_released`` (the released code's AUROC and draws); ``cluster_by_patient`` resamples patients
     (:func:`stats.cluster_bootstrap_ratios`; the AUROC stays case-level). Returns model -> metric -> draws (B,).
     """
     inputs = {i: calibration_inputs(panel, i, vecs[i]) for i in models}
@@ -680,19 +709,32 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
     calib = calib or {}
     p_yes = ci.p_yes
     constant = n > 0 and bool(np.all(p_yes == p_yes[0]))
+    # the paper's N/A rule: more than 90% of confidences exactly 0 or 1 -> AUROC, Brier and ECE are all N/A
+    binary = n > 0 and int(np.count_nonzero((p_yes == 0.0) | (p_yes == 1.0))) > 0.9 * n
     if n == 0:
         for m, unit in (("auroc", "prob"), ("brier", "prob"), ("ece", "prob")):
             add(m, _empty_row(unit, NOT_ESTIMABLE, "no parsed original answer with a defined confidence"))
+    elif binary:
+        why = (f"{int(np.count_nonzero((p_yes == 0.0) | (p_yes == 1.0)))} of {n} confidences are exactly 0 or 1 "
+               f"(> 90%): no usable confidence")
+        for m in ("auroc", "brier", "ece"):
+            add(m, {**_empty_row("prob", DEGENERATE, why), "n": n})
     else:
         if constant:
             add("auroc", {**_empty_row("prob", DEGENERATE, "all confidences identical"), "n": n})
         elif "auroc" in calib:  # drawn with the model's other calibration metrics (stats.case_bootstrap)
             add("auroc", _boot_row(stats.auroc(p_yes, ci.label), calib["auroc"], n, "prob",
                                    "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2)", opts))
+        elif opts.mode == "index" and not opts.cluster_by_patient:  # the released code's AUROC and draws
+            est = stats.auroc_interval_released(p_yes, ci.label, B=opts.B, seed=opts.seed)
+            note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
+            add("auroc", {**_value_row(est, "prob", note), "method": "AUROC of P(yes) vs label; " + est.method})
         else:
             est = stats.auroc_interval(p_yes, ci.label, B=opts.B, seed=opts.seed, mode=opts.mode,
                                        workers=opts.workers)
             note = "" if math.isfinite(est.point) else f"not estimable (one label class among the n = {n} cases)"
+            if opts.cluster_by_patient and not note:
+                note = "interval ignores patient clustering (cases resampled individually for the AUROC)"
             add("auroc", {**_value_row(est, "prob", note),
                           "method": "AUROC of P(yes) vs label (Mann-Whitney, ties 1/2); " + est.method
                           + ("; cases resampled individually (no clustered AUROC bootstrap)"

@@ -103,7 +103,7 @@ TIDY_COLUMNS = [
     "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
     "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
     "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
-    "latency_s", "error_kind", "error_message",
+    "latency_s", "error_kind", "error_message", "case_order",
 ]
 
 

@@ -1,8 +1,10 @@
 """Analysis of a stress run: plain functions on the tidy table (one row per model x item x condition x repeat).
 
-* :func:`score_stress` parses every answer (option / refusal / unparsed) and marks it correct. Accuracy is
-  over answered-or-refused trials (a refusal is a wrong answer, as in the paper; its rate is reported);
-  unparsed and missing answers are excluded, counted in the parse rate and listed in the exclusion log.
+* :func:`score_stress` parses every answer (option / refusal / abstain / unparsed) and marks it correct. The
+  headline accuracy is over all trials with a response, as the paper's denominators are all items: refusals,
+  abstentions ("Unknown", "N/A", ...) and unparsed answers are wrong answers (their rates are reported); the
+  parsed-only accuracy (over trials that chose an option) is reported beside it. Calls without a response are
+  excluded and listed in the exclusion log.
 * :func:`accuracy_table` - accuracy per model x condition (x benchmark): point, cluster-robust analytic SE,
   percentile interval from the item bootstrap (an item's repeats stay together: repeats are folded into the
   uncertainty).
@@ -90,7 +92,9 @@ def normalize_tidy(tidy: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_stress(tidy: pd.DataFrame, *, refusal_as_wrong: bool = True) -> pd.DataFrame:
-    """Add ``status``, ``parsed`` (letter), ``via`` and ``correct`` (1/0, NaN when not scorable)."""
+    """Add ``status``, ``parsed`` (letter), ``via``, ``correct`` (1/0 for every trial with a response: refusals,
+    abstentions and unparsed answers are 0; NaN only without a response) and ``correct_parsed`` (1/0 only where
+    an option was chosen)."""
     df = normalize_tidy(tidy)
     memo: dict[tuple[Any, tuple[str, ...]], ParsedOption] = {}
     status, letter, via = [], [], []
@@ -110,6 +114,8 @@ def score_stress(tidy: pd.DataFrame, *, refusal_as_wrong: bool = True) -> pd.Dat
     st = df["status"].to_numpy()
     hit = (df["parsed"].to_numpy() == df["gold"].to_numpy()) & (st == "answer")
     correct = np.where(st == "answer", hit.astype(float), np.nan)
+    df["correct_parsed"] = correct
+    correct = np.where((st == "abstain") | (st == "unparsed"), 0.0, correct)
     if refusal_as_wrong:
         correct = np.where(st == "refusal", 0.0, correct)
     df["correct"] = correct
@@ -163,12 +169,13 @@ class StressCube:
 
 
 def _answer_codes(scored: pd.DataFrame) -> np.ndarray:
-    """Per row: the chosen option's index, REFUSED, or NOT_SCORED (unparsed, no response)."""
+    """Per row: the chosen option's index, REFUSED (any non-answer: refusal, abstention, unparsed), or NOT_SCORED
+    (no response)."""
     st = scored["status"].to_numpy()
     inv, uniq = pd.factorize(scored["parsed"].to_numpy())
     lookup = np.array([LETTERS.find(u) if isinstance(u, str) and u else NOT_SCORED for u in uniq] + [NOT_SCORED])
     codes = np.where(st == "answer", lookup[inv], NOT_SCORED)  # inv = -1 (missing) picks the appended NOT_SCORED
-    return np.where(st == "refusal", REFUSED, codes).astype(np.int16)
+    return np.where(np.isin(st, ("refusal", "abstain", "unparsed")), REFUSED, codes).astype(np.int16)
 
 
 def build_cube(scored: pd.DataFrame) -> StressCube:
@@ -427,7 +434,10 @@ class _Plan:
                     n_bench[b] = 0
                     continue
                 ja, jb, da = self._pair(m, k_orig, k_txt, cb.mask("all", b))
-                cols[f"t1_img:{b}"], cols[f"t1_txt:{b}"], n_bench[b] = ja, jb, int((da > 0).sum())
+                # F1's weight: the benchmark's size (fixed, as in the released code), not the items this model
+                # happened to score under both conditions
+                cols[f"t1_img:{b}"], cols[f"t1_txt:{b}"] = ja, jb
+                n_bench[b] = int(cb.shown("original", cb.mask("all", b)).sum())
             cols["t2_txt_required"] = None
             if k_txt is not None:
                 num, den = _sums(cb, m, k_txt, req)
@@ -483,9 +493,15 @@ class _Plan:
             rows.append({**key, "n_items": int(sel.any(axis=1).sum()), "n_trials": n_trials,
                          "n_scored": int(self.cols.den[j].sum()), "accuracy": self.cols.point(j),
                          "se": self.cols.se(j), "ci_low": lo, "ci_high": hi,
+                         # beside the headline: accuracy over the trials that chose an option (non-answers count 0
+                         # in the numerator, so the correct count is the same)
+                         "accuracy_parsed": (float(self.cols.num[j].sum()) / st["answer"]) if st["answer"]
+                         else float("nan"), "n_parsed": st["answer"],
                          "refusal_rate": st["refusal"] / max(n_trials, 1),
+                         "abstain_rate": st["abstain"] / max(n_trials, 1),
                          "unparsed_rate": (st["unparsed"] + st["no_response"]) / max(n_trials, 1),
-                         "parse_rate": (st["answer"] + st["refusal"]) / max(n_trials, 1), "chance": chance})
+                         "parse_rate": (st["answer"] + st["refusal"] + st["abstain"]) / max(n_trials, 1),
+                         "chance": chance})
         return pd.DataFrame(rows)
 
     def curve_frame(self) -> pd.DataFrame:
@@ -763,10 +779,11 @@ EXCLUSION_COLUMNS: tuple[str, ...] = ("item_id", "condition", "reason", "stage",
 
 
 def scoring_exclusions(scored: pd.DataFrame) -> pd.DataFrame:
-    """Trials left out of accuracy: unparsed answers and calls without a response (one row per trial)."""
-    df = scored[scored["correct"].isna()]
+    """Trials left out of accuracy (calls without a response) and unparsed answers (counted wrong in the headline
+    accuracy, left out of the parsed-only one); one row per trial."""
+    df = scored[scored["correct"].isna() | (scored["status"] == "unparsed")]
     reason = np.where(df["status"].to_numpy() == "no_response", "no response",
-                      "unparsed answer (" + df["via"].astype(str).to_numpy() + ")")
+                      "unparsed answer, counted wrong (" + df["via"].astype(str).to_numpy() + ")")
     out = pd.DataFrame({"item_id": df["item_id"].astype(str).to_numpy(), "condition": df["condition"].to_numpy(),
                         "reason": reason, "stage": "scoring", "model": df["model"].astype(str).to_numpy(),
                         "sample_index": df["sample_index"].to_numpy()})
@@ -894,8 +911,9 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
         meta={"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
               "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
               "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
-                           "numpy default_rng(seed), shared by all tables; accuracy counts refusals as wrong, "
-                           "excludes unparsed answers; each robustness term pairs its two accuracies on the "
+                           "numpy default_rng(seed), shared by all tables; accuracy counts refusals, abstentions and "
+                           "unparsed answers as wrong (all items: the paper's denominators), the parsed-only "
+                           "accuracy is beside it; each robustness term pairs its two accuracies on the "
                            "items that have both conditions"},
         exclusions=exclusion_log(plan_skips, scored),
     )

@@ -124,15 +124,18 @@ def stress_sections(res: StressAnalysis, *, fmt: str = "svg") -> list[Section]:
     """The stress report as report :class:`~medvlm_audit.report.Section` blocks (figures and tables built with
     the report module's helpers), so any report can carry them as ``extra_sections``."""
     meta = res.meta
-    intro = ("<p>Accuracy counts a refusal as a wrong answer and leaves unparsed answers out (their rates are "
-             f"shown; every left-out trial is in <code>exclusions.csv</code>). Intervals: item bootstrap "
+    intro = ("<p>Accuracy is over all items, as in the paper: refusals, abstentions (\"Unknown\", \"N/A\", "
+             "...) and unparsed answers count as wrong (their rates are shown); the parsed-only accuracy, over "
+             "trials that chose an option, is beside it. Calls without a response are left out (every such "
+             f"trial and every unparsed answer is in <code>exclusions.csv</code>). Intervals: item bootstrap "
              f"(B = {meta.get('B')}, seed {meta.get('seed')}; an item's repeats stay together). Changes are paired "
              "on the same items; q: Benjamini-Hochberg over each model's family (all its T-changes and chance "
              "tests).</p>")
     secs = [
         Section("Stress tests (T1-T6)", intro + figure_to_html(accuracy_by_condition_figure(res), fmt=fmt)
                 + _table_html(res.accuracy, ["model", "condition", "n_items", "n_trials", "accuracy", "ci_low",
-                                             "ci_high", "refusal_rate", "unparsed_rate", "chance"])),
+                                             "ci_high", "accuracy_parsed", "refusal_rate", "abstain_rate",
+                                             "unparsed_rate", "chance"])),
         Section("Paired changes", _table_html(res.changes, ["model", "test", "comparison", "n_items", "acc_base",
                                                             "acc_perturbed", "diff", "ci_low", "ci_high", "p",
                                                             "q"])),
