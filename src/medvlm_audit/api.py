@@ -18,7 +18,7 @@ from medvlm_audit.export import export_run
 from medvlm_audit.models.base import Decoding, Model
 from medvlm_audit.models.registry import load_model
 from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.runner import RunSummary, TrialIndex, check_models, check_sources, execute
+from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.base import Plan
 
@@ -106,11 +106,13 @@ def run(
     retry_errors: bool = False,
     progress: bool = True,
     prompt_subsample_from: str | list[str] = "primary",
+    max_error_rate: float = 0.05,
 ) -> RunResult:
     """Execute (or resume) a run: plan, ask every pending input, commit answers, export the tidy table.
 
     ``models`` overrides ``config.models`` with already-built Model objects (e.g. a fitted panel).
     ``prompt_subsample_from``: see :func:`plan_for` (default: the first probe set only, as the paper).
+    ``max_error_rate``: recorded in the summary; :func:`medvlm_audit.health.failing_models` judges by it.
     """
     cfg = _as_config(config)
     run_dir = Path(cfg.run_dir)
@@ -119,6 +121,7 @@ def run(
         raise AuditError("the plan is empty: no case has an applicable condition")
     built = models if models is not None else [load_model(m) for m in cfg.models]
     check_models(built)
+    check_endpoints(built)  # a dead or refusing endpoint fails here, naming the URL, before anything is written
     source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
     store = RunStore(run_dir / STORE_FILE)
     try:
@@ -137,6 +140,7 @@ def run(
         summary = asyncio.run(execute(store, plan, built, dec, retry_errors=retry_errors, progress=progress,
                                       workers=cfg.workers, model_decoding=per_model,
                                       source_keys=source_keys, render_in=cfg.render_in))
+        summary.max_error_rate = max_error_rate
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
         store.close()

@@ -20,7 +20,9 @@ console = Console(stderr=True)
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {e}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(str(e))}")
     raise typer.Exit(2)
 
 
@@ -278,6 +280,7 @@ def run_cmd(
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
+    max_error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit non-zero (1) when a model got no answer or more than this share of its inputs failed.")] = 0.05,
 ) -> None:
     """Execute a suite (resumes an existing run directory: only missing answers are asked).
 
@@ -300,13 +303,22 @@ def run_cmd(
                 raise AuditError("the grounding suite's embedded default is `medvlm-audit demo`; give a config "
                                  "or --probe-set and --model to run")
             cfg = api.embedded_config(chosen, run_dir or Path(f"runs/{chosen}-default"))
-        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
+        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress, max_error_rate=max_error_rate)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet} and {res.results_csv}")
     if report:
         _report(res.run_dir)
+    _exit_on_model_errors(res.summary.as_dict())
+
+
+def _exit_on_model_errors(summary: dict) -> None:
+    from medvlm_audit.health import report_health
+
+    code = report_health(summary, lambda line: console.print(line, markup=False, highlight=False))
+    if code:
+        raise typer.Exit(code)
 
 
 def _print_summary(summary: dict) -> None:
