@@ -16,12 +16,15 @@ in the store and a rerun resumes.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import hashlib
 import json
 import multiprocessing as mp
 import os
+import signal
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -163,6 +166,33 @@ def render_sources(
                 break
             out.append((r, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
     return out
+
+
+def _render_worker_init(parent_pid: int) -> None:
+    """Set up a render worker process: it ignores Ctrl-C (the parent handles it and ends the pool; a worker
+    printing its own KeyboardInterrupt traceback helps nobody) and dies with its parent, even one killed by
+    SIGKILL: the kernel's parent-death signal on Linux, a watchdog thread on the parent's pid elsewhere."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    armed = False
+    if sys.platform == "linux":
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watchdog", daemon=True).start()
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(interval_s)
+    os._exit(1)
 
 
 def group_by_source(recipes: Iterable[ImageRecipe]) -> list[list[ImageRecipe]]:
@@ -376,7 +406,8 @@ async def _render_stream(
     pool: Executor
     if processes:
         method = "fork" if sys.platform == "linux" else "spawn"
-        pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method))
+        pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method),
+                                   initializer=_render_worker_init, initargs=(os.getpid(),))
         futures = [loop.run_in_executor(pool, render_sources, c, encoders, want_pixels) for c in chunks]
     else:
         pool = ThreadPoolExecutor(max(1, workers))
