@@ -116,3 +116,21 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
         assert srv.stats.total - before == 40 - kept  # only what was missing is asked
+
+
+def test_demo_refuses_an_existing_demo_before_writing_anything(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    out = tmp_path / "demo"
+    (out / "run").mkdir(parents=True)
+    (out / "demo.yaml").write_text("suite: grounding\n")
+    (out / "run" / "run.sqlite").write_bytes(b"precious")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    res = CliRunner().invoke(app, ["demo", "--out", str(out), "--n-cases", "20", "--no-progress"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, text
+    assert "already holds a demo" in text and "nothing was overwritten" in text and "demo.yaml" in text
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing new, nothing touched
+    assert (out / "run" / "run.sqlite").read_bytes() == b"precious"

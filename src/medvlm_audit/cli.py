@@ -289,6 +289,7 @@ def run_cmd(
     from medvlm_audit import api
     from medvlm_audit.config import flag_overrides, load_config, validate_config
 
+    cfg = None
     try:
         flags = flag_overrides(suite=suite, run_dir=run_dir, probe_sets=probe_set, models=model,
                                models_file=models_yaml, conditions=conditions, resolutions=resolutions,
@@ -306,11 +307,20 @@ def run_cmd(
         res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress, max_error_rate=max_error_rate)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(cfg.run_dir if cfg is not None else None)
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet} and {res.results_csv}")
     if report:
         _report(res.run_dir)
     _exit_on_model_errors(res.summary.as_dict())
+
+
+def _interrupted(run_dir: Path | str | None, resume: str = "run the same command to resume") -> None:
+    from medvlm_audit.health import EXIT_INTERRUPTED, interrupted_line
+
+    console.print(interrupted_line(run_dir, resume), markup=False, highlight=False)
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _exit_on_model_errors(summary: dict) -> None:
@@ -438,6 +448,8 @@ def demo_cmd(
                        log=console.print)
     except AuditError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out / "run", f"resume with: medvlm-audit run {out / 'demo.yaml'}")
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet}")
     _report(res.run_dir)

@@ -11,6 +11,7 @@ import yaml
 
 from medvlm_audit.api import RunResult, run
 from medvlm_audit.config import validate_config
+from medvlm_audit.errors import AuditError
 
 REFERENCE_KINDS = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
 
@@ -39,6 +40,19 @@ def demo_config(out: Path, gemma: bool = False, vision_probe: bool = False) -> d
     }
 
 
+#: what a demo writes into its output folder
+DEMO_OUTPUTS = ("demo.yaml", "phantom", "run", "encoders", "feature-cache")
+
+
+def refuse_existing_demo(out: Path) -> None:
+    """Raise before anything is written when ``out`` already holds (part of) a demo."""
+    found = [name for name in DEMO_OUTPUTS if (out / name).exists()]
+    if found:
+        resume = (f" (to resume it: medvlm-audit run {out / 'demo.yaml'})" if (out / "demo.yaml").exists() else "")
+        raise AuditError(f"{out} already holds a demo ({', '.join(found)}); nothing was overwritten: choose another "
+                         f"--out or remove it{resume}")
+
+
 def run_demo(
     out: str | Path,
     *,
@@ -48,11 +62,16 @@ def run_demo(
     vision_probe: bool = False,
     progress: bool = True,
     log: Callable[[str], Any] = print,
+    exist_ok: bool = False,
 ) -> RunResult:
+    """Build, fit and run the demo into ``out``. An ``out`` already holding a demo is refused before anything is
+    written, unless ``exist_ok`` (the phantom is rebuilt identically and the run resumes)."""
     from medvlm_audit.models.registry import load_model
     from medvlm_audit.phantom import build_phantom
 
     out = Path(out)
+    if not exist_ok:
+        refuse_existing_demo(out)
     t0 = time.perf_counter()
     test, train = build_phantom(out / "phantom", n_cases=n_cases, n_train=n_train, seed=42)
     log(f"phantom probe set: {len(test)} cases, {len(train)} training cases ({time.perf_counter() - t0:.1f} s)")

@@ -8,7 +8,9 @@ non-zero when :func:`failing_models` is not empty; the report shows the same mod
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 DEFAULT_MAX_ERROR_RATE = 0.05
@@ -79,3 +81,28 @@ def report_health(summary: Mapping[str, Any], say: Callable[[str], Any]) -> int:
             "kept, inputs not asked are asked and errored ones are asked again")
         return EXIT_MODEL_ERRORS
     return 0
+
+
+#: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
+EXIT_INTERRUPTED = 130
+
+
+def stored_answers(run_dir: str | Path) -> int:
+    """Answers (not errors) kept in a run's store; 0 when there is no store yet. Reads without writing."""
+    path = Path(run_dir) / "run.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM responses WHERE error_kind IS NULL").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def interrupted_line(run_dir: str | Path | None, resume: str = "run the same command to resume") -> str:
+    """The one line a run stopped by Ctrl-C prints."""
+    n = stored_answers(run_dir) if run_dir is not None else 0
+    return f"interrupted: {n} answers kept; {resume}"
