@@ -72,6 +72,12 @@ def run_demo(
     out = Path(out)
     if not exist_ok:
         refuse_existing_demo(out)
+    from medvlm_audit.extras import require_extra
+
+    if gemma:  # before anything is built: one line naming the extra
+        require_extra("gemma", "demo --gemma")
+    if vision_probe:
+        require_extra("hf", "demo --vision-probe")
     t0 = time.perf_counter()
     test, train = build_phantom(out / "phantom", n_cases=n_cases, n_train=n_train, seed=42)
     log(f"phantom probe set: {len(test)} cases, {len(train)} training cases ({time.perf_counter() - t0:.1f} s)")

@@ -16,6 +16,13 @@ def load_model(spec: ModelSpec, *, context: dict[str, Any] | None = None) -> Mod
         model = _build(spec.backend, spec.name, params, context or {})
     except TypeError as e:
         raise ConfigError(f"model {spec.name!r} (backend {spec.backend}): bad parameters: {e}") from e
+    except ImportError as e:  # an optional extra is not installed: one line naming it, no traceback
+        from medvlm_audit.extras import MissingExtraError, extra_for_missing
+
+        missing = extra_for_missing(spec.backend, e.__cause__ if isinstance(e.__cause__, ImportError) else e)
+        if missing is None:
+            raise
+        raise MissingExtraError(f"model {spec.name!r}: {missing}") from None
     if spec.text_only and model.modality != "text_only":
         model = TextOnly(model, name=spec.name)
     return model
