@@ -12,7 +12,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import __version__
+from medvlm_audit.atomic import mkdtemp_shared
 from medvlm_audit.case import KINDS, Case
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
@@ -122,7 +122,7 @@ class ProbeSet:
         """Write manifest + provenance atomically (a temp folder renamed into place)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        tmp = Path(mkdtemp_shared(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             self.df.to_parquet(tmp / MANIFEST, index=False)
             prov = dict(self.provenance)

@@ -28,7 +28,6 @@ import json
 import math
 import os
 import string
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from medvlm_audit.atomic import mkstemp_shared
 from medvlm_audit.errors import ProbeSetError
 
 LETTERS: str = string.ascii_uppercase
@@ -400,7 +400,7 @@ def load_items(
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = mkstemp_shared(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)

