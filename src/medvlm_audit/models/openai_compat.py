@@ -18,6 +18,7 @@ on the object and is scrubbed from every message this module returns.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import email.utils
 import functools
@@ -32,7 +33,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlsplit, urlunsplit
 
 import aiohttp
 import numpy as np
@@ -47,7 +48,9 @@ ApiStyle = Literal["openai", "azure"]
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-_SECRETISH = re.compile(r"(?i)(bearer\s+)\S+|\bsk-[A-Za-z0-9_\-*.]{6,}")
+_SECRETISH = re.compile(
+    r"(?i)(bearer\s+)[^\s\"',;]+|(basic\s+)[A-Za-z0-9+/]{6,}={0,2}|\bsk-[A-Za-z0-9_\-*.]{6,}")
+_LONG_SECRET = 8  # a secret this long is removed wherever it appears; a shorter one only as a whole token
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -75,11 +78,39 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:
-    """Remove credentials from a message: the given secrets, ``Bearer ...`` tokens and ``sk-...`` keys."""
-    for s in secrets:
-        if s and len(s) >= 4:
+    """Remove credentials from a message: the given secrets (whatever their length: from 8 characters on
+    wherever they appear, shorter ones where they stand as a token, not inside a longer word), ``Bearer ...``
+    and ``Basic ...`` values and ``sk-...`` keys.
+
+    >>> scrub('{"Authorization": "Basic dXNlcjpwdw=="} url=/v1?key=ab1&x=2 ab12', ["ab1"])
+    '{"Authorization": "Basic [REDACTED]"} url=/v1?key=[REDACTED]&x=2 ab12'
+    """
+    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
+        if len(s) >= _LONG_SECRET:
             text = text.replace(s, "[REDACTED]")
-    return _SECRETISH.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
+        elif s in text:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(s)}(?![A-Za-z0-9])", "[REDACTED]", text)
+    return _SECRETISH.sub(lambda m: (m.group(1) or m.group(2) or "") + "[REDACTED]", text)
+
+
+def url_credentials(url: str) -> list[str]:
+    """Every credential a client sends because of a base URL: the password, ``user:password`` raw and as the
+    base64 of a Basic header, each query value; each as written in the URL and decoded."""
+    parts, u = urlsplit(url), URL(url)
+    out: list[str] = []
+    if parts.password is not None:
+        for user, pw in {(parts.username or "", parts.password), (u.user or "", u.password or "")}:
+            pair = f"{user}:{pw}"
+            out += [pw, pair]
+            for enc in ("latin-1", "utf-8"):
+                try:
+                    out.append(base64.b64encode(pair.encode(enc)).decode("ascii"))
+                except UnicodeEncodeError:
+                    pass
+    for key, value in parse_qsl(parts.query, keep_blank_values=False):
+        out += [value, quote(value, safe=""), quote_plus(value)]
+    out += [v for v in u.query.values() if v]
+    return [s for s in dict.fromkeys(out) if s]
 
 
 def _redact_url(url: str) -> str:
@@ -236,8 +267,7 @@ class OpenAIChatModel(Model):
         self.revision = revision
         self.max_tokens_field = max_tokens_field
         # URL user info and query values may be credentials: scrubbed from every message
-        self._url_secrets = [p for u in urls if (p := urlsplit(u).password)]
-        self._url_secrets += [v for u in urls for v in URL(u).query.values() if len(v) >= 8]
+        self._url_secrets = [c for u in urls for c in url_credentials(u)]
         self._endpoints = [_Endpoint(self._chat_url(u), _redact_url(u), URL(u)) for u in urls]
         self.circuit_breaker = int(circuit_breaker)
         self._consecutive = 0  # connection / auth failures in a row, over all requests of this model

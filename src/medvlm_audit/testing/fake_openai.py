@@ -29,7 +29,7 @@ hostile or careless server might).
 
 ``api_key`` (``--api-key``): every route but ``/_fake/*`` then answers 401 unless the request carries that
 key (``Authorization: Bearer KEY``, ``api-key: KEY`` or ``Basic`` with password KEY), like a real server
-given a wrong or missing key.
+given a wrong or missing key; its message repeats the credential it got (to test scrubbing).
 
 The server counts requests, answers and faults per prompt key, records the Authorization / api-key
 headers it saw, the peak number of requests in flight, and optionally every request body.
@@ -270,7 +270,8 @@ class FakeOpenAIServer:
             return await handler(request)
         self.stats.total += 1
         self.stats.paths[request.path] += 1
-        return web.Response(status=401, body=_error_body(401, "Incorrect API key provided."),
+        seen = request.headers.get("Authorization") or request.headers.get("api-key") or "none"
+        return web.Response(status=401, body=_error_body(401, f"Incorrect API key provided: {seen}."),
                             content_type="application/json")
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -361,7 +362,8 @@ class FakeOpenAIServer:
             decoded = ""
             if basic.startswith("Basic "):
                 decoded = base64.b64decode(basic[6:]).decode("utf-8", "replace")
-            msg = f"bad request {request.method} {request.url} headers={json.dumps(seen)} basic={decoded}"
+            msg = (f"bad request: basic={decoded} auth={headers.get('Authorization')} api-key={headers.get('api-key')} "
+                   f"{request.method} {request.url} headers={json.dumps(seen)}")  # credentials first: messages get cut
             return web.Response(status=400, body=_error_body(400, msg), content_type="application/json")
         if kind == "hang":
             await asyncio.sleep(rule.param if rule.param is not None else 3600.0)
