@@ -55,3 +55,16 @@ def test_built_probe_sets_honour_the_umask(tmp_path: Path, umask022) -> None:
     files, dirs = _modes(tmp_path / "out")
     assert files == {"0o644"} and dirs == {"0o755"}, (files, dirs)
     assert any((tmp_path / "out" / "phantom").rglob("*.png"))
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_build_folder_rejects_an_empty_case_id_naming_the_row(tmp_path: Path, blank: str) -> None:
+    from medvlm_audit.errors import AuditError
+
+    names = _images(tmp_path / "imgs", 4)
+    rows = [{"case_id": f"c{i}", "image": n, "finding": "nodule", "label": i % 2} for i, n in enumerate(names)]
+    rows[2]["case_id"] = blank
+    csv = _csv(tmp_path / "cases.csv", rows)
+    with pytest.raises(AuditError, match=r"row 4 has an empty case_id"):
+        build_folder(tmp_path / "imgs", csv, tmp_path / "out", verbose=False, workers=1)
+    assert not (tmp_path / "out" / "manifest.parquet").exists()

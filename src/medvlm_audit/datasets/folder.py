@@ -58,6 +58,20 @@ def _col(df: pd.DataFrame, key: str) -> str | None:
     return None
 
 
+def check_case_ids(raw: pd.DataFrame, csv_path: Path) -> None:
+    """A ``case_id`` column, when given, must name every row: an empty or blank id is an error naming the row
+    (it would be stored as None in one table and NaN in another, and break the report)."""
+    if "case_id" not in raw:
+        return
+    ids = raw["case_id"].astype("string").str.strip()
+    bad = ids.isna() | (ids == "")
+    if bad.any():
+        rows = [int(i) + 2 for i in np.flatnonzero(bad.to_numpy())]
+        more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
+        raise DatasetError(f"folder CSV: {csv_path} row {rows[0]} has an empty case_id{more}; give every row an id, "
+                           "or drop the case_id column to have ids made from the finding and row number")
+
+
 def build_folder(
     images_dir: str | Path,
     csv_path: str | Path,
@@ -102,6 +116,7 @@ def build_folder(
     df["label"] = lab.astype(int)
     pcol = _col(raw, "patient_id")
     df["patient_id"] = raw[pcol].astype(str) if pcol else df["image_path"]
+    check_case_ids(raw, csv_path)
     df["case_id"] = raw["case_id"].astype(str) if "case_id" in raw else (
         "folder-" + df["finding"] + "-r" + df["row"].astype(str))
     if df["case_id"].duplicated().any():
