@@ -68,3 +68,47 @@ def test_build_folder_rejects_an_empty_case_id_naming_the_row(tmp_path: Path, bl
     with pytest.raises(AuditError, match=r"row 4 has an empty case_id"):
         build_folder(tmp_path / "imgs", csv, tmp_path / "out", verbose=False, workers=1)
     assert not (tmp_path / "out" / "manifest.parquet").exists()
+
+
+def _png_bomb(path: Path, side: int = 14_000) -> None:
+    """A valid 1-bit PNG of side x side pixels (above PIL's bomb limit) that is only ~30 kB on disk."""
+    import struct
+    import zlib
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    z = zlib.compressobj(9)
+    row = b"\x00" * (1 + (side + 7) // 8)
+    idat = b"".join(z.compress(row) for _ in range(side)) + z.flush()
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0))
+                     + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
+def test_decompression_bomb_fails_like_an_unreadable_image(tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+    from medvlm_audit.errors import ImageError
+    from medvlm_audit.images import load_image
+    from medvlm_audit.testing.fake_openai import ThreadedFakeServer
+
+    names = _images(tmp_path / "imgs", 4)
+    _png_bomb(tmp_path / "imgs" / names[1])
+    with pytest.raises(ImageError, match="decompression bomb"):
+        load_image(tmp_path / "imgs" / names[1])
+    rows = [{"case_id": f"c{i}", "image": n, "finding": "nodule", "label": i % 2} for i, n in enumerate(names)]
+    build_folder(tmp_path / "imgs", _csv(tmp_path / "cases.csv", rows), tmp_path / "ps", verbose=False,
+                 check_images=False)
+    with ThreadedFakeServer() as srv:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "probe_sets": [str(tmp_path / "ps")], "run_dir": str(tmp_path / "run"), "conditions": ["original"],
+            "models": [{"name": "vlm", "backend": "openai", "model": "m", "base_urls": [srv.base_url]}]}))
+        res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress"])
+        asked = srv.stats.paths.get("/v1/chat/completions", 0)
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (text, res.exception)
+    assert "case 'c1'" in text and names[1] in text and "decompression bomb" in text, text
+    assert asked == 0  # refused before any model call
