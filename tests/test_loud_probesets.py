@@ -112,3 +112,44 @@ def test_decompression_bomb_fails_like_an_unreadable_image(tmp_path: Path) -> No
     assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (text, res.exception)
     assert "case 'c1'" in text and names[1] in text and "decompression bomb" in text, text
     assert asked == 0  # refused before any model call
+
+
+def _outside_layout(tmp_path: Path) -> tuple[list[dict], Path]:
+    """4 images inside imgs/, and rows reaching a file outside it by '..', by an absolute path and by a symlink."""
+    names = _images(tmp_path / "imgs", 4)
+    _images(tmp_path / "elsewhere", 1)
+    secret = tmp_path / "elsewhere" / "im0.png"
+    (tmp_path / "imgs" / "link.png").symlink_to(secret)
+    rows = [{"image": n, "finding": "nodule", "label": i % 2} for i, n in enumerate(names)]
+    rows += [{"image": "../elsewhere/im0.png", "finding": "nodule", "label": 1},
+             {"image": str(secret), "finding": "nodule", "label": 0},
+             {"image": "link.png", "finding": "nodule", "label": 1}]
+    return rows, secret
+
+
+@pytest.mark.parametrize("which, how", [(4, "climbs out with '..'"), (5, "an absolute path"),
+                                        (6, "a symlink out of the root")])
+def test_images_outside_the_root_are_refused_naming_the_row(tmp_path: Path, which: int, how: str) -> None:
+    from medvlm_audit.errors import AuditError
+
+    rows, _ = _outside_layout(tmp_path)
+    csv = _csv(tmp_path / "cases.csv", rows[:4] + [rows[which]])
+    with pytest.raises(AuditError, match=rf"row 6: image .*\({how}\).*outside the image root.*--allow-outside-root"):
+        build_folder(tmp_path / "imgs", csv, tmp_path / "out", verbose=False, workers=1)
+
+
+def test_allow_outside_root_is_explicit_said_in_the_summary_and_checked_at_run_time(tmp_path: Path) -> None:
+    from medvlm_audit.errors import ProbeSetError
+    from medvlm_audit.probeset import ProbeSet
+
+    rows, secret = _outside_layout(tmp_path)
+    res = build_folder(tmp_path / "imgs", _csv(tmp_path / "cases.csv", rows), tmp_path / "out", verbose=False,
+                       workers=1, allow_outside_root=True)
+    assert "outside the image root (allowed by allow_outside_root): 3" in res.summary()
+    ps = ProbeSet.load(tmp_path / "out")
+    assert ps.resolve("../elsewhere/im0.png") == tmp_path / "imgs" / "../elsewhere/im0.png"
+    # the same manifest without the permission (e.g. a hand-edited probe set) is refused when planning a run
+    ps.provenance["parameters"]["allow_outside_root"] = False
+    with pytest.raises(ProbeSetError, match="a symlink out of the root"):
+        ps.resolve("link.png")
+    assert ps.resolve("im1.png") == tmp_path / "imgs" / "im1.png"

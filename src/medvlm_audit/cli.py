@@ -216,6 +216,7 @@ def build_folder_cmd(
     workers: Annotated[int, Opt()] = 2,
     seed: Annotated[int, Opt()] = 42,
     name: Annotated[str, Opt()] = "folder",
+    allow_outside_root: Annotated[bool, Opt("--allow-outside-root", help="Accept image paths outside --images (absolute, '..', symlinks out); the summary counts them.")] = False,
 ) -> None:
     """A probe set from any folder of images plus a CSV of findings, labels and boxes."""
     from medvlm_audit.datasets.folder import build_folder
@@ -223,7 +224,8 @@ def build_folder_cmd(
     try:
         _built(build_folder(images, csv, out, frontal_only=frontal_only, require_demographics=require_demographics,
                             min_box_side=min_box_side, swap_same_view=swap_same_view, check_images=check_images,
-                            full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+                            full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False,
+                            allow_outside_root=allow_outside_root))
     except (AuditError, ValueError) as e:
         _fail(e)
 
