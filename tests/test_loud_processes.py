@@ -32,6 +32,11 @@ def _big_probeset(root: Path, n: int) -> Path:
     return root / "probeset"
 
 
+@pytest.fixture(scope="module")
+def big_probeset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _big_probeset(tmp_path_factory.mktemp("big") / "data", n=40)
+
+
 def _config(tmp: Path, probeset: Path, base_url: str, **extra) -> Path:
     cfg = {"probe_sets": [str(probeset)], "run_dir": str(tmp / "run"), "conditions": ["original"],
            "render_in": "processes", "workers": 2,
@@ -65,8 +70,8 @@ def _wait_for_workers(proc: subprocess.Popen, timeout_s: float = 60) -> list[psu
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_sigkill_of_a_run_leaves_no_render_worker(tmp_path: Path) -> None:
-    probeset = _big_probeset(tmp_path / "data", n=40)
+def test_sigkill_of_a_run_leaves_no_render_worker(tmp_path: Path, big_probeset: Path) -> None:
+    probeset = big_probeset
     with ThreadedFakeServer() as srv:
         cfg = _config(tmp_path, probeset, srv.base_url)
         proc = subprocess.Popen([sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"],
@@ -86,9 +91,9 @@ def test_sigkill_of_a_run_leaves_no_render_worker(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path: Path) -> None:
-    probeset = _big_probeset(tmp_path / "data", n=40)
-    with ThreadedFakeServer(delay_ms=150) as srv:
+def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path: Path, big_probeset: Path) -> None:
+    probeset = big_probeset
+    with ThreadedFakeServer(delay_ms=100) as srv:
         cfg = _config(tmp_path, probeset, srv.base_url)
         cmd = [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"]
         # its own process group, as a shell runs a foreground job: Ctrl-C signals the run and its workers
