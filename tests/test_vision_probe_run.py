@@ -32,5 +32,6 @@ def test_demo_with_vision_probe(tmp_path: Path) -> None:
     # it reads pixels: different images give different P(yes); and it ignores the phrasing
     assert fp[fp.condition == "original"].confidence.nunique() > 5
     # the features were cached by pixel hash: a second run recomputes nothing and asks nothing
-    again = run_demo(tmp_path, n_cases=120, n_train=300, vision_probe=True, progress=False, log=lambda *_: None)
+    again = run_demo(tmp_path, n_cases=120, n_train=300, vision_probe=True, progress=False, log=lambda *_: None,
+                     exist_ok=True)
     assert again.summary.per_model["vision-probe"].get("asked", 0) == 0

@@ -27,7 +27,7 @@ from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, load_model
 from medvlm_audit.registry import did_you_mean
-from medvlm_audit.runner import RunSummary, TrialIndex, check_models, check_sources, execute
+from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
 from medvlm_audit.suites.base import Plan, StageContext
@@ -95,7 +95,14 @@ def _merge(summaries: list[RunSummary]) -> RunSummary:
         for name, d in s.per_model.items():
             acc = per.setdefault(name, {})
             for k, v in d.items():
-                acc[k] = acc.get(k, 0) + v
+                if isinstance(v, dict):  # counts by kind
+                    sub = acc.setdefault(k, {})
+                    for kk, vv in v.items():
+                        sub[kk] = sub.get(kk, 0) + vv
+                elif isinstance(v, (int, float)):
+                    acc[k] = acc.get(k, 0) + v
+                else:
+                    acc.setdefault(k, v)
     return RunSummary(sum(s.n_trials for s in summaries), sum(s.n_skipped for s in summaries), per,
                       sum(s.elapsed_s for s in summaries), sum(s.plan_s for s in summaries),
                       summaries[0].first_input_s)
@@ -107,11 +114,13 @@ def run(
     models: list[Model] | None = None,
     retry_errors: bool = False,
     progress: bool = True,
+    max_error_rate: float = 0.05,
 ) -> RunResult:
     """Execute (or resume) a run: every stage of its suite plans, asks every pending input and commits each
     answer as it arrives; then the tidy table is exported.
 
-    ``models`` overrides the config's models of the same name with already-built Model objects."""
+    ``models`` overrides the config's models of the same name with already-built Model objects;
+    ``max_error_rate`` is recorded in the summary (:func:`medvlm_audit.health.failing_models` judges by it)."""
     cfg, suite, opts = resolve_config(config)
     run_dir = Path(cfg.run_dir)
     override = {m.name: m for m in models or ()}
@@ -121,6 +130,7 @@ def run(
         specs = stage_models(ctx)
         built = [override.get(s.name) or load_model(s, context=context) for s in specs]
         check_models(built)
+        check_endpoints(built)  # a dead or refusing endpoint fails here, naming the URL, before anything is written
         return built, {s.name: s.decoding for s in specs if s.decoding is not None}
 
     stages = list(suite.stages())
@@ -155,6 +165,7 @@ def run(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
                 workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
         summary = _merge(summaries)
+        summary.max_error_rate = max_error_rate
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
         store.close()
@@ -232,9 +243,19 @@ def demo(
     progress: bool = True,
     log: Callable[[str], Any] = print,
     with_report: bool = True,
+    exist_ok: bool = False,
     **flags: Any,
 ) -> RunResult:
-    """A suite's embedded default end to end: prepare its data under ``out``, run it, export and report."""
+    """A suite's embedded default end to end: prepare its data under ``out``, run it, export and report.
+
+    An ``out`` that already holds files is refused before anything is written, unless ``exist_ok`` (the data are
+    rebuilt identically and the run resumes)."""
+    out = Path(out)
+    if not exist_ok and out.is_dir() and any(out.iterdir()):
+        found = ", ".join(sorted(p.name for p in out.iterdir())[:5])
+        resume = f" (to resume it: medvlm-audit run {out / 'demo.yaml'})" if (out / "demo.yaml").exists() else ""
+        raise AuditError(f"{out} already holds a demo or other files ({found}); nothing was overwritten: choose another --out or "
+                         f"remove it{resume}")
     cfg = embedded_config(suite, out, log=log, **flags)
     res = run(cfg, progress=progress)
     if with_report:

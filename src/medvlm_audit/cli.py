@@ -209,6 +209,7 @@ def build_folder_cmd(
     workers: Annotated[int, Opt()] = 2,
     seed: Annotated[int, Opt()] = 42,
     name: Annotated[str, Opt()] = "folder",
+    allow_outside_root: Annotated[bool, Opt("--allow-outside-root", help="Accept image paths outside --images (absolute, '..', symlinks out); the summary counts them.")] = False,
 ) -> None:
     """A probe set from any folder of images plus a CSV of findings, labels and boxes."""
     from medvlm_audit.datasets.folder import build_folder
@@ -216,7 +217,8 @@ def build_folder_cmd(
     try:
         _built(build_folder(images, csv, out, frontal_only=frontal_only, require_demographics=require_demographics,
                             min_box_side=min_box_side, swap_same_view=swap_same_view, check_images=check_images,
-                            full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+                            full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False,
+                            allow_outside_root=allow_outside_root))
     except (AuditError, ValueError) as e:
         _fail(e)
 
@@ -273,6 +275,7 @@ def run_cmd(
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
+    max_error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit non-zero (1) when a model got no answer or more than this share of its inputs failed.")] = 0.05,
 ) -> None:
     """Execute a suite (resumes an existing run directory: only missing answers are asked).
 
@@ -281,6 +284,8 @@ def run_cmd(
     from medvlm_audit import api
     from medvlm_audit.config import flag_overrides, load_config, validate_config
 
+    cfg = None
+    cfg = None
     try:
         flags = flag_overrides(suite=suite, run_dir=run_dir, probe_sets=probe_set, models=model,
                                models_file=models_yaml, conditions=conditions, resolutions=resolutions,
@@ -297,10 +302,28 @@ def run_cmd(
         res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(cfg.run_dir if cfg is not None else None)
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet} and {res.results_csv}")
     if report:
         _report(res.run_dir)
+    _exit_on_model_errors(res.summary.as_dict())
+
+
+def _interrupted(run_dir: Path | str | None, resume: str = "run the same command to resume") -> None:
+    from medvlm_audit.health import EXIT_INTERRUPTED, interrupted_line
+
+    console.print(interrupted_line(run_dir, resume), markup=False, highlight=False)
+    raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _exit_on_model_errors(summary: dict) -> None:
+    from medvlm_audit.health import report_health
+
+    code = report_health(summary, lambda line: console.print(line, markup=False, highlight=False))
+    if code:
+        raise typer.Exit(code)
 
 
 def _print_summary(summary: dict) -> None:
@@ -399,6 +422,10 @@ def demo_cmd(
         res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
     except AuditError as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out, f"resume with: medvlm-audit run {out / 'demo.yaml'}")
+    except KeyboardInterrupt:
+        _interrupted(out / "run", f"resume with: medvlm-audit run {out / 'demo.yaml'}")
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet}")
     console.print(f"report: {res.report}")

@@ -13,5 +13,7 @@ console = Console(stderr=True)
 
 def fail(e: BaseException | str, code: int = 2) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with ``code``."""
-    console.print(f"[bold red]error:[/] {e}", highlight=False)
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
     raise typer.Exit(code)

@@ -17,3 +17,7 @@ class ConfigError(AuditError):
 
 class ImageError(AuditError):
     """An image is missing or cannot be decoded."""
+
+
+class EndpointError(AuditError):
+    """A model endpoint is unreachable or refuses the client (connection refused, 401, 403, 404)."""

@@ -33,6 +33,7 @@ def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
         return gray if mode == "L" else np.repeat(gray[..., None], 3, axis=2)
     try:
         with Image.open(p) as im:
+            _check_pixel_count(im.size, p)
             im.load()
             if im.mode in ("I;16", "I;16B", "I;16L", "I"):
                 arr = np.asarray(im, dtype=np.float64)
@@ -41,8 +42,19 @@ def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
                 arr8 = np.ascontiguousarray(arr.round().astype(np.uint8))
                 return arr8 if mode == "L" else np.repeat(arr8[..., None], 3, axis=2)
             return np.asarray(im.convert(mode), dtype=np.uint8).copy()
+    except Image.DecompressionBombError as e:
+        raise ImageError(f"image file {p} is too large to decode safely, a possible decompression bomb ({e})") from e
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise ImageError(f"image file {p} cannot be decoded ({e})") from e
+
+
+def _check_pixel_count(size: tuple[int, int], p: Path) -> None:
+    """Refuse an image above PIL's decompression-bomb limit (2 x ``Image.MAX_IMAGE_PIXELS``; none if unset) before
+    its pixels are decoded: a small file can declare billions of pixels."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and size[0] * size[1] > 2 * limit:
+        raise ImageError(f"image file {p} declares {size[0]} x {size[1]} pixels, above the decompression-bomb limit "
+                         f"of {2 * limit:,} (a possible decompression bomb)")
 
 
 def check_image_header(path: str | Path) -> None:
@@ -61,10 +73,14 @@ def check_image_header(path: str | Path) -> None:
             return
         with open(p, "rb") as fh:
             if fh.read(len(_PNG_SIGNATURE)) == _PNG_SIGNATURE:
-                _check_png_chunks(_PNG_SIGNATURE + fh.read())  # every chunk's CRC: truncated or altered files
+                data = _PNG_SIGNATURE + fh.read()
+                _check_png_chunks(data)  # every chunk's CRC: truncated or altered files
+                _check_pixel_count((int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")), p)
                 return
         with Image.open(p):  # other formats: the header only (a full-size JPEG is not read whole here)
             pass
+    except ImageError:
+        raise
     except Exception as e:
         raise ImageError(f"image file {p} cannot be decoded ({e})") from e
 

@@ -7,12 +7,12 @@ user's files (relative to ``image_root`` or absolute); source images are never c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import __version__
+from medvlm_audit.atomic import mkdtemp_shared
 from medvlm_audit.case import KINDS, Case
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
@@ -98,11 +99,24 @@ class ProbeSet:
     def content_hash(self) -> str:
         return manifest_hash(self.df)
 
+    @property
+    def allow_outside_root(self) -> bool:
+        """Whether the builder was told to accept images outside the image root (``allow_outside_root``)."""
+        params = self.provenance.get("parameters")
+        return bool(self.provenance.get("allow_outside_root")
+                    or (isinstance(params, dict) and params.get("allow_outside_root")))
+
     def resolve(self, path: str | None) -> Path | None:
+        """The image file of a manifest path. One outside the image root (absolute elsewhere, ``..``, a symlink out)
+        is refused, so no other file's pixels reach a model server, unless the probe set allows it."""
         if path is None:
             return None
         p = Path(path)
-        return p if p.is_absolute() else self.image_root / p
+        full = p if p.is_absolute() else self.image_root / p
+        if not self.allow_outside_root and (why := outside_root(path, self.image_root)):
+            raise ProbeSetError(f"probe set {self.name!r}: image {why}; images outside the image root are refused "
+                                "unless the probe set is built with allow_outside_root (--allow-outside-root)")
+        return full
 
     def cases(self) -> Iterator[Case]:
         cols = list(self.df.columns)
@@ -122,7 +136,7 @@ class ProbeSet:
         """Write manifest + provenance atomically (a temp folder renamed into place)."""
         folder = Path(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        tmp = Path(mkdtemp_shared(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             self.df.to_parquet(tmp / MANIFEST, index=False)
             prov = dict(self.provenance)
@@ -166,6 +180,33 @@ class ProbeSet:
         if validate:
             ps.validate()
         return ps
+
+
+@functools.lru_cache(maxsize=64)
+def _real(root: Path) -> Path:
+    return root.resolve()
+
+
+def outside_root(path: str | Path, image_root: Path) -> str | None:
+    """Why an image path leads outside ``image_root`` (an absolute path elsewhere, ``..``, a symlink out of the
+    root), judged on the real location with every symlink followed; None when it stays inside.
+
+    >>> outside_root("a/b.png", Path("/data/root")) is None
+    True
+    >>> outside_root("../secret.png", Path("/data/root"))
+    "../secret.png (climbs out with '..') leads to /data/secret.png, outside the image root /data/root"
+    """
+    root = _real(Path(image_root))
+    p = Path(path)
+    try:
+        real = (p if p.is_absolute() else root / p).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        return f"{path} cannot be resolved ({e})"
+    if real == root or root in real.parents:
+        return None
+    how = ("an absolute path" if p.is_absolute() else "climbs out with '..'" if ".." in p.parts
+           else "a symlink out of the root")
+    return f"{path} ({how}) leads to {real}, outside the image root {root}"
 
 
 def _same_drive(a: Path, b: Path) -> bool:

@@ -16,12 +16,15 @@ in the store and a rerun resumes.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import hashlib
 import json
 import multiprocessing as mp
 import os
+import signal
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -32,9 +35,10 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
-from medvlm_audit.errors import ImageError
+from medvlm_audit.errors import EndpointError, ImageError
 from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
+    NOT_ASKED,
     Decoding,
     ErrorInfo,
     ImageData,
@@ -56,10 +60,11 @@ Pending = tuple[str, ModelInput, tuple[ImageRecipe, ...]]  # key, input without 
 class RunSummary:
     n_trials: int
     n_skipped: int
-    per_model: dict[str, dict[str, int]]
+    per_model: dict[str, dict[str, Any]]  # trials, distinct_inputs, pending, asked, errors, not_asked, error_kinds
     elapsed_s: float
     plan_s: float = 0.0  # until every image was hashed and every trial keyed (overlaps the asking)
     first_input_s: float | None = None  # until the first input was queued for a model
+    max_error_rate: float = 0.05  # a model whose error share exceeds this fails the run (medvlm_audit.health)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +74,7 @@ class RunSummary:
             "elapsed_s": round(self.elapsed_s, 3),
             "plan_s": round(self.plan_s, 3),
             "first_input_s": None if self.first_input_s is None else round(self.first_input_s, 3),
+            "max_error_rate": self.max_error_rate,
         }
 
 
@@ -160,6 +166,33 @@ def render_sources(
                 break
             out.append((r, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
     return out
+
+
+def _render_worker_init(parent_pid: int) -> None:
+    """Set up a render worker process: it ignores Ctrl-C (the parent handles it and ends the pool; a worker
+    printing its own KeyboardInterrupt traceback helps nobody) and dies with its parent, even one killed by
+    SIGKILL: the kernel's parent-death signal on Linux, a watchdog thread on the parent's pid elsewhere."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    armed = False
+    if sys.platform == "linux":
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watchdog", daemon=True).start()
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(interval_s)
+    os._exit(1)
 
 
 def group_by_source(recipes: Iterable[ImageRecipe]) -> list[list[ImageRecipe]]:
@@ -373,7 +406,8 @@ async def _render_stream(
     pool: Executor
     if processes:
         method = "fork" if sys.platform == "linux" else "spawn"
-        pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method))
+        pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method),
+                                   initializer=_render_worker_init, initargs=(os.getpid(),))
         futures = [loop.run_in_executor(pool, render_sources, c, encoders, want_pixels) for c in chunks]
     else:
         pool = ThreadPoolExecutor(max(1, workers))
@@ -520,7 +554,7 @@ async def _ask(
     """A model's workers: take batches from its queue, ask, commit each answer as it arrives."""
     model = work.model
     bs = max(1, model.batch_size)
-    stats = {"asked": 0, "errors": 0}
+    stats: dict[str, Any] = {"asked": 0, "errors": 0, "not_asked": 0, "error_kinds": {}}
 
     async def worker() -> None:
         while batch := await _take_batch(queue, bs):
@@ -541,13 +575,44 @@ async def _ask(
                 msg = f"{type(e).__name__}: {e}"[:500]
                 responses = [Response(None, error=ErrorInfo("model", msg, 1, False)) for _ in batch]
             for (key, _, _), resp in zip(batch, responses):
+                if resp.error is not None:
+                    kinds = stats["error_kinds"].setdefault(resp.error.kind, {"n": 0, "sample": resp.error.message})
+                    kinds["n"] += 1
+                    if resp.error.kind == NOT_ASKED:  # never sent: not stored, so a rerun asks it
+                        stats["not_asked"] += 1
+                        continue
+                    stats["errors"] += 1
                 commit.add(key, resp)
                 stats["asked"] += 1
-                stats["errors"] += resp.error is not None
             on_done(model.name, len(batch))
 
     await asyncio.gather(*(worker() for _ in range(max(1, model.max_concurrency))))
     return stats
+
+
+def check_endpoints(models: Sequence[Model], warn: Callable[[str], Any] | None = None) -> None:
+    """Ask every HTTP model's base URLs a cheap request before anything is planned or stored; raise
+    :class:`~medvlm_audit.errors.EndpointError` naming each dead or refusing URL (status and server message).
+
+    Transient trouble (a timeout, 429, 5xx) is only warned about: the run's retries handle it."""
+    checks = [c for m in models if callable(c := getattr(getattr(m, "inner", m), "check_endpoints", None))]
+    if not checks:
+        return
+
+    async def ask() -> list[tuple[list[str], list[str]]]:
+        return list(await asyncio.gather(*(c() for c in checks)))
+
+    problems: list[str] = []
+    for p, w in asyncio.run(ask()):
+        problems += p
+        for line in w:
+            (warn or _stderr)(f"warning: {line}")
+    if problems:
+        raise EndpointError("model endpoint check failed, nothing was asked:\n  " + "\n  ".join(problems))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def check_models(models: Sequence[Model]) -> None:
@@ -556,7 +621,7 @@ def check_models(models: Sequence[Model]) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"model names must be unique, got {names}")
     for m in models:
-        check = getattr(m, "check_credentials", None)
+        check = getattr(getattr(m, "inner", m), "check_credentials", None)
         if callable(check):
             check()
 
@@ -668,7 +733,7 @@ async def execute(
             commit.flush()
             for m in models:
                 await m.aclose()
-    per_model: dict[str, dict[str, int]] = {}
+    per_model: dict[str, dict[str, Any]] = {}
     for w, r in zip(works, results):
         per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,

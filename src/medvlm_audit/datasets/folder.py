@@ -35,6 +35,7 @@ from medvlm_audit.datasets.common import (
     view_reasons,
 )
 from medvlm_audit.findings import normalize_finding
+from medvlm_audit.probeset import outside_root
 
 LABEL_VALUES = {
     "1": 1, "1.0": 1, "yes": 1, "true": 1, "present": 1, "positive": 1,
@@ -65,6 +66,32 @@ def _col(df: pd.DataFrame, key: str) -> str | None:
     return None
 
 
+def check_image_root(df: pd.DataFrame, images_dir: Path, csv_path: Path, allow: bool) -> int:
+    """How many rows' images lie outside ``images_dir``; an error naming the first row unless ``allow``."""
+    why = df["image_path"].map(lambda p: outside_root(p, images_dir))
+    bad = why.notna()
+    if bad.any() and not allow:
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DatasetError(f"folder CSV: {csv_path} row {int(df['row'].iloc[i])}: image {why.iloc[i]}; "
+                           f"{int(bad.sum())} row(s) in all. Pass --allow-outside-root (allow_outside_root=True) "
+                           "to accept images outside the image root")
+    return int(bad.sum())
+
+
+def check_case_ids(raw: pd.DataFrame, csv_path: Path) -> None:
+    """A ``case_id`` column, when given, must name every row: an empty or blank id is an error naming the row
+    (it would be stored as None in one table and NaN in another, and break the report)."""
+    if "case_id" not in raw:
+        return
+    ids = raw["case_id"].astype("string").str.strip()
+    bad = ids.isna() | (ids == "")
+    if bad.any():
+        rows = [int(i) + 2 for i in np.flatnonzero(bad.to_numpy())]
+        more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
+        raise DatasetError(f"folder CSV: {csv_path} row {rows[0]} has an empty case_id{more}; give every row an id, "
+                           "or drop the case_id column to have ids made from the finding and row number")
+
+
 def build_folder(
     images_dir: str | Path,
     csv_path: str | Path,
@@ -81,9 +108,12 @@ def build_folder(
     name: str = "folder",
     verbose: bool = True,
     fingerprint_inputs: bool = True,
+    allow_outside_root: bool = False,
 ) -> BuildResult:
     """Build a probe set from ``csv_path`` (columns image, finding, label; optional x0, y0, x1, y1, patient_id,
-    age, sex, view, study_id, split, case_id, width, height) with image paths relative to ``images_dir``."""
+    age, sex, view, study_id, split, case_id, width, height) with image paths relative to ``images_dir``.
+    An image outside ``images_dir`` (absolute, ``..``, a symlink out) is an error naming the row unless
+    ``allow_outside_root``; the build summary then counts them."""
     images_dir, out_dir, csv_path = Path(images_dir), Path(out_dir), Path(csv_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
@@ -93,6 +123,7 @@ def build_folder(
         raise DatasetError(f"folder CSV: {csv_path} lacks an image column (one of {ALIASES['image']})")
     df = pd.DataFrame({"image_path": raw[img_col].astype(str), "record_id": raw[img_col].astype(str)})
     df["row"] = raw.index + 2
+    n_outside = check_image_root(df, images_dir, csv_path, allow_outside_root)
     # findings and labels: clear errors naming the row and value
     fins = []
     for i, v in enumerate(raw["finding"]):
@@ -109,6 +140,7 @@ def build_folder(
     df["label"] = lab.astype(int)
     pcol = _col(raw, "patient_id")
     df["patient_id"] = raw[pcol].astype(str) if pcol else df["image_path"]
+    check_case_ids(raw, csv_path)
     df["case_id"] = raw["case_id"].astype(str) if "case_id" in raw else (
         "folder-" + df["finding"] + "-r" + df["row"].astype(str))
     if df["case_id"].duplicated().any():
@@ -202,6 +234,9 @@ def build_folder(
                               "patient_ids": "from CSV" if pcol else "none given: each image is its own patient",
                               "box_columns": box_cols}
     counts = {"folder": len(manifest), "boxed": int(manifest["tbox_x0"].notna().sum()), "total": len(manifest)}
+    if allow_outside_root:
+        params["allow_outside_root"] = True
+        counts["CSV rows with images outside the image root (allowed by allow_outside_root)"] = n_outside
     return finalize(manifest, name=name, builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
                     inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
                     verbose=verbose, fingerprint=fingerprint_inputs, warnings=warnings)

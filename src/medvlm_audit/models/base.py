@@ -121,9 +121,14 @@ def input_key(identity: dict[str, Any], inp: ModelInput, description: dict[str, 
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+#: error kind of an input a client gave up on before asking it (e.g. its circuit breaker stopped the model):
+#: the runner counts it but does not store it, so a rerun asks the input again
+NOT_ASKED = "not_asked"
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
-    kind: str  # http_4xx, http_429, http_5xx, timeout, connection, malformed, empty, model, other
+    kind: str  # http_4xx, http_429, http_5xx, timeout, connection, malformed, empty, model, other, not_asked
     message: str
     attempts: int = 1
     transient: bool = False

@@ -6,6 +6,11 @@ timeouts, dropped connections, malformed JSON, empty content) are retried with e
 and full jitter, honouring ``Retry-After``; permanent ones (other 4xx) are not. A failed input comes
 back as a :class:`Response` with ``error`` set, never as an exception.
 
+:meth:`OpenAIChatModel.check_endpoints` asks every base URL a cheap ``GET /models`` before a run, so a dead
+port or a refused key fails at once; during a run a circuit breaker stops asking after
+``circuit_breaker`` consecutive connection or authentication failures (the inputs it did not ask come
+back with error kind ``not_asked``, which the runner does not store, so a rerun asks them).
+
 The API key is read from the environment variable ``api_key_env`` at request time. It is never stored
 on the object and is scrubbed from every message this module returns.
 """
@@ -13,6 +18,7 @@ on the object and is scrubbed from every message this module returns.
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import email.utils
 import functools
@@ -27,14 +33,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, urlsplit, urlunsplit
 
 import aiohttp
 import numpy as np
 from yarl import URL
 
 from medvlm_audit.errors import ConfigError
-from medvlm_audit.models.base import ErrorInfo, ImageData, Modality, Model, ModelInput, Response
+from medvlm_audit.models.base import NOT_ASKED, ErrorInfo, ImageData, Modality, Model, ModelInput, Response
 from medvlm_audit.models.encoding import data_url_bytes
 
 ApiStyle = Literal["openai", "azure"]
@@ -42,7 +48,9 @@ ApiStyle = Literal["openai", "azure"]
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-_SECRETISH = re.compile(r"(?i)(bearer\s+)\S+|\bsk-[A-Za-z0-9_\-*.]{6,}")
+_SECRETISH = re.compile(
+    r"(?i)(bearer\s+)[^\s\"',;]+|(basic\s+)[A-Za-z0-9+/]{6,}={0,2}|\bsk-[A-Za-z0-9_\-*.]{6,}")
+_LONG_SECRET = 8  # a secret this long is removed wherever it appears; a shorter one only as a whole token
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -70,11 +78,39 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def scrub(text: str, secrets: Sequence[str] = ()) -> str:
-    """Remove credentials from a message: the given secrets, ``Bearer ...`` tokens and ``sk-...`` keys."""
-    for s in secrets:
-        if s and len(s) >= 4:
+    """Remove credentials from a message: the given secrets (whatever their length: from 8 characters on
+    wherever they appear, shorter ones where they stand as a token, not inside a longer word), ``Bearer ...``
+    and ``Basic ...`` values and ``sk-...`` keys.
+
+    >>> scrub('{"Authorization": "Basic dXNlcjpwdw=="} url=/v1?key=ab1&x=2 ab12', ["ab1"])
+    '{"Authorization": "Basic [REDACTED]"} url=/v1?key=[REDACTED]&x=2 ab12'
+    """
+    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
+        if len(s) >= _LONG_SECRET:
             text = text.replace(s, "[REDACTED]")
-    return _SECRETISH.sub(lambda m: (m.group(1) or "") + "[REDACTED]", text)
+        elif s in text:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(s)}(?![A-Za-z0-9])", "[REDACTED]", text)
+    return _SECRETISH.sub(lambda m: (m.group(1) or m.group(2) or "") + "[REDACTED]", text)
+
+
+def url_credentials(url: str) -> list[str]:
+    """Every credential a client sends because of a base URL: the password, ``user:password`` raw and as the
+    base64 of a Basic header, each query value; each as written in the URL and decoded."""
+    parts, u = urlsplit(url), URL(url)
+    out: list[str] = []
+    if parts.password is not None:
+        for user, pw in {(parts.username or "", parts.password), (u.user or "", u.password or "")}:
+            pair = f"{user}:{pw}"
+            out += [pw, pair]
+            for enc in ("latin-1", "utf-8"):
+                try:
+                    out.append(base64.b64encode(pair.encode(enc)).decode("ascii"))
+                except UnicodeEncodeError:
+                    pass
+    for key, value in parse_qsl(parts.query, keep_blank_values=False):
+        out += [value, quote(value, safe=""), quote_plus(value)]
+    out += [v for v in u.query.values() if v]
+    return [s for s in dict.fromkeys(out) if s]
 
 
 def redact_url(url: str) -> str:
@@ -87,10 +123,11 @@ def redact_url(url: str) -> str:
 
 
 class _Endpoint:
-    __slots__ = ("cooldown_until", "display", "inflight", "sent", "url")
+    __slots__ = ("base", "cooldown_until", "display", "inflight", "sent", "url")
 
-    def __init__(self, url: URL, display: str) -> None:
+    def __init__(self, url: URL, display: str, base: URL | None = None) -> None:
         self.url = url
+        self.base = base if base is not None else url
         self.display = display
         self.inflight = 0
         self.cooldown_until = 0.0
@@ -136,13 +173,20 @@ class _DataUrlCache:
 
 
 class _Failure:
-    __slots__ = ("kind", "message", "retry_after", "transient")
+    __slots__ = ("kind", "message", "retry_after", "status", "transient")
 
-    def __init__(self, kind: str, message: str, transient: bool, retry_after: float | None = None) -> None:
+    def __init__(self, kind: str, message: str, transient: bool, retry_after: float | None = None,
+                 status: int | None = None) -> None:
         self.kind = kind
         self.message = message
         self.transient = transient
         self.retry_after = retry_after
+        self.status = status
+
+    @property
+    def unreachable(self) -> bool:
+        """A failure the circuit breaker counts: no connection, or the server refuses our credentials."""
+        return self.kind == "connection" or self.status in (401, 403)
 
 
 class OpenAIChatModel(Model):
@@ -154,7 +198,8 @@ class OpenAIChatModel(Model):
     differ yet stay reproducible. PNG images are lossless at every ``png_level``; the default (None)
     stores them uncompressed when every endpoint is on this machine (CPU is the bottleneck there) and
     uses zlib level 1 otherwise (bandwidth matters). ``encode_in_thread`` moves image encoding off the
-    event loop, which pays on clients with idle cores.
+    event loop, which pays on clients with idle cores. ``circuit_breaker``: stop asking after this many
+    consecutive connection or 401/403 failures (attempts, retries included; 0 = never stop).
     """
 
     batch_size = 1
@@ -182,6 +227,7 @@ class OpenAIChatModel(Model):
         png_level: int | None = None,
         encode_in_thread: bool = False,
         image_cache_mb: float = 64.0,
+        circuit_breaker: int = 10,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -192,6 +238,8 @@ class OpenAIChatModel(Model):
             raise ConfigError(f"model {name!r}: image_format must be 'png' or 'jpeg', got {image_format!r}")
         if max_concurrency < 1 or max_retries < 0 or timeout_s <= 0:
             raise ConfigError(f"model {name!r}: need max_concurrency >= 1, max_retries >= 0 and timeout_s > 0")
+        if circuit_breaker < 0:
+            raise ConfigError(f"model {name!r}: circuit_breaker must be >= 0 (0 = never stop), got {circuit_breaker}")
         if png_level is None:  # same machine: bandwidth is free and the CPU is shared with the server
             png_level = 0 if all(_is_loopback(u) for u in urls) else 1
         if not 0 <= png_level <= 9:
@@ -219,9 +267,11 @@ class OpenAIChatModel(Model):
         self.revision = revision
         self.max_tokens_field = max_tokens_field
         # URL user info and query values may be credentials: scrubbed from every message
-        self._url_secrets = [p for u in urls if (p := urlsplit(u).password)]
-        self._url_secrets += [v for u in urls for v in URL(u).query.values() if len(v) >= 8]
-        self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u)) for u in urls]
+        self._url_secrets = [c for u in urls for c in url_credentials(u)]
+        self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u), URL(u)) for u in urls]
+        self.circuit_breaker = int(circuit_breaker)
+        self._consecutive = 0  # connection / auth failures in a row, over all requests of this model
+        self._tripped: str | None = None  # why the breaker stopped this model
         self._rr = 0
         self._rng = random.Random()
         self._images = _DataUrlCache(int(image_cache_mb * 2**20), image_format, self.png_level)
@@ -463,8 +513,11 @@ class OpenAIChatModel(Model):
             headers = self._headers(key)
             attempt = 0
             while True:
+                if self._tripped is not None:
+                    return Response(text=None, error=ErrorInfo(NOT_ASKED, scrub(self._tripped, secrets), attempt, True))
                 attempt += 1
                 result = await self._attempt(payload, headers)
+                self._breaker(result)
                 if isinstance(result, Response):
                     return result
                 fail = result
@@ -481,6 +534,82 @@ class OpenAIChatModel(Model):
         except Exception as exc:  # noqa: BLE001 - never raise for one input; record what happened
             return Response(text=None, error=ErrorInfo(
                 "other", scrub(f"{type(exc).__name__}: {exc}", secrets), 1, False))
+
+    def _breaker(self, result: Response | _Failure) -> None:
+        """Count consecutive connection / auth failures; trip after ``circuit_breaker`` of them in a row.
+        Any other outcome (an answer, a 429, a 5xx, a timeout...) shows the server is there and resets it."""
+        if not isinstance(result, _Failure) or not result.unreachable:
+            if not isinstance(result, _Failure) or result.kind != "timeout":
+                self._consecutive = 0
+            return
+        self._consecutive += 1
+        if self.circuit_breaker and self._consecutive >= self.circuit_breaker and self._tripped is None:
+            self._tripped = (f"not asked: model {self.name!r} stopped after {self._consecutive} consecutive "
+                             f"connection/authentication failures (circuit_breaker={self.circuit_breaker}); "
+                             f"last: {result.message}")
+
+    @property
+    def stopped(self) -> str | None:
+        """Why the circuit breaker stopped this model, or None."""
+        return self._tripped
+
+    def _secrets(self, key: str | None) -> list[str]:
+        return [*self._url_secrets, key] if key else list(self._url_secrets)
+
+    async def check_endpoints(self, timeout_s: float = 10.0) -> tuple[list[str], list[str]]:
+        """Ask every base URL a cheap ``GET /models`` (Azure: ``/openai/models``) with this model's credentials.
+
+        Returns (problems, warnings), each naming the redacted URL, the HTTP status and the server's message
+        (credentials scrubbed). Problems, which no retry fixes: no connection, 401, 403, or 404 on both
+        ``/models`` and the chat route. Warnings (the run goes on; the retries handle them): a timeout,
+        429, 5xx."""
+        key = self._api_key()
+        headers = {k: v for k, v in self._headers(key).items() if k != "Content-Type"}
+        secrets = self._secrets(key)
+        timeout = aiohttp.ClientTimeout(total=min(self.timeout_s, timeout_s))
+        problems: list[str] = []
+        warnings: list[str] = []
+
+        async def fetch(session: aiohttp.ClientSession, method: str, url: URL) -> tuple[int, bytes]:
+            async with session.request(method, url, headers=headers,
+                                       data=b"{}" if method == "POST" else None) as resp:
+                return resp.status, await resp.read()
+
+        async def one(session: aiohttp.ClientSession, ep: _Endpoint) -> None:
+            where = f"model {self.name!r} at {ep.display}"
+            if self.api_style == "azure":
+                url = ep.base.with_path(ep.base.path.rstrip("/") + "/openai/models").with_query(
+                    ep.base.query).update_query({"api-version": self.azure_api_version})
+            else:
+                url = ep.base.with_path(ep.base.path.rstrip("/") + "/models").with_query(ep.base.query)
+            try:
+                status, raw = await fetch(session, "GET", url)
+                if status in (404, 405):  # no model list here: does the chat route exist? ({} is a cheap 400)
+                    status, raw = await fetch(session, "POST", ep.url)
+            except TimeoutError:
+                warnings.append(f"{where}: no answer to GET /models within {timeout.total:g} s")
+                return
+            except (aiohttp.ClientError, OSError) as exc:
+                problems.append(scrub(f"{where}: cannot connect ({type(exc).__name__}: {exc})", secrets))
+                return
+            if status < 400:
+                return
+            text = scrub(f"{where}: HTTP {status}: {_error_message(raw, 200)}", secrets)
+            if status in (401, 403):
+                problems.append(text + ("" if key or self.api_key_env else
+                                        " (no API key configured: set api_key_env)"))
+            elif status == 404:
+                problems.append(text + " (neither GET /models nor POST /chat/completions exists here: "
+                                "is the base URL right? OpenAI-style base URLs usually end in /v1)")
+            elif status in RETRYABLE_STATUS:
+                warnings.append(text)
+            elif status not in (400, 422):  # 400 / 422: the chat route rejected our empty body, so it exists
+                warnings.append(text)
+
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                                         timeout=timeout) as session:
+            await asyncio.gather(*(one(session, ep) for ep in self._endpoints))
+        return problems, warnings
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Full jitter: uniform(0, min(max, base * 2**(attempt-1))), but never less than Retry-After."""
@@ -524,7 +653,7 @@ class OpenAIChatModel(Model):
                 ep.cooldown_until = max(ep.cooldown_until, time.monotonic() + min(retry_after, self.retry_after_max_s))
             kind = "http_429" if status == 429 else ("http_5xx" if status >= 500 else "http_4xx")
             return _Failure(kind, f"HTTP {status} from {ep.display}: {_error_message(raw)}",
-                            status in RETRYABLE_STATUS, retry_after)
+                            status in RETRYABLE_STATUS, retry_after, status)
         return _parse_completion(raw, latency, ep.display)
 
 

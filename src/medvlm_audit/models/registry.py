@@ -39,10 +39,13 @@ def load_model(spec: Any, *, context: dict[str, Any] | None = None) -> Model:
         model = factory(spec.name, params, context if context is not None else {})
     except TypeError as e:
         raise ConfigError(f"model {spec.name!r} (backend {spec.backend}): bad parameters: {e}") from e
-    except ModuleNotFoundError as e:
-        extra = BACKEND_EXTRAS.get(spec.backend)
-        hint = f"; install it with: pip install 'medvlm-audit[{extra}]'" if extra else ""
-        raise ConfigError(f"model {spec.name!r}: backend {spec.backend!r} needs the module {e.name!r}{hint}") from None
+    except ImportError as e:  # an optional extra is not installed: one line naming it, no traceback
+        from medvlm_audit.extras import MissingExtraError, extra_for_missing
+
+        missing = extra_for_missing(spec.backend, e.__cause__ if isinstance(e.__cause__, ImportError) else e)
+        if missing is None:
+            raise
+        raise MissingExtraError(f"model {spec.name!r}: {missing}") from None
     if spec.text_only and model.modality != "text_only":
         model = TextOnly(model, name=spec.name)
     return model

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from medvlm_audit.atomic import mkstemp_shared
 
 #: findings the phantom can draw (identifiers from :mod:`medvlm_audit.findings`)
 PHANTOM_FINDINGS: tuple[str, ...] = (
@@ -521,7 +522,7 @@ def encode_png(pixels: np.ndarray, level: int = 1) -> bytes:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write bytes to a temp file beside ``path`` and rename it into place (never a half-written file)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = mkstemp_shared(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

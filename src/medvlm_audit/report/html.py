@@ -274,6 +274,8 @@ table.tbl caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}
 .notes{font-size:13px;background:#fff8e6;border:1px solid #f0d48a;border-radius:6px;padding:6px 10px;margin:8px 0}
 .notes ul{margin:4px 0 0;padding-left:18px}
+.failed{background:#fdecea;border:2px solid #c62828;border-radius:6px;padding:8px 12px;margin:12px 0;color:#7f1d1d}
+.failed ul{margin:4px 0 0;padding-left:18px}
 footer{margin-top:40px;font-size:12px;color:var(--muted)}
 """
 
@@ -412,6 +414,26 @@ def verdict_list(items: Sequence[tuple[str, str, str]]) -> str:
     return f'<ul class="verdicts">{lines}</ul>'
 
 
+def failing_models_html(summary: Mapping[str, Any] | None) -> str:
+    """A red box naming the models the run failed for (no answer, or too many errors), from the run summary
+    dict (``last_summary`` of the store); empty when every model is fine or there is no summary."""
+    from medvlm_audit.health import error_summary_lines, failing_models
+
+    if not isinstance(summary, Mapping) or not summary.get("per_model"):
+        return ""
+    failing = failing_models(summary)
+    if not failing:
+        return ""
+    detail = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in error_summary_lines(summary)}
+    items = "".join(
+        f"<li><span class=\"model\">{escape(m)}</span>{escape(why)}"
+        + (f'<div class="muted">{escape(detail[m])}</div>' if m in detail else "") + "</li>"
+        for m, why in failing.items()
+    )
+    return ('<div class="failed" role="alert"><strong>The run failed for these models: their results below are '
+            f"incomplete or missing.</strong><ul>{items}</ul></div>")
+
+
 def _section(title: str, body: str, anchor: str) -> str:
     return f'<section id="{escape(anchor)}"><h2>{escape(title)}</h2>{body}</section>'
 
@@ -446,6 +468,7 @@ def render_page(
     ]
     parts.append('<nav class="toc">' + "".join(f'<a href="#{escape(s.anchor)}">{escape(s.title)}</a>'
                                                for s in sections) + "</nav>")
+    parts.append(failing_models_html(run_info.get("last_summary")))
     for sec in sections:
         parts.append(_section(sec.title, sec.html, sec.anchor))
     parts.append(

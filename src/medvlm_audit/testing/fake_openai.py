@@ -23,7 +23,13 @@ KIND is an HTTP status (``429``, ``500``, ``503``, ``400``, ...) or one of ``han
 PARAM seconds pass or the client gives up), ``drop`` (connection closed mid-response), ``disconnect``
 (closed before any response byte), ``malformed`` (truncated JSON with status 200), ``empty`` (empty
 content), ``nologprobs`` (a normal answer without log-probabilities; not an error), ``echo_auth``
-(401 whose message repeats the credential the client sent, to test scrubbing).
+(401 whose message repeats the credential the client sent, to test scrubbing), ``echo_request`` (400
+whose message repeats the request's full URL, every header and a decoded ``Basic`` credential, as a
+hostile or careless server might).
+
+``api_key`` (``--api-key``): every route but ``/_fake/*`` then answers 401 unless the request carries that
+key (``Authorization: Bearer KEY``, ``api-key: KEY`` or ``Basic`` with password KEY), like a real server
+given a wrong or missing key; its message repeats the credential it got (to test scrubbing).
 
 The server counts requests, answers and faults per prompt key, records the Authorization / api-key
 headers it saw, the peak number of requests in flight, and optionally every request body.
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import json
 import math
@@ -48,7 +55,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
-FAULT_NAMES = ("hang", "drop", "disconnect", "malformed", "empty", "nologprobs", "echo_auth")
+FAULT_NAMES = ("hang", "drop", "disconnect", "malformed", "empty", "nologprobs", "echo_auth", "echo_request")
 _MARKER = re.compile(r"\[\[fault:([a-z_]+|\d{3})(?::(\d+|always|\*))?(?::([0-9.]+))?\]\]")
 
 
@@ -169,6 +176,19 @@ def _error_body(status: int, message: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
+def _credential(request: web.Request) -> str | None:
+    """The key a request carries: Bearer token, api-key header, or the password of Basic user:password."""
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer "):
+        return auth[7:]
+    if auth.startswith("Basic "):
+        try:
+            return base64.b64decode(auth[6:]).decode("utf-8").partition(":")[2]
+        except ValueError:
+            return None
+    return request.headers.get("api-key")
+
+
 class FakeOpenAIServer:
     """aiohttp.web app serving ``/v1/chat/completions`` and ``/openai/deployments/{d}/chat/completions``."""
 
@@ -184,8 +204,10 @@ class FakeOpenAIServer:
         answer_fn: Callable[[Mapping[str, Any]], str] | None = None,
         record_bodies: bool = False,
         model_name: str = "fake-vlm",
+        api_key: str | None = None,
     ) -> None:
         self.delay_s = delay_ms / 1000.0
+        self.api_key = api_key
         self.rules = list(rules)
         self.fault_rates = dict(fault_rates or {})
         for k in self.fault_rates:
@@ -205,7 +227,7 @@ class FakeOpenAIServer:
 
     # -- app -------------------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=256 * 1024 * 1024)
+        app = web.Application(client_max_size=256 * 1024 * 1024, middlewares=[self._auth])
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/chat/completions", self._chat)
         app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._chat)
@@ -242,6 +264,16 @@ class FakeOpenAIServer:
         self.stats = ServerStats()
 
     # -- handlers ----------------------------------------------------------------------------------
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        if self.api_key is None or request.path.startswith("/_fake/") or _credential(request) == self.api_key:
+            return await handler(request)
+        self.stats.total += 1
+        self.stats.paths[request.path] += 1
+        seen = request.headers.get("Authorization") or request.headers.get("api-key") or "none"
+        return web.Response(status=401, body=_error_body(401, f"Incorrect API key provided: {seen}."),
+                            content_type="application/json")
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
 
@@ -324,6 +356,15 @@ class FakeOpenAIServer:
             seen = auth or api_key or "<none>"
             return web.Response(status=401, body=_error_body(401, f"Incorrect API key provided: {seen}."),
                                 content_type="application/json")
+        if kind == "echo_request":
+            seen = {k: v for k, v in headers.items()}
+            basic = headers.get("Authorization", "")
+            decoded = ""
+            if basic.startswith("Basic "):
+                decoded = base64.b64decode(basic[6:]).decode("utf-8", "replace")
+            msg = (f"bad request: basic={decoded} auth={headers.get('Authorization')} api-key={headers.get('api-key')} "
+                   f"{request.method} {request.url} headers={json.dumps(seen)}")  # credentials first: messages get cut
+            return web.Response(status=400, body=_error_body(400, msg), content_type="application/json")
         if kind == "hang":
             await asyncio.sleep(rule.param if rule.param is not None else 3600.0)
             return self._answer(body, key, st)
@@ -513,6 +554,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--retry-after", type=float, default=None, help="Retry-After seconds on random 429/503")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-name", default="fake-vlm")
+    ap.add_argument("--api-key", default=None, help="answer 401 to every request that does not carry this key")
     args = ap.parse_args(argv)
     rates = {}
     for item in args.fault_rate:
@@ -524,7 +566,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             ap.error(f"--fault-rate {item!r}: expected KIND=PROBABILITY ({exc})")
     try:
         server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
-                                  seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name)
+                                  seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name,
+                                  api_key=args.api_key)
     except ValueError as exc:
         ap.error(str(exc))
 

@@ -46,9 +46,14 @@ def prepare_demo(
     log: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Build the phantom probe set (and a tiny ViT for the vision probe) under ``out``; return the run config."""
+    from medvlm_audit.extras import require_extra
     from medvlm_audit.phantom import build_phantom
 
     out = Path(out)
+    if gemma:  # before anything is built: one line naming the extra
+        require_extra("gemma", "demo --gemma")
+    if vision_probe:
+        require_extra("hf", "demo --vision-probe")
     t0 = time.perf_counter()
     test, train = build_phantom(out / "phantom", n_cases=n_cases, n_train=n_train, seed=42)
     log(f"phantom probe set: {len(test)} cases, {len(train)} training cases ({time.perf_counter() - t0:.1f} s)")
@@ -63,8 +68,9 @@ def prepare_demo(
     return cfg
 
 
-def run_demo(out: str | Path, *, progress: bool = True, log: Callable[[str], Any] = print, **flags: Any) -> Any:
+def run_demo(out: str | Path, *, progress: bool = True, log: Callable[[str], Any] = print, exist_ok: bool = False,
+             **flags: Any) -> Any:
     """Deprecated (kept for one release): ``medvlm_audit.api.demo("grounding", out, ...)``."""
     from medvlm_audit import api
 
-    return api.demo("grounding", out, progress=progress, log=log, with_report=False, **flags)
+    return api.demo("grounding", out, progress=progress, log=log, with_report=False, exist_ok=exist_ok, **flags)

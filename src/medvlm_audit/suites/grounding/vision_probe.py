@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medvlm_audit.atomic import mkstemp_shared
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
 from medvlm_audit.models.base import (
@@ -175,7 +175,7 @@ class FeatureCache:
     def put(self, sha: str, vec: np.ndarray) -> None:
         p = self._path(sha)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp.", suffix=".npy", dir=p.parent)
+        fd, tmp = mkstemp_shared(prefix=".tmp.", suffix=".npy", dir=p.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
                 np.save(fh, np.asarray(vec, dtype=np.float32), allow_pickle=False)
@@ -568,7 +568,7 @@ class VisionProbe(LocalModel):
         }
         arrays: dict[str, Any] = {"mean": self.mean, "scale": self.scale, "meta": np.array(json.dumps(meta))}
         arrays.update({f"coef__{f}": h.coef for f, h in self.heads.items()})
-        fd, tmp = tempfile.mkstemp(prefix=".tmp.", suffix=".npz", dir=path.parent)
+        fd, tmp = mkstemp_shared(prefix=".tmp.", suffix=".npz", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, **arrays)

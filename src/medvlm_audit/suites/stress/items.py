@@ -27,7 +27,6 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from medvlm_audit.atomic import mkstemp_shared
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.scorers.option import LETTERS, norm_option  # noqa: F401  (part of the item format)
 
@@ -394,7 +394,7 @@ def load_items(
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = mkstemp_shared(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)

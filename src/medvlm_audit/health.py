@@ -1,0 +1,108 @@
+"""A run's health from its summary: the error summary per model and the models the run failed for.
+
+A model fails a run when it was asked something and got no answer at all, or when the share of its inputs
+that ended in an error (or were not asked because its circuit breaker stopped it) exceeds
+``max_error_rate``. The command line prints :func:`error_summary_lines` at the end of every run and exits
+non-zero when :func:`failing_models` is not empty; the report shows the same models in a red box.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_ERROR_RATE = 0.05
+
+#: exit status of a run that completed but failed for some model (2 is a usage / input error)
+EXIT_MODEL_ERRORS = 1
+
+
+def _counts(m: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(inputs tried in this invocation, errors among them, inputs not asked)."""
+    asked, errors, not_asked = int(m.get("asked") or 0), int(m.get("errors") or 0), int(m.get("not_asked") or 0)
+    return asked + not_asked, errors, not_asked
+
+
+def failing_models(summary: Mapping[str, Any], max_error_rate: float | None = None) -> dict[str, str]:
+    """Model -> why the run failed for it (no answer, or an error share above ``max_error_rate``).
+
+    ``max_error_rate`` defaults to the summary's own (the ``--max-error-rate`` of the run), else 5%.
+
+    >>> failing_models({"per_model": {"a": {"asked": 40, "errors": 40},
+    ...                               "b": {"asked": 100, "errors": 6},
+    ...                               "c": {"asked": 100, "errors": 5}}})
+    {'a': 'no answer: all 40 inputs asked ended in an error', 'b': '6.0% of 100 inputs failed (limit 5.0%)'}
+    """
+    limit = float(summary.get("max_error_rate", DEFAULT_MAX_ERROR_RATE) if max_error_rate is None
+                  else max_error_rate)
+    out: dict[str, str] = {}
+    for name, m in (summary.get("per_model") or {}).items():
+        tried, errors, not_asked = _counts(m)
+        if tried == 0:
+            continue
+        failed = errors + not_asked
+        if failed == tried:
+            out[name] = (f"no answer: all {tried} inputs asked ended in an error" if not not_asked else
+                         f"no answer: {errors} errors, {not_asked} inputs not asked (circuit breaker)")
+        elif failed / tried > limit:
+            out[name] = f"{failed / tried:.1%} of {tried} inputs failed (limit {limit:.1%})"
+    return out
+
+
+def error_summary_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One line per model with errors: counts by kind and one sample message each.
+
+    >>> error_summary_lines({"per_model": {"vlm": {"asked": 3, "errors": 2, "error_kinds": {
+    ...     "connection": {"n": 2, "sample": "ClientConnectorError from http://h/v1"}}}}})
+    ["vlm: 2 of 3 inputs failed; connection x2 (e.g. 'ClientConnectorError from http://h/v1')"]
+    """
+    lines = []
+    for name, m in (summary.get("per_model") or {}).items():
+        tried, errors, not_asked = _counts(m)
+        if not errors and not not_asked:
+            continue
+        kinds = m.get("error_kinds") or {}
+        parts = [f"{kind} x{k['n']} (e.g. {str(k['sample'])[:240]!r})" for kind, k in kinds.items()]
+        lines.append(f"{name}: {errors + not_asked} of {tried} inputs failed; " + "; ".join(parts))
+    return lines
+
+
+def report_health(summary: Mapping[str, Any], say: Callable[[str], Any]) -> int:
+    """Print the error summary and the failing models; return the exit status the run should end with."""
+    for line in error_summary_lines(summary):
+        say(f"errors of {line}")
+    failing = failing_models(summary)
+    for name, why in failing.items():
+        say(f"error: model {name!r} failed: {why}")
+    if failing:
+        say("fix the endpoint or model, then run the same command with --retry-errors: stored answers are "
+            "kept, inputs not asked are asked and errored ones are asked again")
+        return EXIT_MODEL_ERRORS
+    return 0
+
+
+#: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
+EXIT_INTERRUPTED = 130
+
+
+def stored_answers(run_dir: str | Path) -> int:
+    """Answers (not errors) kept in a run's store; 0 when there is no store yet. Reads without writing."""
+    path = Path(run_dir) / "run.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM responses WHERE error_kind IS NULL").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def interrupted_line(run_dir: str | Path | None, resume: str = "run the same command to resume") -> str:
+    """The one line a run stopped by Ctrl-C prints."""
+    n = stored_answers(run_dir) if run_dir is not None else 0
+    return f"interrupted: {n} answers kept; {resume}"
