@@ -120,7 +120,7 @@ def run(
     built = models if models is not None else [load_model(m) for m in cfg.models]
     check_models(built)
     source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
-    store = RunStore(run_dir / STORE_FILE)
+    store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
     try:
         meta = store.meta()
         store.set_meta(

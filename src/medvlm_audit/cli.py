@@ -20,7 +20,9 @@ console = Console(stderr=True)
 
 
 def _fail(e: Exception) -> None:
-    console.print(f"[bold red]error:[/] {e}")
+    from rich.markup import escape
+
+    console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)  # one line, whatever its length
     raise typer.Exit(2)
 
 

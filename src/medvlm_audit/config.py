@@ -65,6 +65,9 @@ class RunConfig(BaseModel):
     #: where images are rendered during a run: worker processes when every image model takes encoded
     #: bytes (HTTP backends) and there are 64+ images, else threads ("auto"), or as named
     render_in: Literal["auto", "threads", "processes"] = "auto"
+    #: how long a write to the run store waits (retrying with backoff) while another process holds its write
+    #: lock; past this the run stops with an error (every committed answer kept) instead of dropping answers
+    store_lock_wait_s: float = Field(default=60.0, ge=0)
 
     @field_validator("models")
     @classmethod

@@ -17,3 +17,19 @@ class ConfigError(AuditError):
 
 class ImageError(AuditError):
     """An image is missing or cannot be decoded."""
+
+
+class StoreError(AuditError):
+    """The run store cannot be read or written (locked, disk full, read-only). ``cause`` is the short reason."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause or message
+
+
+class StoreLockedError(StoreError):
+    """Another process held the run store's write lock for longer than the bounded wait."""
+
+
+class RunLockedError(AuditError):
+    """Another `run` process holds the run directory."""

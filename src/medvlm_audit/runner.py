@@ -32,7 +32,7 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
-from medvlm_audit.errors import ImageError
+from medvlm_audit.errors import ImageError, StoreError, StoreLockedError
 from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
     Decoding,
@@ -469,31 +469,85 @@ class _PlanRows:
     def flush(self) -> None:
         if not self.n:
             return
-        with self.store.transaction():
-            self.store.add_image_hashes(self.rows["image_hashes"])
-            self.store.add_trials(self.rows["trials"])
-            self.store.add_requests(self.rows["requests"])
+        self.store.add_plan_rows(self.rows["image_hashes"], self.rows["trials"], self.rows["requests"])
         self.rows = {k: [] for k in self.rows}
         self.n = 0
 
 
 class _GroupCommit:
     """Commits answers at the end of the event-loop turn in which they arrive, all of that turn's answers in
-    one transaction: nothing is awaited between an answer's arrival and its commit."""
+    one transaction: nothing is awaited between an answer's arrival and its commit.
+
+    While another process holds the store's write lock the answers stay buffered and the commit is retried
+    with backoff (off the event loop's critical path) for up to the store's ``lock_wait_s``; a commit that
+    still fails (locked too long, disk full, read-only file) sets ``failed``, which stops the run at once.
+    Answers are never dropped without being counted in ``unsaved``."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self.buf: list[tuple[str, Response]] = []
+        self.saved = 0
+        self.error: StoreError | None = None
+        self.failed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._scheduled = False
+        self._locked_since: float | None = None
+        self._pause = 0.02
+
+    @property
+    def unsaved(self) -> int:
+        return len(self.buf)
 
     def add(self, key: str, resp: Response) -> None:
-        if not self.buf:
-            asyncio.get_running_loop().call_soon(self.flush)
         self.buf.append((key, resp))
+        if not self._scheduled and self.error is None:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def flush(self) -> None:
-        buf, self.buf = self.buf, []
-        if buf:
-            self.store.put_responses(buf)
+    def flush(self, final: bool = False) -> None:
+        self._scheduled = False
+        if not self.buf or self.error is not None:
+            return
+        try:
+            # a single non-blocking attempt inside the loop; the final flush may wait out the lock
+            self.store.put_responses(self.buf, wait_s=None if final else 0)
+        except StoreLockedError as e:
+            now = time.monotonic()
+            self._locked_since = self._locked_since or now
+            if not final and now - self._locked_since < self.store.lock_wait_s:
+                self._scheduled = True
+                asyncio.get_running_loop().call_later(self._pause, self.flush)
+                self._pause = min(self._pause * 2, 1.0)
+                return
+            cause = f"database is locked (another process held its write lock for more than {self.store.lock_wait_s:g} s)"
+            self._fail(StoreLockedError(str(e), cause))
+        except StoreError as e:
+            self._fail(e)
+        else:
+            self.saved += len(self.buf)
+            self.buf = []
+            self._locked_since, self._pause = None, 0.02
+
+    def _fail(self, e: StoreError) -> None:
+        self.error = e
+        if not self.failed.done():
+            self.failed.set_result(None)
+
+    def stopped_error(self) -> StoreError:
+        """The one-line error of a run stopped by a failed commit: cause, what is kept, how to resume."""
+        assert self.error is not None
+        n = self.unsaved
+        try:
+            kept = f" ({self.store.db.execute('SELECT COUNT(*) FROM responses').fetchone()[0]} in the store)"
+        except Exception:  # noqa: BLE001  the count is informative only
+            kept = ""
+        lost = (f"{n} answer{'s' if n != 1 else ''} received just before the failure could not be saved and will "
+                "be asked again; " if n else "")
+        return type(self.error)(
+            f"cannot save answers to the run store {self.store.path}: {self.error.cause}. The run stopped; "
+            f"{lost}every answer committed before is kept{kept}. "
+            + _RESUME_HINT,
+            self.error.cause,
+        )
 
 
 async def _take_batch(queue: asyncio.Queue, size: int) -> list[Pending]:
@@ -561,7 +615,23 @@ def check_models(models: Sequence[Model]) -> None:
             check()
 
 
-async def execute(
+_RESUME_HINT = "Fix the cause, then run the same command again to resume."
+
+
+async def execute(store: RunStore, plan: Plan, models: Sequence[Model], decoding: Decoding | None = None,
+                  **kw: Any) -> RunSummary:
+    """See :func:`_execute`. A store that cannot be written stops the run with a :class:`StoreError` that
+    names the cause and how to resume; everything committed until then is kept."""
+    try:
+        return await _execute(store, plan, models, decoding, **kw)
+    except StoreError as e:
+        if _RESUME_HINT in str(e):
+            raise
+        raise type(e)(f"{e}. The run stopped; every answer committed before is kept. {_RESUME_HINT}",
+                      e.cause) from None
+
+
+async def _execute(
     store: RunStore,
     plan: Plan,
     models: Sequence[Model],
@@ -656,18 +726,32 @@ async def execute(
         commit = _GroupCommit(store)
         tasks = [asyncio.ensure_future(_ask(commit, w, q, cache, pixels, bar.advance, encoder_of[i]))
                  for i, (w, q) in enumerate(zip(works, queues))]
-        try:
+
+        async def body() -> list[dict[str, int]]:
             await produce()
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
+            return await asyncio.gather(*tasks)
+
+        main = asyncio.ensure_future(body())
+        try:
+            # a failed commit stops the run at once: nothing more is asked while answers cannot be saved
+            await asyncio.wait([main, commit.failed], return_when=asyncio.FIRST_COMPLETED)
+            if commit.error is not None:
+                raise commit.stopped_error()
+            results = main.result()
+        except BaseException as e:
+            for t in (main, *tasks):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(main, *tasks, return_exceptions=True)
+            commit.flush(final=True)  # answers that arrived before the error are kept
+            if commit.error is not None and not isinstance(e, StoreError):
+                raise commit.stopped_error() from e  # answers lost outrank the error that stopped the run
             raise
         finally:
-            commit.flush()
             for m in models:
                 await m.aclose()
+        commit.flush(final=True)
+        if commit.error is not None:  # the last answers could not be saved
+            raise commit.stopped_error()
     per_model: dict[str, dict[str, int]] = {}
     for w, r in zip(works, results):
         per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
