@@ -89,7 +89,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[
     """Write results.parquet and results.csv (tidy) for a run directory; returns both paths."""
     run_dir = Path(run_dir)
     out = Path(out_dir) if out_dir else run_dir
-    with RunStore.open_dir(run_dir) as store:
+    with RunStore.open_dir(run_dir, readonly=True) as store:  # works on read-only media
         df = tidy(store)
     write_files_atomic(out, [("results.parquet", parquet_bytes(df)), ("results.csv", csv_bytes(df))])
     return out / "results.parquet", out / "results.csv"

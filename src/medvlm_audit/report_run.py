@@ -42,7 +42,7 @@ def report_run(
     if not (run_dir / STORE_FILE).exists():
         raise AuditError(f"{run_dir}: no run store ({STORE_FILE}) found")
     out_dir = Path(out) if out else run_dir / "report"
-    with RunStore.open_dir(run_dir) as store:
+    with RunStore.open_dir(run_dir, readonly=True) as store:  # works on read-only media
         meta = store.meta()
         suite = meta.get("suite", "grounding")
         if suite == "stress":
