@@ -17,8 +17,10 @@ def write_files_atomic(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> 
     temps: list[tuple[Path, Path]] = []
     umask = os.umask(0)
     os.umask(umask)
+    target = out_dir
     try:
         for name, data in payloads:
+            target = out_dir / name
             fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
             temps.append((Path(tmp_name), out_dir / name))
             os.chmod(tmp_name, 0o666 & ~umask)  # mkstemp makes 0600; give the files ordinary permissions
@@ -27,7 +29,12 @@ def write_files_atomic(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> 
                 fh.flush()
                 os.fsync(fh.fileno())
         for tmp, final in temps:
+            target = final
             os.replace(tmp, final)
+    except OSError as e:
+        if e.filename is None or str(e.filename).endswith(".tmp"):  # name the output, not a temp file
+            raise OSError(e.errno, e.strerror or str(e), str(target)) from e
+        raise
     finally:
         for tmp, _ in temps:
             if tmp.exists():

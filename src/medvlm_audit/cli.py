@@ -9,11 +9,30 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from medvlm_audit import __version__
 from medvlm_audit.errors import AuditError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Audit whether medical VLMs read the image.")
+class _Commands(TyperGroup):
+    """Any file-system error (disk full, read-only folder, permission denied) or store error that escapes a
+    command becomes one `error:` line naming the path and the cause, exit status 2, no traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        import sqlite3
+
+        from medvlm_audit.errors import describe_os_error
+
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            _fail(AuditError(describe_os_error(e)))
+        except sqlite3.Error as e:
+            _fail(AuditError(f"run store error: {e}"))
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
+                  help="Audit whether medical VLMs read the image.")
 build_app = typer.Typer(no_args_is_help=True, help="Build a probe set (phantom, mimic, chexpert, nih, vindr, folder) or a vision-probe training set (probe-train).")
 app.add_typer(build_app, name="build")
 console = Console(stderr=True)

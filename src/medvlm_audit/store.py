@@ -409,8 +409,12 @@ class RunLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # e.g. a full disk: name the lock file
+            os.close(fd)
+            raise OSError(e.errno, e.strerror, str(self.path)) from None
         self.fd = fd
         return self
 
