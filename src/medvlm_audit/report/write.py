@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
+from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_folder_atomic
 from medvlm_audit.report.html import _jsonable, render_report_html
 from medvlm_audit.report.sections import Section
 
@@ -121,5 +121,5 @@ def write_report(
     ]
     page = render_report_html(analysis, title=title, run_info=run_info, extra_sections=extra_sections, fmt=fmt)
     payloads.append(("report.html", page.encode("utf-8")))
-    write_files_atomic(out, payloads)
+    write_folder_atomic(out, payloads)  # the whole folder swapped in at once: never old and new mixed
     return out / "report.html"

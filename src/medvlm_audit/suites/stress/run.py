@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
+from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_folder_atomic
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import Plan
@@ -246,7 +246,7 @@ def write_stress_report(res: StressAnalysis, out_dir: str | Path, *, title: str 
     payloads.append(("exclusions.csv", csv_bytes(res.exclusions[list(EXCLUSION_COLUMNS)])))
     payloads.append(("summary.json", json.dumps(res.summary(), indent=1, default=str).encode()))
     payloads.append(("report.html", stress_html(res, title=title, run_info=run_info).encode()))
-    write_files_atomic(out, payloads)
+    write_folder_atomic(out, payloads)  # the whole folder swapped in at once: never old and new mixed
     return out / "report.html"
 
 
