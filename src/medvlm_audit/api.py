@@ -106,6 +106,7 @@ def run(
     retry_errors: bool = False,
     progress: bool = True,
     prompt_subsample_from: str | list[str] = "primary",
+    retry_missing_logprobs: bool = False,
 ) -> RunResult:
     """Execute (or resume) a run: plan, ask every pending input, commit answers, export the tidy table.
 
@@ -135,6 +136,7 @@ def run(
         dec = Decoding(**cfg.decoding.model_dump())
         per_model = {m.name: Decoding(**m.decoding.model_dump()) for m in cfg.models if m.decoding is not None}
         summary = asyncio.run(execute(store, plan, built, dec, retry_errors=retry_errors, progress=progress,
+                                      retry_missing_logprobs=retry_missing_logprobs,
                                       workers=cfg.workers, model_decoding=per_model,
                                       source_keys=source_keys, render_in=cfg.render_in))
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())

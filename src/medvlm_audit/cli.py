@@ -296,7 +296,8 @@ def run_cmd(
     repeats: Annotated[int | None, typer.Option(help="Samples per input.")] = None,
     workers: Annotated[int | None, typer.Option(help="Image render workers.")] = None,
     seed: Annotated[int | None, typer.Option(help="Construction seed (prompt subsample).")] = None,
-    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error (and answers lacking requested log-probabilities, for models that return them).")] = False,
+    retry_missing_logprobs: Annotated[bool, typer.Option("--retry-missing-logprobs", help="Re-ask every answer stored without the log-probabilities its request asked for.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
 ) -> None:
@@ -321,7 +322,8 @@ def run_cmd(
                 raise AuditError("the grounding suite's embedded default is `medvlm-audit demo`; give a config "
                                  "or --probe-set and --model to run")
             cfg = api.embedded_config(chosen, run_dir or Path(f"runs/{chosen}-default"))
-        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
+        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress,
+                      retry_missing_logprobs=retry_missing_logprobs)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
     _print_summary(res.summary.as_dict())
@@ -331,14 +333,9 @@ def run_cmd(
 
 
 def _print_summary(summary: dict) -> None:
-    from rich.table import Table
+    from medvlm_audit.runner import summary_table
 
-    t = Table(title=f"{summary['n_trials']} trials, {summary['n_skipped']} skipped conditions")
-    for col in ("model", "trials", "distinct inputs", "asked now", "errors"):
-        t.add_column(col)
-    for name, m in summary["per_model"].items():
-        t.add_row(name, str(m["trials"]), str(m["distinct_inputs"]), str(m.get("asked", 0)), str(m.get("errors", 0)))
-    console.print(t)
+    console.print(summary_table(summary))  # this invocation and the store's totals
 
 
 @app.command("export")

@@ -60,9 +60,11 @@ class RunSummary:
     elapsed_s: float
     plan_s: float = 0.0  # until every image was hashed and every trial keyed (overlaps the asking)
     first_input_s: float | None = None  # until the first input was queued for a model
+    store: dict[str, dict[str, Any]] = field(default_factory=dict)  # per model: the store's totals (all runs)
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "store": self.store,
             "n_trials": self.n_trials,
             "n_skipped": self.n_skipped,
             "per_model": self.per_model,
@@ -574,7 +576,7 @@ async def _ask(
     """A model's workers: take batches from its queue, ask, commit each answer as it arrives."""
     model = work.model
     bs = max(1, model.batch_size)
-    stats = {"asked": 0, "errors": 0}
+    stats = {"asked": 0, "errors": 0, "missing_logprobs": 0}
 
     async def worker() -> None:
         while batch := await _take_batch(queue, bs):
@@ -594,10 +596,13 @@ async def _ask(
             except Exception as e:  # noqa: BLE001  an adapter bug or a failing local model: recorded per input, run goes on
                 msg = f"{type(e).__name__}: {e}"[:500]
                 responses = [Response(None, error=ErrorInfo("model", msg, 1, False)) for _ in batch]
-            for (key, _, _), resp in zip(batch, responses):
+            for (key, inp, _), resp in zip(batch, responses):
                 commit.add(key, resp)
                 stats["asked"] += 1
                 stats["errors"] += resp.error is not None
+                # a success without the log-probabilities asked for has no confidence: counted, re-askable
+                stats["missing_logprobs"] += (resp.error is None and inp.decoding.logprobs
+                                              and not resp.top_logprobs)
             on_done(model.name, len(batch))
 
     await asyncio.gather(*(worker() for _ in range(max(1, model.max_concurrency))))
@@ -638,6 +643,7 @@ async def _execute(
     decoding: Decoding | None = None,
     *,
     retry_errors: bool = False,
+    retry_missing_logprobs: bool = False,
     progress: bool = True,
     workers: int = 2,
     pixel_cache_mb: int = 512,
@@ -662,7 +668,9 @@ async def _execute(
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
     cache = SourceCache(256)
     pixels = PixelCache(pixel_cache_mb * 2**20)
-    answered = store.answered_keys(include_errors=not retry_errors)
+    # --retry-errors also re-asks answers that lack requested log-probabilities, for models that return them
+    lp = "retry" if retry_missing_logprobs else "retry-partial" if retry_errors else "keep"
+    answered = store.answered_keys(include_errors=not retry_errors, missing_logprobs=lp)
     per_dec = model_decoding or {}
     works = []
     for m in models:
@@ -756,7 +764,32 @@ async def _execute(
     for w, r in zip(works, results):
         per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
-                      timing.get("plan_s", 0.0), timing.get("first_input_s"))
+                      timing.get("plan_s", 0.0), timing.get("first_input_s"), store.model_totals())
+
+
+def summary_table(summary: dict[str, Any]) -> Any:
+    """The end-of-run table: per model, this invocation (asked now, errors, answers without the requested
+    log-probabilities) and the store's totals over every invocation (answers, errors by kind, not asked yet,
+    confidence coverage), so a resume that asked nothing still shows what is missing."""
+    from rich.table import Table
+
+    t = Table(title=f"{summary['n_trials']} trials, {summary['n_skipped']} skipped conditions")
+    for col in ("model", "trials", "distinct inputs", "asked now", "errors now", "no logprobs now",
+                "answers (store)", "errors (store)", "not asked (store)", "confidence coverage (store)"):
+        t.add_column(col)
+    totals = summary.get("store") or {}
+    for name, m in summary["per_model"].items():
+        s = totals.get(name, {})
+        errs = s.get("errors") or {}
+        cov = s.get("confidence_coverage")
+        t.add_row(
+            name, str(m["trials"]), str(m["distinct_inputs"]), str(m.get("asked", 0)), str(m.get("errors", 0)),
+            str(m.get("missing_logprobs", 0)), str(s.get("answered", "")),
+            ", ".join(f"{k} {v}" for k, v in errs.items()) + (f" (total {sum(errs.values())})" if errs else "0"),
+            str(s.get("not_asked", "")),
+            "n/a" if cov is None else f"{100 * cov:.1f}% ({s.get('logprobs_missing', 0)} missing)",
+        )
+    return t
 
 
 class _progress:

@@ -304,9 +304,59 @@ class RunStore:
         self._write(lambda: self.db.executemany("INSERT OR REPLACE INTO image_hashes VALUES(?, ?)", rows))
 
     # --- answers --------------------------------------------------------------------------------
-    def answered_keys(self, include_errors: bool = True) -> set[str]:
+    def answered_keys(self, include_errors: bool = True, missing_logprobs: str = "keep") -> set[str]:
+        """Keys whose stored answer counts as done. ``include_errors=False`` leaves errors out (to re-ask them);
+        ``missing_logprobs``: "keep" (answers lacking requested log-probabilities are done), "retry" (they are
+        re-asked), "retry-partial" (re-asked only for models that returned log-probabilities for some other
+        answer, i.e. that evidently can: a model that never returns them is not re-asked over and over)."""
         q = "SELECT key FROM responses" + ("" if include_errors else " WHERE error_kind IS NULL")
-        return {k for (k,) in self.db.execute(q)}
+        done = {k for (k,) in self.db.execute(q)}
+        if missing_logprobs != "keep":
+            done -= self.missing_logprob_keys(partial_only=missing_logprobs == "retry-partial")
+        return done
+
+    _MISSING_LP = ("r.error_kind IS NULL AND (r.top_logprobs IS NULL OR r.top_logprobs = '[]') "
+                   "AND json_extract(q.input, '$.decoding.logprobs') = 1")
+
+    def missing_logprob_keys(self, partial_only: bool = False) -> set[str]:
+        """Answers stored without the log-probabilities their request asked for (no confidence)."""
+        sql = f"SELECT r.key FROM responses r JOIN requests q ON q.key = r.key WHERE {self._MISSING_LP}"
+        if partial_only:
+            sql += (" AND q.model IN (SELECT q2.model FROM responses r2 JOIN requests q2 ON q2.key = r2.key "
+                    "WHERE r2.top_logprobs IS NOT NULL AND r2.top_logprobs != '[]')")
+        return {k for (k,) in self.db.execute(sql)}
+
+    def model_totals(self) -> dict[str, dict[str, Any]]:
+        """Per model, what the whole store holds (every invocation so far): trials, distinct inputs, answers,
+        errors by kind, inputs not asked yet, and the confidence coverage (answers carrying the log-probabilities
+        their request asked for / answers whose request asked for them)."""
+        out: dict[str, dict[str, Any]] = {}
+        rows = self.db.execute(
+            f"""
+            WITH k AS (SELECT DISTINCT model, key FROM trials)
+            SELECT k.model, COUNT(*), COUNT(r.key), SUM(r.key IS NULL AND i.key IS NULL),
+                   SUM(r.error_kind IS NULL AND json_extract(q.input, '$.decoding.logprobs') = 1),
+                   SUM(CASE WHEN r.key IS NOT NULL AND {self._MISSING_LP} THEN 1 ELSE 0 END)
+            FROM k LEFT JOIN responses r ON r.key = k.key LEFT JOIN requests q ON q.key = k.key
+                   LEFT JOIN imported i ON i.key = k.key
+            GROUP BY k.model ORDER BY k.model
+            """
+        ).fetchall()
+        trials = dict(self.db.execute("SELECT model, COUNT(*) FROM trials GROUP BY model").fetchall())
+        for model, n_keys, answered, not_asked, lp_wanted, lp_missing in rows:
+            lp_wanted, lp_missing = int(lp_wanted or 0), int(lp_missing or 0)
+            out[model] = {
+                "trials": int(trials.get(model, 0)), "distinct_inputs": int(n_keys), "answered": int(answered),
+                "errors": {}, "not_asked": int(not_asked or 0), "logprobs_requested": lp_wanted,
+                "logprobs_missing": lp_missing,
+                "confidence_coverage": round((lp_wanted - lp_missing) / lp_wanted, 4) if lp_wanted else None,
+            }
+        for model, kind, n in self.db.execute(
+            "WITH k AS (SELECT DISTINCT model, key FROM trials) SELECT k.model, r.error_kind, COUNT(*) FROM k "
+            "JOIN responses r ON r.key = k.key WHERE r.error_kind IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2"
+        ):
+            out[model]["errors"][kind] = int(n)
+        return out
 
     def put_response(self, key: str, r: Response) -> None:
         """Commit one answer (its own transaction: nothing finished is lost if the process dies next)."""
