@@ -105,7 +105,7 @@ def _merge(summaries: list[RunSummary]) -> RunSummary:
                     acc.setdefault(k, v)
     return RunSummary(sum(s.n_trials for s in summaries), sum(s.n_skipped for s in summaries), per,
                       sum(s.elapsed_s for s in summaries), sum(s.plan_s for s in summaries),
-                      summaries[0].first_input_s)
+                      summaries[0].first_input_s, store=summaries[-1].store)
 
 
 def run(
@@ -115,6 +115,7 @@ def run(
     retry_errors: bool = False,
     progress: bool = True,
     max_error_rate: float = 0.05,
+    retry_missing_logprobs: bool = False,
 ) -> RunResult:
     """Execute (or resume) a run: every stage of its suite plans, asks every pending input and commits each
     answer as it arrives; then the tidy table is exported.
@@ -140,7 +141,7 @@ def run(
         raise AuditError("the plan is empty: no case has an applicable condition")
     built, per_model = build(ctx, stages[0].models)
     source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
-    store = RunStore(run_dir / STORE_FILE)
+    store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
     summaries: list[RunSummary] = []
     try:
         meta = store.meta()
@@ -163,6 +164,7 @@ def run(
                 source_keys = check_sources(TrialIndex(plan.trials))
             summaries.append(asyncio.run(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
+                retry_missing_logprobs=retry_missing_logprobs,
                 workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
         summary = _merge(summaries)
         summary.max_error_rate = max_error_rate
@@ -174,9 +176,10 @@ def run(
 
 
 def _open(run_dir: str | Path) -> RunStore:
+    """The run store, read-only (export and report work on archived runs on read-only media)."""
     if not (Path(run_dir) / STORE_FILE).exists():
         raise AuditError(f"{run_dir}: no run store ({STORE_FILE}) found")
-    return RunStore.open_dir(run_dir)
+    return RunStore.open_dir(run_dir, readonly=True)
 
 
 def _suite_of(meta: dict[str, Any]) -> Suite:

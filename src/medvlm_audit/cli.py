@@ -8,12 +8,32 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from medvlm_audit import __version__
 from medvlm_audit.cliutil import console, fail
 from medvlm_audit.errors import AuditError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Audit whether medical VLMs read the image.")
+
+class _Commands(TyperGroup):
+    """Any file-system error (disk full, read-only folder, permission denied) or store error that escapes a
+    command becomes one `error:` line naming the path and the cause, exit status 2, no traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        import sqlite3
+
+        from medvlm_audit.errors import describe_os_error
+
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            _fail(AuditError(describe_os_error(e)))
+        except sqlite3.Error as e:
+            _fail(AuditError(f"run store error: {e}"))
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
+                  help="Audit whether medical VLMs read the image.")
 build_app = typer.Typer(no_args_is_help=True, help="Build a probe set (phantom, mimic, chexpert, nih, vindr, folder) or a vision-probe training set (probe-train).")
 app.add_typer(build_app, name="build")
 _fail = fail
@@ -272,7 +292,8 @@ def run_cmd(
     repeats: Annotated[int | None, typer.Option(help="Samples per input.")] = None,
     workers: Annotated[int | None, typer.Option(help="Image render workers.")] = None,
     seed: Annotated[int | None, typer.Option(help="Construction seed (prompt subsample).")] = None,
-    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error.")] = False,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Re-ask inputs whose answer was an error (and answers lacking requested log-probabilities, for models that return them).")] = False,
+    retry_missing_logprobs: Annotated[bool, typer.Option("--retry-missing-logprobs", help="Re-ask every answer stored without the log-probabilities its request asked for.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
     max_error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit non-zero (1) when a model got no answer or more than this share of its inputs failed.")] = 0.05,
@@ -299,7 +320,8 @@ def run_cmd(
                              "for a suite's embedded default (e.g. --suite stress)")
         else:
             cfg = api.embedded_config(suite, run_dir or Path(f"runs/{suite}-default"), log=console.print)
-        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress)
+        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress,
+                      retry_missing_logprobs=retry_missing_logprobs)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -327,14 +349,9 @@ def _exit_on_model_errors(summary: dict) -> None:
 
 
 def _print_summary(summary: dict) -> None:
-    from rich.table import Table
+    from medvlm_audit.runner import summary_table
 
-    t = Table(title=f"{summary['n_trials']} trials, {summary['n_skipped']} skipped conditions")
-    for col in ("model", "trials", "distinct inputs", "asked now", "errors"):
-        t.add_column(col)
-    for name, m in summary["per_model"].items():
-        t.add_row(name, str(m["trials"]), str(m["distinct_inputs"]), str(m.get("asked", 0)), str(m.get("errors", 0)))
-    console.print(t)
+    console.print(summary_table(summary))  # this invocation and the store's totals
 
 
 @app.command("export")

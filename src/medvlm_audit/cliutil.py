@@ -15,5 +15,5 @@ def fail(e: BaseException | str, code: int = 2) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with ``code``."""
     from rich.markup import escape
 
-    console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)  # one line
     raise typer.Exit(code)

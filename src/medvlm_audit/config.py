@@ -45,7 +45,7 @@ class ModelSpec(BaseModel):
 
 #: the fields every suite shares; every other key of a run config is the suite's option (see ``Suite.Options``)
 SHARED_FIELDS: tuple[str, ...] = ("suite", "run_dir", "probe_sets", "models", "decoding", "repeats", "seed",
-                                  "workers", "render_in", "options")
+                                  "workers", "render_in", "store_lock_wait_s", "options")
 
 
 class RunConfig(BaseModel):
@@ -67,6 +67,9 @@ class RunConfig(BaseModel):
     #: where images are rendered during a run: worker processes when every image model takes encoded
     #: bytes (HTTP backends) and there are 64+ images, else threads ("auto"), or as named
     render_in: Literal["auto", "threads", "processes"] = "auto"
+    #: how long a write to the run store waits (retrying with backoff) while another process holds its write
+    #: lock; past this the run stops with an error (every committed answer kept) instead of dropping answers
+    store_lock_wait_s: float = Field(default=60.0, ge=0)
     #: the suite's options, as validated by its ``Options`` model
     options: dict[str, Any] = {}
     #: where the config came from (a file, flags, an embedded default), named in error messages

@@ -70,6 +70,6 @@ def tidy(store: RunStore) -> pd.DataFrame:
 def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
     """Write results.parquet and results.csv (tidy) for a run directory; returns both paths."""
     run_dir = Path(run_dir)
-    with RunStore.open_dir(run_dir) as store:
+    with RunStore.open_dir(run_dir, readonly=True) as store:
         df = tidy(store)
     return export_table(df, Path(out_dir) if out_dir else run_dir)

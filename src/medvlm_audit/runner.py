@@ -35,7 +35,7 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
-from medvlm_audit.errors import EndpointError, ImageError
+from medvlm_audit.errors import EndpointError, ImageError, StoreError, StoreLockedError
 from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
     NOT_ASKED,
@@ -65,9 +65,11 @@ class RunSummary:
     plan_s: float = 0.0  # until every image was hashed and every trial keyed (overlaps the asking)
     first_input_s: float | None = None  # until the first input was queued for a model
     max_error_rate: float = 0.05  # a model whose error share exceeds this fails the run (medvlm_audit.health)
+    store: dict[str, dict[str, Any]] = field(default_factory=dict)  # per model: the store's totals (all runs)
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "store": self.store,
             "n_trials": self.n_trials,
             "n_skipped": self.n_skipped,
             "per_model": self.per_model,
@@ -503,31 +505,85 @@ class _PlanRows:
     def flush(self) -> None:
         if not self.n:
             return
-        with self.store.transaction():
-            self.store.add_image_hashes(self.rows["image_hashes"])
-            self.store.add_trials(self.rows["trials"])
-            self.store.add_requests(self.rows["requests"])
+        self.store.add_plan_rows(self.rows["image_hashes"], self.rows["trials"], self.rows["requests"])
         self.rows = {k: [] for k in self.rows}
         self.n = 0
 
 
 class _GroupCommit:
     """Commits answers at the end of the event-loop turn in which they arrive, all of that turn's answers in
-    one transaction: nothing is awaited between an answer's arrival and its commit."""
+    one transaction: nothing is awaited between an answer's arrival and its commit.
+
+    While another process holds the store's write lock the answers stay buffered and the commit is retried
+    with backoff (off the event loop's critical path) for up to the store's ``lock_wait_s``; a commit that
+    still fails (locked too long, disk full, read-only file) sets ``failed``, which stops the run at once.
+    Answers are never dropped without being counted in ``unsaved``."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self.buf: list[tuple[str, Response]] = []
+        self.saved = 0
+        self.error: StoreError | None = None
+        self.failed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._scheduled = False
+        self._locked_since: float | None = None
+        self._pause = 0.02
+
+    @property
+    def unsaved(self) -> int:
+        return len(self.buf)
 
     def add(self, key: str, resp: Response) -> None:
-        if not self.buf:
-            asyncio.get_running_loop().call_soon(self.flush)
         self.buf.append((key, resp))
+        if not self._scheduled and self.error is None:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def flush(self) -> None:
-        buf, self.buf = self.buf, []
-        if buf:
-            self.store.put_responses(buf)
+    def flush(self, final: bool = False) -> None:
+        self._scheduled = False
+        if not self.buf or self.error is not None:
+            return
+        try:
+            # a single non-blocking attempt inside the loop; the final flush may wait out the lock
+            self.store.put_responses(self.buf, wait_s=None if final else 0)
+        except StoreLockedError as e:
+            now = time.monotonic()
+            self._locked_since = self._locked_since or now
+            if not final and now - self._locked_since < self.store.lock_wait_s:
+                self._scheduled = True
+                asyncio.get_running_loop().call_later(self._pause, self.flush)
+                self._pause = min(self._pause * 2, 1.0)
+                return
+            cause = f"database is locked (another process held its write lock for more than {self.store.lock_wait_s:g} s)"
+            self._fail(StoreLockedError(str(e), cause))
+        except StoreError as e:
+            self._fail(e)
+        else:
+            self.saved += len(self.buf)
+            self.buf = []
+            self._locked_since, self._pause = None, 0.02
+
+    def _fail(self, e: StoreError) -> None:
+        self.error = e
+        if not self.failed.done():
+            self.failed.set_result(None)
+
+    def stopped_error(self) -> StoreError:
+        """The one-line error of a run stopped by a failed commit: cause, what is kept, how to resume."""
+        assert self.error is not None
+        n = self.unsaved
+        try:
+            kept = f" ({self.store.db.execute('SELECT COUNT(*) FROM responses').fetchone()[0]} in the store)"
+        except Exception:  # noqa: BLE001  the count is informative only
+            kept = ""
+        lost = (f"{n} answer{'s' if n != 1 else ''} received just before the failure could not be saved and will "
+                "be asked again; " if n else "")
+        return type(self.error)(
+            f"cannot save answers to the run store {self.store.path}: {self.error.cause}. The run stopped; "
+            f"{lost}every answer committed before is kept{kept}. "
+            + _RESUME_HINT,
+            self.error.cause,
+        )
 
 
 async def _take_batch(queue: asyncio.Queue, size: int) -> list[Pending]:
@@ -554,7 +610,7 @@ async def _ask(
     """A model's workers: take batches from its queue, ask, commit each answer as it arrives."""
     model = work.model
     bs = max(1, model.batch_size)
-    stats: dict[str, Any] = {"asked": 0, "errors": 0, "not_asked": 0, "error_kinds": {}}
+    stats: dict[str, Any] = {"asked": 0, "errors": 0, "not_asked": 0, "error_kinds": {}, "missing_logprobs": 0}
 
     async def worker() -> None:
         while batch := await _take_batch(queue, bs):
@@ -574,7 +630,7 @@ async def _ask(
             except Exception as e:  # noqa: BLE001  an adapter bug or a failing local model: recorded per input, run goes on
                 msg = f"{type(e).__name__}: {e}"[:500]
                 responses = [Response(None, error=ErrorInfo("model", msg, 1, False)) for _ in batch]
-            for (key, _, _), resp in zip(batch, responses):
+            for (key, inp, _), resp in zip(batch, responses):
                 if resp.error is not None:
                     kinds = stats["error_kinds"].setdefault(resp.error.kind, {"n": 0, "sample": resp.error.message})
                     kinds["n"] += 1
@@ -584,6 +640,9 @@ async def _ask(
                     stats["errors"] += 1
                 commit.add(key, resp)
                 stats["asked"] += 1
+                # a success without the log-probabilities asked for has no confidence: counted, re-askable
+                stats["missing_logprobs"] += (resp.error is None and inp.decoding.logprobs
+                                              and not resp.top_logprobs)
             on_done(model.name, len(batch))
 
     await asyncio.gather(*(worker() for _ in range(max(1, model.max_concurrency))))
@@ -626,13 +685,30 @@ def check_models(models: Sequence[Model]) -> None:
             check()
 
 
-async def execute(
+_RESUME_HINT = "Fix the cause, then run the same command again to resume."
+
+
+async def execute(store: RunStore, plan: Plan, models: Sequence[Model], decoding: Decoding | None = None,
+                  **kw: Any) -> RunSummary:
+    """See :func:`_execute`. A store that cannot be written stops the run with a :class:`StoreError` that
+    names the cause and how to resume; everything committed until then is kept."""
+    try:
+        return await _execute(store, plan, models, decoding, **kw)
+    except StoreError as e:
+        if _RESUME_HINT in str(e):
+            raise
+        raise type(e)(f"{e}. The run stopped; every answer committed before is kept. {_RESUME_HINT}",
+                      e.cause) from None
+
+
+async def _execute(
     store: RunStore,
     plan: Plan,
     models: Sequence[Model],
     decoding: Decoding | None = None,
     *,
     retry_errors: bool = False,
+    retry_missing_logprobs: bool = False,
     progress: bool = True,
     workers: int = 2,
     pixel_cache_mb: int = 512,
@@ -657,7 +733,9 @@ async def execute(
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
     cache = SourceCache(256)
     pixels = PixelCache(pixel_cache_mb * 2**20)
-    answered = store.answered_keys(include_errors=not retry_errors)
+    # --retry-errors also re-asks answers that lack requested log-probabilities, for models that return them
+    lp = "retry" if retry_missing_logprobs else "retry-partial" if retry_errors else "keep"
+    answered = store.answered_keys(include_errors=not retry_errors, missing_logprobs=lp)
     per_dec = model_decoding or {}
     works = []
     for m in models:
@@ -721,23 +799,62 @@ async def execute(
         commit = _GroupCommit(store)
         tasks = [asyncio.ensure_future(_ask(commit, w, q, cache, pixels, bar.advance, encoder_of[i]))
                  for i, (w, q) in enumerate(zip(works, queues))]
-        try:
+
+        async def body() -> list[dict[str, int]]:
             await produce()
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            for t in tasks:
+            return await asyncio.gather(*tasks)
+
+        main = asyncio.ensure_future(body())
+        try:
+            # a failed commit stops the run at once: nothing more is asked while answers cannot be saved
+            await asyncio.wait([main, commit.failed], return_when=asyncio.FIRST_COMPLETED)
+            if commit.error is not None:
+                raise commit.stopped_error()
+            results = main.result()
+        except BaseException as e:
+            for t in (main, *tasks):
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(main, *tasks, return_exceptions=True)
+            commit.flush(final=True)  # answers that arrived before the error are kept
+            if commit.error is not None and not isinstance(e, StoreError):
+                raise commit.stopped_error() from e  # answers lost outrank the error that stopped the run
             raise
         finally:
-            commit.flush()
             for m in models:
                 await m.aclose()
+        commit.flush(final=True)
+        if commit.error is not None:  # the last answers could not be saved
+            raise commit.stopped_error()
     per_model: dict[str, dict[str, Any]] = {}
     for w, r in zip(works, results):
         per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
-                      timing.get("plan_s", 0.0), timing.get("first_input_s"))
+                      timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals())
+
+
+def summary_table(summary: dict[str, Any]) -> Any:
+    """The end-of-run table: per model, this invocation (asked now, errors, answers without the requested
+    log-probabilities) and the store's totals over every invocation (answers, errors by kind, not asked yet,
+    confidence coverage), so a resume that asked nothing still shows what is missing."""
+    from rich.table import Table
+
+    t = Table(title=f"{summary['n_trials']} trials, {summary['n_skipped']} skipped conditions")
+    for col in ("model", "trials", "distinct inputs", "asked now", "errors now", "no logprobs now",
+                "answers (store)", "errors (store)", "not asked (store)", "confidence coverage (store)"):
+        t.add_column(col)
+    totals = summary.get("store") or {}
+    for name, m in summary["per_model"].items():
+        s = totals.get(name, {})
+        errs = s.get("errors") or {}
+        cov = s.get("confidence_coverage")
+        t.add_row(
+            name, str(m["trials"]), str(m["distinct_inputs"]), str(m.get("asked", 0)), str(m.get("errors", 0)),
+            str(m.get("missing_logprobs", 0)), str(s.get("answered", "")),
+            ", ".join(f"{k} {v}" for k, v in errs.items()) + (f" (total {sum(errs.values())})" if errs else "0"),
+            str(s.get("not_asked", "")),
+            "n/a" if cov is None else f"{100 * cov:.1f}% ({s.get('logprobs_missing', 0)} missing)",
+        )
+    return t
 
 
 class _progress:

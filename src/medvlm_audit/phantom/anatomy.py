@@ -527,9 +527,11 @@ def atomic_write(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and (e.filename is None or e.filename == tmp):  # name the file, not the temp
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
         raise
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
+from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_folder_atomic
 from medvlm_audit.report.html import _jsonable, render_page
 from medvlm_audit.report.sections import Section
 from medvlm_audit.suites.base import COMPARISONS_COLUMNS, METRICS_COLUMNS, SuiteResult
@@ -111,5 +111,5 @@ def write_report(
     page = render_page(title=title, sections=result.sections, run_info=run_info, summary=result.summary,
                        intro=result.intro, derived=derived)
     payloads.append(("report.html", page.encode("utf-8")))
-    write_files_atomic(out, payloads)
+    write_folder_atomic(out, payloads)  # the whole folder swapped in at once: never old and new mixed
     return out / "report.html"
