@@ -50,6 +50,10 @@ _SECURITY_HEADERS = {
 }
 
 
+_VIEW_DEFAULTS: dict[str, Any] = {"question": "", "options": None, "facts": None, "cot_text": None, "samples": None,
+                                  "box": None, "n_images": 0}
+
+
 def _package_text(*parts: str) -> str:
     return resources.files("medvlm_audit.readers").joinpath(*parts).read_text(encoding="utf-8")
 
@@ -121,6 +125,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
         if got is None:  # pragma: no cover - order comes from this reader's assignments
             return _not_found()
         view, _source = got  # the source (case, condition, model, label, path) never reaches the page
+        view = {**_VIEW_DEFAULTS, **view}
         study.touch(reader)
         token = request.path_params["token"]
         given = answers.get(item_id, {})
