@@ -103,6 +103,9 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
             return _not_found()
         return Response(static[name], media_type=_STATIC[name])
 
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)
+
     async def read(request: Request) -> Response:
         reader = reader_of(request)
         if reader is None:
@@ -217,6 +220,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
     routes = [
         Route("/", index),
         Route("/static/{name}", static_file),
+        Route("/favicon.ico", favicon),
         Route("/r/{token}", read),
         Route("/r/{token}/done", done),
         Route("/r/{token}/img/{item_id}/{k}", image),
