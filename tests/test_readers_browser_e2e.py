@@ -28,17 +28,17 @@ pytestmark = [
 webdriver = pytest.importorskip("selenium.webdriver")
 uvicorn = pytest.importorskip("uvicorn")
 
-from selenium.webdriver.chrome.options import Options as ChromeOptions  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
+from selenium.webdriver.chrome.options import Options as ChromeOptions
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+from typer.testing import CliRunner
 
-from medvlm_audit.readers.app import create_app  # noqa: E402
-from medvlm_audit.readers.commands import readers_app  # noqa: E402
-from medvlm_audit.readers.study import Study  # noqa: E402
+from medvlm_audit.readers.app import create_app
+from medvlm_audit.readers.commands import readers_app
+from medvlm_audit.readers.study import Study
 
 SCREENSHOT = os.environ.get("MEDVLM_READERS_SCREENSHOT")  # e.g. docs/readers-reading-view.png
 
@@ -56,7 +56,7 @@ class _Server:
         self.server = uvicorn.Server(cfg)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> _Server:
+    def __enter__(self) -> _Server:  # noqa: PYI034
         self.thread.start()
         t0 = time.time()
         while not self.server.started:
@@ -104,7 +104,7 @@ def test_reader_session_in_a_real_browser(tmp_path: Path) -> None:
     res = cli.invoke(readers_app, ["create", str(run_dir), "--task", "finding-presence", "--n", "4", "--boxed-only",
                                    "--reader", "ana", "--reader", "ben", "--out", str(study_dir)])
     assert res.exit_code == 0, res.output
-    urls = dict(re.findall(r"^(\w+)\t(http://127\.0\.0\.1:8765/\S+)$", res.stdout, flags=re.M))
+    urls = dict(re.findall(r"^(\w+)\t(http://127\.0\.0\.1:8765/\S+)$", res.stdout, flags=re.MULTILINE))
     assert set(urls) == {"ana", "ben", "admin"}
     ana_path = urls["ana"].split("8765", 1)[1]
     st = Study(study_dir)
@@ -150,7 +150,7 @@ def test_reader_session_in_a_real_browser(tmp_path: Path) -> None:
                 _press(driver, key)
                 pressed[cur] = "yes" if key == "y" else "no"
                 if k + 1 < n:
-                    WebDriverWait(driver, 10).until(lambda d: _item(d) == order[k + 1])
+                    WebDriverWait(driver, 10).until(lambda d, want=order[k + 1]: _item(d) == want)
                     _wait_loaded(driver)
             WebDriverWait(driver, 10).until(lambda d: d.current_url.endswith("/done"))
             assert "All 12 items are answered" in driver.find_element(By.ID, "all-done").text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import sqlite3
 from pathlib import Path
@@ -14,11 +15,11 @@ from PIL import Image
 
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from medvlm_audit.models.base import pixel_sha256  # noqa: E402
-from medvlm_audit.readers.app import create_app  # noqa: E402
-from medvlm_audit.readers.study import Study, create_study  # noqa: E402
+from medvlm_audit.models.base import pixel_sha256
+from medvlm_audit.readers.app import create_app
+from medvlm_audit.readers.study import Study, create_study
 
 XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
@@ -226,7 +227,7 @@ def test_no_image_copied_and_images_are_the_models_pixels(fp_study, small_run: P
             x0, y0, x1, y1 = src["images"][0]["fill"]
             assert (px[y0:y1, x0:x1] == 0).all()
         checked += 1
-    assert checked == len(items) and set(json.loads(s)["condition"] for s in items.source) == {
+    assert checked == len(items) and {json.loads(s)["condition"] for s in items.source} == {
         "original", "target_mask", "irrelevant_mask"}
     after = sorted(p.name for p in study_dir.rglob("*") if p.is_file() and not p.name.startswith("study.sqlite"))
     assert after == files  # serving wrote nothing
@@ -296,7 +297,7 @@ def test_orders_keep_a_cases_items_apart(fp_study) -> None:
     for rd in st.readers():
         order = st.order(rd)
         units = [items.loc[i, "unit"] for i in order]
-        assert all(a != b for a, b in zip(units, units[1:]))
+        assert all(a != b for a, b in itertools.pairwise(units))
         assert sorted(order) == sorted(items.index)
         orders.append(order)
     assert orders[0] != orders[1]

@@ -182,7 +182,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
             return JSONResponse({"ok": False, "error": "cross-origin write refused"}, status_code=403)
         try:
             form = await request.form()
-        except Exception:
+        except Exception:  # noqa: BLE001 - any malformed body is the client's error, not the server's
             return JSONResponse({"ok": False, "error": "unreadable form"}, status_code=400)
         csrf = form.get("csrf") or request.headers.get("x-csrf-token")
         if not study.check_csrf(reader, csrf if isinstance(csrf, str) else None):

@@ -690,7 +690,7 @@ def _items_benchmark_profile(run_dir: Path | None, items_df: pd.DataFrame | None
         shown = [{"question": str(r.question), "options": _options_view(list(r.options))}
                  for r in sample.itertuples(index=False)]
         src = {"benchmark": str(bench), "sample_item_ids": [str(x) for x in sample["item_id"]],
-               "n_items": int(len(g)), "images": []}
+               "n_items": len(g), "images": []}
         view = {"question": f"Benchmark {chr(65 + len(out))}: {len(shown)} sample items", "samples": shown,
                 "n_images": 0}
         out.append({"item_id": _item_id(seed, "bp", bench), "unit": str(bench), "view": view, "source": src})
