@@ -195,6 +195,10 @@ def test_box_validation_and_failure_mode_items(small_run: Path, tmp_path: Path) 
     create_study(small_run, "box-validation", 2, ["r1"], out=tmp_path / "bv")
     src = pd.DataFrame([json.loads(s) for s in Study(tmp_path / "bv").all_items()["source"]])
     assert src["finding"].value_counts().max() <= 2 and src["box"].notna().all()
+    views = [json.loads(v) for v in Study(tmp_path / "bv").all_items()["view"]]
+    assert all(v["question"].endswith(("pneumonia?", "edema?", "nodule?", "atelectasis?", "cardiomegaly?",
+                                       "consolidation?", "effusion?", "pneumothorax?", "opacity?")) for v in views)
+    assert all(len(v["box"]) == 4 for v in views)
     create_study(small_run, "failure-modes", 3, ["r1"], out=tmp_path / "fm", models=["always-yes"])
     src = pd.DataFrame([json.loads(s) for s in Study(tmp_path / "fm").all_items()["source"]])
     assert (src["model"] == "always-yes").all() and (src["label"] == 0).all() and len(src) == 3

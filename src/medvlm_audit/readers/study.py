@@ -392,11 +392,14 @@ def _need_columns(df: pd.DataFrame, cols: Sequence[str], where: str) -> None:
         raise StudyError(f"{where}: missing column(s) {missing}; has {list(df.columns)}")
 
 
-def _finding_question(finding: str | None) -> str:
+def _display(finding: str | None) -> str:
     from medvlm_audit.findings import DISPLAY_NAMES
 
-    disp = DISPLAY_NAMES.get(str(finding), str(finding).replace("_", " "))
-    return f"Is {disp} present in this chest X-ray?"
+    return DISPLAY_NAMES.get(str(finding), str(finding).replace("_", " "))
+
+
+def _finding_question(finding: str | None) -> str:
+    return f"Is {_display(finding)} present in this chest X-ray?"
 
 
 def _grounding_main(tidy: pd.DataFrame, probe_set: str | None, where: str) -> tuple[pd.DataFrame, str]:
@@ -516,8 +519,8 @@ def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | Non
         src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "finding": case.finding,
                "view": r.view, "label": case.label, "box": box,
                "images": [{"path": path, "resolution": res, "fill": None, "mode": "L"}]}
-        view = {"question": f"Does the marked region contain the visual evidence for "
-                            f"{_finding_question(case.finding)[3:-21]}?", "box": box, "n_images": 1}
+        view = {"question": f"Does the marked region contain the visual evidence for {_display(case.finding)}?",
+                "box": box, "n_images": 1}
         items.append({"item_id": _item_id(seed, "box", probe_set, case.case_id), "unit": case.case_id,
                       "view": view, "source": src})
     return items
