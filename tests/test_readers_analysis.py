@@ -62,7 +62,12 @@ def fp_export(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
 def test_finding_presence_reader_metrics_and_model_minus_reader(fp_export) -> None:
     d, run = fp_export
     res = analyse_exports([d], run_tidy=run, B=B)
-    m = res.metrics.set_index(["model", "metric"])
+    per_finding = res.metrics[res.metrics.subset.str.startswith("reader-sample:finding=")].set_index(
+        ["model", "subset"])["point"]
+    # reader a per finding: edema (c1 flips; c3 answered wrongly) 1/1, nodule (c2, c4 unchanged) 0/2
+    assert per_finding[("reader:a", "reader-sample:finding=edema")] == 100.0
+    assert per_finding[("reader:a", "reader-sample:finding=nodule")] == 0.0
+    m = res.metrics[res.metrics.subset == "reader-sample"].set_index(["model", "metric"])
     # reader a: accuracy 3/4; CGR flips under target among correct (c1, c2, c4): c1 -> 1/3; IS: c1, c4 -> 2/3
     assert m.loc[("reader:a", "accuracy"), "point"] == pytest.approx(75.0)
     assert m.loc[("reader:a", "cgr"), "point"] == pytest.approx(100 / 3)
@@ -108,6 +113,8 @@ def test_box_validity_wilson_and_cgr_on_accurate_boxes(tmp_path: Path, fp_export
     lo, hi = stats.wilson_interval(1, 2)
     assert (acc["ci_low"], acc["ci_high"]) == pytest.approx((100 * lo, 100 * hi))
     assert m.loc[("m", "cgr", "box>=partial:reader:a"), "point"] == pytest.approx(200 / 3)
+    assert m.loc[("m", "cgr", "box=rated"), "point"] == pytest.approx(50.0)  # c1, c2 flip of c1..c4
+    assert not res.metrics.duplicated(["model", "metric", "subset"]).any()
 
 
 def test_failure_mode_shares(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def _agreement_rows(ps: str, label: str, wide: pd.DataFrame, *, weights: str | N
         both = wide[[a, b]].dropna()
         if categories is not None:
             both = both[both[a].isin(categories) & both[b].isin(categories)]
-        pair = f"{a} vs {b}"
+        pair = f"{str(a).removeprefix('reader:')} vs {str(b).removeprefix('reader:')}"
         kname = "kappa_w" if weights == "quadratic" else "kappa"
         est = stats.cohen_kappa_interval(both[a].to_numpy(dtype=object), both[b].to_numpy(dtype=object),
                                          weights=weights, categories=categories, B=B)
@@ -164,6 +164,12 @@ def _finding_presence(reads: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int
                 rows.append(_row(ps, m, metric, "reader-sample", r["point"], r["se"], r["ci_low"], r["ci_high"],
                                  r["n"], "%", r["method"], r["note"]))
                 shape.setdefault(m, {})[metric] = r
+            for f in sorted({str(x) for x in panel.finding if x is not None}):  # per-finding CGR (Fig. 7e)
+                vals, _ = vecs[m]["cgr"].take(panel.finding == f)
+                r = rate_row(vals, None, opts)
+                rows.append(_row(ps, m, "cgr", f"reader-sample:finding={f}", r["point"], r["se"], r["ci_low"],
+                                 r["ci_high"], r["n"], "%", r["method"], r["note"]))
+        out.summary.setdefault("modality", {}).update(panel.modality)
         for rd in readers:
             if rd not in panel.models:
                 continue
@@ -211,18 +217,22 @@ def _box_validation(ans: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int, ou
         panels, _ = build_panels(run_tidy)
         panel = panels.get((ps, 224, "default"))
         if panel is not None:
+            rated = set(a["case_id"])
+            for i, m in enumerate(panel.models):  # CGR on every box rated (the unrestricted column)
+                vals, _pos = model_vectors(panel, i)["cgr"].take(np.isin(panel.case_ids, list(rated)))
+                r = rate_row(vals, None, opts)
+                rows.append(_row(ps, m, "cgr", "box=rated", r["point"], r["se"], r["ci_low"], r["ci_high"], r["n"],
+                                 "%", r["method"], r["note"]))
             for rd, g in a.groupby("reader"):
-                strata = {"all": None, "box=accurate": set(g.loc[g["answer"] == "accurate", "case_id"]),
+                strata = {"box=accurate": set(g.loc[g["answer"] == "accurate", "case_id"]),
                           "box>=partial": set(g.loc[g["answer"].isin(["accurate", "partial"]), "case_id"])}
                 for i, m in enumerate(panel.models):
                     vec = model_vectors(panel, i)["cgr"]
                     for label, cases in strata.items():
-                        sel = None if cases is None else np.isin(panel.case_ids, list(cases))
-                        vals, _pos = vec.take(sel)
-                        r = rate_row(vals, None, opts, wilson_below=WILSON_ALWAYS if cases is not None else None)
-                        rows.append(_row(ps, m, "cgr", label if cases is None else f"{label}:reader:{rd}",
-                                         r["point"], r["se"], r["ci_low"], r["ci_high"], r["n"], "%", r["method"],
-                                         r["note"]))
+                        vals, _pos = vec.take(np.isin(panel.case_ids, list(cases)))
+                        r = rate_row(vals, None, opts, wilson_below=WILSON_ALWAYS)  # Supp. Table 7: Wilson
+                        rows.append(_row(ps, m, "cgr", f"{label}:reader:{rd}", r["point"], r["se"], r["ci_low"],
+                                         r["ci_high"], r["n"], "%", r["method"], r["note"]))
     readers = sorted(a["reader"].unique())
     if len(readers) > 1:
         wide = a.pivot_table(index="case_id", columns="reader", values="answer", aggfunc="first")
@@ -376,6 +386,62 @@ def _fig7d(rows: pd.DataFrame) -> Any:
     return fig
 
 
+def _fig7e(metrics: pd.DataFrame, modality: dict[str, str]) -> Any | None:
+    """Paper 000 Fig. 7e: per-finding CGR against box validity; readers as stars, the mean of the models that see
+    the image as circles (needs a box-validation and a finding-presence export of the same run)."""
+    box = metrics[(metrics["metric"] == "box_valid") & metrics["subset"].str.startswith("finding=")]
+    cgr = metrics[(metrics["metric"] == "cgr") & metrics["subset"].str.startswith("reader-sample:finding=")]
+    if box.empty or cgr.empty:
+        return None
+    validity = box.assign(f=box["subset"].str[8:]).groupby("f")["point"].mean()
+    cgr = cgr.assign(f=cgr["subset"].str.split("finding=").str[1])
+    fig = _fig(4.6, 3.8)
+    ax = fig.subplots()
+    readers = sorted(m for m in cgr["model"].unique() if str(m).startswith("reader:"))
+    models = [m for m in cgr["model"].unique() if not str(m).startswith("reader:") and modality.get(m) != "text_only"]
+    for rd in readers:
+        c = cgr[cgr["model"] == rd].set_index("f")["point"].reindex(validity.index)
+        ax.scatter(validity, c, marker="*", s=110, color="#d62728", edgecolors="black", label=rd, zorder=3)
+    if models:
+        mean = cgr[cgr["model"].isin(models)].groupby("f")["point"].mean().reindex(validity.index)
+        ax.scatter(validity, mean, marker="o", s=40, color="#1f77b4", edgecolors="black", label="image-model mean")
+    ys = cgr[cgr["model"].isin(readers)].groupby("f")["point"].mean().reindex(validity.index)
+    for f, v in validity.items():
+        if np.isfinite(ys.get(f, np.nan)):
+            ax.annotate(str(f).replace("_", " "), (v, ys[f]), fontsize=6, xytext=(5, 2), textcoords="offset points")
+    ax.set_xlabel("boxes rated accurate (%)")
+    ax.set_ylabel("CGR on the reader sample (%)")
+    ax.legend(fontsize=7)
+    ax.set_title("e  Per-finding CGR against box validity", loc="left", fontsize=9)
+    fig.subplots_adjust(bottom=0.18)
+    return fig
+
+
+def _fig7f(metrics: pd.DataFrame) -> Any | None:
+    """Paper 000 Fig. 7f: inter-rater agreement (percent agreement, kappa, weighted kappa) with intervals."""
+    a = metrics[metrics["metric"].isin(["percent_agreement", "kappa", "kappa_w"])]
+    if a.empty:
+        return None
+    keys = a[["model", "subset"]].drop_duplicates().reset_index(drop=True)
+    fig = _fig(7.0, 1.2 + 0.3 * len(keys))
+    axes = fig.subplots(1, 2, sharey=True)
+    y_of = {(r.model, r.subset): k for k, r in enumerate(keys.itertuples())}
+    for ax, unit, xlabel in ((axes[0], "%", "percent agreement (%)"), (axes[1], "kappa", "kappa (w: quadratic)")):
+        d = a[a["unit"] == unit]
+        y = np.array([y_of[(r.model, r.subset)] for r in d.itertuples()])
+        ax.errorbar(d["point"], y, xerr=[(d["point"] - d["ci_low"]).clip(lower=0),
+                                         (d["ci_high"] - d["point"]).clip(lower=0)], fmt="o", capsize=2)
+        for yy, r in zip(y, d.itertuples()):
+            if r.metric == "kappa_w":
+                ax.annotate("w", (r.point, yy), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel(xlabel)
+    axes[0].set_yticks(np.arange(len(keys)), [f"{r.model}\n{r.subset}" for r in keys.itertuples()], fontsize=6)
+    axes[0].set_ylim(-0.6, len(keys) - 0.4)
+    axes[0].set_title("f  Inter-rater agreement (bootstrap 95%)", loc="left", fontsize=9)
+    fig.subplots_adjust(left=0.3, wspace=0.15, bottom=0.3)
+    return fig
+
+
 def _fig7g(rows: pd.DataFrame) -> Any:
     """Paper 000 Fig. 7g: failure-mode shares per model (stacked)."""
     fig = _fig(6.0, 3.0)
@@ -445,11 +511,18 @@ def analyse_exports(export_dirs: Sequence[str | Path], *, run_dir: str | Path | 
         elif task == "benchmark-profile":
             _benchmark_profile(ans, man, B, out, landscape)
     out.metrics = out.metrics[METRIC_COLUMNS].reset_index(drop=True)
+    fig_e = _fig7e(out.metrics, out.summary.get("modality", {}))
+    if fig_e is not None:
+        out.figures["box-vs-cgr"] = fig_e
+    fig_f = _fig7f(out.metrics)
+    if fig_f is not None:
+        out.figures["agreement"] = fig_f
     out.sections = _sections(out)
     return out
 
 
 _TITLES = {"finding-presence": "Readers beside the models (finding presence)",
+           "box-vs-cgr": "Per-finding CGR against box validity", "agreement": "Inter-rater agreement",
            "box-validation": "Box validation and CGR on validated boxes",
            "failure-modes": "Failure modes of model errors", "benchmark-profile": "Benchmark profile"}
 
