@@ -233,7 +233,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         opts = suite.Options.model_validate(recorded)
     except ValidationError:
         opts = suite.Options()  # an imported or older run: the analysis needs no run options
-    result = suite.analyse(table, opts, skipped=skipped, **report_options)
+    result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
     title = f"{suite.title}: {meta.get('run_id', run_dir.name)}"
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=getattr(suite, "parquet_tables", False))

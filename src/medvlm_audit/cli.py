@@ -463,5 +463,14 @@ def _add_suite_commands() -> None:
 _add_suite_commands()
 
 
+def _add_readers() -> None:
+    from medvlm_audit.readers.commands import readers_app
+
+    app.add_typer(readers_app, name="readers")
+
+
+_add_readers()
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())

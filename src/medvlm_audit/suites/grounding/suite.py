@@ -186,6 +186,9 @@ class GroundingSuite:
         "vision_probe": "medvlm_audit.suites.grounding.vision_probe:build_vision_probe",
     }
 
+    #: what the reader-study app needs of this suite (mask rendering, metric definitions)
+    reader_support: ClassVar[str] = "medvlm_audit.suites.grounding.readers"
+
     def stages(self) -> Sequence[Stage]:
         return (Stage("answer", plan_stage),)
 
@@ -207,12 +210,17 @@ class GroundingSuite:
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
                 mode: Literal["exact-counts", "index"] = "exact-counts",
                 is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
-                fmt: str = "svg", **unused: Any) -> SuiteResult:
+                fmt: str = "svg", run_dir: Path | None = None, **unused: Any) -> SuiteResult:
         from medvlm_audit.suites.grounding.analysis import analyse_grounding
 
         analysis = analyse_grounding(tidy, B=B, seed=seed, mode=mode, is_denominator=is_denominator,
                                      cluster_by_patient=cluster_by_patient)
-        return grounding_result(analysis, fmt=fmt)
+        readers: list[Any] = []
+        if run_dir is not None:  # reader-study exports under RUN/readers/: the readers beside the models
+            from medvlm_audit.readers.analysis import reader_sections
+
+            readers = reader_sections(run_dir, tidy, B=B)
+        return grounding_result(analysis, fmt=fmt, extra_sections=readers)
 
     def commands(self) -> Sequence[Callable[..., Any]]:
         from medvlm_audit.suites.grounding.commands import import_results_cmd

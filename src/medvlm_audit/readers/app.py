@@ -1,0 +1,265 @@
+"""The reader-study web app (Starlette + Jinja2, server-rendered pages with a little plain JavaScript).
+
+Routes (every asset is served by the app; no CDN):
+  GET  /                         a neutral landing page
+  GET  /r/{token}[?i=k]          the reading view of item k (default: the first item not yet complete)
+  GET  /r/{token}/img/{item}/{k} the k-th image of an item assigned to this reader, rendered on the fly (PNG)
+  POST /r/{token}/answer         autosave one answer (form: csrf, item_id, scale, value, elapsed_ms)
+  GET  /r/{token}/done           end of the session
+  GET  /admin/{token}            progress per reader for the lead (never an answer)
+  GET  /static/{name}            app.css, app.js (a fixed list: no path from the request reaches the disk)
+
+Security: a token is looked up by its sha256; an unknown or forged token, an item id not assigned to this
+reader and any other path all answer 404; a write without the reader's CSRF token (or from another origin)
+answers 403. Pages carry a strict Content-Security-Policy (scripts and styles from the app only), no-referrer
+(the token is in the URL), nosniff, no framing and no caching. Jinja2 autoescapes every value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from medvlm_audit.readers.render import PngCache
+from medvlm_audit.readers.study import Reader, Study
+
+__all__ = ["create_app"]
+
+_STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "
+                                "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+
+
+_VIEW_DEFAULTS: dict[str, Any] = {"question": "", "options": None, "facts": None, "cot_text": None, "samples": None,
+                                  "box": None, "n_images": 0}
+
+
+def _package_text(*parts: str) -> str:
+    return resources.files("medvlm_audit.readers").joinpath(*parts).read_text(encoding="utf-8")
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("medvlm_audit.readers", "templates"),
+        autoescape=True,  # every {{ value }} is HTML-escaped, CoT texts and reader names included
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def _not_found() -> Response:
+    return PlainTextResponse("Not found", status_code=404)
+
+
+def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The app for one study folder. ``allowed_hosts``: Host header values accepted (default: localhost names,
+    which also stops DNS-rebinding pages from talking to a local server)."""
+    study = Study(study_dir)
+    env = _env()
+    pngs = PngCache()
+    static = {name: _package_text("static", name).encode("utf-8") for name in _STATIC}
+    spec = study.spec
+    meta = study.public_meta()
+
+    def page(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        return HTMLResponse(env.get_template(name).render(**ctx), status_code=status)
+
+    def reader_of(request: Request) -> Reader | None:
+        return study.reader_by_token(request.path_params.get("token", ""))
+
+    def same_origin(request: Request) -> bool:
+        """A write must not come from another site: Origin (or Referer) when sent must name this host."""
+        origin = request.headers.get("origin") or request.headers.get("referer")
+        if not origin:
+            return True
+        host = request.headers.get("host", "")
+        return urlsplit(origin).netloc == host
+
+    async def index(request: Request) -> Response:
+        return page("index.html", title="Reader study")
+
+    async def static_file(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return _not_found()
+        return Response(static[name], media_type=_STATIC[name])
+
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)
+
+    async def read(request: Request) -> Response:
+        reader = reader_of(request)
+        if reader is None:
+            return _not_found()
+        order = study.order(reader)
+        answers = study.answers(reader)
+        total = len(order)
+        complete = [study.is_complete(answers.get(i, {})) for i in order]
+        i_raw = request.query_params.get("i")
+        if i_raw is None:
+            if all(complete):
+                return RedirectResponse(f"/r/{request.path_params['token']}/done", status_code=303)
+            pos = complete.index(False)
+        else:
+            if not i_raw.isdigit() or not 1 <= int(i_raw) <= total:
+                return _not_found()
+            pos = int(i_raw) - 1
+        item_id = order[pos]
+        got = study.item(reader, item_id)
+        if got is None:  # pragma: no cover - order comes from this reader's assignments
+            return _not_found()
+        view, _source = got  # the source (case, condition, model, label, path) never reaches the page
+        view = {**_VIEW_DEFAULTS, **view}
+        study.touch(reader)
+        token = request.path_params["token"]
+        given = answers.get(item_id, {})
+        scales = [{"name": s.name, "prompt": s.prompt, "choices": s.choices, "chosen": given.get(s.name)}
+                  for s in spec.scales]
+        return page(
+            "read.html", title=spec.title, spec=spec, view=view, scales=scales, position=pos + 1, total=total,
+            n_complete=sum(complete), item_id=item_id, csrf=study.csrf_token(reader), base=f"/r/{token}",
+            prev_url=f"/r/{token}?i={pos}" if pos > 0 else "",
+            next_url=f"/r/{token}?i={pos + 2}" if pos + 1 < total else f"/r/{token}/done",
+            n_images=int(view.get("n_images", 0)) if spec.shows_image or view.get("n_images") else 0,
+        )
+
+    async def done(request: Request) -> Response:
+        reader = reader_of(request)
+        if reader is None:
+            return _not_found()
+        order = study.order(reader)
+        answers = study.answers(reader)
+        missing = [k + 1 for k, i in enumerate(order) if not study.is_complete(answers.get(i, {}))]
+        return page("done.html", title="Session", total=len(order), missing=missing,
+                    base=f"/r/{request.path_params['token']}")
+
+    async def image(request: Request) -> Response:
+        reader = reader_of(request)
+        if reader is None:
+            return _not_found()
+        item_id = request.path_params["item_id"]
+        k_raw = request.path_params["k"]
+        if not k_raw.isdigit():
+            return _not_found()
+        got = study.item(reader, item_id)  # only an item assigned to this reader, looked up by exact id
+        if got is None:
+            return _not_found()
+        _, source = got
+        recs = source.get("images") or []
+        k = int(k_raw)
+        if k >= len(recs):
+            return _not_found()
+        copied = None
+        if meta.get("copy_images"):
+            copied = study.dir / "images" / f"{item_id}-{k}.png"
+        data = pngs.get_or_make((item_id, k), recs[k], copied)
+        return Response(data, media_type="image/png")
+
+    async def answer(request: Request) -> Response:
+        reader = reader_of(request)
+        if reader is None:
+            return _not_found()
+        if not same_origin(request):
+            return JSONResponse({"ok": False, "error": "cross-origin write refused"}, status_code=403)
+        try:
+            form = await request.form()
+        except Exception:  # noqa: BLE001 - any malformed body is the client's error, not the server's
+            return JSONResponse({"ok": False, "error": "unreadable form"}, status_code=400)
+        csrf = form.get("csrf") or request.headers.get("x-csrf-token")
+        if not study.check_csrf(reader, csrf if isinstance(csrf, str) else None):
+            return JSONResponse({"ok": False, "error": "missing or wrong CSRF token"}, status_code=403)
+        item_id, scale, value = (form.get(k) for k in ("item_id", "scale", "value"))
+        if not all(isinstance(v, str) for v in (item_id, scale, value)):
+            return JSONResponse({"ok": False, "error": "item_id, scale and value are required"}, status_code=400)
+        try:
+            elapsed = float(form.get("elapsed_ms") or "nan") / 1000.0  # type: ignore[arg-type]
+        except ValueError:
+            elapsed = math.nan
+        try:
+            study.save_answer(reader, item_id, scale, value, elapsed if math.isfinite(elapsed) else None)
+        except KeyError:
+            return _not_found()
+        except ValueError as e:
+            return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
+        given = study.answers(reader).get(item_id, {})
+        return JSONResponse({"ok": True, "complete": study.is_complete(given), "saved_at": time.time()})
+
+    async def admin(request: Request) -> Response:
+        if not study.check_admin(request.path_params.get("token", "")):
+            return _not_found()
+        prog = study.progress()
+        rows = []
+        for r in prog.itertuples(index=False):
+            seen = "never" if r.last_seen is None or (isinstance(r.last_seen, float) and math.isnan(r.last_seen)) \
+                else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(r.last_seen)))
+            rows.append({"reader": r.reader, "assigned": int(r.assigned), "complete": int(r.complete),
+                         "percent": f"{r.percent:.0f}", "last_seen": seen})
+        return page("admin.html", title="Study progress", rows=rows, task=spec.title,
+                    n_items=meta.get("n_items"), meta_json=json.dumps({k: meta.get(k) for k in (
+                        "task", "n", "seed", "resolution", "n_items")}))
+
+    routes = [
+        Route("/", index),
+        Route("/static/{name}", static_file),
+        Route("/favicon.ico", favicon),
+        Route("/r/{token}", read),
+        Route("/r/{token}/done", done),
+        Route("/r/{token}/img/{item_id}/{k}", image),
+        Route("/r/{token}/answer", answer, methods=["POST"]),
+        Route("/admin/{token}", admin),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _not_found()
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("Method not allowed", status_code=405)
+
+    class SecurityHeaders:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await self.app(scope, receive, send)
+                return
+
+            async def send_with_headers(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    headers = list(message.get("headers", []))
+                    present = {k.lower() for k, _ in headers}
+                    for k, v in _SECURITY_HEADERS.items():
+                        if k.lower().encode() not in present:
+                            headers.append((k.lower().encode(), v.encode()))
+                    message["headers"] = headers
+                await send(message)
+
+            await self.app(scope, receive, send_with_headers)
+
+    hosts = allowed_hosts or ["127.0.0.1", "localhost", "::1", "[::1]", "testserver"]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
+        exception_handlers={404: not_found, 405: method_not_allowed},
+    )
+    app.state.study = study
+    return app

@@ -1,0 +1,167 @@
+"""`medvlm-audit readers ...`: create a study from a run, serve it, watch its progress, export and analyse it.
+
+Wire into the CLI with one line: ``app.add_typer(readers_app, name="readers")``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from medvlm_audit.errors import AuditError
+
+__all__ = ["readers_app"]
+
+readers_app = typer.Typer(no_args_is_help=True, help="Reader study: blinded clinician reads beside the models.")
+console = Console(stderr=True)
+TASK_NAMES = ("finding-presence", "box-validation", "failure-modes", "cot-rating", "visual-necessity",
+              "benchmark-profile")
+
+
+def _fail(e: Exception) -> None:
+    console.print(f"[bold red]error:[/] {e}")
+    raise typer.Exit(2)
+
+
+def _base_url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("127.0.0.1", "localhost", "0.0.0.0", "::") else host
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}"
+
+
+def _parse_axes(axes: list[str] | None) -> list[tuple[str, str]] | None:
+    """--axis NAME or --axis 'NAME=question text' (repeatable) for benchmark-profile rubrics."""
+    if not axes:
+        return None
+    out = []
+    for a in axes:
+        name, _, prompt = a.partition("=")
+        name = name.strip()
+        if not name.replace("_", "").isalnum():
+            raise AuditError(f"--axis {a!r}: the axis name must be letters, digits and underscores")
+        out.append((name, prompt.strip() or name.replace("_", " ").capitalize()))
+    return out
+
+
+@readers_app.command("create")
+def create_cmd(
+    run_dir: Annotated[Path | None, typer.Argument(help="The run to sample from (results.parquet + run.sqlite).")] = None,
+    task: Annotated[str, typer.Option(help="|".join(TASK_NAMES))] = "finding-presence",
+    n: Annotated[int, typer.Option("--n", help="Cases (finding-presence), boxes per finding (box-validation), "
+                                               "errors per model (failure-modes), items (cot-rating, "
+                                               "visual-necessity) or sample items per benchmark.")] = 80,
+    reader: Annotated[list[str], typer.Option("--reader", help="Reader name (repeat for each reader).")] = [],  # noqa: B006
+    seed: Annotated[int, typer.Option(help="Sampling and order seed.")] = 42,
+    out: Annotated[Path, typer.Option(help="Study folder to create.")] = Path("study"),
+    items: Annotated[Path | None, typer.Option(help="Items file: CoT texts (cot-rating) or multiple-choice items "
+                                                    "(visual-necessity, benchmark-profile); CSV, JSONL or Parquet.")] = None,
+    probe_set: Annotated[str | None, typer.Option(help="Probe set of the run (when it holds several).")] = None,
+    model: Annotated[list[str], typer.Option("--model", help="failure-modes: whose errors (default: every "
+                                                             "model that sees the image).")] = [],  # noqa: B006
+    boxed_only: Annotated[bool, typer.Option(help="finding-presence: sample only cases with a target box.")] = False,
+    resolution: Annotated[int, typer.Option(help="finding-presence: image size shown (224 = the models' pixels; "
+                                                 "512).")] = 224,
+    axis: Annotated[list[str], typer.Option("--axis", help="benchmark-profile rubric axis NAME[=question] "
+                                                           "(repeat; default: the ten axes of paper 003).")] = [],  # noqa: B006
+    copy_images: Annotated[bool, typer.Option(help="Copy the rendered images into the study (default: never; "
+                                                   "images are rendered from the source files on request).")] = False,
+    port: Annotated[int, typer.Option(help="Port used in the printed links.")] = 8765,
+) -> None:
+    """Create a study: a seeded sample, a study store, invitations.csv and an admin link."""
+    from medvlm_audit.readers.study import create_study
+
+    if task not in TASK_NAMES:
+        _fail(AuditError(f"--task must be one of {', '.join(TASK_NAMES)}; got {task!r}"))
+    try:
+        res = create_study(run_dir, task, n, reader, seed, out, items=items, probe_set=probe_set,
+                           models=model or None, boxed_only=boxed_only, resolution=resolution,
+                           axes=_parse_axes(axis), copy_images=copy_images)
+    except (AuditError, ValueError) as e:
+        _fail(e)
+    base = _base_url("127.0.0.1", port)
+    console.print(f"study: {res['n_items']} items per reader -> {out} (invitations.csv, admin-token.txt)")
+    for name, tok in res["tokens"].items():
+        print(f"{name}\t{base}/r/{tok}")
+    print(f"admin\t{base}/admin/{res['admin_token']}")
+    console.print(f"serve it with: medvlm-audit readers serve {out} --port {port}")
+
+
+@readers_app.command("serve")
+def serve_cmd(
+    study_dir: Annotated[Path, typer.Argument(help="Study folder.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on (default: this machine only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8765,
+    allow_host: Annotated[list[str], typer.Option("--allow-host", help="Extra Host header value accepted (when "
+                                                                       "serving beyond localhost).")] = [],  # noqa: B006
+) -> None:
+    """Serve the reading app (Ctrl-C to stop; every answer is already saved)."""
+    import uvicorn
+
+    from medvlm_audit.readers.app import create_app
+
+    try:
+        hosts = ["127.0.0.1", "localhost", "::1", "[::1]"] + list(allow_host)
+        if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
+            hosts.append(host)
+        if host in ("0.0.0.0", "::") and not allow_host:
+            console.print("[yellow]listening on all interfaces: pass --allow-host NAME for the name readers use[/]")
+        app = create_app(study_dir, allowed_hosts=hosts)
+    except AuditError as e:
+        _fail(e)
+    console.print(f"reader study at {_base_url(host, port)} (links: {study_dir}/invitations.csv)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@readers_app.command("status")
+def status_cmd(study_dir: Annotated[Path, typer.Argument(help="Study folder.")]) -> None:
+    """Progress per reader (items complete / assigned); never an answer."""
+    from medvlm_audit.readers.study import Study
+
+    try:
+        st = Study(study_dir)
+    except AuditError as e:
+        _fail(e)
+    prog = st.progress()
+    print(f"task: {st.task}")
+    for r in prog.itertuples(index=False):
+        print(f"{r.reader}\t{r.complete}/{r.assigned}\t{r.percent:.0f}%")
+
+
+@readers_app.command("export")
+def export_cmd(
+    study_dir: Annotated[Path, typer.Argument(help="Study folder.")],
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("reads"),
+) -> None:
+    """Every answer as CSV/Parquet, finding-presence reads in the tidy run shape, CoT ratings as JSONL."""
+    from medvlm_audit.readers.export import export_study
+
+    try:
+        files = export_study(study_dir, out)
+    except AuditError as e:
+        _fail(e)
+    for name, path in files.items():
+        print(f"{name}\t{path}")
+
+
+@readers_app.command("analyse")
+def analyse_cmd(
+    export_dir: Annotated[list[Path], typer.Argument(help="One or more export folders (readers export).")],
+    run_dir: Annotated[Path | None, typer.Option("--run", help="The run whose models the reads are compared "
+                                                                "with (default: the study's run).")] = None,
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("reader-analysis"),
+    b: Annotated[int, typer.Option("--B", help="Bootstrap resamples.")] = 10_000,
+) -> None:
+    """Reader metrics (long schema), comparisons, item lists and figures; readers-report.html."""
+    from medvlm_audit.readers.analysis import analyse_exports, write_analysis
+
+    try:
+        res = analyse_exports(export_dir, run_dir=run_dir, B=b)
+        files = write_analysis(res, out)
+    except AuditError as e:
+        _fail(e)
+    for name, path in files.items():
+        print(f"{name}\t{path}")

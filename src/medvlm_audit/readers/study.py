@@ -1,0 +1,859 @@
+"""The study store (one SQLite file per study, WAL mode) and ``create_study``.
+
+A study is a set of *items* (one question to a reader: a case under one condition, a model error, a CoT text,
+an MCQ item, a benchmark), each with a ``view`` (exactly what the reader is shown: question text, options, the
+CoT, the box to draw) and a ``source`` (what the reader is never shown: probe set, case, condition, model,
+label, how to render the image). Every reader gets every item in her own seeded order in which two items of
+the same case are never adjacent (so the mask conditions of one case never follow each other).
+
+Reader tokens are ``secrets.token_urlsafe(32)`` values stored only as sha256 hashes; the per-reader CSRF token
+is an HMAC of the token hash under a study secret. Every answer is committed as it is given (autosave); a
+history of every change is kept beside the current answer.
+
+Images are never copied into the study unless asked (``copy_images=True``): the source records the image
+file and the recipe (working resolution, mask box) that the run used, and the app renders it per request
+with the same pure pixel operations (:mod:`medvlm_audit.images`, the run's suite, reached through the suite registry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit import __version__
+from medvlm_audit.errors import AuditError
+from medvlm_audit.readers.tasks import TASKS, TaskSpec, task_spec
+
+__all__ = [
+    "STUDY_FILE",
+    "Reader",
+    "Study",
+    "StudyError",
+    "create_study",
+    "hash_token",
+    "reader_order",
+]
+
+STUDY_FILE = "study.sqlite"
+INVITATIONS = "invitations.csv"
+ADMIN_FILE = "admin-token.txt"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS readers(reader_id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    token_hash TEXT NOT NULL UNIQUE, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS items(item_id TEXT PRIMARY KEY, seq INTEGER NOT NULL, unit TEXT NOT NULL,
+    view TEXT NOT NULL, source TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS assignments(reader_id INTEGER NOT NULL, item_id TEXT NOT NULL, position INTEGER NOT NULL,
+    PRIMARY KEY(reader_id, item_id), UNIQUE(reader_id, position));
+CREATE TABLE IF NOT EXISTS answers(reader_id INTEGER NOT NULL, item_id TEXT NOT NULL, scale TEXT NOT NULL,
+    value TEXT NOT NULL, answered_at REAL NOT NULL, elapsed_s REAL, revisions INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY(reader_id, item_id, scale));
+CREATE TABLE IF NOT EXISTS answer_log(id INTEGER PRIMARY KEY AUTOINCREMENT, reader_id INTEGER NOT NULL,
+    item_id TEXT NOT NULL, scale TEXT NOT NULL, value TEXT NOT NULL, at REAL NOT NULL, elapsed_s REAL);
+CREATE TABLE IF NOT EXISTS activity(reader_id INTEGER PRIMARY KEY, last_seen REAL NOT NULL);
+"""
+
+
+class StudyError(AuditError):
+    """A study cannot be created or opened (the message names the file, column or option)."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Reader:
+    reader_id: int
+    name: str
+    token_hash: str
+
+
+# ------------------------------------------------------------------------------------------------ the store
+
+
+class Study:
+    """Read/write access to one study folder. Opens a short-lived SQLite connection per operation, so one
+    object serves the web server's worker threads."""
+
+    def __init__(self, study_dir: str | Path) -> None:
+        self.dir = Path(study_dir)
+        self.path = self.dir / STUDY_FILE
+        if not self.path.exists():
+            raise StudyError(f"{self.dir}: no study store ({STUDY_FILE}); create one with `medvlm-audit readers create`")
+        meta = self.meta()
+        self.task: str = meta["task"]
+        self.spec: TaskSpec = task_spec(self.task, [tuple(a) for a in meta.get("axes") or []] or None)
+        self._secret = bytes.fromhex(meta["secret"])
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, timeout=10.0, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=10000")
+        return db
+
+    @contextmanager
+    def db(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        con = self._connect(self.path)
+        try:
+            if write:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    yield con
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+            else:
+                yield con
+        finally:
+            con.close()
+
+    # --- meta, readers, security --------------------------------------------------------------------
+    def meta(self) -> dict[str, Any]:
+        with self.db() as con:
+            return {k: json.loads(v) for k, v in con.execute("SELECT k, v FROM meta")}
+
+    def public_meta(self) -> dict[str, Any]:
+        """Meta without the secret and the admin hash."""
+        return {k: v for k, v in self.meta().items() if k not in ("secret", "admin_token_hash")}
+
+    def readers(self) -> list[Reader]:
+        with self.db() as con:
+            return [Reader(*r) for r in con.execute("SELECT reader_id, name, token_hash FROM readers ORDER BY reader_id")]
+
+    def reader_by_token(self, token: str) -> Reader | None:
+        """The reader whose token this is, or None (a forged token matches no stored hash)."""
+        if not isinstance(token, str) or not 20 <= len(token) <= 200:
+            return None
+        h = hash_token(token)
+        with self.db() as con:
+            row = con.execute("SELECT reader_id, name, token_hash FROM readers WHERE token_hash = ?", (h,)).fetchone()
+        if row is None or not hmac.compare_digest(row[2], h):
+            return None
+        return Reader(*row)
+
+    def check_admin(self, token: str) -> bool:
+        stored = self.meta().get("admin_token_hash", "")
+        return isinstance(token, str) and bool(stored) and hmac.compare_digest(stored, hash_token(token))
+
+    def rotate_admin_token(self) -> str:
+        """A new admin token (the old one stops working); returns it once."""
+        tok = secrets.token_urlsafe(32)
+        with self.db(write=True) as con:
+            con.execute("INSERT OR REPLACE INTO meta VALUES('admin_token_hash', ?)", (json.dumps(hash_token(tok)),))
+        return tok
+
+    def csrf_token(self, reader: Reader) -> str:
+        return hmac.new(self._secret, f"csrf:{reader.token_hash}".encode(), hashlib.sha256).hexdigest()
+
+    def admin_csrf_token(self) -> str:
+        return hmac.new(self._secret, b"csrf:admin", hashlib.sha256).hexdigest()
+
+    def check_csrf(self, reader: Reader, token: str | None) -> bool:
+        return isinstance(token, str) and hmac.compare_digest(self.csrf_token(reader), token)
+
+    # --- items ---------------------------------------------------------------------------------------
+    def order(self, reader: Reader) -> list[str]:
+        with self.db() as con:
+            return [r[0] for r in con.execute("SELECT item_id FROM assignments WHERE reader_id = ? ORDER BY position",
+                                              (reader.reader_id,))]
+
+    def item(self, reader: Reader, item_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(view, source) of an item assigned to this reader, else None (another reader's or unknown id)."""
+        with self.db() as con:
+            row = con.execute(
+                "SELECT i.view, i.source FROM items i JOIN assignments a ON a.item_id = i.item_id "
+                "WHERE a.reader_id = ? AND i.item_id = ?", (reader.reader_id, item_id)).fetchone()
+        return None if row is None else (json.loads(row[0]), json.loads(row[1]))
+
+    def all_items(self) -> pd.DataFrame:
+        with self.db() as con:
+            df = pd.read_sql_query("SELECT item_id, seq, unit, view, source FROM items ORDER BY seq", con)
+        return df
+
+    # --- answers -------------------------------------------------------------------------------------
+    def answers(self, reader: Reader) -> dict[str, dict[str, str]]:
+        """item_id -> {scale: value} of this reader."""
+        out: dict[str, dict[str, str]] = {}
+        with self.db() as con:
+            for item_id, scale, value in con.execute(
+                    "SELECT item_id, scale, value FROM answers WHERE reader_id = ?", (reader.reader_id,)):
+                out.setdefault(item_id, {})[scale] = value
+        return out
+
+    def is_complete(self, given: dict[str, str]) -> bool:
+        return all(s.name in given for s in self.spec.scales)
+
+    def save_answer(self, reader: Reader, item_id: str, scale: str, value: str, elapsed_s: float | None) -> None:
+        """Commit one answer (validated against the task's scales) and log it; raises KeyError for an item not
+        assigned to this reader and ValueError for an unknown scale or value."""
+        sc = next((s for s in self.spec.scales if s.name == scale), None)
+        if sc is None:
+            raise ValueError(f"unknown scale {scale!r}")
+        if value not in {c.value for c in sc.choices}:
+            raise ValueError(f"{value!r} is not an answer of scale {scale!r}")
+        if elapsed_s is not None and not (math.isfinite(elapsed_s) and 0 <= elapsed_s < 86_400):
+            elapsed_s = None
+        now = time.time()
+        with self.db(write=True) as con:
+            ok = con.execute("SELECT 1 FROM assignments WHERE reader_id = ? AND item_id = ?",
+                             (reader.reader_id, item_id)).fetchone()
+            if ok is None:
+                raise KeyError(item_id)
+            con.execute(
+                "INSERT INTO answers(reader_id, item_id, scale, value, answered_at, elapsed_s, revisions) "
+                "VALUES(?, ?, ?, ?, ?, ?, 0) ON CONFLICT(reader_id, item_id, scale) DO UPDATE SET "
+                "value = excluded.value, answered_at = excluded.answered_at, elapsed_s = excluded.elapsed_s, "
+                "revisions = answers.revisions + (answers.value != excluded.value)",
+                (reader.reader_id, item_id, scale, value, now, elapsed_s))
+            con.execute("INSERT INTO answer_log(reader_id, item_id, scale, value, at, elapsed_s) VALUES(?,?,?,?,?,?)",
+                        (reader.reader_id, item_id, scale, value, now, elapsed_s))
+            con.execute("INSERT OR REPLACE INTO activity VALUES(?, ?)", (reader.reader_id, now))
+
+    def touch(self, reader: Reader) -> None:
+        with self.db(write=True) as con:
+            con.execute("INSERT OR REPLACE INTO activity VALUES(?, ?)", (reader.reader_id, time.time()))
+
+    def progress(self) -> pd.DataFrame:
+        """Per reader: items assigned, items complete, answers given, last activity (no answer values)."""
+        n_scales = len(self.spec.scales)
+        with self.db() as con:
+            rows = con.execute(
+                "SELECT r.reader_id, r.name, (SELECT COUNT(*) FROM assignments a WHERE a.reader_id = r.reader_id), "
+                "(SELECT COUNT(*) FROM (SELECT item_id FROM answers s WHERE s.reader_id = r.reader_id "
+                " GROUP BY item_id HAVING COUNT(*) >= ?)), "
+                "(SELECT last_seen FROM activity v WHERE v.reader_id = r.reader_id) FROM readers r ORDER BY r.reader_id",
+                (n_scales,)).fetchall()
+        df = pd.DataFrame(rows, columns=["reader_id", "reader", "assigned", "complete", "last_seen"])
+        df["percent"] = np.where(df["assigned"] > 0, 100.0 * df["complete"] / df["assigned"].clip(lower=1), 0.0)
+        return df
+
+    def answer_table(self) -> pd.DataFrame:
+        """Every current answer joined with its item's source (for export and analysis)."""
+        with self.db() as con:
+            df = pd.read_sql_query(
+                "SELECT r.name AS reader, s.item_id, s.scale, s.value AS answer, s.answered_at, s.elapsed_s, "
+                "s.revisions, i.source, a.position FROM answers s JOIN readers r ON r.reader_id = s.reader_id "
+                "JOIN items i ON i.item_id = s.item_id JOIN assignments a ON a.reader_id = s.reader_id "
+                "AND a.item_id = s.item_id ORDER BY r.reader_id, a.position, s.scale", con)
+        return df
+
+
+# ------------------------------------------------------------------------------------------------ ordering
+
+
+def _reader_seed(seed: int, name: str) -> list[int]:
+    return [int(seed), int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")]
+
+
+def _feasible(counts: dict[str, int], prev: str | None) -> bool:
+    """Can the remaining items be ordered with no two equal units adjacent, the first not equal to ``prev``?"""
+    n = sum(counts.values())
+    if n == 0:
+        return True
+    half = (n + 1) // 2
+    if max(counts.values()) > half:
+        return False
+    return not (n % 2 == 1 and prev is not None and counts.get(prev, 0) == half)
+
+
+def reader_order(units: Sequence[str], seed: int, reader: str) -> list[int]:
+    """A seeded random order of the items (positions into ``units``) in which no two adjacent items share a unit.
+
+    At each step the next unit is drawn uniformly among those that differ from the previous one and leave the
+    rest orderable (a unit can be placed apart from itself iff it holds at most half of the remaining items,
+    rounded up). Raises StudyError when no such order exists. The seed is (study seed, sha256 of the reader's
+    name), so each reader has her own order and the same study recreated gives the same orders.
+    """
+    rng = np.random.default_rng(_reader_seed(seed, reader))
+    by_unit: dict[str, list[int]] = {}
+    for i, u in enumerate(units):
+        by_unit.setdefault(str(u), []).append(i)
+    counts = {u: len(v) for u, v in by_unit.items()}
+    if not _feasible(counts, None):
+        raise StudyError("no order can keep the items of one case apart: one case holds more than half of the items")
+    for u in sorted(by_unit):
+        rng.shuffle(by_unit[u])
+    out: list[int] = []
+    prev: str | None = None
+    names = sorted(by_unit)
+    while len(out) < len(units):
+        cands = []
+        for u in names:
+            if u == prev or counts[u] == 0:
+                continue
+            counts[u] -= 1
+            if _feasible(counts, u):
+                cands.append(u)
+            counts[u] += 1
+        u = cands[int(rng.integers(len(cands)))]
+        counts[u] -= 1
+        out.append(by_unit[u].pop())
+        prev = u
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ sampling
+
+
+def _stratified(df: pd.DataFrame, strata: list[str], n: int, rng: np.random.Generator) -> pd.DataFrame:
+    """A sample of n rows spread as evenly as possible over the strata (round robin over a seeded stratum order,
+    seeded random rows within each stratum)."""
+    if n >= len(df):
+        return df
+    if not strata:
+        return df.iloc[np.sort(rng.permutation(len(df))[:n])]
+    groups = {k: g.index.to_numpy() for k, g in df.groupby(strata, dropna=False, sort=True)}
+    keys = list(groups)
+    perm = {k: rng.permutation(groups[k]) for k in keys}
+    order = [keys[i] for i in rng.permutation(len(keys))]
+    take: dict[Any, int] = {k: 0 for k in keys}
+    got = 0
+    while got < n:
+        progressed = False
+        for k in order:
+            if got >= n:
+                break
+            if take[k] < len(perm[k]):
+                take[k] += 1
+                got += 1
+                progressed = True
+        if not progressed:
+            break
+    idx = np.concatenate([perm[k][: take[k]] for k in keys if take[k]])
+    return df.loc[sorted(idx)]
+
+
+def _item_id(seed: int, *parts: Any) -> str:
+    """An opaque item id (it appears in image URLs, so it must not name the case or the condition)."""
+    h = hashlib.sha256(json.dumps([seed, *[str(p) for p in parts]]).encode()).hexdigest()
+    return "i" + h[:12]
+
+
+def _run_cases(run_dir: Path) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, str]]:
+    """(probe_set, case_id) -> stored case row, and probe_set -> recorded path, from the run store."""
+    from medvlm_audit.store import STORE_FILE, RunStore
+
+    if not (run_dir / STORE_FILE).exists():
+        raise StudyError(f"{run_dir}: no run store ({STORE_FILE}) found")
+    with RunStore.open_dir(run_dir) as store:
+        cases = store.frame("SELECT probe_set, case_id, row FROM cases")
+        sets = store.frame("SELECT name, path FROM probe_sets")
+    rows = {(str(p), str(c)): json.loads(r) for p, c, r in cases.itertuples(index=False, name=None)}
+    return rows, {str(a): str(b or "") for a, b in sets.itertuples(index=False, name=None)}
+
+
+def _resolver(set_path: str):
+    base = Path(set_path) if set_path else None
+    if base is not None and base.suffix and not base.is_dir():
+        base = base.parent
+
+    def resolve(p: str | None) -> str | None:
+        if p is None:
+            return None
+        pp = Path(p)
+        if not pp.is_absolute():
+            if base is None:
+                raise StudyError(f"image path {p!r} is relative and the run records no folder to resolve it against")
+            pp = base / pp
+        return str(pp.resolve())
+
+    return resolve
+
+
+def _results(run_dir: Path) -> pd.DataFrame:
+    p = run_dir / "results.parquet"
+    if not p.exists():
+        raise StudyError(f"{p}: the run's tidy table is missing; run `medvlm-audit run` (or `export`) first")
+    return pd.read_parquet(p)
+
+
+def _need_columns(df: pd.DataFrame, cols: Sequence[str], where: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise StudyError(f"{where}: missing column(s) {missing}; has {list(df.columns)}")
+
+
+def _display(finding: str | None) -> str:
+    from medvlm_audit.findings import DISPLAY_NAMES
+
+    return DISPLAY_NAMES.get(str(finding), str(finding).replace("_", " "))
+
+
+def _finding_question(finding: str | None) -> str:
+    return f"Is {_display(finding)} present in this chest X-ray?"
+
+
+def _grounding_main(tidy: pd.DataFrame, probe_set: str | None, where: str) -> tuple[pd.DataFrame, str]:
+    _need_columns(tidy, ["probe_set", "model", "case_id", "condition", "label", "finding"], where)
+    df = tidy
+    if "resolution" in df.columns:
+        df = df[df["resolution"].fillna(224) == 224]
+    if "prompt_variant" in df.columns:
+        df = df[df["prompt_variant"].fillna("default") == "default"]
+    if "kind" in df.columns:
+        df = df[df["kind"].fillna("finding_presence") == "finding_presence"]
+    sets = sorted(df["probe_set"].dropna().astype(str).unique())
+    if probe_set is None:
+        if len(sets) != 1:
+            raise StudyError(f"{where}: the run holds probe sets {sets}; name one with --probe-set")
+        probe_set = sets[0]
+    elif probe_set not in sets:
+        raise StudyError(f"{where}: probe set {probe_set!r} not in the run (has {sets})")
+    return df[df["probe_set"] == probe_set], probe_set
+
+
+def _case_view(row: dict[str, Any]) -> str | None:
+    v = row.get("view")
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def _expected_sha(tidy: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(case_id, condition) -> the pixel sha256 the run's image models were given (resolution 224)."""
+    if "image_sha256" not in tidy.columns:
+        return {}
+    d = tidy.dropna(subset=["image_sha256"])
+    return {(str(c), str(k)): str(s) for c, k, s in
+            d[["case_id", "condition", "image_sha256"]].drop_duplicates(["case_id", "condition"]).itertuples(
+                index=False, name=None)}
+
+
+def _items_finding_presence(run_dir: Path, n: int, seed: int, probe_set: str | None, boxed_only: bool,
+                            resolution: int) -> list[dict[str, Any]]:
+    from medvlm_audit.probeset import row_to_case
+    from medvlm_audit.readers.support import reader_support
+
+    Condition = reader_support(run_dir).Condition  # noqa: N806 (the suite's condition class)
+
+    tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
+    cases, sets = _run_cases(run_dir)
+    resolve = _resolver(sets.get(probe_set, ""))
+    orig = tidy[tidy["condition"] == "original"].drop_duplicates("case_id")
+    rows = []
+    for r in orig.itertuples(index=False):
+        row = cases.get((probe_set, str(r.case_id)))
+        if row is None or not row.get("image_path"):
+            continue
+        case = row_to_case(row)
+        boxed = case.tbox is not None and case.ibox is not None
+        if boxed_only and not boxed:
+            continue
+        rows.append({"case_id": case.case_id, "finding": case.finding, "view": _case_view(row), "boxed": boxed})
+    if not rows:
+        raise StudyError(f"{run_dir}: no finding-presence case with an image in probe set {probe_set!r}")
+    pool = pd.DataFrame(rows)
+    rng = np.random.default_rng(seed)
+    sample = _stratified(pool, ["finding", "view"], n, rng)
+    sha = _expected_sha(tidy[tidy["modality"].fillna("") != "text_only"] if "modality" in tidy.columns else tidy)
+    items = []
+    for r in sample.itertuples(index=False):
+        row = cases[(probe_set, r.case_id)]
+        case = row_to_case(row)
+        conds = ["original"] + (["target_mask", "irrelevant_mask"] if r.boxed else [])
+        for cond in conds:
+            recipe = Condition(cond, resolution).recipe(case, resolve)
+            src = {"probe_set": probe_set, "case_id": case.case_id, "condition": cond, "finding": case.finding,
+                   "view": r.view, "label": case.label, "has_box": bool(r.boxed),
+                   "ibox_overlaps": bool(case.ibox_overlaps), "resolution": resolution,
+                   "images": [_recipe_dict(recipe)],
+                   "image_sha256": sha.get((case.case_id, cond)) if resolution == 224 else None}
+            for k in ("patient_id", "study_id", "age", "sex", "source", "split", "kind"):
+                src[k] = row.get(k)
+            view = {"question": _finding_question(case.finding), "n_images": 1}
+            items.append({"item_id": _item_id(seed, "fp", probe_set, case.case_id, cond), "unit": case.case_id,
+                          "view": view, "source": src})
+    return items
+
+
+def _recipe_dict(recipe: Any) -> dict[str, Any]:
+    return {"path": recipe.source, "resolution": recipe.resolution,
+            "fill": list(recipe.fill) if recipe.fill is not None else None, "mode": recipe.mode}
+
+
+def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | None) -> list[dict[str, Any]]:
+    from medvlm_audit.probeset import row_to_case
+
+    tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
+    cases, sets = _run_cases(run_dir)
+    resolve = _resolver(sets.get(probe_set, ""))
+    rows = []
+    for cid in tidy["case_id"].astype(str).unique():
+        row = cases.get((probe_set, cid))
+        if row is None or not row.get("image_path"):
+            continue
+        case = row_to_case(row)
+        if case.target_box is None and case.tbox is None:
+            continue
+        rows.append({"case_id": cid, "finding": case.finding, "view": _case_view(row)})
+    if not rows:
+        raise StudyError(f"{run_dir}: no boxed case with an image in probe set {probe_set!r}")
+    pool = pd.DataFrame(rows)
+    rng = np.random.default_rng(seed)
+    parts = [_stratified(g, ["view"], n, rng) for _, g in pool.groupby("finding", sort=True)]
+    sample = pd.concat(parts)
+    items = []
+    for r in sample.itertuples(index=False):
+        row = cases[(probe_set, r.case_id)]
+        case = row_to_case(row)
+        if case.target_box is not None:  # native pixels, the radiologist's box in source pixels
+            res, box = None, [float(v) for v in case.target_box]
+        else:
+            res, box = 224, [float(v) for v in case.tbox]  # type: ignore[union-attr]
+        path = resolve(case.image)
+        src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "finding": case.finding,
+               "view": r.view, "label": case.label, "box": box,
+               "images": [{"path": path, "resolution": res, "fill": None, "mode": "L"}]}
+        view = {"question": f"Does the marked region contain the visual evidence for {_display(case.finding)}?",
+                "box": box, "n_images": 1}
+        items.append({"item_id": _item_id(seed, "box", probe_set, case.case_id), "unit": case.case_id,
+                      "view": view, "source": src})
+    return items
+
+
+def _items_failure_modes(run_dir: Path, n: int, seed: int, probe_set: str | None,
+                         models: Sequence[str] | None) -> list[dict[str, Any]]:
+    from medvlm_audit.probeset import row_to_case
+
+    tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
+    cases, sets = _run_cases(run_dir)
+    resolve = _resolver(sets.get(probe_set, ""))
+    orig = tidy[(tidy["condition"] == "original") & (tidy["parsed"] >= 0)]
+    orig = orig[orig["parsed"].astype(int) != orig["label"].astype(int)]
+    known = sorted(tidy["model"].astype(str).unique())
+    if models:
+        bad = [m for m in models if m not in known]
+        if bad:
+            raise StudyError(f"{run_dir}: model(s) {bad} not in the run (has {known})")
+        chosen = list(models)
+    else:
+        mod = tidy.drop_duplicates("model").set_index("model")["modality"] if "modality" in tidy.columns else None
+        chosen = [m for m in known if mod is None or mod.get(m) != "text_only"]
+    rng = np.random.default_rng(seed)
+    items = []
+    for m in chosen:
+        errs = orig[orig["model"] == m]
+        errs = errs[[cases.get((probe_set, str(c)), {}).get("image_path") is not None for c in errs["case_id"]]]
+        if errs.empty:
+            continue
+        pool = errs[["case_id", "finding", "parsed", "label"]].reset_index(drop=True)
+        for r in _stratified(pool, ["finding"], n, rng).itertuples(index=False):
+            row = cases[(probe_set, str(r.case_id))]
+            case = row_to_case(row)
+            ans = "Yes" if int(r.parsed) == 1 else "No"
+            truth = "Yes" if int(r.label) == 1 else "No"
+            src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "model": m,
+                   "finding": case.finding, "view": _case_view(row), "label": case.label, "model_answer": ans,
+                   "images": [{"path": resolve(case.image), "resolution": None, "fill": None, "mode": "L"}]}
+            view = {"question": _finding_question(case.finding), "n_images": 1,
+                    "facts": [["System answer", ans], ["Reference label", truth]]}
+            items.append({"item_id": _item_id(seed, "err", probe_set, case.case_id, m), "unit": case.case_id,
+                          "view": view, "source": src})
+    if not items:
+        raise StudyError(f"{run_dir}: no error of model(s) {chosen} on cases with an image")
+    return items
+
+
+def _load_items_file(path: str | Path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise StudyError(f"{p}: items file not found")
+    try:
+        if p.suffix == ".parquet":
+            return pd.read_parquet(p)
+        if p.suffix in (".jsonl", ".json"):
+            return pd.read_json(p, lines=p.suffix == ".jsonl")
+        return pd.read_csv(p)
+    except Exception as e:
+        raise StudyError(f"{p}: cannot read items ({e})") from e
+
+
+def _text(v: Any) -> str | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return str(v)
+
+
+def _items_cot(items_df: pd.DataFrame, n: int, seed: int) -> list[dict[str, Any]]:
+    _need_columns(items_df, ["item_id", "question", "cot_text"], "cot-rating items")
+    df = items_df.reset_index(drop=True)
+    dup = df["item_id"].astype(str).duplicated()
+    if dup.any():
+        raise StudyError(f"cot-rating items: item_id {df['item_id'][dup].iloc[0]!r} appears twice")
+    for i, r in df.iterrows():
+        if not _text(r["cot_text"]):
+            raise StudyError(f"cot-rating items: row {i} (item_id {r['item_id']!r}) has an empty cot_text")
+    strata = [c for c in ("model", "model_name", "modification", "modification_type") if c in df.columns]
+    rng = np.random.default_rng(seed)
+    sample = _stratified(df, strata, n if n > 0 else len(df), rng)
+    out = []
+    for _, r in sample.iterrows():
+        src = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.to_dict().items()}
+        src = json.loads(json.dumps(src, default=str))
+        src["source_item_id"] = str(r["item_id"])
+        view = {"question": str(r["question"]), "cot_text": str(r["cot_text"]), "n_images": 0}
+        out.append({"item_id": _item_id(seed, "cot", r["item_id"]), "unit": str(r["item_id"]), "view": view,
+                    "source": src})
+    return out
+
+
+def _mcq_frame(run_dir: Path | None, items_df: pd.DataFrame | None) -> pd.DataFrame:
+    """MCQ items (item_id, question, options, images, benchmark, gold) from a file or the run store's items."""
+    if items_df is not None:
+        df = items_df.copy()
+        base = None
+    else:
+        assert run_dir is not None
+        cases, sets = _run_cases(run_dir)
+        recs = []
+        for (ps, cid), row in cases.items():
+            if row.get("question") is None or row.get("options") is None:
+                continue
+            recs.append({**row, "item_id": row.get("item_id", cid), "_set": ps})
+        if not recs:
+            raise StudyError(f"{run_dir}: the run holds no multiple-choice items (question + options); pass --items")
+        df = pd.DataFrame(recs)
+        base = sets
+    _need_columns(df, ["item_id", "question", "options"], "multiple-choice items")
+    if "benchmark" not in df.columns:
+        df["benchmark"] = "items"
+    if "images" not in df.columns:
+        df["images"] = [[p] if _text(p) else [] for p in df.get("image", pd.Series([None] * len(df)))]
+
+    def as_list(v: Any) -> list[Any]:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return []
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError:
+                return [v]
+        return list(v)
+
+    df["options"] = [[str(o) for o in as_list(v)] for v in df["options"]]
+    imgs = []
+    for r in df.itertuples(index=False):
+        res = _resolver((base or {}).get(getattr(r, "_set", ""), "")) if base is not None else _resolver("")
+        paths = []
+        for p in as_list(r.images):
+            try:
+                paths.append(res(str(p)))
+            except StudyError:
+                paths.append(str(Path(p).resolve()))
+        imgs.append(paths)
+    df["images"] = imgs
+    df["item_id"] = df["item_id"].astype(str)
+    return df.reset_index(drop=True)
+
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _options_view(opts: list[str]) -> list[list[str]]:
+    return [[LETTERS[i], o] for i, o in enumerate(opts)]
+
+
+def _items_visual_necessity(run_dir: Path | None, items_df: pd.DataFrame | None, n: int,
+                            seed: int) -> list[dict[str, Any]]:
+    df = _mcq_frame(run_dir, items_df)
+    rng = np.random.default_rng(seed)
+    sample = _stratified(df, ["benchmark"], n if n > 0 else len(df), rng)
+    out = []
+    for r in sample.itertuples(index=False):
+        src = {"item_id": r.item_id, "benchmark": str(r.benchmark), "condition": "original",
+               "gold": _text(getattr(r, "gold", None)) or _text(getattr(r, "answer", None)),
+               "images": [{"path": p, "resolution": None, "fill": None, "mode": "RGB"} for p in r.images]}
+        view = {"question": str(r.question), "options": _options_view(list(r.options)), "n_images": len(r.images)}
+        out.append({"item_id": _item_id(seed, "vn", r.item_id), "unit": r.item_id, "view": view, "source": src})
+    return out
+
+
+def _items_benchmark_profile(run_dir: Path | None, items_df: pd.DataFrame | None, n: int,
+                             seed: int) -> list[dict[str, Any]]:
+    df = _mcq_frame(run_dir, items_df)
+    rng = np.random.default_rng(seed)
+    out = []
+    for bench, g in df.groupby("benchmark", sort=True):
+        sample = _stratified(g, [], n if n > 0 else 5, rng)
+        shown = [{"question": str(r.question), "options": _options_view(list(r.options))}
+                 for r in sample.itertuples(index=False)]
+        src = {"benchmark": str(bench), "sample_item_ids": [str(x) for x in sample["item_id"]],
+               "n_items": len(g), "images": []}
+        view = {"question": f"Benchmark {chr(65 + len(out))}: {len(shown)} sample items", "samples": shown,
+                "n_images": 0}
+        out.append({"item_id": _item_id(seed, "bp", bench), "unit": str(bench), "view": view, "source": src})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ create
+
+
+def create_study(
+    run_dir: str | Path | None,
+    task: str,
+    n: int,
+    readers: Sequence[str],
+    seed: int = 42,
+    out: str | Path = "study",
+    *,
+    items: pd.DataFrame | str | Path | None = None,
+    probe_set: str | None = None,
+    models: Sequence[str] | None = None,
+    boxed_only: bool = False,
+    resolution: int = 224,
+    axes: Sequence[tuple[str, str]] | None = None,
+    copy_images: bool = False,
+) -> dict[str, Any]:
+    """Create a study folder: ``study.sqlite``, ``invitations.csv`` (reader, token_path) and ``admin-token.txt``.
+
+    ``n``: cases for finding-presence (each boxed case gives three items: original, target mask, irrelevant
+    mask), boxes per finding for box-validation, errors per model for failure-modes, items for cot-rating and
+    visual-necessity, sample items shown per benchmark for benchmark-profile. ``items``: a DataFrame or file
+    of CoT texts (cot-rating: item_id, question, cot_text, ...) or of multiple-choice items (visual-necessity,
+    benchmark-profile: item_id, question, options, images, benchmark); the latter default to the run's items.
+    Returns {"study_dir", "tokens": {reader: token}, "admin_token", "n_items"}: the only time tokens exist in
+    clear (invitations.csv holds the reader paths for the lead).
+    """
+    if task not in TASKS:
+        raise StudyError(f"unknown task {task!r}; known: {sorted(TASKS)}")
+    names = [str(r).strip() for r in readers]
+    if not names or any(not r for r in names):
+        raise StudyError("name at least one reader (--reader NAME), no empty names")
+    if len(set(names)) != len(names):
+        raise StudyError(f"reader names must be unique, got {names}")
+    if n < 1:
+        raise StudyError(f"--n must be at least 1, got {n}")
+    out = Path(out)
+    if (out / STUDY_FILE).exists():
+        raise StudyError(f"{out}: a study already exists there; choose another --out")
+    run = Path(run_dir) if run_dir is not None else None
+    items_df = _load_items_file(items) if isinstance(items, (str, Path)) else items
+    if task == "finding-presence":
+        built = _items_finding_presence(_need_run(run, task), n, seed, probe_set, boxed_only, resolution)
+    elif task == "box-validation":
+        built = _items_box_validation(_need_run(run, task), n, seed, probe_set)
+    elif task == "failure-modes":
+        built = _items_failure_modes(_need_run(run, task), n, seed, probe_set, models)
+    elif task == "cot-rating":
+        if items_df is None:
+            if run is not None and (run / "cot_items.parquet").exists():
+                items_df = pd.read_parquet(run / "cot_items.parquet")
+            else:
+                raise StudyError("cot-rating needs the CoT texts: --items FILE (item_id, question, cot_text, ...)")
+        built = _items_cot(items_df, n, seed)
+    elif task == "visual-necessity":
+        built = _items_visual_necessity(run, items_df, n, seed)
+    else:
+        built = _items_benchmark_profile(run, items_df, n, seed)
+    spec = task_spec(task, list(axes) if axes else None)
+    _check_images(built)
+
+    tokens = {r: secrets.token_urlsafe(32) for r in names}
+    admin = secrets.token_urlsafe(32)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (STUDY_FILE + ".tmp")
+    if tmp.exists():
+        tmp.unlink()
+    con = Study._connect(tmp)
+    try:
+        con.executescript(SCHEMA)
+        con.execute("BEGIN")
+        meta = {"task": task, "run_dir": str(run.resolve()) if run else None, "n": n, "seed": seed,
+                "created_at": time.time(), "package_version": __version__, "secret": secrets.token_hex(32),
+                "admin_token_hash": hash_token(admin), "probe_set": probe_set, "resolution": resolution,
+                "axes": [list(a) for a in axes] if axes else None, "copy_images": copy_images,
+                "scales": [s.name for s in spec.scales], "n_items": len(built)}
+        con.executemany("INSERT INTO meta VALUES(?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+        ids = [it["item_id"] for it in built]
+        if len(set(ids)) != len(ids):
+            raise StudyError("two items got the same id (duplicate rows in the source?)")
+        con.executemany("INSERT INTO items VALUES(?, ?, ?, ?, ?)",
+                        [(it["item_id"], k, it["unit"], json.dumps(it["view"]), json.dumps(it["source"], default=str))
+                         for k, it in enumerate(built)])
+        now = time.time()
+        units = [it["unit"] for it in built]
+        for rid, name in enumerate(names, 1):
+            con.execute("INSERT INTO readers VALUES(?, ?, ?, ?)", (rid, name, hash_token(tokens[name]), now))
+            order = reader_order(units, seed, name)
+            con.executemany("INSERT INTO assignments VALUES(?, ?, ?)",
+                            [(rid, ids[j], pos) for pos, j in enumerate(order)])
+        con.execute("COMMIT")
+    except BaseException:
+        con.close()
+        tmp.unlink(missing_ok=True)
+        for side in ("-wal", "-shm"):
+            Path(str(tmp) + side).unlink(missing_ok=True)
+        raise
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    for side in ("-wal", "-shm"):
+        Path(str(tmp) + side).unlink(missing_ok=True)
+    os.replace(tmp, out / STUDY_FILE)
+    if copy_images:
+        _copy_images(out, built)
+    from medvlm_audit.atomic import csv_bytes, write_files_atomic
+
+    inv = pd.DataFrame({"reader": names, "token_path": [f"/r/{tokens[r]}" for r in names]})
+    write_files_atomic(out, [(INVITATIONS, csv_bytes(inv)), (ADMIN_FILE, f"/admin/{admin}\n".encode())])
+    os.chmod(out / ADMIN_FILE, 0o600)
+    os.chmod(out / INVITATIONS, 0o600)
+    return {"study_dir": out, "tokens": tokens, "admin_token": admin, "n_items": len(built)}
+
+
+def _need_run(run: Path | None, task: str) -> Path:
+    if run is None:
+        raise StudyError(f"task {task} samples from a run: give RUN_DIR")
+    return run
+
+
+def _check_images(items: list[dict[str, Any]]) -> None:
+    """Every image an item needs exists and its header decodes, and where the run recorded the pixel hash the
+    reader's rendering gives exactly the pixels the models saw."""
+    from medvlm_audit.images import check_image_header
+    from medvlm_audit.models.base import pixel_sha256
+
+    checked: set[str] = set()
+    for it in items:
+        for rec in it["source"].get("images", []):
+            p = rec["path"]
+            if p not in checked:
+                try:
+                    check_image_header(p)
+                except Exception as e:
+                    raise StudyError(f"item for case {it['unit']!r}: {e}") from e
+                checked.add(p)
+        want = it["source"].get("image_sha256")
+        if want:
+            from medvlm_audit.readers.render import render_pixels
+
+            got = pixel_sha256(render_pixels(it["source"]["images"][0]))
+            if got != want:
+                raise StudyError(f"case {it['unit']!r} under {it['source'].get('condition')}: the rendered image "
+                                 f"differs from the one the run's models saw (sha256 {got[:12]} != {want[:12]})")
+
+
+def _copy_images(out: Path, items: list[dict[str, Any]]) -> None:
+    from medvlm_audit.readers.render import encode_png, render_pixels
+
+    folder = out / "images"
+    folder.mkdir(exist_ok=True)
+    for it in items:
+        for k, rec in enumerate(it["source"].get("images", [])):
+            (folder / f"{it['item_id']}-{k}.png").write_bytes(encode_png(render_pixels(rec)))
