@@ -140,7 +140,7 @@ def _planted(n_per_group: int, rng: np.random.Generator):
 
 def _audit(ref_texts, ref_f, pred_texts, pred_f):
     (A, B), vocab = stats.report_count_matrices(ref_texts, pred_texts)
-    cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()  # noqa: E731
+    cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()
     out = stats.cad(cf(A, ref_f), cf(A, ~ref_f), cf(B, pred_f), cf(B, ~pred_f))
     return vocab, out, (A, B)
 
@@ -195,7 +195,7 @@ def test_resampling_is_counts_based_deterministic_and_thread_independent():
     for kind in ("bootstrap", "permutation"):
         for k in d1[kind]:
             np.testing.assert_array_equal(d1[kind][k], d2[kind][k])
-    cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()  # noqa: E731
+    cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()
     point = stats.wae_table(cf(A, rf), cf(A, ~rf), cf(B, rf), cf(B, ~rf))
     # the planted associations are real and the templates erase them: WAE_ref lies above the label-permuted null
     assert stats.permutation_p_upper(point["ref_all"], d1["permutation"]["ref_all"]) < 0.05
@@ -224,7 +224,7 @@ def test_bootstrap_draw_equals_the_statistic_of_resampled_reports():
     A2 = A2[: len(ref_b)]
     assert vocab2 == vocab
     rf_b, pf_b = rf[r_idx], rf[p_idx]
-    cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()  # noqa: E731
+    cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()
     t = stats.wae_table(cf(A2, rf_b), cf(A2, ~rf_b), cf(B2, pf_b), cf(B2, ~pf_b))
     for k, v in t.items():
         assert draws["bootstrap"][k][0] == pytest.approx(v, nan_ok=True)

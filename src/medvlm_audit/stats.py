@@ -1441,7 +1441,7 @@ from up down in out on off over under again further then once here there when wh
 more most other some such no nor not only own same so than too very s t can will just don don't should should've
 now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't haven
 haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren
-weren't won won't wouldn wouldn't""".split())
+weren't won won't wouldn wouldn't""".split())  # noqa: SIM905
 
 _REPORT_WORD = None  # compiled lazily (re)
 CAD_CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation", "none")
@@ -1860,7 +1860,7 @@ def corpus_bleu(hypotheses: Any, references: Any) -> float:
         raise ValueError(f"{len(h)} hypotheses but {len(r)} references")
     if not h:
         return _NAN
-    return float(sacrebleu.corpus_bleu(h, [r]).score) / 100.0
+    return float(sacrebleu.corpus_bleu(h, [r], force=True).score) / 100.0
 
 
 def rouge_scores(hypotheses: Any, references: Any) -> dict[str, float]:

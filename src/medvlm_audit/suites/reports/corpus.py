@@ -160,7 +160,7 @@ def write_corpus(corpus: Corpus, path: str | Path) -> Path:
 # ----------------------------------------------------------------------------------------------- report text
 
 
-_SECTION = re.compile(r"^\s*([A-Z][A-Z /&]+):", re.M)
+_SECTION = re.compile(r"^\s*([A-Z][A-Z /&]+):", re.MULTILINE)
 
 
 def report_sections(text: str) -> dict[str, str]:
@@ -196,8 +196,7 @@ def _csv_rows(path: Path, required: Iterable[str]) -> Iterator[tuple[int, dict[s
         if missing:
             raise CorpusError(f"{path}: missing column(s) {missing}; found {reader.fieldnames}")
         try:
-            for n, row in enumerate(reader, 2):
-                yield n, row
+            yield from enumerate(reader, 2)
         except UnicodeDecodeError as e:
             raise CorpusError(f"{path}: not UTF-8 ({e})") from e
 
@@ -304,8 +303,8 @@ def load_rexgradient(metadata: str | Path, id_column: str = "id", sex_column: st
     return _finish(rows, f"ReXGradient {p}", skipped)
 
 
-_IU_F = re.compile(r"\b(?:female|woman)\b", re.I)
-_IU_M = re.compile(r"\b(?:male|man)\b", re.I)
+_IU_F = re.compile(r"\b(?:female|woman)\b", re.IGNORECASE)
+_IU_M = re.compile(r"\b(?:male|man)\b", re.IGNORECASE)
 
 
 def sex_from_indication(indication: str | None) -> str | None:
