@@ -1724,3 +1724,501 @@ def fleiss_kappa_interval(counts: Any, *, B: int = 10_000, seed: int = 0, alpha:
         return Estimate(point, _NAN, _NAN, _NAN, N, how)
     lo, hi = _percentiles(draws[ok], alpha)
     return Estimate(point, _sd(draws[ok]), lo, hi, N, how)
+
+# ---- report audit: tokens, CAD, WAE, resampling, diversity, baselines (paper 002; DESIGN.md "Report audit") ----
+
+#: English stop words (the NLTK list), removed before every association metric.
+REPORT_STOP_WORDS = frozenset("""
+i me my myself we our ours ourselves you you're you've you'll you'd your yours yourself yourselves he him his himself
+she she's her hers herself it it's its itself they them their theirs themselves what which who whom this that
+that'll these those am is are was were be been being have has had having do does did doing a an the and but if or
+because as until while of at by for with about against between into through during before after above below to
+from up down in out on off over under again further then once here there when where why how all any both each few
+more most other some such no nor not only own same so than too very s t can will just don don't should should've
+now d ll m o re ve y ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn hasn't haven
+haven't isn isn't ma mightn mightn't mustn mustn't needn needn't shan shan't shouldn shouldn't wasn wasn't weren
+weren't won won't wouldn wouldn't""".split())  # noqa: SIM905
+
+_REPORT_WORD = None  # compiled lazily (re)
+CAD_CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation", "none")
+
+
+def _word_pattern() -> Any:
+    global _REPORT_WORD
+    if _REPORT_WORD is None:
+        import re
+
+        _REPORT_WORD = re.compile(r"[a-z]+(?:['\-][a-z]+)*")
+    return _REPORT_WORD
+
+
+def report_tokens(text: str, stop_words: Any = REPORT_STOP_WORDS) -> list[str]:
+    """Lowercase word tokens (letters, inner hyphens/apostrophes kept) without ``stop_words`` (None: keep all).
+
+    >>> report_tokens("No focal consolidation. The x-ray is NORMAL.")
+    ['focal', 'consolidation', 'x-ray', 'normal']
+    """
+    toks = _word_pattern().findall(text.lower())
+    if stop_words:
+        toks = [t for t in toks if t not in stop_words]
+    return toks
+
+
+def report_count_matrices(*corpora: Any, stop_words: Any = REPORT_STOP_WORDS) -> tuple[list[Any], list[str]]:
+    """Sparse report x word count matrices (CSR, int64), one per corpus, over their shared vocabulary.
+
+    The vocabulary is the union of the corpora's words after stop-word removal, sorted. Every later statistic
+    (CAD, WAE, their bootstrap and permutation null) works on these counts: nothing is tokenised twice.
+
+    >>> (A, B), vocab = report_count_matrices(["effusion effusion"], ["no effusion", "mastectomy"])
+    >>> vocab, A.toarray().tolist(), B.toarray().tolist()
+    (['effusion', 'mastectomy'], [[2, 0]], [[1, 0], [0, 1]])
+    """
+    from scipy import sparse
+
+    index: dict[str, int] = {}
+    parts = []
+    for texts in corpora:
+        ids: list[int] = []
+        lens: list[int] = []
+        for t in texts:
+            toks = report_tokens(t, stop_words)
+            ids.extend(index.setdefault(w, len(index)) for w in toks)
+            lens.append(len(toks))
+        parts.append((np.asarray(ids, dtype=np.int64), np.asarray(lens, dtype=np.int64)))
+    vocab_unsorted = list(index)
+    order = np.argsort(np.asarray(vocab_unsorted, dtype=object)) if vocab_unsorted else np.zeros(0, np.int64)
+    rank = np.empty(len(vocab_unsorted), dtype=np.int64)
+    rank[order] = np.arange(len(vocab_unsorted))
+    V = len(vocab_unsorted)
+    mats = []
+    for ids, lens in parts:
+        rows = np.repeat(np.arange(lens.shape[0]), lens)
+        m = sparse.coo_matrix((np.ones(ids.shape[0], np.int64), (rows, rank[ids] if V else ids)),
+                              shape=(lens.shape[0], V)).tocsr()
+        m.sum_duplicates()
+        mats.append(m)
+    return mats, [vocab_unsorted[i] for i in order]
+
+
+def word_association(c_f: Any, c_m: Any, alpha: float = 0.1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dirichlet-smoothed log ratio s, its delta-method variance and z (paper 002, Sec. 2.1), along the last axis.
+
+    p_g(w) = (c_g(w) + alpha) / (N_g + alpha V), s = log p_F / p_M, Var[s] = 1/(c_F + alpha) + 1/(c_M + alpha),
+    z = s / sqrt(Var). N_g = sum of c_g over the vocabulary; V = the last axis' length. Rows of a 2-D input are
+    separate corpora (resamples).
+
+    >>> s, var, z = word_association([3, 1], [1, 1], alpha=1.0)   # N_F = 4, N_M = 2, V = 2
+    >>> bool(np.isclose(s[0], np.log((4 / 6) / (2 / 4)))), bool(np.isclose(var[0], 1 / 4 + 1 / 2))
+    (True, True)
+    """
+    cf = np.asarray(c_f, dtype=np.float64)
+    cm = np.asarray(c_m, dtype=np.float64)
+    if cf.shape != cm.shape:
+        raise ValueError(f"c_f and c_m must have the same shape, got {cf.shape} and {cm.shape}")
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0, got {alpha!r}")
+    V = cf.shape[-1]
+    tf = cf + alpha
+    tm = cm + alpha
+    nf = cf.sum(axis=-1, keepdims=True) + alpha * V
+    nm = cm.sum(axis=-1, keepdims=True) + alpha * V
+    s = np.log(tf / nf) - np.log(tm / nm)
+    var = 1.0 / tf + 1.0 / tm
+    return s, var, s / np.sqrt(var)
+
+
+def cad_category(z_ref: Any, z_pred: Any, z_neutral: float = 1.0, z_strong: float = 2.0) -> np.ndarray:
+    """CAD category of each word (DESIGN.md; paper 002 Sec. 2.1.2), four disjoint rules, ``none`` otherwise:
+
+    erasure |z_ref| > z_strong and |z_pred| < z_neutral; new_bias |z_ref| < z_neutral and |z_pred| >= z_neutral;
+    bias_flip sign(z_ref) != sign(z_pred), both |z| >= z_neutral; preservation same sign, both |z| >= z_neutral.
+
+    >>> cad_category([3.0, 0.2, 1.5, -1.5, 1.5], [0.5, -1.2, -1.1, -2.0, 0.3]).tolist()
+    ['erasure', 'new_bias', 'bias_flip', 'preservation', 'none']
+    """
+    zr = np.asarray(z_ref, dtype=np.float64)
+    zp = np.asarray(z_pred, dtype=np.float64)
+    ar, ap = np.abs(zr), np.abs(zp)
+    both = (ar >= z_neutral) & (ap >= z_neutral)
+    out = np.full(zr.shape, "none", dtype=object)
+    out[both & (np.sign(zr) == np.sign(zp))] = "preservation"
+    out[both & (np.sign(zr) != np.sign(zp))] = "bias_flip"
+    out[(ar < z_neutral) & (ap >= z_neutral)] = "new_bias"
+    out[(ar > z_strong) & (ap < z_neutral)] = "erasure"
+    return out
+
+
+def cad(c_ref_f: Any, c_ref_m: Any, c_pred_f: Any, c_pred_m: Any, alpha: float = 0.1, p_star: float = 0.05,
+        z_neutral: float = 1.0, z_strong: float = 2.0) -> dict[str, np.ndarray]:
+    """Clinical Association Displacement per word from per-group word counts of the reference and predictions.
+
+    Returns s_ref, z_ref, s_pred, z_pred, z_disp = (s_pred - s_ref) / sqrt(Var_pred + Var_ref), its two-sided
+    normal p, the BH-adjusted q, ``category_ungated`` (:func:`cad_category`) and ``category`` (``stable`` where
+    q >= p_star, else the ungated category). A word never written in the predictions has Var_pred = 2/alpha, so
+    its |z_disp| stays below about 0.9 at alpha = 0.1 and the gate can never flag its erasure: report both.
+
+    >>> out = cad([30, 5, 5], [2, 5, 5], [5, 5, 5], [5, 5, 5], alpha=0.1)
+    >>> out["category_ungated"].tolist(), bool(out["z_ref"][0] > 2)
+    (['erasure', 'none', 'none'], True)
+    """
+    s_r, v_r, z_r = word_association(c_ref_f, c_ref_m, alpha)
+    s_p, v_p, z_p = word_association(c_pred_f, c_pred_m, alpha)
+    zd = (s_p - s_r) / np.sqrt(v_p + v_r)
+    p = 2.0 * _sstats.norm.sf(np.abs(zd))
+    q = benjamini_hochberg(p) if p.ndim == 1 else np.full(p.shape, np.nan)
+    ungated = cad_category(z_r, z_p, z_neutral, z_strong)
+    gated = ungated.copy()
+    gated[~(q < p_star)] = "stable"
+    return {"s_ref": s_r, "z_ref": z_r, "var_ref": v_r, "s_pred": s_p, "z_pred": z_p, "var_pred": v_p,
+            "z_disp": zd, "p": p, "q": q, "category": gated, "category_ungated": ungated}
+
+
+def wae(z_disp: Any, weights: Any, mask: Any = None) -> np.ndarray | float:
+    """Weighted Association Erasure sum(w z_disp^2) / sum(w) along the last axis, over ``mask`` (all words if None).
+
+    nan where the weights sum to zero.
+
+    >>> wae([1.0, 2.0, 3.0], [1, 1, 2])          # (1 + 4 + 18) / 4
+    5.75
+    >>> wae([1.0, 2.0, 3.0], [1, 1, 2], mask=[True, True, False])
+    2.5
+    """
+    zd = np.asarray(z_disp, dtype=np.float64)
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), zd.shape)
+    if mask is not None:
+        w = np.where(np.asarray(mask, dtype=bool), w, 0.0)
+    num = (w * zd * zd).sum(axis=-1)
+    den = w.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
+def wae_table(c_ref_f: Any, c_ref_m: Any, c_pred_f: Any, c_pred_m: Any, alpha: float = 0.1) -> dict[str, Any]:
+    """WAE_pred and WAE_ref for all words and per group (F: z_ref > 0, M: z_ref < 0) and their deltas F - M.
+
+    Keys ``pred_all, pred_F, pred_M, pred_delta, ref_all, ref_F, ref_M, ref_delta``; each value a float, or an
+    array when the counts carry a leading resample axis.
+
+    >>> t = wae_table([30, 5, 5], [2, 5, 5], [5, 5, 5], [5, 5, 5])
+    >>> round(t["pred_delta"], 6) == round(t["pred_F"] - t["pred_M"], 6)
+    True
+    """
+    cfr, cmr = np.asarray(c_ref_f, np.float64), np.asarray(c_ref_m, np.float64)
+    cfp, cmp_ = np.asarray(c_pred_f, np.float64), np.asarray(c_pred_m, np.float64)
+    s_r, v_r, z_r = word_association(cfr, cmr, alpha)
+    s_p, v_p, _ = word_association(cfp, cmp_, alpha)
+    zd = (s_p - s_r) / np.sqrt(v_p + v_r)
+    out: dict[str, Any] = {}
+    for name, w in (("pred", cfp + cmp_), ("ref", cfr + cmr)):
+        out[f"{name}_all"] = wae(zd, w)
+        out[f"{name}_F"] = wae(zd, w, z_r > 0)
+        out[f"{name}_M"] = wae(zd, w, z_r < 0)
+        out[f"{name}_delta"] = out[f"{name}_F"] - out[f"{name}_M"]
+    return out
+
+
+def _unique_rows(C: Any) -> tuple[Any, np.ndarray]:
+    """Distinct rows of a CSR matrix and each row's index among them (template-collapsed corpora shrink a lot)."""
+    C = C.tocsr()
+    C.sort_indices()
+    keys: dict[bytes, int] = {}
+    inv = np.empty(C.shape[0], dtype=np.int64)
+    ip, ix, dt = C.indptr, C.indices, C.data
+    first: list[int] = []
+    for i in range(C.shape[0]):
+        a, b = ip[i], ip[i + 1]
+        k = ix[a:b].tobytes() + b"|" + dt[a:b].tobytes()
+        j = keys.get(k)
+        if j is None:
+            j = keys[k] = len(first)
+            first.append(i)
+        inv[i] = j
+    return C[np.asarray(first, dtype=np.int64)], inv
+
+
+def corpus_resample_wae(ref_counts: Any, ref_female: Any, pred_counts: Any, pred_female: Any, B: int = 1000,
+                        n_perm: int = 1000, seed: int = 0, alpha: float = 0.1,
+                        workers: int | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Percentile-bootstrap and label-permutation draws of every :func:`wae_table` statistic, from counts only.
+
+    ``*_counts`` are report x word count matrices (:func:`report_count_matrices`), ``*_female`` boolean arrays
+    (True = F, False = M). Bootstrap: in each corpus the reports of each group are resampled with replacement
+    (group sizes kept), as per-report multiplicities (n uniform draws, bincount), so a resample's word counts
+    are one sparse product W @ C. Permutation null: the F/M labels are shuffled within each corpus (group
+    sizes kept) and the same statistics recomputed. Identical reports are merged first, so a template-collapsed
+    corpus costs almost nothing. Blocks of 500 draws come from ``SeedSequence(seed)`` children (bootstrap) and
+    ``SeedSequence(seed + 1)`` children (permutation): the same result for any ``workers``.
+
+    Returns ``{"bootstrap": {key: (B,)}, "permutation": {key: (n_perm,)}}`` with :func:`wae_table` keys.
+    """
+    B = _check_B(B)
+    n_perm = _check_B(n_perm, "n_perm")
+    corp = []
+    for name, C, fem in (("reference", ref_counts, ref_female), ("predictions", pred_counts, pred_female)):
+        fem = np.asarray(fem, dtype=bool)
+        if fem.shape[0] != C.shape[0]:
+            raise ValueError(f"{name}: {C.shape[0]} reports but {fem.shape[0]} group labels")
+        U, inv = _unique_rows(C)
+        corp.append((U.T.tocsr().astype(np.float64), inv, np.flatnonzero(fem), np.flatnonzero(~fem),
+                     U.shape[0], np.asarray(C.sum(axis=0), np.float64).ravel()))
+    V = ref_counts.shape[1]
+    keys = list(wae_table(np.zeros(V), np.zeros(V), np.zeros(V), np.zeros(V), alpha))
+    boot = {k: np.full(B, np.nan) for k in keys}
+    perm = {k: np.full(n_perm, np.nan) for k in keys}
+    sub = 64  # resamples per sparse product: bounds the dense multiplicity block
+
+    def counts_boot(c: tuple, lo: int, hi: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        UT, inv, iF, iM, k, _ = c
+        out = []
+        for idx in (iF, iM):
+            n = idx.shape[0]
+            if n == 0:
+                out.append(np.zeros((hi - lo, V)))
+                continue
+            d = inv[idx][rng.integers(0, n, size=(hi - lo, n))]
+            d += (np.arange(hi - lo) * k)[:, None]
+            W = np.bincount(d.ravel(), minlength=(hi - lo) * k).reshape(hi - lo, k).astype(np.float64)
+            out.append(np.asarray(UT @ W.T).T)
+        return out[0], out[1]
+
+    def counts_perm(c: tuple, lo: int, hi: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        UT, inv, iF, _, k, total = c
+        n = inv.shape[0]
+        lab = np.zeros((hi - lo, n), dtype=bool)
+        lab[:, : iF.shape[0]] = True
+        lab = rng.permuted(lab, axis=1)
+        d = np.where(lab, inv[None, :] + (np.arange(hi - lo) * k)[:, None], -1).ravel()
+        d = d[d >= 0]
+        W = np.bincount(d, minlength=(hi - lo) * k).reshape(hi - lo, k).astype(np.float64)
+        cf = np.asarray(UT @ W.T).T
+        return cf, total[None, :] - cf
+
+    def make_fill(dest: dict[str, np.ndarray], draw: Callable) -> Callable[[int, int, np.random.Generator], None]:
+        def fill(lo: int, hi: int, rng: np.random.Generator) -> None:
+            for a in range(lo, hi, sub):
+                b = min(hi, a + sub)
+                rf, rm = draw(corp[0], a, b, rng)
+                pf, pm = draw(corp[1], a, b, rng)
+                t = wae_table(rf, rm, pf, pm, alpha)
+                for k_ in keys:
+                    dest[k_][a:b] = t[k_]
+        return fill
+
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        _run_blocks(B, seed, make_fill(boot, counts_boot), workers)
+        _run_blocks(n_perm, seed + 1, make_fill(perm, counts_perm), workers)
+    return {"bootstrap": boot, "permutation": perm}
+
+
+def permutation_p_upper(observed: float, null: Any) -> float:
+    """One-sided permutation p = (1 + #{null >= observed}) / (1 + n), nan draws dropped.
+
+    >>> permutation_p_upper(2.0, [0.5, 1.0, 2.0, 3.0])
+    0.6
+    """
+    x = np.asarray(null, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.shape[0] == 0 or math.isnan(observed):
+        return _NAN
+    return float((1 + np.count_nonzero(x >= observed)) / (1 + x.shape[0]))
+
+
+def permutation_p_two_sided(observed: float, null: Any) -> float:
+    """Two-sided permutation p = (1 + #{|null| >= |observed|}) / (1 + n), nan draws dropped.
+
+    >>> permutation_p_two_sided(-2.0, [0.5, -1.0, 2.0, -3.0])
+    0.6
+    """
+    x = np.asarray(null, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    if x.shape[0] == 0 or math.isnan(observed):
+        return _NAN
+    return float((1 + np.count_nonzero(np.abs(x) >= abs(observed))) / (1 + x.shape[0]))
+
+
+def template_diversity(texts: Any) -> float:
+    """Share of unique reports (after lowercasing and collapsing whitespace); nan for an empty corpus.
+
+    >>> template_diversity(["No acute disease.", "no  acute disease.", "Small effusion."])
+    0.6666666666666666
+    """
+    norm = [" ".join(str(t).lower().split()) for t in texts]
+    return len(set(norm)) / len(norm) if norm else _NAN
+
+
+def type_token_ratio(texts: Any) -> float:
+    """Corpus type-token ratio: distinct word tokens / all word tokens (lowercase, stop words kept).
+
+    >>> type_token_ratio(["the heart is normal", "the lungs are clear"])   # 7 types / 8 tokens
+    0.875
+    """
+    toks = [w for t in texts for w in report_tokens(str(t), None)]
+    return len(set(toks)) / len(toks) if toks else _NAN
+
+
+def _sample_indices(n: int, max_n: int | None, seed: int) -> np.ndarray:
+    if max_n is None or n <= max_n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=max_n, replace=False))
+
+
+def self_bleu(texts: Any, max_n: int | None = 1000, seed: int = 0) -> float:
+    """Self-BLEU (Zhu et al. 2018): mean sentence BLEU of each report against all the others as references, as a
+    fraction; identical to sacrebleu's ``BLEU(effective_order=True).sentence_score(h, others)`` per report (13a
+    tokens, exponential smoothing, closest reference length), but each report's n-grams are extracted once and
+    the clip count "max over the others" comes from each n-gram's two largest counts. Above ``max_n`` reports a
+    seeded sample of ``max_n`` is used. nan below two reports. ``1 - self_bleu`` is the diversity reported.
+
+    >>> round(self_bleu(["no acute disease", "no acute disease"]), 6)
+    1.0
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.metrics.helpers import extract_all_word_ngrams
+
+    t = [str(x) for x in texts]
+    idx = _sample_indices(len(t), max_n, seed)
+    n = int(idx.shape[0])
+    if n < 2:
+        return _NAN
+    bleu = BLEU(effective_order=True)
+    grams = []
+    lens = np.empty(n, dtype=np.int64)
+    top: dict[Any, list[int]] = {}  # ngram -> [max count, its owner, second max count]
+    for j, i in enumerate(idx):
+        g, L = extract_all_word_ngrams(bleu._preprocess_segment(t[i]), 1, bleu.max_ngram_order)
+        grams.append(g)
+        lens[j] = L
+        for k, c in g.items():
+            e = top.get(k)
+            if e is None:
+                top[k] = [c, j, 0]
+            elif c > e[0]:
+                e[2], e[0], e[1] = e[0], c, j
+            elif c > e[2]:
+                e[2] = c
+    order_ = bleu.max_ngram_order
+    scores = np.empty(n)
+    for j in range(n):
+        others = np.delete(lens, j)
+        diff = np.abs(others - lens[j])
+        best = diff.min()
+        ref_len = int(others[diff == best].min())
+        correct = [0] * order_
+        total = [0] * order_
+        for k, c in grams[j].items():
+            o = len(k) - 1
+            total[o] += c
+            e = top[k]
+            m = e[2] if e[1] == j else e[0]
+            if m:
+                correct[o] += min(c, m)
+        scores[j] = bleu._compute_score_from_stats([int(lens[j]), ref_len] + correct + total).score
+    return float(scores.mean()) / 100.0
+
+
+def semantic_diversity(embeddings: Any, weights: Any = None) -> float:
+    """1 - mean cosine similarity over all pairs of distinct reports, from one embedding row per distinct text
+    and its multiplicity ``weights`` (None: 1 each). With unit rows e_u and S = sum_u m_u e_u, the sum over the
+    n(n-1) ordered pairs is |S|^2 - n, so the cost is linear. nan below two reports.
+
+    >>> round(semantic_diversity([[1.0, 0.0], [0.0, 1.0]], weights=[2, 1]), 6)   # pairs: 1 same, 2 orthogonal
+    0.666667
+    """
+    E = np.asarray(embeddings, dtype=np.float64)
+    if E.ndim != 2:
+        raise ValueError(f"embeddings must be 2-D, got shape {E.shape}")
+    m = np.ones(E.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+    norms = np.linalg.norm(E, axis=1, keepdims=True)
+    E = E / np.where(norms > 0, norms, 1.0)
+    n = float(m.sum())
+    if n < 2:
+        return _NAN
+    S = (m[:, None] * E).sum(axis=0)
+    self_sim = float((m * (E * E).sum(axis=1)).sum())
+    return 1.0 - (float(S @ S) - self_sim) / (n * (n - 1))
+
+
+def corpus_bleu(hypotheses: Any, references: Any) -> float:
+    """Corpus BLEU (sacrebleu defaults: 13a tokens, exponential smoothing) as a fraction; one reference each.
+
+    >>> round(corpus_bleu(["the heart is normal in size"], ["the heart is normal in size"]), 6)
+    1.0
+    """
+    import sacrebleu
+
+    h = [str(x) for x in hypotheses]
+    r = [str(x) for x in references]
+    if len(h) != len(r):
+        raise ValueError(f"{len(h)} hypotheses but {len(r)} references")
+    if not h:
+        return _NAN
+    return float(sacrebleu.corpus_bleu(h, [r], force=True).score) / 100.0
+
+
+def rouge_scores(hypotheses: Any, references: Any) -> dict[str, float]:
+    """Mean ROUGE-1 and ROUGE-L F-measures (rouge-score, Porter stemming) over paired reports.
+
+    >>> rouge_scores(["heart normal"], ["heart size normal"])["rouge1"]   # P 1, R 2/3
+    0.8
+    """
+    from rouge_score import rouge_scorer
+
+    h = [str(x) for x in hypotheses]
+    r = [str(x) for x in references]
+    if len(h) != len(r):
+        raise ValueError(f"{len(h)} hypotheses but {len(r)} references")
+    if not h:
+        return {"rouge1": _NAN, "rougeL": _NAN}
+    sc = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    r1, rl = [], []
+    for a, b in zip(h, r):
+        s = sc.score(b, a)
+        r1.append(s["rouge1"].fmeasure)
+        rl.append(s["rougeL"].fmeasure)
+    return {"rouge1": float(np.mean(r1)), "rougeL": float(np.mean(rl))}
+
+
+def weat(X: Any, Y: Any, A: Any, B: Any) -> tuple[float, float]:
+    """WEAT test statistic S and effect size (Caliskan et al. 2017) from embedding rows (cosine similarity).
+
+    s(w, A, B) = mean_a cos(w, a) - mean_b cos(w, b); S = sum_x s(x) - sum_y s(y);
+    effect size = (mean_x s(x) - mean_y s(y)) / std_{w in X u Y} s(w) (ddof 1). nan when undefined.
+
+    >>> S, es = weat([[1, 0]], [[0, 1]], [[1, 0]], [[0, 1]])   # s(x) = 1, s(y) = -1
+    >>> S, round(es, 6)
+    (2.0, 1.414214)
+    """
+    def unit(M: Any) -> np.ndarray:
+        M = np.atleast_2d(np.asarray(M, dtype=np.float64))
+        nrm = np.linalg.norm(M, axis=1, keepdims=True)
+        return M / np.where(nrm > 0, nrm, 1.0)
+
+    Xu, Yu, Au, Bu = unit(X), unit(Y), unit(A), unit(B)
+    if min(Xu.shape[0], Yu.shape[0], Au.shape[0], Bu.shape[0]) == 0:
+        return _NAN, _NAN
+    sx = (Xu @ Au.T).mean(1) - (Xu @ Bu.T).mean(1)
+    sy = (Yu @ Au.T).mean(1) - (Yu @ Bu.T).mean(1)
+    S = float(sx.sum() - sy.sum())
+    allv = np.concatenate([sx, sy])
+    sd = float(np.std(allv, ddof=1)) if allv.shape[0] > 1 else _NAN
+    es = (float(sx.mean() - sy.mean()) / sd) if sd and not math.isnan(sd) else _NAN
+    return S, es
+
+
+def male_female_token_ratio(lengths: Any, female: Any) -> float:
+    """Disparity ratio of a corpus: mean tokens per male report / mean tokens per female report (nan if a group
+    is empty or female reports are empty). ΔDIR = ratio(predictions) - ratio(reference).
+
+    >>> male_female_token_ratio([10, 20, 30, 10], [True, True, False, False])   # (40/2) / (30/2)
+    1.3333333333333333
+    """
+    L = np.asarray(lengths, dtype=np.float64)
+    f = np.asarray(female, dtype=bool)
+    if not f.any() or f.all():
+        return _NAN
+    mf = L[f].mean()
+    return float(L[~f].mean() / mf) if mf > 0 else _NAN

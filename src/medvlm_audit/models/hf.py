@@ -295,6 +295,16 @@ class HFModel(LocalModel):
                     out[i] = r
         return [r for r in out if r is not None]
 
+    def check_decoding(self, d: Decoding) -> None:
+        """Raise ConfigError before a run for a decoding ``generate`` cannot do (every greedy, beam, temperature,
+        top-p and top-k setting maps to it: num_beams, do_sample = temperature > 0, top_k, top_p, temperature;
+        the seed and sample index seed the RNG of each sampled input)."""
+        if d.num_beams < 1 or d.temperature < 0 or not 0 < d.top_p <= 1 or (d.top_k is not None and d.top_k < 0):
+            raise ConfigError(f"model {self.name!r}: invalid decoding {d.as_dict()}")
+        if d.temperature > 0 and d.num_beams > 1:
+            raise ConfigError(f"model {self.name!r}: beam sampling (num_beams > 1 with temperature > 0) is not a "
+                              "decoding the audit defines")
+
     def _generation_config(self, d: Decoding) -> Any:
         from transformers import GenerationConfig
 

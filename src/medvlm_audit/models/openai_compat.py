@@ -40,7 +40,16 @@ import numpy as np
 from yarl import URL
 
 from medvlm_audit.errors import ConfigError
-from medvlm_audit.models.base import NOT_ASKED, ErrorInfo, ImageData, Modality, Model, ModelInput, Response
+from medvlm_audit.models.base import (
+    NOT_ASKED,
+    Decoding,
+    ErrorInfo,
+    ImageData,
+    Modality,
+    Model,
+    ModelInput,
+    Response,
+)
 from medvlm_audit.models.encoding import data_url_bytes
 
 ApiStyle = Literal["openai", "azure"]
@@ -228,6 +237,7 @@ class OpenAIChatModel(Model):
         encode_in_thread: bool = False,
         image_cache_mb: float = 64.0,
         circuit_breaker: int = 10,
+        server: Literal["auto", "openai", "vllm"] = "auto",
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -266,6 +276,9 @@ class OpenAIChatModel(Model):
         self.extra_body = dict(extra_body or {})
         self.revision = revision
         self.max_tokens_field = max_tokens_field
+        if server not in ("auto", "openai", "vllm"):
+            raise ConfigError(f"model {name!r}: server must be 'auto', 'openai' or 'vllm', got {server!r}")
+        self.server = server
         # URL user info and query values may be credentials: scrubbed from every message
         self._url_secrets = [c for u in urls for c in url_credentials(u)]
         self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u), URL(u)) for u in urls]
@@ -429,6 +442,20 @@ class OpenAIChatModel(Model):
         if self.extra_body:
             body.update(self.extra_body)
         return body
+
+    # -- decoding capabilities ------------------------------------------------------------------------
+    def check_decoding(self, d: Decoding) -> None:
+        """Raise ConfigError before a run when this server cannot honour ``d``: top-k and beam search are vLLM
+        extensions (sent as ``top_k`` and ``use_beam_search``/``best_of``), refused for ``server: openai``.
+        ``server: auto`` sends them as given and leaves the answer to the server."""
+        if self.server != "openai":
+            return
+        if d.top_k is not None and d.top_k > 0:
+            raise ConfigError(f"model {self.name!r}: top_k={d.top_k} needs a vLLM server (set server: vllm); "
+                              "the OpenAI API has no top-k sampling")
+        if d.num_beams > 1:
+            raise ConfigError(f"model {self.name!r}: beam search (num_beams={d.num_beams}) needs a vLLM server "
+                              "(set server: vllm); the OpenAI API has no beam search")
 
     # -- session -------------------------------------------------------------------------------------
     def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:

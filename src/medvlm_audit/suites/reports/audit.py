@@ -1,0 +1,243 @@
+"""``corpus_audit``: CAD per word, WAE with bootstrap intervals and permutation p, diversity, surface metrics and
+baselines for one reference and one prediction corpus (DESIGN.md "Report audit"; paper 002).
+
+Everything association-based works on one sparse report x word count matrix per corpus, built once
+(:func:`medvlm_audit.stats.report_count_matrices`); resamples reweight its rows (counts-based), nothing is
+re-tokenised. Files are written together, atomically:
+
+* ``cad.csv``: word, z_ref, z_pred, z_disp, p, q, category (BH-gated: ``stable`` where q >= p*), category_ungated,
+  s_ref, s_pred and the word's counts per group and corpus;
+* ``wae.csv``: weighting (pred, ref), group (all, F, M, delta = F - M), value, ci_low, ci_high (percentile
+  bootstrap over reports, stratified by group), p_perm (label-permutation null; one-sided for WAE, two-sided for
+  the delta);
+* ``diversity.csv``: one row per corpus with template_diversity, ttr, one_minus_self_bleu, semantic_diversity;
+* ``surface.csv`` (only when predictions pair with reference reports by id): BLEU, ROUGE-1, ROUGE-L;
+* ``baselines.csv``: ΔDIR and WEAT (statistic and effect size) per corpus;
+* ``summary.json``: category counts gated and ungated, parameters, which rule the headline uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit import stats
+from medvlm_audit.atomic import csv_bytes, write_files_atomic
+from medvlm_audit.suites.reports.corpus import Corpus, CorpusError, read_corpus
+
+WEAT_FEMALE = ("woman", "female", "she", "her", "mother", "girl", "lady", "wife")
+WEAT_MALE = ("man", "male", "he", "his", "father", "boy", "gentleman", "husband")
+HEADLINE_RULE = "ungated"  # DESIGN.md: the gate cannot flag erasure of a word the model never writes
+
+
+@dataclass
+class CorpusAudit:
+    cad: pd.DataFrame
+    wae: pd.DataFrame
+    diversity: pd.DataFrame
+    surface: pd.DataFrame | None
+    baselines: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def category_counts(self, gated: bool) -> dict[str, int]:
+        col = "category" if gated else "category_ungated"
+        vc = self.cad[col].value_counts()
+        return {c: int(vc.get(c, 0)) for c in stats.CAD_CATEGORIES}
+
+
+def _as_corpus(x: Corpus | str | Path, what: str) -> Corpus:
+    if isinstance(x, Corpus):
+        return x
+    try:
+        return read_corpus(x)
+    except CorpusError as e:
+        raise CorpusError(f"{what}: {e}") from e
+
+
+def _group_counts(C: Any, female: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    cf = np.asarray(C[np.flatnonzero(female)].sum(axis=0)).ravel().astype(np.int64)
+    cm = np.asarray(C[np.flatnonzero(~female)].sum(axis=0)).ravel().astype(np.int64)
+    return cf, cm
+
+
+def cad_frame(vocab: list[str], cf_r: np.ndarray, cm_r: np.ndarray, cf_p: np.ndarray, cm_p: np.ndarray,
+              alpha: float = 0.1, p_star: float = 0.05) -> pd.DataFrame:
+    """One CAD row per vocabulary word (sorted by |z_disp|, largest first)."""
+    out = stats.cad(cf_r, cm_r, cf_p, cm_p, alpha=alpha, p_star=p_star)
+    df = pd.DataFrame({
+        "word": vocab, "z_ref": out["z_ref"], "z_pred": out["z_pred"], "z_disp": out["z_disp"], "p": out["p"],
+        "q": out["q"], "category": out["category"].astype(str), "category_ungated": out["category_ungated"].astype(str),
+        "s_ref": out["s_ref"], "s_pred": out["s_pred"],
+        "count_ref_F": cf_r, "count_ref_M": cm_r, "count_pred_F": cf_p, "count_pred_M": cm_p,
+    })
+    order = np.lexsort((df["word"].to_numpy(), -np.abs(df["z_disp"].to_numpy())))
+    return df.iloc[order].reset_index(drop=True)
+
+
+def wae_frame(point: dict[str, float], draws: dict[str, dict[str, np.ndarray]], alpha_ci: float = 0.05) -> pd.DataFrame:
+    rows = []
+    for weighting in ("pred", "ref"):
+        for group in ("all", "F", "M", "delta"):
+            key = f"{weighting}_{group}"
+            b = draws["bootstrap"][key]
+            b = b[~np.isnan(b)]
+            lo, hi = stats.percentile_interval(b, alpha_ci) if b.shape[0] else (math.nan, math.nan)
+            null = draws["permutation"][key]
+            p = (stats.permutation_p_two_sided(point[key], null) if group == "delta"
+                 else stats.permutation_p_upper(point[key], null))
+            rows.append({"weighting": weighting, "group": group, "value": float(point[key]), "ci_low": lo,
+                         "ci_high": hi, "p_perm": p, "n_boot": int(b.shape[0]), "n_perm": int(null.shape[0])})
+    return pd.DataFrame(rows)
+
+
+def _semantic(texts: tuple[str, ...], max_texts: int, seed: int) -> tuple[float, str]:
+    from medvlm_audit.suites.reports import embeddings
+
+    why = embeddings.unavailable_reason()
+    if why is not None:
+        return math.nan, why
+    norm = [" ".join(t.split()) for t in texts]
+    uniq, counts = np.unique(np.asarray(norm, dtype=object), return_counts=True)
+    note = f"{embeddings.BACKBONE}; {len(uniq)} distinct reports"
+    if len(uniq) > max_texts:  # a seeded sample of reports (its distinct texts carry their multiplicity)
+        idx = np.random.default_rng(seed).choice(len(norm), size=max_texts, replace=False)
+        uniq, counts = np.unique(np.asarray([norm[i] for i in idx], dtype=object), return_counts=True)
+        note += f"; seeded sample of {max_texts} reports"
+    E = embeddings.embed([str(u) for u in uniq])
+    return stats.semantic_diversity(E, counts), note
+
+
+def diversity_row(name: str, corpus: Corpus, vocab_size: int, semantic: bool, self_bleu_max: int,
+                  semantic_max: int, seed: int) -> dict[str, Any]:
+    sb = stats.self_bleu(corpus.texts, max_n=self_bleu_max, seed=seed)
+    sem, note = _semantic(corpus.texts, semantic_max, seed) if semantic else (math.nan, "not computed (semantic=False)")
+    return {"corpus": name, "n_reports": len(corpus), "template_diversity": stats.template_diversity(corpus.texts),
+            "ttr": stats.type_token_ratio(corpus.texts), "one_minus_self_bleu": max(0.0, 1.0 - sb),
+            "semantic_diversity": sem, "vocabulary_size": vocab_size,
+            "self_bleu_sample": min(len(corpus), self_bleu_max), "semantic_note": note}
+
+
+def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None = 1000,
+                  seed: int = 0) -> pd.DataFrame | None:
+    """Corpus BLEU and mean ROUGE-1 / ROUGE-L of each prediction against the reference report with the same id
+    (None if no id pairs up), on a seeded sample of ``max_pairs`` pairs when there are more (sacrebleu and
+    rouge-score cost about 2.5 ms a pair; None: every pair)."""
+    ref = {}
+    for i, t in zip(reference.ids, reference.texts):
+        ref.setdefault(i, t)
+    pairs = [(t, ref[i]) for i, t in zip(predictions.ids, predictions.texts) if i in ref]
+    if not pairs:
+        return None
+    n_all = len(pairs)
+    pairs = [pairs[i] for i in stats._sample_indices(n_all, max_pairs, seed)]
+    hyp, refs = [p[0] for p in pairs], [p[1] for p in pairs]
+    rouge = stats.rouge_scores(hyp, refs)
+    return pd.DataFrame([{"n_pairs": n_all, "n_scored": len(pairs), "bleu": stats.corpus_bleu(hyp, refs), "rouge1": rouge["rouge1"],
+                          "rougeL": rouge["rougeL"]}])
+
+
+def _weat_for(z: np.ndarray, vocab: list[str], k: int = 8) -> tuple[float, float, str]:
+    from medvlm_audit.suites.reports import embeddings
+
+    why = embeddings.unavailable_reason()
+    if why is not None:
+        return math.nan, math.nan, why
+    order = np.argsort(z)
+    X = [vocab[i] for i in order[::-1][:k] if z[i] > 2]
+    Y = [vocab[i] for i in order[:k] if z[i] < -2]
+    if not X or not Y:
+        return math.nan, math.nan, "no word with |z| > 2 in one of the groups"
+    E = embeddings.embed(X + Y + list(WEAT_FEMALE) + list(WEAT_MALE))
+    nx, ny, nf = len(X), len(Y), len(WEAT_FEMALE)
+    S, es = stats.weat(E[:nx], E[nx:nx + ny], E[nx + ny:nx + ny + nf], E[nx + ny + nf:])
+    return S, es, f"targets: top {k} words with z > 2 (F) and z < -2 (M); attributes: gendered words; {embeddings.BACKBONE}"
+
+
+def baselines_frame(C_ref: Any, fr: np.ndarray, C_pred: Any, fp: np.ndarray, cadf: pd.DataFrame,
+                    weat_on: bool) -> pd.DataFrame:
+    lr = np.asarray(C_ref.sum(axis=1)).ravel()
+    lp = np.asarray(C_pred.sum(axis=1)).ravel()
+    d_ref = stats.male_female_token_ratio(lr, fr)
+    d_pred = stats.male_female_token_ratio(lp, fp)
+    rows = [{"metric": "dir", "corpus": "reference", "value": d_ref, "note": "mean tokens per M report / per F report"},
+            {"metric": "dir", "corpus": "predictions", "value": d_pred, "note": "mean tokens per M report / per F report"},
+            {"metric": "delta_dir", "corpus": "predictions", "value": d_pred - d_ref, "note": "DIR(pred) - DIR(ref)"}]
+    if weat_on:
+        vocab = cadf["word"].tolist()
+        for name, zcol in (("reference", "z_ref"), ("predictions", "z_pred")):
+            S, es, note = _weat_for(cadf[zcol].to_numpy(), vocab)
+            rows.append({"metric": "weat_s", "corpus": name, "value": S, "note": note})
+            rows.append({"metric": "weat_es", "corpus": name, "value": es, "note": note})
+    return pd.DataFrame(rows)
+
+
+def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Path, out_dir: str | Path | None = None,
+                 B: int = 1000, n_perm: int = 1000, seed: int = 0, alpha: float = 0.1, p_star: float = 0.05,
+                 semantic: bool | str = "auto", self_bleu_max: int = 1000, semantic_max: int = 500,
+                 surface_max: int | None = 1000, workers: int | None = None) -> CorpusAudit:
+    """Audit ``predictions`` against ``reference`` (Corpus objects or JSONL paths); write the files to ``out_dir``.
+
+    ``semantic``: "auto" computes semantic diversity and WEAT when the ``reports`` extra is installed; True
+    requires it; False skips both (nan with a note). Self-BLEU uses a seeded sample of ``self_bleu_max`` reports,
+    semantic diversity at most ``semantic_max`` and the paired surface metrics at most ``surface_max`` id pairs
+    (their costs are quadratic, per embedding and per pair; None lifts a cap).
+    """
+    ref = _as_corpus(reference, "reference")
+    pred = _as_corpus(predictions, "predictions")
+    if semantic is True:
+        from medvlm_audit.suites.reports import embeddings
+
+        why = embeddings.unavailable_reason()
+        if why is not None:
+            raise CorpusError(f"semantic diversity was required but {why}")
+    sem_on = semantic is True or (semantic == "auto")
+    (C_ref, C_pred), vocab = stats.report_count_matrices(ref.texts, pred.texts)
+    if not vocab:
+        raise CorpusError(f"{ref.source} and {pred.source}: no word left after stop-word removal")
+    fr, fp = ref.female, pred.female
+    cf_r, cm_r = _group_counts(C_ref, fr)
+    cf_p, cm_p = _group_counts(C_pred, fp)
+    cadf = cad_frame(vocab, cf_r, cm_r, cf_p, cm_p, alpha, p_star)
+    point = stats.wae_table(cf_r, cm_r, cf_p, cm_p, alpha)
+    draws = stats.corpus_resample_wae(C_ref, fr, C_pred, fp, B=B, n_perm=n_perm, seed=seed, alpha=alpha,
+                                      workers=workers)
+    waef = wae_frame(point, draws)
+    used_ref = int((np.asarray(C_ref.sum(axis=0)).ravel() > 0).sum())
+    used_pred = int((np.asarray(C_pred.sum(axis=0)).ravel() > 0).sum())
+    div = pd.DataFrame([
+        diversity_row("reference", ref, used_ref, sem_on, self_bleu_max, semantic_max, seed),
+        diversity_row("predictions", pred, used_pred, sem_on, self_bleu_max, semantic_max, seed),
+    ])
+    surf = surface_frame(ref, pred, surface_max, seed)
+    base = baselines_frame(C_ref, fr, C_pred, fp, cadf, sem_on)
+    res = CorpusAudit(cadf, waef, div, surf, base)
+    res.summary = {
+        "reference": {"source": ref.source, "n": len(ref), **ref.counts()},
+        "predictions": {"source": pred.source, "n": len(pred), **pred.counts()},
+        "vocabulary": len(vocab), "alpha": alpha, "p_star": p_star, "z_neutral": 1.0, "z_strong": 2.0,
+        "B": B, "n_perm": n_perm, "seed": seed,
+        "categories_gated": res.category_counts(True) | {"stable": int((cadf["category"] == "stable").sum())},
+        "categories_ungated": res.category_counts(False),
+        "headline_rule": HEADLINE_RULE,
+        "headline_note": ("erasure counts use the ungated rule: a word the model never writes has "
+                          "|z_disp| < ~0.9 at alpha = 0.1, so the BH gate cannot flag its erasure"),
+        "stop_words": "NLTK English list (stats.REPORT_STOP_WORDS)",
+    }
+    if out_dir is not None:
+        write_audit(res, out_dir)
+    return res
+
+
+def write_audit(res: CorpusAudit, out_dir: str | Path) -> None:
+    payloads = [("cad.csv", csv_bytes(res.cad)), ("wae.csv", csv_bytes(res.wae)),
+                ("diversity.csv", csv_bytes(res.diversity)), ("baselines.csv", csv_bytes(res.baselines)),
+                ("summary.json", (json.dumps(res.summary, indent=2, default=float) + "\n").encode())]
+    if res.surface is not None:
+        payloads.append(("surface.csv", csv_bytes(res.surface)))
+    write_files_atomic(Path(out_dir), payloads)
