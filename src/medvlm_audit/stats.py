@@ -1486,9 +1486,13 @@ def z_consensus(ratings: Any, mask: Any = None) -> tuple[np.ndarray, np.ndarray]
 def _tie_pairs(values: np.ndarray, W: np.ndarray) -> np.ndarray:
     """Sum over groups of equal values of c(c - 1)/2, c the summed weights in the group; one per row of W."""
     _, inv = np.unique(values, return_inverse=True)
-    G = np.zeros((values.shape[0], int(inv.max()) + 1))
-    G[np.arange(values.shape[0]), inv.reshape(-1)] = 1.0
-    C = W @ G
+    inv = inv.reshape(-1)
+    g = int(inv.max()) + 1
+    if g == values.shape[0]:
+        return 0.5 * ((W * W) - W).sum(axis=1)  # no tied values: only copies of one item tie
+    C = np.zeros((W.shape[0], g))
+    for k in range(g):
+        C[:, k] = W[:, inv == k].sum(axis=1)
     return 0.5 * (C * C - C).sum(axis=1)
 
 
@@ -1521,8 +1525,9 @@ def weighted_kendall_tau_b(x: Any, y: Any, weights: Any) -> np.ndarray:
     if Y.ndim == 1:
         if np.isnan(Y).any():
             raise ValueError("y holds nan")
-        M = SX * np.sign(Y[:, None] - Y[None, :])
-        S = 0.5 * ((W @ M) * W).sum(axis=1)
+        M = (SX * np.sign(Y[:, None] - Y[None, :])).astype(np.float32)
+        W32 = W.astype(np.float32)
+        S = 0.5 * ((W32 @ M) * W32).sum(axis=1, dtype=np.float64)
         n2 = _tie_pairs(Y, W)
     else:
         return kendall_tau_b_rows(xv[None, :], Y, W[None, :, :])[0]
@@ -1574,8 +1579,21 @@ def kendall_tau_b_rows(xs: Any, Y: Any, weights: Any, chunk_bytes: int = 64 * 2*
     S = np.empty((C, R))
     n2 = np.empty((C, R))
     levels = np.unique(X)
-    L = levels.shape[0]
     step = max(1, chunk_bytes // max(1, 8 * n * n))
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        _tau_rows_fill(X, SX, Yf, W, levels, S, n2, step)
+    den = (n0 - n1) * (n0 - n2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, S / np.sqrt(np.where(den > 0, den, 1.0)), np.nan)
+
+def _tau_rows_fill(X: np.ndarray, SX: np.ndarray, Yf: np.ndarray, W: np.ndarray, levels: np.ndarray,
+                   S: np.ndarray, n2: np.ndarray, step: int) -> None:
+    """Fill S (pairs' sign products) and n2 (pairs tied in y) of :func:`kendall_tau_b_rows`, chunked over R."""
+    C, n = X.shape
+    R = Yf.shape[0]
+    L = levels.shape[0]
     for a in range(0, R, step):
         b = min(R, a + step)
         D = Yf[a:b, :, None] - Yf[a:b, None, :]
@@ -1595,17 +1613,14 @@ def kendall_tau_b_rows(xs: Any, Y: Any, weights: Any, chunk_bytes: int = 64 * 2*
             for c in range(C):
                 Wc = Wt[:, :, c]
                 S[c, a:b] = 0.5 * np.einsum("ri,ri->r", np.matmul(SY * SX[c][None], Wc[:, :, None])[:, :, 0], Wc)
-    den = (n0 - n1) * (n0 - n2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, S / np.sqrt(np.where(den > 0, den, 1.0)), np.nan)
 
 
 def kendall_tau_b_bootstrap(x: Any, y: Any, B: int = 10_000, seed: int = 0,
                             alpha: float = 0.05) -> TauEstimate:
     """Kendall's tau-b (scipy, variant b) with a percentile bootstrap interval over items.
 
-    The items are resampled with replacement (multinomial multiplicities from ``default_rng(seed)``, the
-    same distribution as index resampling), tau_b of each resample by :func:`weighted_kendall_tau_b`;
+    The items are resampled with replacement (``default_rng(seed).integers(0, n, (B, n))`` index draws,
+    counted into per-item multiplicities), tau_b of each resample by :func:`weighted_kendall_tau_b`;
     resamples where a variable is constant are left out of the interval (said in ``note``); ``p`` is
     scipy's two-sided p of the point estimate.
 
@@ -1625,10 +1640,14 @@ def kendall_tau_b_bootstrap(x: Any, y: Any, B: int = 10_000, seed: int = 0,
     rng = np.random.default_rng(seed)
     draws = np.empty(B)
     step = max(1, 2_000_000 // max(1, n))
-    for a in range(0, B, step):
-        b = min(B, a + step)
-        W = rng.multinomial(n, np.full(n, 1.0 / n), size=b - a).astype(np.float64)
-        draws[a:b] = weighted_kendall_tau_b(xv, yv, W)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):  # small products: BLAS threading only slows them down
+        for a in range(0, B, step):
+            b = min(B, a + step)
+            idx = rng.integers(0, n, size=(b - a, n)) + (np.arange(b - a) * n)[:, None]
+            W = np.bincount(idx.ravel(), minlength=(b - a) * n).reshape(b - a, n)
+            draws[a:b] = weighted_kendall_tau_b(xv, yv, W)
     ok = draws[np.isfinite(draws)]
     lo, hi = _percentiles(ok, alpha) if ok.size else (_NAN, _NAN)
     note = "" if ok.size == B else f"{B - ok.size} constant resamples left out"
@@ -1656,7 +1675,7 @@ def leave_one_out_ceiling(ratings: Any, mask: Any = None, B: int = 10_000, seed:
         raise ValueError(f"ratings must be 2-D (items x raters), got shape {R.shape}")
     n, k = R.shape
     M = np.ones(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    out: list[Estimate] = []
+    out: list[TauEstimate] = []
     for r in range(k):
         others = [c for c in range(k) if c != r]
         cons, _ = z_consensus(R[:, others], M)
