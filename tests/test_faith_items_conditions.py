@@ -18,7 +18,13 @@ from medvlm_audit.suites.faithfulness.conditions import (
     plan_answers,
     render_trial_image,
 )
-from medvlm_audit.suites.faithfulness.items import ItemError, load_items, load_taix_parquet, make_item, png_bytes
+from medvlm_audit.suites.faithfulness.items import (
+    ItemError,
+    load_items,
+    load_taix_parquet,
+    make_item,
+    png_bytes,
+)
 from medvlm_audit.suites.faithfulness.prompts import SYSTEM_PROMPT, user_text
 
 CMP_Q = "Which side shows more severe pleural effusion? (right, left, same severity, none)"
@@ -168,4 +174,4 @@ def test_answer_plan_protocol_and_rendered_images(tmp_path):
     assert px.shape == (60, 60, 3) and (px[42:57, 3:21] == 0).all()
     # the recipe's file holds the same pixels
     assert np.array_equal(np.asarray(Image.open(vo.images[0].source)), px)
-    assert set(c.split("@")[0] for c in ALL_CONDITIONS) >= {"baseline", "vo_bb", "sham_hm"}
+    assert {c.split("@")[0] for c in ALL_CONDITIONS} >= {"baseline", "vo_bb", "sham_hm"}

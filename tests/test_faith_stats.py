@@ -21,13 +21,13 @@ def test_z_consensus_masks_restandardise_within_the_subset():
     R = np.array([[1.0, 5], [2, 4], [3, 3], [5, 1]])
     mask = np.array([[True, True, True, False], [False, True, True, True]])
     c, used = stats.z_consensus(R, mask)
-    assert c.shape == (2, 4) and np.isnan(c[0, 3]) and np.isnan(c[1, 0])
+    assert used.all() and c.shape == (2, 4) and np.isnan(c[0, 3]) and np.isnan(c[1, 0])
     for s in range(2):
         m = mask[s]
         z = (R[m] - R[m].mean(axis=0)) / R[m].std(axis=0, ddof=1)
         assert c[s, m] == pytest.approx(z.mean(axis=1))
     # a rater with one kept rating is dropped
-    c1, used1 = stats.z_consensus(np.array([[1.0, 2], [2, np.nan], [3, np.nan]]))
+    _, used1 = stats.z_consensus(np.array([[1.0, 2], [2, np.nan], [3, np.nan]]))
     assert used1.tolist() == [True, False]
 
 

@@ -14,6 +14,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from medvlm_audit import stats
+from medvlm_audit.errors import AuditError
 from medvlm_audit.suites.faithfulness.commands import _parse_judges
 from medvlm_audit.suites.faithfulness.judge import paper_decomposition, released_validator_message
 from medvlm_audit.suites.faithfulness.validate import (
@@ -23,7 +24,6 @@ from medvlm_audit.suites.faithfulness.validate import (
     load_judge,
     stratified_splits,
 )
-from medvlm_audit.errors import AuditError
 
 COTS = [f"<think>\n<step> Finding {i}: the {'left' if i % 2 else 'right'} base is hazy. </step>\n</think>\n"
         f"<answer> {'yes' if i % 3 else 'no'} </answer>" for i in range(8)]
@@ -102,7 +102,7 @@ def test_loaders_map_back_and_reproduce_stored_status(tmp_path):
 def test_judge_validate_tables(tmp_path):
     p = write_release(tmp_path)
     out = tmp_path / "out"
-    res = judge_validate(p["items"], [p["r1"], p["r2"], p["r3"]], {"ja": p["ja"], "jb": p["jb"]},
+    judge_validate(p["items"], [p["r1"], p["r2"], p["r3"]], {"ja": p["ja"], "jb": p["jb"]},
                          validation="paper", splits=5, seed=42, out_dir=out, B=2000)
     for f in ("judge_status.csv", "agreement.csv", "ceiling.csv", "splits.csv", "selection.csv", "summary.json"):
         assert (out / f).exists()
@@ -205,7 +205,7 @@ def test_release_reproduces_validator_status_and_llama_decomposition():
                 for o in e["eval"].values():
                     if not isinstance(o, dict):
                         continue
-                    stored = o["error"] if "error" in o else None
+                    stored = o.get("error")
                     obj = o.get("raw") if "error" in o else o
                     assert released_validator_message(obj, e["cot_with_hint"]) == stored
     jf = load_judge("llama", mab / "llama70v2.json", items, "paper")
@@ -225,3 +225,24 @@ def test_release_reproduces_validator_status_and_llama_decomposition():
     tau = kendalltau(ca["score"].to_numpy(dtype=float)[ok], cons[ok]).statistic
     row = res["agreement"].query("axis == 'ca' and policy == 'strict' and split == 'all'").iloc[0]
     assert row["tau_b"] == pytest.approx(tau)
+
+
+def test_judge_validate_command(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from medvlm_audit.suites.faithfulness.commands import judge_validate_cmd
+
+    p = write_release(tmp_path)
+    app = typer.Typer()
+    app.command("judge-validate")(judge_validate_cmd)
+    app.command("noop")(lambda: None)
+    out = tmp_path / "cli"
+    r = CliRunner().invoke(app, ["judge-validate", "--items", str(p["items"]), "--ratings", str(p["r1"]),
+                                 "--ratings", str(p["r2"]), "--judge", f"ja={p['ja']}", "--validation", "paper",
+                                 "--splits", "3", "--bootstrap", "200", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "tau_b=" in r.output and (out / "agreement.csv").exists()
+    r = CliRunner().invoke(app, ["judge-validate", "--items", str(p["items"]), "--ratings", str(p["r1"]),
+                                 "--judge", "nofile", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "NAME=FILE" in r.output

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from medvlm_audit.suites.faithfulness.analysis import (
@@ -29,7 +28,12 @@ from medvlm_audit.suites.faithfulness.analysis import (
     score_answers,
     score_judgements,
 )
-from medvlm_audit.suites.faithfulness.conditions import ALL_CONDITIONS, FaithOptions, plan_answers, render_trial_image
+from medvlm_audit.suites.faithfulness.conditions import (
+    ALL_CONDITIONS,
+    FaithOptions,
+    plan_answers,
+    render_trial_image,
+)
 from medvlm_audit.suites.faithfulness.items import VQAItem, load_items, load_taix_parquet
 from medvlm_audit.suites.faithfulness.kb import KnowledgeBase, phantom_kb
 

@@ -181,7 +181,7 @@ def merge_scores(scored: pd.DataFrame, judgements: pd.DataFrame | None, *, ca_ju
     df["ca"] = np.nan
     df["tone"] = np.nan
     if judgements is not None and len(judgements):
-        judge = ca_judge or sorted(judgements["judge"].unique())[0]
+        judge = ca_judge or min(judgements["judge"].unique())
         j = judgements[(judgements["judge"] == judge) & (judgements["status"] == "valid")]
         piv = j.pivot_table(index=["model", "case_id", "condition"], columns="axis", values="score", aggfunc="first")
         key = pd.MultiIndex.from_arrays([df["model"], df["case_id"], df["condition"]])
@@ -242,8 +242,8 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                 rows.append(_row(model, "flip_rate", subset, stats.proportion(fl, B=B, seed=seed, wilson_below=30),
                                  "fraction", f"flip vs baseline ({mode} mode)",
                                  note=f"{int(sub['flip'].isna().sum())} unparsed or unpaired", probe_set=probe_set))
-            for part, pm in (("", np.ones(len(sub), bool)), ("|flip", (sub["flip"] == True).to_numpy(dtype=bool)),  # noqa: E712
-                             ("|nonflip", (sub["flip"] == False).to_numpy(dtype=bool))):  # noqa: E712
+            for part, pm in (("", np.ones(len(sub), bool)), ("|flip", (sub["flip"] == True).to_numpy(dtype=bool)),
+                             ("|nonflip", (sub["flip"] == False).to_numpy(dtype=bool))):
                 for metric in ("cf", "ca", "tone", "cc"):
                     v = sub[metric].to_numpy(dtype=float)[pm]
                     v = v[np.isfinite(v)]
@@ -348,12 +348,12 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
 
 def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mode: str,
                     validation: str) -> list[Any]:
-    from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
-
     import matplotlib.pyplot as plt
 
-    parts = [f"<p>Flip rule: <b>{flip_mode}</b> mode; judge quote validation: <b>{validation}</b> mode. "
-             "Scores are normalised (s - 1) / 4; CC is computed item by item.</p>"]
+    from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
+
+    parts = [(f"<p>Flip rule: <b>{flip_mode}</b> mode; judge quote validation: <b>{validation}</b> mode. "
+              "Scores are normalised (s - 1) / 4; CC is computed item by item.</p>")]
     for metric in ("flip_rate", "ca"):
         if (metrics["metric"] == metric).any():
             fig = heatmap_figure(metrics, metric)

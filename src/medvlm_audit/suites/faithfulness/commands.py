@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -22,16 +23,15 @@ def _parse_judges(specs: list[str]) -> dict[str, str]:
 
 
 def judge_validate_cmd(
-    items: Path = typer.Option(..., "--items", help="Items: the release's reader_study_samples.json (or JSONL)."),
-    ratings: list[Path] = typer.Option(..., "--ratings", help="Reader ratings JSONL, one file per rater "
-                                       "(repeat the option)."),
-    judge: list[str] = typer.Option(..., "--judge", help="NAME=FILE judge outputs (release JSON or project "
-                                    "JSONL); repeat for several judges."),
-    validation: str = typer.Option("default", "--validation", help="Quote validation: paper | default."),
-    splits: int = typer.Option(1, "--splits", help="Number of seeded stratified dev/test splits."),
-    seed: int = typer.Option(42, "--seed", help="Seed of the splits."),
-    bootstrap: int = typer.Option(10_000, "--bootstrap", help="Bootstrap resamples (seed 0)."),
-    out: Path = typer.Option(..., "--out", help="Output folder."),
+    items: Annotated[Path, typer.Option("--items", help="Items: the release's reader_study_samples.json (or JSONL).")],
+    ratings: Annotated[list[Path], typer.Option("--ratings", help="Reader ratings JSONL, one file per rater (repeat).")],
+    judge: Annotated[list[str], typer.Option("--judge", help="NAME=FILE judge outputs (release JSON or project "
+                                             "JSONL); repeat for several judges.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    validation: Annotated[str, typer.Option("--validation", help="Quote validation: paper | default.")] = "default",
+    splits: Annotated[int, typer.Option("--splits", help="Number of seeded stratified dev/test splits.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the splits.")] = 42,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples (seed 0).")] = 10_000,
 ) -> None:
     """Validate LLM judges against reader ratings: status counts, Kendall tau_b vs the z-consensus, ceiling."""
     from medvlm_audit.suites.faithfulness.validate import judge_validate

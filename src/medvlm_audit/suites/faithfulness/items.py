@@ -38,8 +38,8 @@ from typing import Any
 import pandas as pd
 
 from medvlm_audit.errors import ProbeSetError
-from medvlm_audit.suites.faithfulness.vocab import normalise_type, vocabulary
 from medvlm_audit.suites.faithfulness.extract import normalise_answer
+from medvlm_audit.suites.faithfulness.vocab import normalise_type, vocabulary
 
 #: the TAIX-Ray finding-grade columns
 TAIX_GRADES: tuple[str, ...] = (
@@ -202,7 +202,7 @@ def load_taix_parquet(paths: str | Path | Sequence[str | Path], image_dir: str |
     for f in files:
         try:
             df = pd.read_parquet(f)
-        except Exception as exc:  # pyarrow raises several types for a bad file
+        except Exception as exc:  # noqa: BLE001  (pyarrow raises several types for a bad file)
             raise ItemError(f"{f}: cannot read parquet ({exc})") from None
         missing = [c for c in TAIX_REQUIRED if c not in df.columns]
         if missing:

@@ -184,7 +184,7 @@ def normalise_text(s: str, mode: ValidationMode = "default") -> str:
 
 def quote_tolerance(L: int) -> int:
     """Levenshtein tolerance for a quote of length L: max(1, floor(0.02 L)) (50 -> 1, 150 -> 3)."""
-    return max(1, int(math.floor(0.02 * L)))
+    return max(1, math.floor(0.02 * L))
 
 
 def levenshtein(a: str, b: str) -> int:
@@ -207,7 +207,7 @@ def levenshtein_within(a: str, b: str, k: int) -> bool:
     if abs(n - m) > k:
         return False
     big = k + 1
-    prev = {j: j for j in range(0, min(m, k) + 1)}
+    prev = {j: j for j in range(min(m, k) + 1)}
     for i in range(1, n + 1):
         lo, hi = max(0, i - k), min(m, i + k)
         cur: dict[int, int] = {}
@@ -219,11 +219,9 @@ def levenshtein_within(a: str, b: str, k: int) -> bool:
             else:
                 v = min(prev.get(j, big) + 1, cur.get(j - 1, big) + 1,
                         prev.get(j - 1, big) + (ca != b[j - 1]))
-            if v > big:
-                v = big
+            v = min(v, big)
             cur[j] = v
-            if v < best:
-                best = v
+            best = min(best, v)
         if best > k:
             return False
         prev = cur

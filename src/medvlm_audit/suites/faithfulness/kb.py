@@ -281,9 +281,8 @@ def match_term(term: Term, cls: list[list[str]], alternates: Sequence[Sequence[s
             cs = set(cl)
             if one_side:
                 (side,) = tuple(p.sides)
-                if side not in cs or (SIDES - {side}) & cs:
-                    if not _find_seq(cl, list(p.seq)):
-                        continue
+                if (side not in cs or (SIDES - {side}) & cs) and not _find_seq(cl, list(p.seq)):
+                    continue
             if p.negative:
                 if _find_seq(cl, list(p.seq)):
                     return TermHit(term.term, True, " ".join(cl))

@@ -97,8 +97,7 @@ def side_regions(question: str) -> dict[str, tuple[str, ...]]:
 def pixel_box(region: Region, height: int, width: int) -> tuple[int, int, int, int]:
     """(x0, y0, x1, y1) pixels by floor, half-open."""
     x0, y0, x1, y1 = region
-    return (int(math.floor(x0 * width)), int(math.floor(y0 * height)), int(math.floor(x1 * width)),
-            int(math.floor(y1 * height)))
+    return (math.floor(x0 * width), math.floor(y0 * height), math.floor(x1 * width), math.floor(y1 * height))
 
 
 def _check(pixels: np.ndarray) -> np.ndarray:

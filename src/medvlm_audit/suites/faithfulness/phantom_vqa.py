@@ -31,12 +31,12 @@ PHANTOM_QUESTIONS: dict[str, str] = {
 # every visual cue of the run (box edges and heatmaps over each side); otherwise the study seed is redrawn.
 # ---------------------------------------------------------------------------------------------------------------
 
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from pathlib import Path
+from typing import Any
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from medvlm_audit.suites.faithfulness.items import VQAItem, save_items, validate_items  # noqa: E402
+from medvlm_audit.suites.faithfulness.items import VQAItem, save_items, validate_items
 
 #: tip position (fraction of the image height) of the drawn endotracheal tube per answer
 ETT_TIPS: dict[str, tuple[float, float]] = {"too high": (0.09, 0.12), "correctly positioned": (0.20, 0.24),
@@ -49,7 +49,7 @@ def draw_tube(px: np.ndarray, centre: float, v0: float, v1: float, value: int = 
 
     out = px.copy()
     h, w = out.shape[:2]
-    for c in (int(round((centre - TUBE_HALF_GAP) * w)), int(round((centre + TUBE_HALF_GAP) * w))):
+    for c in (round((centre - TUBE_HALF_GAP) * w), round((centre + TUBE_HALF_GAP) * w)):
         out[int(v0 * h):int(v1 * h), c] = value
     return out
 
@@ -133,7 +133,7 @@ def build_phantom_vqa(out_dir: str | Path, *, n_items: int = 48, seed: int = 42,
     (``questionable`` severities and ``borderline`` hearts are left out: the phantom draws no equivocal
     finding); each kept study is readable (see the block comment above).
     """
-    from medvlm_audit.phantom.anatomy import encode_png, atomic_write
+    from medvlm_audit.phantom.anatomy import atomic_write, encode_png
     from medvlm_audit.suites.faithfulness.vocab import normalise_type, vocabulary
 
     out = Path(out_dir)

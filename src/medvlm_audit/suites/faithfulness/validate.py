@@ -211,17 +211,17 @@ def load_judge(name: str, path: str | Path, items: pd.DataFrame,
             ev = e["eval"]
             if "error" in ev and not any(k in ev for k in RELEASE_AXIS_KEYS.values()):
                 for axis in AXES:
-                    rows[(i, axis)] = dict(status="transport", score=None, reason=str(ev["error"]), stored=False)
+                    rows[(i, axis)] = {"status": "transport", "score": None, "reason": str(ev["error"]), "stored": False}
                 continue
             for axis, key in RELEASE_AXIS_KEYS.items():
                 o = ev.get(key)
                 if o is None:
-                    rows[(i, axis)] = dict(status="transport", score=None, reason=f"no {key} output", stored=None)
+                    rows[(i, axis)] = {"status": "transport", "score": None, "reason": f"no {key} output", "stored": None}
                     continue
                 stored_ok = not (isinstance(o, dict) and "error" in o and set(o) <= {"error", "raw"})
                 obj = o if stored_ok else o.get("raw")
                 j = validate_judgement(obj, e["cot_with_hint"], validation)
-                rows[(i, axis)] = dict(status=j.status, score=j.score, reason=j.reason, stored=stored_ok)
+                rows[(i, axis)] = {"status": j.status, "score": j.score, "reason": j.reason, "stored": stored_ok}
     else:
         for ln, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -236,12 +236,12 @@ def load_judge(name: str, path: str | Path, items: pd.DataFrame,
             if axis not in AXES:
                 raise JudgeValidationError(f"{p}:{ln}: field 'axis' = {axis!r} (expected one of {AXES})")
             j = judge_text(r.get("response"), cots[idx], validation, transport_error=r.get("error"))
-            rows[(idx, axis)] = dict(status=j.status, score=j.score, reason=j.reason, stored=None)
+            rows[(idx, axis)] = {"status": j.status, "score": j.score, "reason": j.reason, "stored": None}
     out = []
     for i in range(len(items)):
         for axis in AXES:
-            r = rows.get((i, axis), dict(status="transport", score=None, reason="no output for this item",
-                                         stored=None))
+            r = rows.get((i, axis), {"status": "transport", "score": None, "reason": "no output for this item",
+                                     "stored": None})
             out.append({"judge": name, "index": i, "axis": axis, **r})
     return pd.DataFrame(out)
 
