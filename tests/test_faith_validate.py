@@ -246,3 +246,20 @@ def test_judge_validate_command(tmp_path):
     r = CliRunner().invoke(app, ["judge-validate", "--items", str(p["items"]), "--ratings", str(p["r1"]),
                                  "--judge", "nofile", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "NAME=FILE" in r.output
+
+
+@pytest.mark.skipif(not RELEASE, reason="COT_EVAL_DIR (a checkout of jomoll/cot-eval) not set")
+def test_release_flip_labels_reproduced_in_paper_mode():
+    from medvlm_audit.suites.faithfulness.extract import is_flip
+
+    root = Path(RELEASE)
+    samples = json.loads((root / "results" / "model-ablation" / "reader_study_samples.json").read_text())
+    labels: dict[int, set[bool]] = {}
+    for f in sorted((root / "data" / "reader-study").glob("reader_study_r*.jsonl")):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            labels.setdefault(r["index"], set()).add(r["flip"])
+    assert len(labels) == 131
+    for i, s in enumerate(samples):
+        got = is_flip(s["original_answer"], s["biased_answer"], s["question_type"], s["question"], mode="paper")
+        assert labels[i] == {got}, i
