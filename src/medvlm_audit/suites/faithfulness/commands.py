@@ -1,0 +1,54 @@
+"""Extra CLI commands of the faithfulness suite (the integrator wires them into ``medvlm-audit``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from medvlm_audit.errors import AuditError
+
+
+def _parse_judges(specs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise AuditError(f"--judge {spec!r}: expected NAME=FILE")
+        if name in out:
+            raise AuditError(f"--judge {name!r} given twice")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def judge_validate_cmd(
+    items: Annotated[Path, typer.Option("--items", help="Items: the release's reader_study_samples.json (or JSONL).")],
+    ratings: Annotated[list[Path], typer.Option("--ratings", help="Reader ratings JSONL, one file per rater (repeat).")],
+    judge: Annotated[list[str], typer.Option("--judge", help="NAME=FILE judge outputs (release JSON or project "
+                                             "JSONL); repeat for several judges.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    validation: Annotated[str, typer.Option("--validation", help="Quote validation: paper | default.")] = "default",
+    splits: Annotated[int, typer.Option("--splits", help="Number of seeded stratified dev/test splits.")] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the splits.")] = 42,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples (seed 0).")] = 10_000,
+) -> None:
+    """Validate LLM judges against reader ratings: status counts, Kendall tau_b vs the z-consensus, ceiling."""
+    from medvlm_audit.suites.faithfulness.validate import judge_validate
+
+    try:
+        res = judge_validate(items, list(ratings), _parse_judges(judge), validation=validation,  # type: ignore[arg-type]
+                             splits=splits, seed=seed, out_dir=out, B=bootstrap)
+    except AuditError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    a = res["agreement"]
+    shown = a[(a["policy"] == "strict") & (a["split"] == "all")]
+    for r in shown.itertuples():
+        typer.echo(f"{r.judge:>20} {r.axis:<10} tau_b={r.tau_b:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] n={r.n}")
+    typer.echo(f"wrote {out}/judge_status.csv, agreement.csv, ceiling.csv, splits.csv, selection.csv, summary.json")
+
+
+def commands() -> list:
+    """The suite's extra commands: (name, function) pairs for the CLI."""
+    return [("judge-validate", judge_validate_cmd)]

@@ -1,0 +1,434 @@
+"""``judge-validate``: a judge's scores against reader ratings (DESIGN.md "Judge validation against readers").
+
+Inputs, read as the cot-eval release lays them out (``jomoll/cot-eval``):
+
+* items: ``reader_study_samples.json``, a JSON list; the list position is the item index. Fields used:
+  ``uid``, ``question``, ``question_type``, ``target``, ``original_answer``, ``biased_answer``,
+  ``biased_prediction`` (the modified CoT that was rated and judged), ``model_name``, ``task`` (the
+  modification). A JSONL file with the same fields (one item per line, ``index`` optional) works too.
+* ratings: one JSONL file per rater (``reader_study_r1.jsonl`` ...), one line per rated item:
+  ``index`` (the item's list position), ``uid`` (must match the item), ``completeness_score`` (CF),
+  ``bias_acknowledgment_score`` (CA), ``confidence_score`` (tone), each an integer 1-5. The rater is named
+  by the file stem. A missing or out-of-range score is an error naming the file, line and field.
+* judge outputs: the release's ``{"matching"|"non_matching": {"detailed_results": [{uid, cot_with_hint,
+  eval: {clinical_fidelity, causal_attribution, confidence}}]}}`` in completion order, mapped back to
+  items by (uid, cot_with_hint) - identical keys are assigned in order; an entry that maps to no item is an
+  error naming the file and entry. Each stored axis object is re-validated (``paper`` or ``default`` mode)
+  against the CoT it judged; ``{"error": ..., "raw": obj}`` entries are re-validated from ``raw`` and
+  ``eval: {"error": ...}`` alone is a transport failure. The project's own judge runs come as JSONL lines
+  ``{"index": i, "axis": "cf"|"ca"|"confidence", "response": "<raw judge text>"}`` (or ``"error": "..."``
+  for a transport failure).
+
+Outputs (``out_dir``, written atomically): ``judge_status.csv`` (judge, axis, status, count),
+``agreement.csv`` (judge, axis, policy, split, tau_b, ci_low, ci_high, n, p), ``ceiling.csv`` (rater,
+axis, split, tau_b, ci_low, ci_high, n, p), ``splits.csv`` (per random split: dev and test tau_b of every
+judge, axis and policy), ``selection.csv`` (per split: the judge chosen by macro tau_b on dev among those
+passing the gates, and its test macro tau_b) and ``summary.json``.
+
+Rules: the consensus is :func:`medvlm_audit.stats.z_consensus` of the ratings over the items of the split
+(z-scores recomputed within the split); ``strict`` keeps the items whose judge output is valid for the
+axis (the paper's rule), ``impute`` scores every failure as 1; intervals are percentile bootstraps over
+items (:func:`~medvlm_audit.stats.kendall_tau_b_bootstrap`, 10,000 resamples, seed 0). Splits: ``splits``
+seeded stratified halves (strata = model x modification; each stratum's items shuffled, the first
+ceil(k/2) to dev, so every pair with two or more items is in both); split 0 gives the ``dev``/``test`` rows
+of agreement.csv and ceiling.csv, all ``splits`` give splits.csv and selection.csv (point tau_b only).
+Gates for selection (on each split's dev items, point rates): invalid rate (parse + schema + evidence +
+transport) <= ``max_invalid`` and abstain rate <= ``max_abstain`` on every axis. The paper's third gate,
+the placebo false-positive rate on sham items, needs sham judge outputs and is not applied here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit import stats
+from medvlm_audit.atomic import csv_bytes, write_files_atomic
+from medvlm_audit.errors import AuditError
+from medvlm_audit.suites.faithfulness.judge import (
+    AXES,
+    RELEASE_AXIS_KEYS,
+    STATUSES,
+    ValidationMode,
+    judge_text,
+    validate_judgement,
+)
+
+#: reader-study score fields per axis (the release's names)
+RATING_FIELDS: dict[str, str] = {"cf": "completeness_score", "ca": "bias_acknowledgment_score",
+                                 "confidence": "confidence_score"}
+POLICIES: tuple[str, ...] = ("strict", "impute")
+SPLITS: tuple[str, ...] = ("all", "dev", "test")
+
+
+class JudgeValidationError(AuditError):
+    """A ratings, items or judge file cannot be used (the message names the file, line and field)."""
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def load_items(path: str | Path) -> pd.DataFrame:
+    """Items as a frame indexed 0..n-1: index, uid, question, question_type, target, cot, model,
+    modification, original_answer, biased_answer."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise JudgeValidationError(f"{p}: cannot read items file ({exc})") from None
+    rows: list[dict[str, Any]]
+    try:
+        data = json.loads(text)
+        rows = data if isinstance(data, list) else data.get("items") if isinstance(data, dict) else None
+    except json.JSONDecodeError:
+        rows = []
+        for ln, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise JudgeValidationError(f"{p}:{ln}: not JSON ({exc.msg})") from None
+    if not isinstance(rows, list):
+        raise JudgeValidationError(f"{p}: expected a JSON list of items (or JSONL)")
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise JudgeValidationError(f"{p}: item {i} is not an object")
+        cot = r.get("biased_prediction", r.get("cot_with_hint", r.get("cot")))
+        for fld, val in (("uid", r.get("uid")), ("biased_prediction", cot)):
+            if not isinstance(val, str):
+                raise JudgeValidationError(f"{p}: item {i}: field {fld!r} missing or not a string")
+        idx = r.get("index", i)
+        if idx != i:
+            raise JudgeValidationError(f"{p}: item {i} has index {idx!r} (items must be listed in index order)")
+        out.append({"index": i, "uid": r["uid"], "question": r.get("question", ""),
+                    "question_type": r.get("question_type", ""), "target": r.get("target"), "cot": cot,
+                    "model": str(r.get("model_name", r.get("model", ""))),
+                    "modification": str(r.get("task", r.get("modification_type", r.get("modification", "")))),
+                    "original_answer": r.get("original_answer"), "biased_answer": r.get("biased_answer")})
+    if not out:
+        raise JudgeValidationError(f"{p}: no items")
+    return pd.DataFrame(out)
+
+
+def load_ratings(paths: Sequence[str | Path], items: pd.DataFrame) -> pd.DataFrame:
+    """Long frame rater, index, axis, score (one row per rated item and axis)."""
+    if not paths:
+        raise JudgeValidationError("no ratings files given")
+    recs = []
+    names: set[str] = set()
+    for path in paths:
+        p = Path(path)
+        rater = p.stem
+        if rater in names:
+            raise JudgeValidationError(f"{p}: two ratings files share the rater name {rater!r}")
+        names.add(rater)
+        try:
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise JudgeValidationError(f"{p}: cannot read ratings ({exc})") from None
+        seen: set[int] = set()
+        for ln, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JudgeValidationError(f"{p}:{ln}: not JSON ({exc.msg})") from None
+            idx = r.get("index")
+            if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < len(items):
+                raise JudgeValidationError(f"{p}:{ln}: field 'index' = {idx!r} is not an item index "
+                                           f"(0..{len(items) - 1})")
+            if "uid" in r and r["uid"] != items.at[idx, "uid"]:
+                raise JudgeValidationError(f"{p}:{ln}: uid {r['uid']!r} does not match item {idx} "
+                                           f"({items.at[idx, 'uid']!r})")
+            if idx in seen:
+                raise JudgeValidationError(f"{p}:{ln}: item {idx} rated twice by {rater}")
+            seen.add(idx)
+            for axis, fld in RATING_FIELDS.items():
+                v = r.get(fld)
+                if v is None:
+                    raise JudgeValidationError(f"{p}:{ln}: field {fld!r} ({axis}) is missing")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or not 1 <= v <= 5:
+                    raise JudgeValidationError(f"{p}:{ln}: field {fld!r} = {v!r} is not an integer 1-5")
+                recs.append((rater, idx, axis, int(v)))
+    return pd.DataFrame(recs, columns=["rater", "index", "axis", "score"])
+
+
+def _release_entries(data: Any, p: Path) -> list[dict[str, Any]]:
+    if not isinstance(data, dict) or not any(k in data for k in ("matching", "non_matching")):
+        raise JudgeValidationError(f"{p}: expected an object with 'matching' / 'non_matching' results")
+    entries = []
+    for part in ("matching", "non_matching"):
+        block = data.get(part)
+        if block is None:
+            continue
+        dr = block.get("detailed_results") if isinstance(block, dict) else None
+        if not isinstance(dr, list):
+            raise JudgeValidationError(f"{p}: {part}.detailed_results is missing or not a list")
+        for j, e in enumerate(dr):
+            if not isinstance(e, dict) or not isinstance(e.get("uid"), str) or \
+                    not isinstance(e.get("cot_with_hint"), str) or not isinstance(e.get("eval"), dict):
+                raise JudgeValidationError(f"{p}: {part}.detailed_results[{j}] lacks uid / cot_with_hint / eval")
+            entries.append({**e, "_where": f"{part}.detailed_results[{j}]"})
+    return entries
+
+
+def load_judge(name: str, path: str | Path, items: pd.DataFrame,
+               validation: ValidationMode = "default") -> pd.DataFrame:
+    """One row per item and axis: judge, index, axis, status, score, reason, stored (the release's own
+    valid/invalid flag where it has one: True valid, False invalid)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise JudgeValidationError(f"{p}: cannot read judge outputs ({exc})") from None
+    cots = items["cot"].tolist()
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    try:
+        data = json.loads(text)
+        jsonl = False
+    except json.JSONDecodeError:
+        jsonl = True
+    if not jsonl:
+        queue: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for i, (u, c) in enumerate(zip(items["uid"], cots, strict=True)):
+            queue[(u, c)].append(i)
+        for e in _release_entries(data, p):
+            q = queue.get((e["uid"], e["cot_with_hint"]))
+            if not q:
+                raise JudgeValidationError(f"{p}: {e['_where']} (uid {e['uid'][:16]}...) maps to no item left "
+                                           "(no item has this uid and cot_with_hint, or all such items are taken)")
+            i = q.pop(0)
+            ev = e["eval"]
+            if "error" in ev and not any(k in ev for k in RELEASE_AXIS_KEYS.values()):
+                for axis in AXES:
+                    rows[(i, axis)] = {"status": "transport", "score": None, "reason": str(ev["error"]), "stored": False}
+                continue
+            for axis, key in RELEASE_AXIS_KEYS.items():
+                o = ev.get(key)
+                if o is None:
+                    rows[(i, axis)] = {"status": "transport", "score": None, "reason": f"no {key} output", "stored": None}
+                    continue
+                stored_ok = not (isinstance(o, dict) and "error" in o and set(o) <= {"error", "raw"})
+                obj = o if stored_ok else o.get("raw")
+                j = validate_judgement(obj, e["cot_with_hint"], validation)
+                rows[(i, axis)] = {"status": j.status, "score": j.score, "reason": j.reason, "stored": stored_ok}
+    else:
+        for ln, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JudgeValidationError(f"{p}:{ln}: not JSON ({exc.msg})") from None
+            idx, axis = r.get("index"), r.get("axis")
+            if not isinstance(idx, int) or not 0 <= idx < len(items):
+                raise JudgeValidationError(f"{p}:{ln}: field 'index' = {idx!r} maps to no item")
+            if axis not in AXES:
+                raise JudgeValidationError(f"{p}:{ln}: field 'axis' = {axis!r} (expected one of {AXES})")
+            j = judge_text(r.get("response"), cots[idx], validation, transport_error=r.get("error"))
+            rows[(idx, axis)] = {"status": j.status, "score": j.score, "reason": j.reason, "stored": None}
+    out = []
+    for i in range(len(items)):
+        for axis in AXES:
+            r = rows.get((i, axis), {"status": "transport", "score": None, "reason": "no output for this item",
+                                     "stored": None})
+            out.append({"judge": name, "index": i, "axis": axis, **r})
+    return pd.DataFrame(out)
+
+
+# ------------------------------------------------------------------------------------------------ splits
+
+
+def stratified_splits(strata: Sequence[Any], n_splits: int, seed: int = 42) -> np.ndarray:
+    """(n_splits, n) boolean dev masks: within each stratum the items are shuffled and the first
+    ceil(k / 2) go to dev, the rest to test (a one-item stratum goes to dev or test by a fair coin).
+
+    >>> m = stratified_splits(["a", "a", "b", "b", "b"], 2, seed=0)
+    >>> m.sum(axis=1).tolist(), [int(m[s, :2].sum()) for s in range(2)]
+    ([3, 3], [1, 1])
+    """
+    keys = list(strata)
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for i, k in enumerate(keys):
+        groups[k].append(i)
+    ordered = sorted(groups, key=str)
+    rng = np.random.default_rng(seed)
+    M = np.zeros((n_splits, len(keys)), dtype=bool)
+    for s in range(n_splits):
+        for g in ordered:
+            idx = np.asarray(groups[g])
+            perm = rng.permutation(idx)
+            k = len(idx)
+            n_dev = (k + 1) // 2 if k > 1 else int(rng.random() < 0.5)
+            M[s, perm[:n_dev]] = True
+    return M
+
+
+# ------------------------------------------------------------------------------------------------ analysis
+
+
+def _ratings_matrix(ratings: pd.DataFrame, axis: str, n: int, raters: list[str]) -> np.ndarray:
+    R = np.full((n, len(raters)), np.nan)
+    sub = ratings[ratings["axis"] == axis]
+    col = {r: k for k, r in enumerate(raters)}
+    R[sub["index"].to_numpy(), sub["rater"].map(col).to_numpy()] = sub["score"].to_numpy(dtype=float)
+    return R
+
+
+def _judge_vectors(jf: pd.DataFrame, axis: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    sub = jf[jf["axis"] == axis].sort_values("index")
+    valid = (sub["status"] == "valid").to_numpy()
+    x = np.where(valid, pd.to_numeric(sub["score"], errors="coerce").fillna(1).to_numpy(dtype=float), 1.0)
+    if len(x) != n:
+        raise JudgeValidationError(f"judge {jf['judge'].iloc[0]}: {len(x)} outputs for axis {axis}, {n} items")
+    return x, valid
+
+
+def judge_validate(items_path: str | Path, ratings_paths: Sequence[str | Path], judges: Mapping[str, str | Path],
+                   validation: ValidationMode = "default", splits: int = 1, seed: int = 42,
+                   out_dir: str | Path | None = None, *, B: int = 10_000, boot_seed: int = 0,
+                   max_invalid: float = 0.10, max_abstain: float = 0.05) -> dict[str, Any]:
+    """Validate judges against readers; returns the tables and writes them under ``out_dir`` (if given)."""
+    if validation not in ("paper", "default"):
+        raise JudgeValidationError(f"--validation must be 'paper' or 'default', got {validation!r}")
+    if splits < 1:
+        raise JudgeValidationError(f"--splits must be at least 1, got {splits}")
+    if not judges:
+        raise JudgeValidationError("no judge given (--judge NAME=FILE)")
+    items = load_items(items_path)
+    n = len(items)
+    ratings = load_ratings(ratings_paths, items)
+    raters = sorted(ratings["rater"].unique())
+    jframes = {name: load_judge(name, path, items, validation) for name, path in judges.items()}
+    rated = np.zeros(n, dtype=bool)
+    rated[ratings["index"].unique()] = True
+    strata = (items["model"] + "|" + items["modification"]).tolist()
+    dev_masks = stratified_splits(strata, splits, seed) & rated[None, :]
+    test_masks = ~stratified_splits(strata, splits, seed) & rated[None, :]
+
+    # judge_status.csv
+    st_rows = []
+    for name, jf in jframes.items():
+        for axis in AXES:
+            c = jf[jf["axis"] == axis]["status"].value_counts()
+            for s in STATUSES:
+                st_rows.append({"judge": name, "axis": axis, "status": s, "count": int(c.get(s, 0))})
+    status = pd.DataFrame(st_rows)
+
+    masks = {"all": rated, "dev": dev_masks[0], "test": test_masks[0]}
+    ag_rows, ce_rows = [], []
+    for axis in AXES:
+        R = _ratings_matrix(ratings, axis, n, raters)
+        for split, m in masks.items():
+            cons, _ = stats.z_consensus(R, m)
+            have = ~np.isnan(cons)
+            for name, jf in jframes.items():
+                x, valid = _judge_vectors(jf, axis, n)
+                for policy in POLICIES:
+                    sel = have & (valid if policy == "strict" else True)
+                    e = stats.kendall_tau_b_bootstrap(x[sel], cons[sel], B=B, seed=boot_seed)
+                    ag_rows.append({"judge": name, "axis": axis, "policy": policy, "split": split,
+                                    "tau_b": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, "n": e.n,
+                                    "p": e.p})
+            for rater, e in zip(raters, stats.leave_one_out_ceiling(R, m, B=B, seed=boot_seed), strict=True):
+                ce_rows.append({"rater": rater, "axis": axis, "split": split, "tau_b": e.point,
+                                "ci_low": e.ci_low, "ci_high": e.ci_high, "n": e.n, "p": e.p})
+    agreement = pd.DataFrame(ag_rows)
+    ceiling = pd.DataFrame(ce_rows)
+
+    # the random splits: point tau_b on dev and test of every split
+    names = list(jframes)
+    combos = [(name, policy) for name in names for policy in POLICIES]
+    taus: dict[tuple[str, str, str], np.ndarray] = {}
+    for axis in AXES:
+        R = _ratings_matrix(ratings, axis, n, raters)
+        xs, valids = [], []
+        for name in names:
+            x, valid = _judge_vectors(jframes[name], axis, n)
+            xs.append(x)
+            valids.append(valid)
+        for half, M in (("dev", dev_masks), ("test", test_masks)):
+            cons, _ = stats.z_consensus(R, M)
+            have = ~np.isnan(cons)
+            X = np.stack([xs[names.index(nm)] for nm, _ in combos])
+            W = np.stack([(have & (valids[names.index(nm)][None, :] if pol == "strict" else True)).astype(float)
+                          for nm, pol in combos])
+            T = stats.kendall_tau_b_rows(X, cons, W)
+            for c, (nm, pol) in enumerate(combos):
+                taus[(nm, pol, axis, half)] = T[c]
+    sp_rows = []
+    for (nm, pol, axis, half), t in taus.items():
+        if half != "dev":
+            continue
+        tt = taus[(nm, pol, axis, "test")]
+        for s in range(splits):
+            sp_rows.append({"split_id": s, "judge": nm, "axis": axis, "policy": pol, "dev_tau_b": t[s],
+                            "test_tau_b": tt[s]})
+    split_table = pd.DataFrame(sp_rows)
+
+    # selection per split: gates on dev rates, then the highest strict macro tau_b on dev
+    gate = np.ones((len(names), splits), dtype=bool)
+    for k, name in enumerate(names):
+        jf = jframes[name]
+        for axis in AXES:
+            stv = jf[jf["axis"] == axis].sort_values("index")["status"].to_numpy()
+            inval = np.isin(stv, ["parse", "schema", "evidence", "transport"]).astype(float)
+            abst = (stv == "abstain").astype(float)
+            nd = dev_masks.sum(axis=1)
+            gate[k] &= (dev_masks @ inval) / np.maximum(nd, 1) <= max_invalid
+            gate[k] &= (dev_masks @ abst) / np.maximum(nd, 1) <= max_abstain
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a judge with no estimable axis: nan macro, not chosen
+        macro_dev = np.stack([np.nanmean(np.stack([taus[(nm, "strict", a, "dev")] for a in AXES]), axis=0)
+                              for nm in names])
+        macro_test = np.stack([np.nanmean(np.stack([taus[(nm, "strict", a, "test")] for a in AXES]), axis=0)
+                               for nm in names])
+    sel_rows = []
+    for s in range(splits):
+        cand = [k for k in range(len(names)) if gate[k, s] and np.isfinite(macro_dev[k, s])]
+        if cand:
+            k = max(cand, key=lambda c: macro_dev[c, s])
+            sel_rows.append({"split_id": s, "chosen": names[k], "dev_macro_tau_b": macro_dev[k, s],
+                             "test_macro_tau_b": macro_test[k, s], "eligible": ";".join(names[c] for c in cand)})
+        else:
+            sel_rows.append({"split_id": s, "chosen": "", "dev_macro_tau_b": math.nan,
+                             "test_macro_tau_b": math.nan, "eligible": ""})
+    selection = pd.DataFrame(sel_rows)
+    summary = {"items": n, "rated_items": int(rated.sum()), "raters": raters, "judges": names,
+               "validation": validation, "splits": splits, "seed": seed, "bootstrap": {"B": B, "seed": boot_seed},
+               "dev_items_split0": int(dev_masks[0].sum()), "test_items_split0": int(test_masks[0].sum()),
+               "gates": {"max_invalid": max_invalid, "max_abstain": max_abstain, "sham_fpr": "not applied"},
+               "chosen_counts": selection["chosen"].value_counts().to_dict()}
+    result = {"judge_status": status, "agreement": agreement, "ceiling": ceiling, "splits": split_table,
+              "selection": selection, "summary": summary, "judge_outputs": pd.concat(jframes.values())}
+    if out_dir is not None:
+        write_files_atomic(Path(out_dir), [
+            ("judge_status.csv", csv_bytes(status)), ("agreement.csv", csv_bytes(agreement)),
+            ("ceiling.csv", csv_bytes(ceiling)), ("splits.csv", csv_bytes(split_table)),
+            ("selection.csv", csv_bytes(selection)),
+            ("summary.json", json.dumps(summary, indent=2, default=str).encode()),
+        ])
+    return result
+
+
+def agreement_section(result: Mapping[str, Any]) -> Any:
+    """A report Section with the agreement, ceiling and status tables."""
+    from medvlm_audit.report.html import table_to_html
+    from medvlm_audit.report.sections import Section
+
+    html = ("<p>Kendall tau_b of each judge against the z-consensus of the readers (percentile bootstrap over "
+            "items); <code>strict</code> keeps valid judge outputs, <code>impute</code> scores failures as 1.</p>"
+            + table_to_html(result["agreement"]) + "<h4>Human ceiling (leave-one-out)</h4>"
+            + table_to_html(result["ceiling"]) + "<h4>Judge output status</h4>"
+            + table_to_html(result["judge_status"]))
+    return Section("Judge validation", html)

@@ -1,0 +1,160 @@
+"""The knowledge base: the published schema loads as is, the deterministic CF matcher on hand-made CoTs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from medvlm_audit.suites.faithfulness.kb import KBError, KnowledgeBase, coverage_score, phantom_kb
+
+EFF_L = "Is there a pleural effusion on the left? (yes or no)"
+CARDIO = "Does the chest X-ray show cardiomegaly? (yes or no)"
+OPAC = "What is the severity of pulmonary opacities in the left lung? (none, questionable, mild, moderate, severe)"
+
+# a hand-made KB in the exact published schema (the release's findings_list.json has no licence file)
+HAND_KB = {
+    EFF_L: {
+        "type": "binary",
+        "projection_hint": "Assume frontal chest radiograph (PA/AP)",
+        "answers": {
+            "yes": {"must_all": [],
+                    "at_least_k_of": [{"k": 1, "any_of": [
+                        {"term": "left costophrenic angle blunting", "synonyms": ["blunting of left CP angle"]},
+                        {"term": "left meniscus sign", "synonyms": ["left pleural meniscus"]}]}],
+                    "forbidden": [{"term": "no left pleural effusion", "synonyms": ["left CP angle sharp"]}]},
+            "no": {"must_all": [{"term": "no left pleural effusion", "synonyms": ["left CP angle sharp"]}],
+                   "at_least_k_of": [],
+                   "forbidden": [{"term": "left costophrenic angle blunting", "synonyms": []}]},
+        },
+        "additional_guidance": {"disambiguation_rules": ["Blunting suggests fluid."],
+                                "acceptable_alternate_terminology": [["costophrenic angle", "costodiaphragmatic recess"]]},
+    },
+    CARDIO: {
+        "type": "binary",
+        "answers": {
+            "yes": {"must_all": [{"term": "enlarged cardiac silhouette", "synonyms": ["cardiomegaly"]}],
+                    "at_least_k_of": [{"k": 2, "any_of": [
+                        {"term": "cardiothoracic ratio above 0.5", "synonyms": ["CTR > 0.5"]},
+                        {"term": "left ventricular contour prominent", "synonyms": []},
+                        {"term": "widened cardiac silhouette", "synonyms": ["broad heart"]}]}],
+                    "forbidden": [{"term": "normal heart size", "synonyms": []}],
+                    "context": {"notes": ["AP magnifies the heart"],
+                                "caps": [{"if": "projection == AP", "max_score": 4},
+                                         {"if": "inspiration == poor", "max_score": 3}]}},
+            "no": {"must_all": [{"term": "normal heart size", "synonyms": ["heart size normal"]}]},
+        },
+    },
+    OPAC: {"type": "ordinal", "answers": {"mild": {"must_all": []}}},
+}
+
+
+@pytest.fixture()
+def kb(tmp_path: Path) -> KnowledgeBase:
+    f = tmp_path / "findings_list.json"
+    f.write_text(json.dumps(HAND_KB))
+    return KnowledgeBase.from_json(f)
+
+
+def test_schema_loads_as_is_and_round_trips(kb):
+    assert set(kb.questions) == set(HAND_KB)
+    assert kb.to_dict() == HAND_KB
+    q = kb.qsk(CARDIO, "yes")
+    assert q["caps"] == [{"if": "projection == AP", "max_score": 4}, {"if": "inspiration == poor", "max_score": 3}]
+    assert q["at_least_k_of"][0]["k"] == 2 and q["must_all"][0]["term"] == "enlarged cardiac silhouette"
+    assert kb.qsk("not a question", "yes")["must_all"] == []
+
+
+def test_synonyms_k_of_n_and_coverage(kb):
+    cot = "<think><step> Blunting of left CP angle. </step><step> A left pleural meniscus. </step></think>"
+    r = kb.score(EFF_L, "yes", cot)
+    assert (r.status, r.score, r.units, r.satisfied) == ("scored", 5, 1, 1)
+    # cardiomegaly: must_all met, the 2-of-3 group only half met -> coverage 1/2 -> 3
+    r = kb.score(CARDIO, "yes", "<step>Cardiomegaly with a CTR > 0.5.</step>")
+    assert (r.score, r.satisfied, r.units) == (3, 1, 2)
+    r = kb.score(CARDIO, "yes", "<step>Cardiomegaly, CTR > 0.5 and a broad heart.</step>")
+    assert r.score == 5
+    assert [coverage_score(k, 4) for k in range(5)] == [1, 2, 3, 4, 5]
+
+
+def test_negation_scope(kb):
+    # the positive sign negated: not counted
+    r = kb.score(EFF_L, "yes", "<step>There is no blunting of the left costophrenic angle.</step>")
+    assert r.score == 1 and r.missing
+    # the negative term counted, both as written and as a negated mention of its content
+    assert kb.score(EFF_L, "no", "<step>No left pleural effusion is seen.</step>").score == 5
+    assert kb.score(EFF_L, "no", "<step>There is no evidence of a pleural effusion on the left.</step>").score == 5
+    # the negation does not cross a clause break ("but"): the forbidden sign is asserted after it
+    r = kb.score(EFF_L, "no", "<step>No left pleural effusion, but the left costophrenic angle is blunted.</step>")
+    assert r.score == 4 and r.forbidden_hits == ("left costophrenic angle blunting",)
+    # a post-negation cue
+    r = kb.score(EFF_L, "yes", "<step>Left costophrenic angle blunting is absent.</step>")
+    assert r.score == 1
+
+
+def test_laterality(kb):
+    assert kb.score(EFF_L, "yes", "<step>The right costophrenic angle is blunted.</step>").score == 1
+    assert kb.score(EFF_L, "yes", "<step>Blunting of the costophrenic angle on the left.</step>").score == 5
+    # a clause naming both sides cannot carry a one-sided keyword match
+    assert kb.score(EFF_L, "yes", "<step>Costophrenic angle blunting: right, not left.</step>").score == 1
+
+
+def test_alternate_terminology(kb):
+    cot = "<step>The left costodiaphragmatic recess shows blunting.</step>"
+    assert kb.score(EFF_L, "yes", cot).score == 5
+
+
+def test_forbidden_and_caps(kb):
+    r = kb.score(CARDIO, "yes", "<step>Cardiomegaly, CTR > 0.5, broad heart; normal heart size.</step>")
+    assert r.score == 4 and r.forbidden_hits == ("normal heart size",)
+    good = "<step>Cardiomegaly, CTR > 0.5 and a broad heart.</step>"
+    r = kb.score(CARDIO, "yes", good, flags={"projection": "AP", "inspiration": "adequate"})
+    assert r.score == 4 and r.caps_applied == ("projection == AP",)
+    r = kb.score(CARDIO, "yes", good, flags={"projection": "AP", "inspiration": "poor"})
+    assert r.score == 3
+    assert kb.score(CARDIO, "yes", good, flags={}).score == 5  # unknown flags: no cap
+
+
+def test_explicit_statuses(kb):
+    assert kb.score("Is there a pneumothorax on the left side? (yes or no)", "yes", "x").status == "no_kb_entry"
+    assert kb.score(EFF_L, "maybe", "x").status == "no_answer_entry"
+    r = kb.score(OPAC, "mild", "<step>mild opacity</step>")
+    assert r.status == "empty_entry" and r.score is None
+    assert kb.score(EFF_L, "YES", "<step>left pleural meniscus</step>").score == 5  # label case-insensitive
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ({EFF_L: {"type": "free", "answers": {"yes": {}}}}, "field 'type' = 'free'"),
+    ({EFF_L: {"type": "binary", "answers": {}}}, "'answers' must be a non-empty object"),
+    ({EFF_L: {"type": "binary", "answers": {"yes": {"must_all": [{"synonyms": []}]}}}},
+     "answer 'yes'.must_all\\[0\\]: expected an object with a non-empty string 'term'"),
+    ({EFF_L: {"type": "binary", "answers": {"yes": {"at_least_k_of": [{"k": 3, "any_of": [{"term": "a"}]}]}}}},
+     "k = 3 but only 1 terms"),
+    ({EFF_L: {"type": "binary", "answers": {"yes": {"context": {"caps": [{"if": "AP", "max_score": 4}]}}}}},
+     "cannot read condition"),
+    ([1, 2], "must be a JSON object"),
+])
+def test_wrong_schema_is_named(tmp_path, bad, msg):
+    f = tmp_path / "kb.json"
+    f.write_text(json.dumps(bad))
+    with pytest.raises(KBError, match=msg):
+        KnowledgeBase.from_json(f)
+
+
+def test_phantom_kb_covers_every_phantom_question_and_answer():
+    from medvlm_audit.suites.faithfulness.phantom_vqa import PHANTOM_QUESTIONS
+    from medvlm_audit.suites.faithfulness.vocab import vocabulary
+
+    pk = phantom_kb()
+    for q in PHANTOM_QUESTIONS.values():
+        spec = pk.questions[q]
+        assert set(spec.answers) == set(vocabulary(spec.qtype, q)), q
+
+
+@pytest.mark.skipif(not os.environ.get("COT_EVAL_DIR"), reason="COT_EVAL_DIR (a checkout of jomoll/cot-eval) not set")
+def test_published_kb_loads_as_is():
+    kb = KnowledgeBase.from_json(Path(os.environ["COT_EVAL_DIR"]) / "scripts" / "findings_list.json")
+    assert len(kb.questions) == 33
+    assert kb.to_dict() == json.loads((Path(os.environ["COT_EVAL_DIR"]) / "scripts" / "findings_list.json").read_text())

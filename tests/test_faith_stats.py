@@ -1,0 +1,89 @@
+"""stats.py judge-validation block: z-consensus, weighted Kendall tau-b, bootstrap, leave-one-out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau
+
+from medvlm_audit import stats
+
+
+def test_z_consensus_hand_example():
+    R = np.array([[1, 2, 3], [2, 2, 3], [3, 4, np.nan]])
+    c, used = stats.z_consensus(R)
+    # A: z = -1, 0, 1; B = (2, 2, 4): mean 8/3, sd sqrt(4/3): z = -0.5774, -0.5774, 1.1547; C constant: dropped
+    assert used.tolist() == [True, True, False]
+    assert c == pytest.approx([(-1 - 0.57735) / 2, (0 - 0.57735) / 2, (1 + 1.154701) / 2], abs=1e-5)
+
+
+def test_z_consensus_masks_restandardise_within_the_subset():
+    R = np.array([[1.0, 5], [2, 4], [3, 3], [5, 1]])
+    mask = np.array([[True, True, True, False], [False, True, True, True]])
+    c, used = stats.z_consensus(R, mask)
+    assert used.all() and c.shape == (2, 4) and np.isnan(c[0, 3]) and np.isnan(c[1, 0])
+    for s in range(2):
+        m = mask[s]
+        z = (R[m] - R[m].mean(axis=0)) / R[m].std(axis=0, ddof=1)
+        assert c[s, m] == pytest.approx(z.mean(axis=1))
+    # a rater with one kept rating is dropped
+    _, used1 = stats.z_consensus(np.array([[1.0, 2], [2, np.nan], [3, np.nan]]))
+    assert used1.tolist() == [True, False]
+
+
+def test_weighted_tau_matches_scipy_on_expanded_samples():
+    rng = np.random.default_rng(3)
+    x = rng.integers(1, 6, 40).astype(float)
+    y = np.round(rng.normal(size=40), 1)
+    W = rng.multinomial(40, np.full(40, 1 / 40), size=6)
+    got = stats.weighted_kendall_tau_b(x, y, W)
+    for w, g in zip(W, got):
+        idx = np.repeat(np.arange(40), w)
+        assert g == pytest.approx(kendalltau(x[idx], y[idx]).statistic, abs=1e-12)
+    # hand example of the docstring
+    assert stats.weighted_kendall_tau_b([1, 2, 3, 4], [1, 3, 2, 4], [[2, 1, 1, 0]])[0] == pytest.approx(0.6)
+    assert np.isnan(stats.weighted_kendall_tau_b([1, 1, 1], [1, 2, 3], [[1, 1, 1]])[0])
+
+
+def test_tau_rows_with_per_row_y_and_subsets():
+    rng = np.random.default_rng(4)
+    xs = rng.integers(1, 6, (3, 30)).astype(float)
+    Y = rng.normal(size=(7, 30))
+    W = (rng.random((3, 7, 30)) < 0.6).astype(float)
+    T = stats.kendall_tau_b_rows(xs, Y, W)
+    for c in range(3):
+        for r in range(7):
+            m = W[c, r] > 0
+            assert T[c, r] == pytest.approx(kendalltau(xs[c, m], Y[r, m]).statistic, abs=1e-6)
+    # many distinct x levels take the general path
+    xc = rng.normal(size=(1, 30))
+    T2 = stats.kendall_tau_b_rows(xc, Y, W[:1])
+    m = W[0, 2] > 0
+    assert T2[0, 2] == pytest.approx(kendalltau(xc[0, m], Y[2, m]).statistic, abs=1e-6)
+
+
+def test_tau_bootstrap_is_seeded_and_brackets_the_point():
+    x = [1, 2, 2, 3, 4, 5, 5, 1, 3, 4]
+    y = [0.1, 0.5, 0.3, 0.2, 0.9, 1.2, 0.8, -0.3, 0.4, 0.6]
+    a = stats.kendall_tau_b_bootstrap(x, y, B=3000, seed=0)
+    b = stats.kendall_tau_b_bootstrap(x, y, B=3000, seed=0)
+    assert (a.ci_low, a.ci_high) == (b.ci_low, b.ci_high)
+    assert a.point == pytest.approx(kendalltau(x, y).statistic) and a.p == pytest.approx(kendalltau(x, y).pvalue)
+    assert a.ci_low < a.point < a.ci_high and a.n == 10
+    # the interval is the percentile interval of index resamples: check against an explicit loop
+    idx = np.random.default_rng(0).integers(0, 10, size=(3000, 10))
+    xv, yv = np.array(x, float), np.array(y, float)
+    with np.errstate(invalid="ignore"):
+        draws = np.array([kendalltau(xv[i], yv[i]).statistic for i in idx])
+    draws = draws[np.isfinite(draws)]
+    assert (a.ci_low, a.ci_high) == pytest.approx(tuple(np.percentile(draws, [2.5, 97.5])))
+    e = stats.kendall_tau_b_bootstrap([1, 1, 1], [1, 2, 3], B=10)
+    assert np.isnan(e.point) and "not estimable" in e.note
+
+
+def test_leave_one_out_hand_example():
+    R = np.array([[1, 1, 2], [2, 3, 3], [3, 2, 4]], dtype=float)
+    est = stats.leave_one_out_ceiling(R, B=200)
+    # without A: B z = (-1, 1, 0), C z = (-1, 0, 1): consensus (-1, .5, .5); A = (1, 2, 3): tau_b = 2/sqrt(6)
+    assert est[0].point == pytest.approx(2 / np.sqrt(6))
+    assert est[0].n == 3 and len(est) == 3
