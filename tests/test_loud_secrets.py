@@ -51,13 +51,13 @@ def test_echoed_credentials_reach_no_store_export_report_or_output(tmp_path: Pat
         sent = list(srv.stats.authorization) + list(srv.stats.api_key)
     assert out.returncode == 1, out.stdout + out.stderr  # every answer is an error: the run fails loudly
     assert f"Bearer {BEARER}" in sent and AZURE in sent and f"Basic {BASIC}" in sent  # really sent
-    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
-    assert {"run.sqlite", "results.csv", "results.parquet", "report.html"} <= {p.name for p in files}
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "run" / "run.sqlite")
     messages = [m for (m,) in db.execute("SELECT error_message FROM responses")]
-    db.close()
+    db.close()  # listed after: closing the last connection removes SQLite's -wal / -shm files
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert {"run.sqlite", "results.csv", "results.parquet", "report.html"} <= {p.name for p in files}
     assert len(messages) == 9 and all("basic=" in m and "[REDACTED]" in m for m in messages), messages[:2]
     for s in SECRETS:
         assert s not in out.stdout + out.stderr, s
