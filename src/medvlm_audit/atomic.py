@@ -52,6 +52,30 @@ def mkdtemp_shared(**kwargs: Any) -> str:
     return name
 
 
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | str) -> Path:
+    """Write one file atomically: a temp file beside ``path`` (honouring the umask), renamed into place, so a
+    crash never leaves a half-written file; the temp file is removed on any error. Text is written as UTF-8.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> write_bytes_atomic(p, "hello").read_text()
+    'hello'
+    """
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = mkstemp_shared(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and (e.filename is None or e.filename == tmp):  # name the file, not the temp
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
+    return path
+
+
 def write_files_atomic(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> None:
     """Write every payload to a temp file in out_dir, then rename all into place; clean up on any failure."""
     out_dir.mkdir(parents=True, exist_ok=True)

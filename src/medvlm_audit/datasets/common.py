@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.atomic import mkstemp_shared
+from medvlm_audit.atomic import write_bytes_atomic
 from medvlm_audit.boxes import irrelevant_box, working_box
 from medvlm_audit.errors import AuditError
 from medvlm_audit.images import load_dicom_gray, read_image_header  # noqa: F401  (re-exported for builders)
@@ -653,14 +652,7 @@ def vanishing_box_reason(x0: pd.Series, y0: pd.Series, x1: pd.Series, y1: pd.Ser
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = mkstemp_shared(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, text)
 
 
 def finalize(
@@ -732,10 +724,7 @@ def finalize(
     out_dir = Path(out_dir)
     ps.save(out_dir)
     excl = log.frame()
-    fd, tmp = mkstemp_shared(prefix=".exclusions.", dir=out_dir)
-    os.close(fd)
-    excl.to_csv(tmp, index=False)
-    os.replace(tmp, out_dir / EXCLUSIONS_FILE)
+    write_bytes_atomic(out_dir / EXCLUSIONS_FILE, excl.to_csv(index=False))
     sf = pd.DataFrame([asdict(s) for s in shortfalls], columns=["stratum", "requested", "obtained", "available", "reason"])
     _atomic_write_text(out_dir / SHORTFALLS_FILE, sf.to_csv(index=False))
     if checker is not None:  # save() replaced the folder: put the resumable check cache back

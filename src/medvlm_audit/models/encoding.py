@@ -41,9 +41,11 @@ def _as_image_array(pixels: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def encode_png(pixels: np.ndarray, level: int = 1) -> bytes:
-    """Lossless 8-bit PNG (grayscale, RGB or RGBA as given). ``level`` 0 stores rows uncompressed (fastest,
-    for endpoints on the same machine or network), 1-9 are zlib levels over Up-filtered rows."""
+def encode_png(pixels: np.ndarray, level: int = 1, *, strategy: int | None = None) -> bytes:
+    """Lossless 8-bit PNG (grayscale, RGB or RGBA as given): the project's one PNG encoder. ``level`` 0 stores
+    rows uncompressed (fastest, for endpoints on the same machine or network), 1-9 are zlib levels over
+    Up-filtered rows; ``strategy`` a zlib strategy (default: RLE for grayscale, the default for colour;
+    ``zlib.Z_HUFFMAN_ONLY`` is fastest on noise-like images such as the phantom's)."""
     if not 0 <= level <= 9:
         raise ImageError(f"PNG compression level must be 0-9, got {level}")
     arr = _as_image_array(pixels)
@@ -62,7 +64,8 @@ def encode_png(pixels: np.ndarray, level: int = 1) -> bytes:
         np.subtract(rows[1:], rows[:-1], out=raw[1:, 1:])
         # RLE finds the runs a smooth grayscale image leaves after filtering (faster and smaller there);
         # interleaved colour channels need ordinary LZ77 matches.
-        strategy = zlib.Z_RLE if arr.ndim == 2 else zlib.Z_DEFAULT_STRATEGY
+        if strategy is None:
+            strategy = zlib.Z_RLE if arr.ndim == 2 else zlib.Z_DEFAULT_STRATEGY
         comp = zlib.compressobj(level, zlib.DEFLATED, 15, 9, strategy)
         idat = comp.compress(raw.tobytes()) + comp.flush()
     ihdr = struct.pack(">IIBBBBB", w, h, 8, colour_type, 0, 0, 0)

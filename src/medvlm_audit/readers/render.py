@@ -3,14 +3,12 @@ the working resolution, black box fill), from the source file recorded in the st
 
 from __future__ import annotations
 
-import io
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from medvlm_audit.images import ImageRecipe, SourceCache
 
@@ -28,9 +26,10 @@ def render_pixels(rec: dict[str, Any]) -> np.ndarray:
 
 
 def encode_png(pixels: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(pixels)).save(buf, format="PNG", compress_level=3)
-    return buf.getvalue()
+    """The reading view's image bytes (the project's one PNG encoder)."""
+    from medvlm_audit.models.encoding import encode_png as _encode
+
+    return _encode(pixels, level=3)
 
 
 class PngCache:

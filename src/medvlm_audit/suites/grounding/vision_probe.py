@@ -25,6 +25,7 @@ conditions give it 512 px images, close to its native size.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.atomic import mkstemp_shared
+from medvlm_audit.atomic import write_bytes_atomic
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
 from medvlm_audit.models.base import (
@@ -175,14 +176,9 @@ class FeatureCache:
     def put(self, sha: str, vec: np.ndarray) -> None:
         p = self._path(sha)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = mkstemp_shared(prefix=".tmp.", suffix=".npy", dir=p.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, np.asarray(vec, dtype=np.float32), allow_pickle=False)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(vec, dtype=np.float32), allow_pickle=False)
+        write_bytes_atomic(p, buf.getvalue())
 
 
 def cached_features(
@@ -568,14 +564,9 @@ class VisionProbe(LocalModel):
         }
         arrays: dict[str, Any] = {"mean": self.mean, "scale": self.scale, "meta": np.array(json.dumps(meta))}
         arrays.update({f"coef__{f}": h.coef for f, h in self.heads.items()})
-        fd, tmp = mkstemp_shared(prefix=".tmp.", suffix=".npz", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_bytes_atomic(path, buf.getvalue())
         return path
 
     @classmethod

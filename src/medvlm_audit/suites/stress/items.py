@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from medvlm_audit.atomic import mkstemp_shared
+from medvlm_audit.atomic import write_bytes_atomic
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.scorers.option import LETTERS, norm_option  # noqa: F401  (part of the item format)
 
@@ -394,14 +394,7 @@ def load_items(
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = mkstemp_shared(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes_atomic(path, text)
 
 
 def save_items(items: Sequence[MCQItem], path: str | Path, *, relative_to: str | Path | None = None) -> Path:
