@@ -9,13 +9,13 @@ import json
 import os
 import threading
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from medvlm_audit.cache import LRU
 from medvlm_audit.case import IntBox
 from medvlm_audit.errors import ImageError
 
@@ -135,32 +135,28 @@ class SourceCache:
 
     def __init__(self, max_items: int = 64) -> None:
         self.max_items = max_items
-        self._d: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lru = LRU(max_items=max_items)
         self._lock = threading.Lock()
         self._loading: dict[str, threading.Lock] = {}  # single flight: one thread decodes a key, others wait
 
     def get(self, path: str | Path, mode: str = "L", resolution: int | None = None) -> np.ndarray:
         key = f"{mode}:{resolution}:{path}"
+        hit = self._lru.get(key)
+        if hit is not None:
+            return hit
         with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
             flight = self._loading.setdefault(key, threading.Lock())
         with flight:
-            with self._lock:
-                if key in self._d:  # another thread finished it while we waited
-                    self._d.move_to_end(key)
-                    return self._d[key]
+            hit = self._lru.get(key)  # another thread may have finished it while we waited
+            if hit is not None:
+                return hit
             try:
                 if resolution is None:
                     arr = load_image(path, mode)
                 else:
                     arr = resize(self.get(path, mode, None), resolution)
                 arr.setflags(write=False)
-                with self._lock:
-                    self._d[key] = arr
-                    while len(self._d) > self.max_items:
-                        self._d.popitem(last=False)
+                self._lru.put(key, arr)
             finally:
                 with self._lock:
                     self._loading.pop(key, None)
@@ -173,33 +169,17 @@ class PixelCache:
 
     def __init__(self, max_bytes: int = 512 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self.nbytes = 0
-        self._d: OrderedDict[object, np.ndarray | bytes] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lru = LRU(max_bytes=max_bytes)
+
+    @property
+    def nbytes(self) -> int:
+        return self._lru.nbytes
 
     def get(self, key: object) -> np.ndarray | bytes | None:
-        with self._lock:
-            arr = self._d.get(key)
-            if arr is not None:
-                self._d.move_to_end(key)
-            return arr
+        return self._lru.get(key)  # type: ignore[arg-type]
 
     def put(self, key: object, arr: np.ndarray | bytes) -> None:
-        size = _size(arr)
-        if size > self.max_bytes:
-            return
-        with self._lock:
-            if key in self._d:
-                return
-            self._d[key] = arr
-            self.nbytes += size
-            while self.nbytes > self.max_bytes:
-                _, old = self._d.popitem(last=False)
-                self.nbytes -= _size(old)
-
-
-def _size(x: np.ndarray | bytes) -> int:
-    return x.nbytes if isinstance(x, np.ndarray) else len(x)
+        self._lru.put(key, arr)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,9 +28,7 @@ import math
 import os
 import random
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, quote_plus, urlsplit, urlunsplit
@@ -39,6 +37,7 @@ import aiohttp
 import numpy as np
 from yarl import URL
 
+from medvlm_audit.cache import LRU
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import (
     NOT_ASKED,
@@ -151,31 +150,23 @@ class _DataUrlCache:
         self.max_bytes = max_bytes
         self.fmt = fmt
         self.png_level = png_level
-        self.size = 0
-        self._d: OrderedDict[str, bytes] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lru = LRU(max_bytes=max_bytes)
+
+    @property
+    def size(self) -> int:
+        return self._lru.nbytes
 
     def peek(self, image: ImageData) -> bytes | None:
-        return self._d.get(image.sha256)
+        return self._lru.peek(image.sha256)
 
     def put(self, key: str, url: bytes) -> None:
-        if len(url) > self.max_bytes:
-            return
-        with self._lock:
-            if key in self._d:
-                return
-            self._d[key] = url
-            self.size += len(url)
-            while self.size > self.max_bytes:
-                self.size -= len(self._d.popitem(last=False)[1])
+        self._lru.put(key, url)
 
     def get(self, image: ImageData) -> bytes:
         key = image.sha256
-        with self._lock:
-            hit = self._d.get(key)
-            if hit is not None:
-                self._d.move_to_end(key)
-                return hit
+        hit = self._lru.get(key)
+        if hit is not None:
+            return hit
         url = data_url_bytes(image.pixels, self.fmt, self.png_level)
         self.put(key, url)
         return url

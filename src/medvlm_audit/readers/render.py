@@ -3,13 +3,12 @@ the working resolution, black box fill), from the source file recorded in the st
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from medvlm_audit.cache import LRU
 from medvlm_audit.images import ImageRecipe, SourceCache
 
 __all__ = ["PngCache", "encode_png", "render_pixels"]
@@ -37,20 +36,12 @@ class PngCache:
 
     def __init__(self, max_bytes: int = 64 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._d: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._size = 0
-        self._lock = threading.Lock()
+        self._lru = LRU(max_bytes=max_bytes)
 
     def get_or_make(self, key: tuple[str, int], rec: dict[str, Any], copied: Path | None = None) -> bytes:
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
+        hit = self._lru.get(key)
+        if hit is not None:
+            return hit
         data = copied.read_bytes() if copied is not None else encode_png(render_pixels(rec))
-        with self._lock:
-            self._d[key] = data
-            self._size += len(data)
-            while self._size > self.max_bytes and len(self._d) > 1:
-                _, old = self._d.popitem(last=False)
-                self._size -= len(old)
+        self._lru.put(key, data)
         return data

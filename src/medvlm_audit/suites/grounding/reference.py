@@ -26,7 +26,6 @@ import math
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from medvlm_audit.cache import LRU
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.models.base import LocalModel, Modality, ModelInput, Response
 from medvlm_audit.probeset import ProbeSet
@@ -50,30 +50,8 @@ _LAT = ("left", "right")
 # ----------------------------------------------------------------------------------------------- image features
 
 
-class _GridCache:
-    """Thread-safe LRU of per-image grids keyed by the pixel sha256 (shared by every panel model)."""
-
-    def __init__(self, max_items: int = 8192) -> None:
-        self._d: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._max = max_items
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> tuple[np.ndarray, np.ndarray] | None:
-        with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
-
-    def put(self, key: str, val: tuple[np.ndarray, np.ndarray]) -> None:
-        with self._lock:
-            self._d[key] = val
-            self._d.move_to_end(key)
-            while len(self._d) > self._max:
-                self._d.popitem(last=False)
-
-
-_CACHE = _GridCache()
+#: per-image grids keyed by the pixel sha256, shared by every panel model
+_CACHE = LRU(max_items=8192)
 
 
 def image_grid(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
