@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from medvlm_audit.scorers.score import STATUSES, Score, strip_reasoning  # noqa: F401  (STATUSES re-exported)
+
 #: option letters, in order
 LETTERS: str = string.ascii_uppercase
 
@@ -33,7 +35,6 @@ def norm_option(text: str) -> str:
 
 
 Status = Literal["answer", "refusal", "abstain", "unparsed", "no_response"]
-STATUSES: tuple[str, ...] = ("answer", "refusal", "abstain", "unparsed", "no_response")
 
 #: a reply (or answer-tag body) that is only an abstention, when no option says it: an answer, and a wrong one
 #: (paper 003's denominators are all items; DESIGN.md "Stress audit")
@@ -49,7 +50,6 @@ def _abstains(text: str) -> bool:
     t = " ".join(text.split()).strip(" .!,;:\"'()[]*")
     return bool(_ABSTAIN.search(t))
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _LEAD_LETTER = re.compile(r"^\s*(?:option\s+)?[\(\[]?([A-Za-z])[\)\]]?(?:\s*[.:)\-]\s*|\s+|$)(.*)$", re.DOTALL)
 _LONE = re.compile(r"^\s*[\(\[]?([A-Z])[\)\]]?\s*[.!]?\s*$")
@@ -202,7 +202,7 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
             return ParsedOption("answer", i, "tag_letter")
     k = len(options)
     keys = _keys(tuple(options))
-    s = _THINK.sub(" ", str(text)).strip()
+    s = strip_reasoning(str(text), artifacts=False).strip()
     if not s:
         return ParsedOption("unparsed", None, "empty")
     tags = _TAG.findall(s)
@@ -259,3 +259,9 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     if inside is not None:
         return ParsedOption("answer", inside, "contains")
     return ParsedOption("unparsed", None, "unreadable")
+
+
+def score_option(text: str | None, options: Sequence[str]) -> Score:
+    """The option answer as a :class:`~medvlm_audit.scorers.score.Score` (value: the 0-based option index)."""
+    p = parse_option(text, options)
+    return Score(p.status, p.index, None, p.via)  # type: ignore[arg-type]

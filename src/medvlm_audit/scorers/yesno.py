@@ -12,32 +12,19 @@ import math
 import re
 from collections.abc import Iterable
 
+from medvlm_audit.scorers.score import Score, strip_reasoning
+
 YES, NO, UNPARSED = 1, 0, -1
 AFFIRMATIVE = frozenset({"yes", "yeah", "correct", "true", "present", "positive"})
 NEGATIVE = frozenset({"no", "not", "absent", "negative", "false", "incorrect"})
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
-_OPEN_THINK = re.compile(r"^.*</think>", re.DOTALL | re.IGNORECASE)  # a trace whose opening tag was cut off
-_UNCLOSED_THINK = re.compile(r"<think>.*$", re.DOTALL | re.IGNORECASE)  # a trace cut off before </think>
-_ARTIFACTS = re.compile(
-    r"<\|[^|>]*\|>|</?s>|<pad>|<unk>|<eos>|<bos>|<end_of_turn>|<start_of_turn>|\[/?INST\]|<image>|\u2581|\u0120|\u010a"
-)
 _STRIP = " \t\r\n.,;:!?\"'`*_()[]{}<>\u201c\u201d\u2018\u2019-"
 _WORD = re.compile(r"[a-z]+")
 
 
 def clean(text: str) -> str:
-    """Remove reasoning traces and tokenizer artifacts.
-
-    Everything after an unclosed ``<think>`` is reasoning (the trace was cut off before ``</think>``), so a
-    truncated trace leaves nothing to parse rather than the trace's own yes/no words.
-    """
-    t = _THINK.sub(" ", text)
-    if "</think>" in t.lower():
-        t = _OPEN_THINK.sub(" ", t)
-    t = _UNCLOSED_THINK.sub(" ", t)
-    t = _ARTIFACTS.sub(" ", t)
-    return t
+    """Remove reasoning traces and tokenizer artifacts (:func:`~medvlm_audit.scorers.score.strip_reasoning`)."""
+    return strip_reasoning(text)
 
 
 def _classify_token(token: str) -> int:
@@ -114,3 +101,19 @@ def p_yes(top_logprobs: Iterable[tuple[str, float]] | None) -> float:
             pn += math.exp(lp)
     total = py + pn
     return py / total if total > 0 else math.nan
+
+
+_VIA = {YES: "yes", NO: "no"}
+
+
+def score_yes_no(text: str | None, top_logprobs: Iterable[tuple[str, float]] | None = None) -> Score:
+    """The yes/no answer as a :class:`~medvlm_audit.scorers.score.Score`: value 1/0, confidence P(yes) (None when
+    undefined), status ``no_response`` without text and ``unparsed`` when no rule reads it."""
+    if not isinstance(text, str):
+        return Score("no_response")
+    v = parse_yes_no(text)
+    conf = p_yes(top_logprobs)
+    conf_or_none = None if math.isnan(conf) else conf
+    if v == UNPARSED:
+        return Score("unparsed", None, conf_or_none, "")
+    return Score("answer", v, conf_or_none, "yes/no parser")
