@@ -7,12 +7,15 @@ Two parts, both fitted when the model is built, both seeing nothing but what a M
 * :class:`PixelReader`: one L2 logistic regression per phantom finding on the cell means and standard deviations
   of a 64 x 64 area-averaged grid (16 x 16 cells), trained on phantom studies rendered for it
   (:func:`medvlm_audit.phantom.render_study`; a fixed seed, its own training draw, never the run's images).
-  At run time it reads the image's pixels only: the findings it calls positive are the generator's condition.
+  At run time it reads the image's pixels only: its most probable finding (when its probability reaches 0.5;
+  otherwise ``normal``) is the generator's condition, so the model writes about one finding, as small report
+  generators tend to.
 * :class:`ReportLM`: an interpolated Witten-Bell n-gram model (order 4) over report tokens (lowercase words and
   ``.``/``,``; ``</s>`` ends a report). The global model is fitted on every IU report; a class model per finding
   (and ``normal``: reports that assert no finding) is fitted on the reports that assert that finding (a
   sentence naming it without a negation cue) and backs off to the global model's prediction for the same
-  context. The next-token distribution for a set of findings is the mean of their class models.
+  context. The next-token distribution for a set of findings is the mean of their class models (the reader
+  passes one).
 
 Decoding acts on that next-token distribution only, as ``Decoding``'s fields say (a strategy's name never reaches
 the model): temperature 0 and one beam = argmax at every step (greedy); temperature 0 and ``num_beams`` B = beam
@@ -44,7 +47,7 @@ from PIL import Image
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import Decoding, LocalModel, Modality, ModelInput, Response
 
-REFERENCE_VERSION = "1"
+REFERENCE_VERSION = "2"  # 2: conditioned on the most probable finding only
 BOS, EOS = "<s>", "</s>"
 NORMAL = "normal"
 _TOKEN = re.compile(r"[a-z0-9]+(?:['\-/][a-z0-9]+)*|[.,]")
@@ -360,7 +363,10 @@ class PixelReader:
         return {f: 1.0 / (1.0 + math.exp(-(float(np.dot(z, w)) + b))) for f, (w, b) in self.heads_.items()}
 
     def read(self, pixels: np.ndarray) -> list[str]:
-        return sorted(f for f, p in self.probabilities(pixels).items() if p >= 0.5)
+        """The most probable finding when its probability reaches 0.5, else nothing (a normal study)."""
+        probs = self.probabilities(pixels)
+        best = max(probs, key=lambda f: (probs[f], f)) if probs else None
+        return [best] if best is not None and probs[best] >= 0.5 else []
 
 
 # ------------------------------------------------------------------------------------------------ the model
