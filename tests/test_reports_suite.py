@@ -137,7 +137,7 @@ def test_greedy_is_the_argmax_path_and_beam_is_a_search():
     for i, w in enumerate(g):
         assert int(np.argmax(lm.step_distribution(g[:i], ["pleural_effusion"]))) == w
     b = lm.beam(["normal"], 50, 4)
-    logp = lambda seq: sum(np.log(lm.step_distribution(seq[:i], ["normal"])[w])  # noqa: E731
+    logp = lambda seq: sum(np.log(lm.step_distribution(seq[:i], ["normal"])[w])
                            for i, w in enumerate(list(seq) + [1]))
     g0 = lm.greedy(["normal"], 50)
     assert logp(b) / (len(b) + 1) >= logp(g0) / (len(g0) + 1) - 1e-9

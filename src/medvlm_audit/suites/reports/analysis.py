@@ -15,7 +15,13 @@ from medvlm_audit.report.html import format_number
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
-from medvlm_audit.suites.reports.corpus import Corpus, CorpusError, iu_reference_corpus, make_corpus, read_corpus
+from medvlm_audit.suites.reports.corpus import (
+    Corpus,
+    CorpusError,
+    iu_reference_corpus,
+    make_corpus,
+    read_corpus,
+)
 from medvlm_audit.suites.reports.decoding import STRATEGIES
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
@@ -122,6 +128,10 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
                                        "and WAE with percentile-bootstrap intervals. Headlines use the ungated counts.")
 
 
+def _listing(t: pd.DataFrame, names: list[str], col: str, fmt: str) -> str:
+    return ", ".join(f"{s} {format(t.loc[s, col], fmt)}" for s in names)
+
+
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
     """Run the corpus audit per model x strategy and assemble the suite result."""
     from medvlm_audit.suites.reports.figures import cad_scatter_figure, vocabulary_transition_figure
@@ -177,12 +187,9 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
-            def listing(names: list[str], col: str, fmt: str) -> str:
-                return ", ".join(f"{s} {format(t.loc[s, col], fmt)}" for s in names)
-
-            verdicts[model] = (f"template diversity {listing(det, 'template_diversity', '.2f')} vs "
-                               f"{listing(sto, 'template_diversity', '.2f')}; ungated erasure "
-                               f"{listing(strategies, 'erasure_count_ungated', '.0f')}")
+            verdicts[model] = (f"template diversity {_listing(t, det, 'template_diversity', '.2f')} vs "
+                               f"{_listing(t, sto, 'template_diversity', '.2f')}; ungated erasure "
+                               f"{_listing(t, strategies, 'erasure_count_ungated', '.0f')}")
     summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},

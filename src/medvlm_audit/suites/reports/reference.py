@@ -386,7 +386,11 @@ def training_texts(corpus: str = "iu") -> tuple[list[str], str]:
     """The report texts the LM is fitted on and where they came from: ``iu`` = every IU X-ray report with text
     (findings + impression) read from the installed torchxrayvision package; else a JSONL corpus path."""
     if corpus == "iu":
-        from medvlm_audit.suites.reports.corpus import findings_impression, iu_records, torchxrayvision_iu_reports
+        from medvlm_audit.suites.reports.corpus import (
+            findings_impression,
+            iu_records,
+            torchxrayvision_iu_reports,
+        )
 
         src = torchxrayvision_iu_reports()
         texts = [findings_impression(r["findings"], r["impression"]) for r in iu_records(src)]
