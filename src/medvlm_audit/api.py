@@ -127,10 +127,13 @@ def run(
     override = {m.name: m for m in models or ()}
     context: dict[str, Any] = {}
 
-    def build(ctx: StageContext, stage_models: Callable[[StageContext], list[Any]]) -> tuple[list[Model], dict]:
-        specs = stage_models(ctx)
+    def build(ctx: StageContext, stage: Any) -> tuple[list[Model], dict]:
+        specs = stage.models(ctx)
         built = [override.get(s.name) or load_model(s, context=context) for s in specs]
         check_models(built)
+        check = getattr(stage, "check", None)
+        if check is not None:  # the suite refuses what a model cannot do, before anything is written
+            check(ctx, built)
         check_endpoints(built)  # a dead or refusing endpoint fails here, naming the URL, before anything is written
         return built, {s.name: s.decoding for s in specs if s.decoding is not None}
 
@@ -139,7 +142,7 @@ def run(
     plan = stages[0].plan(ctx)
     if not plan.trials:
         raise AuditError("the plan is empty: no case has an applicable condition")
-    built, per_model = build(ctx, stages[0].models)
+    built, per_model = build(ctx, stages[0])
     source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
     store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
     summaries: list[RunSummary] = []
@@ -160,7 +163,7 @@ def run(
                 plan = stage.plan(ctx)
                 if not plan.trials:
                     continue
-                built, per_model = build(ctx, stage.models)
+                built, per_model = build(ctx, stage)
                 source_keys = check_sources(TrialIndex(plan.trials))
             summaries.append(asyncio.run(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,

@@ -456,6 +456,8 @@ def _add_suite_commands() -> None:
         for cmd in get_suite(name).commands():
             if isinstance(cmd, typer.Typer):
                 app.add_typer(cmd)
+            elif getattr(cmd, "cli_group", None) == "build":  # e.g. `medvlm-audit build iu-reports`
+                build_app.command(getattr(cmd, "cli_name", None))(cmd)
             else:
                 app.command(getattr(cmd, "cli_name", None))(cmd)
 

@@ -17,6 +17,7 @@ from medvlm_audit.suites.base import Plan, PlanSource, Skip, Stage, StageContext
 _BUILTIN: dict[str, str] = {
     "grounding": "medvlm_audit.suites.grounding.suite:GroundingSuite",
     "stress": "medvlm_audit.suites.stress.suite:StressSuite",
+    "reports": "medvlm_audit.suites.reports.suite:ReportsSuite",
 }
 
 SUITES = Registry("suite")

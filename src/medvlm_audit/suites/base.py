@@ -98,6 +98,9 @@ class Stage:
     name: str
     plan: Callable[[StageContext], Plan]
     models: Callable[[StageContext], list[ModelSpec]] = _config_models
+    #: checks the built models against the stage's plan before anything is written (e.g. a decoding a backend
+    #: cannot do); raises ConfigError naming the option
+    check: Callable[[StageContext, list[Any]], None] | None = None
 
 
 #: columns of every suite's metrics table (one row per model x metric x subset), in this order.

@@ -55,3 +55,8 @@ def build_iu_reports_cmd(
         raise typer.Exit(2) from e
     typer.echo(f"{s['written']} of {s['reports']} IU X-ray reports with a sex in the INDICATION "
                f"({s['groups']['F']} F, {s['groups']['M']} M) -> {Path(out) / 'iu_reports.jsonl'}")
+
+
+corpus_audit_cmd.cli_name = "corpus-audit"  # type: ignore[attr-defined]
+build_iu_reports_cmd.cli_group = "build"  # type: ignore[attr-defined]
+build_iu_reports_cmd.cli_name = "iu-reports"  # type: ignore[attr-defined]

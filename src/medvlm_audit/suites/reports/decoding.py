@@ -74,8 +74,8 @@ def check_model(model: Any, strategies: Iterable[DecodingStrategy | str]) -> Non
     A model declares what it can do with ``check_decoding(Decoding)`` (raising ConfigError); a model without it
     is assumed to honour every decoding (the reference generators act on their own next-token distribution).
     """
-    check = getattr(model, "check_decoding", None)
-    if check is None:
+    check = getattr(model, "check_decoding", None) or getattr(getattr(model, "inner", None), "check_decoding", None)
+    if check is None:  # (a TextOnly wrapper is checked through the model it wraps)
         return
     for s in strategies:
         st = strategy(s) if isinstance(s, str) else s

@@ -1,0 +1,203 @@
+"""Analysis of a report-generation run: per model x strategy, :func:`~medvlm_audit.suites.reports.audit.corpus_audit`
+of the model's reports (grouped by the patient's sex from the case metadata) against the reference corpus, in
+the shared long metrics schema (``subset`` = the strategy) with the report's table and figures."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.report.html import format_number
+from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
+from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
+from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
+from medvlm_audit.suites.reports.corpus import (
+    Corpus,
+    CorpusError,
+    iu_reference_corpus,
+    make_corpus,
+    read_corpus,
+)
+from medvlm_audit.suites.reports.decoding import STRATEGIES
+
+CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
+STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
+
+
+def reference_corpus(spec: str) -> Corpus:
+    return iu_reference_corpus() if spec == "iu" else read_corpus(spec)
+
+
+def predictions_corpus(rows: pd.DataFrame, source: str) -> Corpus:
+    """A model x strategy's reports as a corpus: id ``case#sample``, the report, the patient's sex."""
+    ok = rows[rows["report"].notna() & rows["group"].isin(["F", "M"])]
+    return make_corpus(({"id": f"{r.case_id}#{r.sample_index}", "text": str(r.report), "group": r.group}
+                        for r in ok.itertuples(index=False)), source)
+
+
+def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
+         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> dict[str, Any]:
+    return {"suite": "reports", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
+            "point": float(point), "se": math.nan, "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
+            "unit": unit, "method": method, "note": note}
+
+
+def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[dict[str, Any]]:
+    div = res.diversity.set_index("corpus").loc["predictions"]
+    n = int(div["n_reports"])
+    rows = [
+        _row(model, "template_diversity", strategy, div["template_diversity"], n=n, unit="fraction",
+             method="share of unique reports", probe_set=probe_set),
+        _row(model, "ttr", strategy, div["ttr"], n=n, unit="fraction", method="corpus type-token ratio",
+             probe_set=probe_set),
+        _row(model, "one_minus_self_bleu", strategy, div["one_minus_self_bleu"], n=n, unit="fraction",
+             method=f"1 - Self-BLEU (sacrebleu; sample of {int(div['self_bleu_sample'])})", probe_set=probe_set),
+        _row(model, "vocabulary_size", strategy, div["vocabulary_size"], n=n, unit="words",
+             method="distinct words, stop words removed", probe_set=probe_set),
+    ]
+    if not math.isnan(float(div["semantic_diversity"])):
+        rows.append(_row(model, "semantic_diversity", strategy, div["semantic_diversity"], n=n, unit="fraction",
+                         method="1 - mean pairwise cosine", note=str(div["semantic_note"]), probe_set=probe_set))
+    V = len(res.cad)
+    gated, ungated = res.category_counts(True), res.category_counts(False)
+    for c in CATEGORIES:
+        rows.append(_row(model, f"{c}_count", strategy, gated[c], n=V, unit="words",
+                         method="CAD, gated: BH q < p* = 0.05", probe_set=probe_set))
+        rows.append(_row(model, f"{c}_count_ungated", strategy, ungated[c], n=V, unit="words",
+                         method="CAD, ungated (headline rule)", probe_set=probe_set))
+    w = res.wae.set_index(["weighting", "group"])
+    meth = f"percentile bootstrap over reports (B = {B}); p: label permutation ({n_perm})"
+    for metric, key in (("wae_pred", ("pred", "all")), ("wae_ref", ("ref", "all")), ("delta_wae", ("pred", "delta")),
+                        ("delta_wae_ref", ("ref", "delta")), ("wae_pred_F", ("pred", "F")),
+                        ("wae_pred_M", ("pred", "M"))):
+        r = w.loc[key]
+        rows.append(_row(model, metric, strategy, r["value"], n=n, unit="z^2", method=meth,
+                         note=f"p_perm = {r['p_perm']:.4g}", ci=(r["ci_low"], r["ci_high"]), probe_set=probe_set))
+    base = res.baselines.set_index(["metric", "corpus"])
+    if ("delta_dir", "predictions") in base.index:
+        rows.append(_row(model, "delta_dir", strategy, base.loc[("delta_dir", "predictions"), "value"], n=n,
+                         unit="ratio", method="DIR(pred) - DIR(ref); DIR = tokens per M / per F report",
+                         probe_set=probe_set))
+    return rows
+
+
+def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per model x strategy with the headline numbers (for the report and ``by_strategy.csv``)."""
+    wide = metrics.pivot_table(index=["model", "subset"], columns="metric", values="point", aggfunc="first")
+    lo = metrics.pivot_table(index=["model", "subset"], columns="metric", values="ci_low", aggfunc="first")
+    hi = metrics.pivot_table(index=["model", "subset"], columns="metric", values="ci_high", aggfunc="first")
+    n = metrics[metrics["metric"] == "template_diversity"].set_index(["model", "subset"])["n"]
+    out = wide.copy()
+    for m in ("wae_pred", "wae_ref", "delta_wae"):
+        out[f"{m}_ci_low"], out[f"{m}_ci_high"] = lo[m], hi[m]
+    out["n_reports"] = n
+    out = out.reset_index().rename(columns={"subset": "strategy"})
+    order = {s: i for i, s in enumerate(STRATEGIES)}
+    out["_o"] = out["strategy"].map(order)
+    return out.sort_values(["model", "_o"]).drop(columns="_o").reset_index(drop=True)
+
+
+def _ci(point: Any, lo: Any, hi: Any) -> str:
+    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
+
+
+def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
+    show = pd.DataFrame({
+        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].astype(int),
+        "template div.": t["template_diversity"].map(lambda v: f"{v:.3f}"),
+        "TTR": t["ttr"].map(lambda v: f"{v:.4f}"),
+        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: f"{v:.3f}"),
+        "vocabulary": t["vocabulary_size"].astype(int),
+        "erasure (ungated / gated)": [f"{int(a)} / {int(b)}" for a, b in zip(t["erasure_count_ungated"], t["erasure_count"])],
+        "new bias": [f"{int(a)} / {int(b)}" for a, b in zip(t["new_bias_count_ungated"], t["new_bias_count"])],
+        "bias flip": [f"{int(a)} / {int(b)}" for a, b in zip(t["bias_flip_count_ungated"], t["bias_flip_count"])],
+        "preservation": [f"{int(a)} / {int(b)}" for a, b in zip(t["preservation_count_ungated"], t["preservation_count"])],
+        "WAE_pred [95% CI]": [_ci(*x) for x in zip(t["wae_pred"], t["wae_pred_ci_low"], t["wae_pred_ci_high"])],
+        "WAE_ref [95% CI]": [_ci(*x) for x in zip(t["wae_ref"], t["wae_ref_ci_low"], t["wae_ref_ci_high"])],
+        "ΔWAE [95% CI]": [_ci(*x) for x in zip(t["delta_wae"], t["delta_wae_ci_low"], t["delta_wae_ci_high"])],
+    })
+    ref = {"model": "reference corpus", "strategy": "—", "reports": ref_div["n_reports"],
+           "template div.": f"{ref_div['template_diversity']:.3f}", "TTR": f"{ref_div['ttr']:.4f}",
+           "1 - Self-BLEU": f"{ref_div['one_minus_self_bleu']:.3f}", "vocabulary": ref_div["vocabulary_size"]}
+    show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
+    return table_to_html(show, caption="By decoding strategy: diversity, CAD category counts (ungated / BH-gated) "
+                                       "and WAE with percentile-bootstrap intervals. Headlines use the ungated counts.")
+
+
+def _listing(t: pd.DataFrame, names: list[str], col: str, fmt: str) -> str:
+    return ", ".join(f"{s} {format(t.loc[s, col], fmt)}" for s in names)
+
+
+def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
+    """Run the corpus audit per model x strategy and assemble the suite result."""
+    from medvlm_audit.suites.reports.figures import cad_scatter_figure, vocabulary_transition_figure
+
+    ref = reference_corpus(opts.reference)
+    sem = {"auto": "auto", "on": True, "off": False}[opts.semantic]
+    probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "reports"
+    rows: list[dict[str, Any]] = []
+    cads, waes, divs = [], [], []
+    skipped: dict[str, str] = {}
+    ref_div: dict[str, Any] = {}
+    order = {s: i for i, s in enumerate(STRATEGIES)}
+    for model in sorted(tidy["model"].unique()):
+        m = tidy[tidy["model"] == model]
+        for strategy in sorted(m["strategy"].unique(), key=lambda s: order.get(s, 99)):
+            g = m[m["strategy"] == strategy]
+            try:
+                pred = predictions_corpus(g, f"{model} / {strategy}")
+            except CorpusError as e:
+                skipped[f"{model} / {strategy}"] = str(e)
+                continue
+            res = corpus_audit(ref, pred, None, B=opts.B, n_perm=opts.n_perm, seed=0, semantic=sem)
+            rows += metric_rows(res, model, strategy, probe_set, opts.B, opts.n_perm)
+            cads.append(res.cad.assign(model=model, strategy=strategy))
+            waes.append(res.wae.assign(model=model, strategy=strategy))
+            d = res.diversity.assign(model=model, strategy=strategy)
+            divs.append(d[d["corpus"] == "predictions"])
+            if not ref_div:
+                ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
+                divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
+    metrics = pd.DataFrame(rows, columns=list(METRICS_COLUMNS))
+    if metrics.empty:
+        raise CorpusError("no model x strategy has reports of both groups to audit: "
+                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    table = strategy_table(metrics)
+    cad = pd.concat(cads, ignore_index=True)
+    front = ["model", "strategy"]
+    cad = cad[front + [c for c in cad.columns if c not in front]]
+    tables = {"by_strategy": table, "cad": cad, "wae": pd.concat(waes, ignore_index=True)[
+        ["model", "strategy", *waes[0].columns.drop(["model", "strategy"])]],
+        "diversity": pd.concat(divs, ignore_index=True)}
+    for s in cad["strategy"].unique():
+        tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
+    sections = [Section("By decoding strategy", _table_html(table, ref_div))]
+    verdicts: dict[str, str] = {}
+    for model in table["model"].unique():
+        t = table[table["model"] == model].set_index("strategy")
+        strategies = list(t.index)
+        sections.append(Section(f"CAD scatter: {model}", figure_to_html(cad_scatter_figure(cad, model, strategies),
+                                                                         fmt=fmt)))
+        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
+            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model), fmt=fmt)))
+        det = [s for s in strategies if s not in STOCHASTIC]
+        sto = [s for s in strategies if s in STOCHASTIC]
+        if det and sto:
+            verdicts[model] = (f"template diversity {_listing(t, det, 'template_diversity', '.2f')} vs "
+                               f"{_listing(t, sto, 'template_diversity', '.2f')}; ungated erasure "
+                               f"{_listing(t, strategies, 'erasure_count_ungated', '.0f')}")
+    summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
+               "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
+                                       for k, v in ref_div.items()},
+               "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
+               "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
+    intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
+             "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
+             "words erased, newly biased, flipped or preserved (ungated rule for headlines, BH-gated beside it); "
+             "WAE is the mean squared displacement weighted by prediction (WAE_pred) or reference (WAE_ref) counts.")
+    return SuiteResult(metrics=metrics, sections=sections, verdicts=verdicts, summary=summary, tables=tables,
+                       intro=intro)

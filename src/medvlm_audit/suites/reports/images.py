@@ -1,0 +1,117 @@
+"""Image sets of report-generation runs: JSONL ``{id, image, group}`` (image path relative to the file, group
+the patient's sex F/M), or ``phantom``: phantom radiographs with the patient's sex in their case metadata,
+rendered by :func:`medvlm_audit.phantom.render_study` (findings drawn from the phantom cohort's correlated model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from medvlm_audit.errors import ProbeSetError
+from medvlm_audit.suites.reports.corpus import normalise_group
+
+MANIFEST = "images.jsonl"
+PHANTOM_SIZE = 256
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    name: str
+    path: str  # the manifest
+    rows: pd.DataFrame  # case_id, image_path (absolute), sex, + optional metadata
+    content_hash: str
+    provenance: dict[str, Any]
+
+
+def load_image_set(spec: str | Path, name: str | None = None) -> ImageSet:
+    """A JSONL manifest (or a folder holding ``images.jsonl``): each row ``{id, image, group}``; errors name the
+    file, the row and the field; every image must exist."""
+    p = Path(spec)
+    if p.is_dir():
+        p = p / MANIFEST
+    if not p.is_file():
+        raise ProbeSetError(f"{p}: image set not found (a JSONL of {{id, image, group}} or a folder with {MANIFEST})")
+    try:
+        raw = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProbeSetError(f"{p}: not UTF-8 (byte {e.start})") from e
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ProbeSetError(f"{p}, row {n}: not valid JSON ({e.msg})") from e
+        if not isinstance(obj, dict):
+            raise ProbeSetError(f"{p}, row {n}: expected an object with id, image and group")
+        for field in ("id", "image", "group"):
+            if obj.get(field) in (None, ""):
+                raise ProbeSetError(f"{p}, row {n}: missing field {field!r} (rows need id, image and group F/M)")
+        g = normalise_group(obj["group"])
+        if g is None:
+            raise ProbeSetError(f"{p}, row {n}: field 'group' must be F or M, got {obj['group']!r}")
+        cid = str(obj["id"])
+        if cid in seen:
+            raise ProbeSetError(f"{p}, row {n}: id {cid!r} repeats")
+        seen.add(cid)
+        img = Path(str(obj["image"]))
+        img = img if img.is_absolute() else (p.parent / img)
+        if not img.is_file():
+            raise ProbeSetError(f"{p}, row {n}: image {img} does not exist")
+        extra = {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
+                 for k, v in obj.items() if k not in ("id", "image", "group")}
+        rows.append({"case_id": cid, "image_path": str(img.resolve()), "sex": g, **extra})
+    if not rows:
+        raise ProbeSetError(f"{p}: the image set is empty")
+    df = pd.DataFrame(rows)
+    if df["sex"].nunique() < 2:
+        raise ProbeSetError(f"{p}: every image is group {df['sex'].iloc[0]}; the audit needs F and M patients")
+    h = hashlib.sha256(raw.encode()).hexdigest()
+    return ImageSet(name or p.parent.name, str(p), df, h, {"source": str(p), "n": len(df)})
+
+
+def build_phantom_images(out_dir: str | Path, n: int = 40, seed: int = 42, size: int = PHANTOM_SIZE) -> ImageSet:
+    """Render ``n`` phantom studies (half F, half M; ages, views and correlated findings from the phantom cohort)
+    into ``out_dir/images`` and write ``out_dir/images.jsonl``; a finished build with the same parameters is
+    reused. The findings are kept in the manifest as metadata: the models never see them."""
+    from medvlm_audit.atomic import write_files_atomic
+    from medvlm_audit.phantom import PHANTOM_FINDINGS, render_study
+    from medvlm_audit.phantom.anatomy import atomic_write, encode_png
+    from medvlm_audit.phantom.cohort import sample_findings
+
+    if n < 2:
+        raise ProbeSetError(f"the phantom image set needs at least 2 images (one F, one M), got {n}")
+    out = Path(out_dir)
+    stamp = {"builder": "phantom_reports", "n": int(n), "seed": int(seed), "size": int(size)}
+    man = out / MANIFEST
+    if (out / "build.json").is_file() and man.is_file():
+        try:
+            if json.loads((out / "build.json").read_text()) == stamp:
+                return load_image_set(man, name="phantom")
+        except (OSError, json.JSONDecodeError, ProbeSetError):
+            pass
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng([seed, 3003])
+    lines = []
+    for i in range(n):
+        sex = "F" if i % 2 == 0 else "M"
+        age = int(np.clip(rng.normal(62, 16), 19, 95))
+        view = "AP" if rng.random() < 0.3 else "PA"
+        f = sample_findings(rng, age=age, sex=sex, view=view, acuity=float(rng.normal(0, 1)))
+        px, _ = render_study(f, sex=sex, age=age, view=view, seed=int(rng.integers(1, 2**31 - 1)), size=size)
+        cid = f"phantom-report-{i:04d}"
+        atomic_write(out / "images" / f"{cid}.png", encode_png(px))
+        lines.append(json.dumps({"id": cid, "image": f"images/{cid}.png", "group": sex, "age": age, "view": view,
+                                 "findings": sorted(k for k in PHANTOM_FINDINGS if f[k])}))
+    write_files_atomic(out, [(MANIFEST, ("\n".join(lines) + "\n").encode()),
+                             ("build.json", json.dumps(stamp).encode())])
+    return load_image_set(man, name="phantom")

@@ -1,0 +1,178 @@
+"""The reports suite behind the one Suite interface (paper 002): report generation per image under decoding
+strategies, then per model x strategy the corpus audit (CAD gated and ungated, WAE with intervals, diversity)
+against a reference corpus.
+
+One stage, ``generate``: a trial per image x strategy x sample (``samples`` per input for stochastic strategies,
+one for greedy and beam), the strategy only as the trial's decoding overrides. Before anything is written the
+stage checks that every model can honour every strategy (``Stage.check``), naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.images import ImageRecipe
+from medvlm_audit.models.base import Message
+from medvlm_audit.registry import did_you_mean
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.base import Plan, PlanSource, Stage, StageContext, SuiteResult, Trial
+from medvlm_audit.suites.reports.decoding import DEFAULT_STRATEGIES, STRATEGIES
+
+PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
+          "X-ray.")
+TIDY_COLUMNS = ("run_id", "model", "probe_set", "case_id", "strategy", "sample_index", "group", "report",
+                "n_words", "finish_reason", "error_kind", "error_message")
+
+
+class ReportsOptions(BaseModel):
+    """The reports suite's run options (flat keys of a run config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: decoding strategies (default: the paper's six)
+    strategies: list[str] = list(DEFAULT_STRATEGIES)
+    #: samples per input for the stochastic strategies (greedy and beam: one)
+    samples: int = Field(3, ge=1)
+    #: reference corpus: ``iu`` (the IU X-ray reports from torchxrayvision) or a JSONL {id, text, group}
+    reference: str = "iu"
+    #: bootstrap and permutation resamples of WAE per model x strategy
+    B: int = Field(1000, ge=1)
+    n_perm: int = Field(1000, ge=1)
+    max_new_tokens: int = Field(512, ge=1)
+    #: images in the phantom image set (probe_sets entry ``phantom``)
+    phantom_images: int = Field(40, ge=2)
+    #: semantic diversity and WEAT (MiniLM from the ``reports`` extra): auto | on | off
+    semantic: Literal["auto", "on", "off"] = "auto"
+    prompt: str = PROMPT
+
+    @field_validator("strategies")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        for s in v:
+            if s not in STRATEGIES:
+                raise ValueError(f"unknown decoding strategy {s!r}{did_you_mean(s, STRATEGIES)}; known: "
+                                 f"{', '.join(STRATEGIES)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"strategies repeat: {v}")
+        return v or list(DEFAULT_STRATEGIES)
+
+
+def _strategies(opts: ReportsOptions) -> list[Any]:
+    from medvlm_audit.suites.reports.decoding import strategy, with_max_tokens
+
+    return [with_max_tokens(strategy(s), opts.max_new_tokens) for s in opts.strategies]
+
+
+def load_source(spec: str, run_dir: str | Path, opts: ReportsOptions, seed: int) -> Any:
+    from medvlm_audit.suites.reports.images import build_phantom_images, load_image_set
+
+    if spec == "phantom":
+        return build_phantom_images(Path(run_dir) / "phantom_reports", n=opts.phantom_images, seed=seed)
+    return load_image_set(spec)
+
+
+def plan_stage(ctx: StageContext) -> Plan:
+    """One trial per image x strategy x sample; the strategy is only the trial's decoding overrides."""
+    from medvlm_audit.suites.reports.decoding import samples_for
+
+    opts: ReportsOptions = ctx.options  # type: ignore[assignment]
+    if opts.reference != "iu" and not Path(opts.reference).is_file():
+        raise ConfigError(f"option 'reference': {opts.reference!r} is not a file (a JSONL of {{id, text, group}}) "
+                          "nor 'iu' (the IU X-ray reports from torchxrayvision)")
+    plan = Plan()
+    names: set[str] = set()
+    for spec in ctx.config.probe_sets:
+        src = load_source(spec, ctx.run_dir, opts, ctx.config.seed)
+        name = src.name
+        while name in names:
+            name += "+"
+        names.add(name)
+        plan.sources.append(PlanSource(name, src.path, src.content_hash, src.rows,
+                                       {**src.provenance, "builder": "reports"}))
+        msgs = (Message("user", opts.prompt),)
+        for row in src.rows.itertuples(index=False):
+            recipe = ImageRecipe(str(row.image_path), resolution=None)
+            for st in _strategies(opts):
+                for k in range(samples_for(st, opts.samples)):
+                    plan.trials.append(Trial(name, str(row.case_id), st.name, msgs, (recipe,), sample_index=k,
+                                             decoding=st.overrides()))
+    return plan
+
+
+def check_stage(ctx: StageContext, models: list[Any]) -> None:
+    """Refuse, before the run, a model that cannot honour one of the strategies (naming the option)."""
+    from medvlm_audit.suites.reports.decoding import check_models
+
+    opts: ReportsOptions = ctx.options  # type: ignore[assignment]
+    try:
+        check_models(models, _strategies(opts))
+    except ConfigError as e:
+        raise ConfigError(f"option 'strategies' ({', '.join(opts.strategies)}): {e}; drop that strategy from "
+                          "'strategies' or use a backend that can decode it") from None
+
+
+def tidy_reports(store: RunStore) -> pd.DataFrame:
+    """One row per model x image x strategy x sample: the report text and the patient's sex (case metadata)."""
+    from medvlm_audit.export import raw_table
+    from medvlm_audit.suites.reports.corpus import normalise_group
+
+    raw = raw_table(store)
+    out = pd.DataFrame({
+        "run_id": raw["run_id"], "model": raw["model"], "probe_set": raw["probe_set"], "case_id": raw["case_id"],
+        "strategy": raw["condition"], "sample_index": raw["sample_index"],
+        "group": [normalise_group(s) for s in raw["sex"]],
+        "report": raw["answer_text"].where(raw["error_kind"].isna()),
+        "finish_reason": raw["finish_reason"], "error_kind": raw["error_kind"], "error_message": raw["error_message"],
+    })
+    out["n_words"] = [len(str(t).split()) if isinstance(t, str) else None for t in out["report"]]
+    return out[list(TIDY_COLUMNS)].reset_index(drop=True)
+
+
+class ReportsSuite:
+    """Paper 002: does decoding erase clinical terminology? Report generation under decoding strategies, CAD,
+    WAE and diversity against a reference corpus."""
+
+    name: ClassVar[str] = "reports"
+    title: ClassVar[str] = "Report audit"
+    Options: ClassVar[type[BaseModel]] = ReportsOptions
+    backends: ClassVar[dict[str, str]] = {"report_reference": "medvlm_audit.suites.reports.reference:factory"}
+
+    def stages(self) -> Sequence[Stage]:
+        return (Stage("generate", plan_stage, check=check_stage),)
+
+    def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, **flags: Any) -> dict[str, Any]:
+        """Phantom images with the patient's sex (built into OUT/phantom_reports when the run plans), the IU
+        X-ray reports as the reference corpus and the reference report generator (fitted when it is built)."""
+        unknown = set(flags) - {"n_images", "samples"}
+        if unknown:
+            raise ConfigError(f"the reports default takes no option(s) {sorted(unknown)}; known: n_images, samples")
+        return {
+            "suite": "reports",
+            "run_dir": str(out),
+            "probe_sets": ["phantom"],
+            "models": [{"name": "ngram-reporter", "backend": "report_reference"}],
+            "phantom_images": int(flags.get("n_images", 40)),
+            "samples": int(flags.get("samples", 3)),
+            "B": 200, "n_perm": 200, "semantic": "off",
+        }
+
+    def tidy(self, store: RunStore) -> pd.DataFrame:
+        return tidy_reports(store)
+
+    def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, fmt: str = "svg", **unused: Any) -> SuiteResult:
+        """Per model x strategy, the corpus audit against the reference corpus (the suite's own ``B`` and
+        ``n_perm`` options set its resamples; the report command's ``--B`` is not used)."""
+        from medvlm_audit.suites.reports.analysis import analyse_reports
+
+        return analyse_reports(tidy, options, fmt=fmt)  # type: ignore[arg-type]
+
+    def commands(self) -> Sequence[Callable[..., Any]]:
+        from medvlm_audit.suites.reports.commands import build_iu_reports_cmd, corpus_audit_cmd
+
+        return (corpus_audit_cmd, build_iu_reports_cmd)
