@@ -117,8 +117,6 @@ class ToySuite:
                            verdicts={"parity": "reads the prompt"}, summary={"n_judged": int(len(judged))},
                            tables={"toy_answers": ans})
 
-    def commands(self):
-        return ()
 
 
 @pytest.fixture
@@ -250,6 +248,18 @@ def test_core_imports_no_suite_internals_and_no_dataset_builder() -> None:
                     ("medvlm_audit.datasets", "medvlm_audit.cli", "medvlm_audit.api")):
                 bad.append(f"{m} -> {t}")
     assert not bad, bad
+
+
+def test_the_cli_starts_without_loading_a_suite_or_pandas() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, medvlm_audit.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith(('pandas', 'scipy', 'medvlm_audit.suites.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)  # noqa: S307 (our own printed list)
+    assert not [m for m in loaded if m.startswith(("pandas", "scipy"))], loaded
+    assert all(m.endswith(".commands") or m.count(".") == 2 for m in loaded if m.startswith("medvlm_audit.suites."))
 
 
 def test_no_suite_name_switch_outside_suites() -> None:

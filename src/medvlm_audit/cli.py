@@ -449,17 +449,14 @@ def demo_cmd(
 
 
 def _add_suite_commands() -> None:
-    """Each registered suite's own commands (e.g. corpus-audit, judge-validate), found through the registry."""
-    from medvlm_audit.suites import get_suite, suite_names
+    """Each suite's own commands (import-results, corpus-audit, build iu-reports, ...), from the command registry
+    (no suite is loaded: only its light command module)."""
+    from medvlm_audit.suites import COMMANDS
 
-    for name in suite_names():
-        for cmd in get_suite(name).commands():
-            if isinstance(cmd, typer.Typer):
-                app.add_typer(cmd)
-            elif getattr(cmd, "cli_group", None) == "build":  # e.g. `medvlm-audit build iu-reports`
-                build_app.command(getattr(cmd, "cli_name", None))(cmd)
-            else:
-                app.command(getattr(cmd, "cli_name", None))(cmd)
+    groups = {"build": build_app}
+    for name in COMMANDS.names():
+        group, _, cmd_name = name.rpartition(" ")
+        (groups[group] if group else app).command(cmd_name)(COMMANDS.load(name))
 
 
 _add_suite_commands()

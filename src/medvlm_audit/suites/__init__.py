@@ -20,6 +20,18 @@ _BUILTIN: dict[str, str] = {
     "reports": "medvlm_audit.suites.reports.suite:ReportsSuite",
 }
 
+#: each suite's own CLI commands: "name" (or "group name") -> "module:function". Command modules import only
+#: typer and light helpers (the work is imported inside the function), so the CLI starts fast.
+_BUILTIN_COMMANDS: dict[str, str] = {
+    "import-results": "medvlm_audit.suites.grounding.commands:import_results_cmd",
+    "corpus-audit": "medvlm_audit.suites.reports.commands:corpus_audit_cmd",
+    "build iu-reports": "medvlm_audit.suites.reports.commands:build_iu_reports_cmd",
+}
+
+COMMANDS = Registry("command")
+for _name, _target in _BUILTIN_COMMANDS.items():
+    COMMANDS.register(_name, _target)
+
 SUITES = Registry("suite")
 for _name, _target in _BUILTIN.items():
     SUITES.register(_name, _target)
@@ -31,6 +43,12 @@ def register_suite(name: str, factory: Any, *, replace: bool = False) -> None:
     """Register a suite under ``name``: a ``"module:factory"`` string or a callable returning a Suite."""
     SUITES.register(name, factory, replace=replace)
     _instances.pop(name, None)
+
+
+def register_command(name: str, target: Any, *, replace: bool = False) -> None:
+    """Register a suite's CLI command: ``name`` ("corpus-audit", or "build iu-reports" for a ``build`` subcommand)
+    -> ``"module:function"`` (a typer command function). Takes effect for CLIs created afterwards."""
+    COMMANDS.register(name, target, replace=replace)
 
 
 def suite_names() -> list[str]:
@@ -49,5 +67,5 @@ def get_suite(name: str) -> Suite:
     return _instances[name]
 
 
-__all__ = ["SUITES", "Plan", "PlanSource", "Skip", "Stage", "StageContext", "Suite", "SuiteResult", "Trial",
-           "get_suite", "register_suite", "suite_names"]
+__all__ = ["COMMANDS", "SUITES", "Plan", "PlanSource", "Skip", "Stage", "StageContext", "Suite", "SuiteResult", "Trial",
+           "get_suite", "register_command", "register_suite", "suite_names"]

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import pandas as pd
-
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
     from pydantic import BaseModel
 
     from medvlm_audit.config import ModelSpec, RunConfig
@@ -111,6 +110,12 @@ COMPARISONS_COLUMNS: tuple[str, ...] = ("family", "probe_set", "metric", "subset
                                         "sd", "ci_low", "ci_high", "p", "p_adj", "n", "test", "note")
 
 
+def _empty_frame(columns: Sequence[str]) -> pd.DataFrame:
+    import pandas as pd  # imported when a result is built, so importing the registry stays light
+
+    return pd.DataFrame(columns=list(columns))
+
+
 @dataclass
 class SuiteResult:
     """What a suite's analysis hands the report writer.
@@ -120,7 +125,7 @@ class SuiteResult:
     tables written as ``NAME.csv`` and ``NAME.parquet``; ``summary`` goes to ``summary.json``."""
 
     metrics: pd.DataFrame
-    comparisons: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(COMPARISONS_COLUMNS)))
+    comparisons: pd.DataFrame = field(default_factory=lambda: _empty_frame(COMPARISONS_COLUMNS))
     sections: list[Section] = field(default_factory=list)
     verdicts: dict[str, str] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
@@ -134,7 +139,8 @@ class Suite(Protocol):
     :mod:`medvlm_audit.suites`; the core calls nothing else of it.
 
     ``backends`` maps model-backend names this suite brings (its reference models) to ``"module:factory"``;
-    they are registered when the suite is loaded. ``commands`` are extra CLI commands (typer callables)."""
+    they are registered when the suite is loaded. A suite's own CLI commands are registered by name in
+    :data:`medvlm_audit.suites.COMMANDS` (lazily, so the CLI starts without loading any suite)."""
 
     name: ClassVar[str]
     title: ClassVar[str]
@@ -152,5 +158,3 @@ class Suite(Protocol):
         ...
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, **report_options: Any) -> SuiteResult: ...
-
-    def commands(self) -> Sequence[Callable[..., Any]]: ...

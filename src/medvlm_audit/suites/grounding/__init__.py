@@ -8,14 +8,28 @@ calibration and robustness analyses. Modules: :mod:`.conditions`, :mod:`.prompts
 
 from __future__ import annotations
 
-from medvlm_audit.suites.grounding.plan import (
-    DEFAULT_CONDITIONS,
-    GroundingOptions,
-    conditions_for,
-    plan_grounding,
-    score_grounding,
-)
-from medvlm_audit.suites.grounding.suite import GroundingRunOptions, GroundingSuite
+import importlib
+from typing import Any
 
-__all__ = ["DEFAULT_CONDITIONS", "GroundingOptions", "GroundingRunOptions", "GroundingSuite", "conditions_for", "plan_grounding",
-           "score_grounding"]
+#: public name -> the module that defines it (imported on first use, so importing the package stays light)
+_LAZY: dict[str, str] = {
+    "DEFAULT_CONDITIONS": "medvlm_audit.suites.grounding.plan",
+    "GroundingOptions": "medvlm_audit.suites.grounding.plan",
+    "GroundingRunOptions": "medvlm_audit.suites.grounding.suite",
+    "GroundingSuite": "medvlm_audit.suites.grounding.suite",
+    "conditions_for": "medvlm_audit.suites.grounding.plan",
+    "plan_grounding": "medvlm_audit.suites.grounding.plan",
+    "score_grounding": "medvlm_audit.suites.grounding.plan",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -35,4 +35,3 @@ def import_results_cmd(
         fail(e)
 
 
-import_results_cmd.cli_name = "import-results"  # type: ignore[attr-defined]

@@ -222,7 +222,3 @@ class GroundingSuite:
             readers = reader_sections(run_dir, tidy, B=B)
         return grounding_result(analysis, fmt=fmt, extra_sections=readers)
 
-    def commands(self) -> Sequence[Callable[..., Any]]:
-        from medvlm_audit.suites.grounding.commands import import_results_cmd
-
-        return (import_results_cmd,)

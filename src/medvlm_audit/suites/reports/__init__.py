@@ -8,29 +8,38 @@ decoding strategies (:mod:`.decoding`) for report-generation runs. CLI command f
 
 from __future__ import annotations
 
-from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
-from medvlm_audit.suites.reports.corpus import (
-    Corpus,
-    CorpusError,
-    build_iu_reports,
-    iu_reference_corpus,
-    load_chexpert_plus,
-    load_iu_xray,
-    load_mimic_cxr,
-    load_rexgradient,
-    make_corpus,
-    read_corpus,
-    write_corpus,
-)
-from medvlm_audit.suites.reports.decoding import (
-    DEFAULT_STRATEGIES,
-    STRATEGIES,
-    DecodingStrategy,
-    check_models,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_STRATEGIES", "STRATEGIES", "Corpus", "CorpusAudit", "CorpusError", "DecodingStrategy",
-    "build_iu_reports", "check_models", "corpus_audit", "iu_reference_corpus", "load_chexpert_plus",
-    "load_iu_xray", "load_mimic_cxr", "load_rexgradient", "make_corpus", "read_corpus", "write_corpus",
-]
+#: public name -> the module that defines it (imported on first use, so importing the package stays light)
+_LAZY: dict[str, str] = {
+    "Corpus": "medvlm_audit.suites.reports.corpus",
+    "CorpusAudit": "medvlm_audit.suites.reports.audit",
+    "CorpusError": "medvlm_audit.suites.reports.corpus",
+    "DEFAULT_STRATEGIES": "medvlm_audit.suites.reports.decoding",
+    "DecodingStrategy": "medvlm_audit.suites.reports.decoding",
+    "STRATEGIES": "medvlm_audit.suites.reports.decoding",
+    "build_iu_reports": "medvlm_audit.suites.reports.corpus",
+    "check_models": "medvlm_audit.suites.reports.decoding",
+    "corpus_audit": "medvlm_audit.suites.reports.audit",
+    "iu_reference_corpus": "medvlm_audit.suites.reports.corpus",
+    "load_chexpert_plus": "medvlm_audit.suites.reports.corpus",
+    "load_iu_xray": "medvlm_audit.suites.reports.corpus",
+    "load_mimic_cxr": "medvlm_audit.suites.reports.corpus",
+    "load_rexgradient": "medvlm_audit.suites.reports.corpus",
+    "make_corpus": "medvlm_audit.suites.reports.corpus",
+    "read_corpus": "medvlm_audit.suites.reports.corpus",
+    "write_corpus": "medvlm_audit.suites.reports.corpus",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -57,6 +57,3 @@ def build_iu_reports_cmd(
                f"({s['groups']['F']} F, {s['groups']['M']} M) -> {Path(out) / 'iu_reports.jsonl'}")
 
 
-corpus_audit_cmd.cli_name = "corpus-audit"  # type: ignore[attr-defined]
-build_iu_reports_cmd.cli_group = "build"  # type: ignore[attr-defined]
-build_iu_reports_cmd.cli_name = "iu-reports"  # type: ignore[attr-defined]

@@ -172,7 +172,3 @@ class ReportsSuite:
 
         return analyse_reports(tidy, options, fmt=fmt)  # type: ignore[arg-type]
 
-    def commands(self) -> Sequence[Callable[..., Any]]:
-        from medvlm_audit.suites.reports.commands import build_iu_reports_cmd, corpus_audit_cmd
-
-        return (corpus_audit_cmd, build_iu_reports_cmd)

@@ -8,53 +8,61 @@ score :mod:`.score` with bootstrap intervals, distractor curve, per-item view).
 
 from __future__ import annotations
 
-from medvlm_audit.scorers.option import ParsedOption, parse_option
-from medvlm_audit.suites.stress.analysis import (
-    DEFAULT_COMPARISONS,
-    Comparison,
-    StressAnalysis,
-    accuracy_table,
-    analyse_stress,
-    chance_tests,
-    distractor_curve,
-    exclusion_log,
-    exclusion_summary,
-    item_table,
-    paired_changes,
-    robustness_inputs,
-    robustness_table,
-    score_stress,
-)
-from medvlm_audit.suites.stress.conditions import (
-    CONDITIONS,
-    DEFAULT_CONDITIONS,
-    SCORE_CONDITIONS,
-    StressCondition,
-    StressOptions,
-    apply_condition,
-    plan_frame,
-    plan_stress,
-)
-from medvlm_audit.suites.stress.items import (
-    Exclusion,
-    ItemError,
-    ItemSet,
-    MCQItem,
-    exclusions_frame,
-    load_items,
-    save_items,
-    validate_items,
-)
-from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
-from medvlm_audit.suites.stress.score import RobustnessScore, StressAccuracies, robustness_score
-from medvlm_audit.suites.stress.suite import StressRunOptions, StressSuite  # noqa: E402
+import importlib
+from typing import Any
 
-__all__ = [
-    "CONDITIONS", "DEFAULT_COMPARISONS", "DEFAULT_CONDITIONS", "LOADERS", "SCORE_CONDITIONS", "Comparison",
-    "Exclusion", "ItemError", "ItemSet", "MCQItem", "ParsedOption", "RobustnessScore", "StressAccuracies",
-    "StressAnalysis", "StressCondition", "StressOptions", "StressRunOptions", "StressSuite", "accuracy_table", "analyse_stress",
-    "apply_condition", "chance_tests", "distractor_curve", "exclusion_log", "exclusion_summary", "exclusions_frame",
-    "item_table", "load_benchmark",
-    "load_items", "merge_item_sets", "paired_changes", "parse_option", "plan_frame", "plan_stress",
-    "robustness_inputs", "robustness_score", "robustness_table", "save_items", "score_stress", "validate_items",
-]
+#: public name -> the module that defines it (imported on first use, so importing the package stays light)
+_LAZY: dict[str, str] = {
+    "CONDITIONS": "medvlm_audit.suites.stress.conditions",
+    "Comparison": "medvlm_audit.suites.stress.analysis",
+    "DEFAULT_COMPARISONS": "medvlm_audit.suites.stress.analysis",
+    "DEFAULT_CONDITIONS": "medvlm_audit.suites.stress.conditions",
+    "Exclusion": "medvlm_audit.suites.stress.items",
+    "ItemError": "medvlm_audit.suites.stress.items",
+    "ItemSet": "medvlm_audit.suites.stress.items",
+    "LOADERS": "medvlm_audit.suites.stress.loaders",
+    "MCQItem": "medvlm_audit.suites.stress.items",
+    "ParsedOption": "medvlm_audit.scorers.option",
+    "RobustnessScore": "medvlm_audit.suites.stress.score",
+    "SCORE_CONDITIONS": "medvlm_audit.suites.stress.conditions",
+    "StressAccuracies": "medvlm_audit.suites.stress.score",
+    "StressAnalysis": "medvlm_audit.suites.stress.analysis",
+    "StressCondition": "medvlm_audit.suites.stress.conditions",
+    "StressOptions": "medvlm_audit.suites.stress.conditions",
+    "StressRunOptions": "medvlm_audit.suites.stress.suite",
+    "StressSuite": "medvlm_audit.suites.stress.suite",
+    "accuracy_table": "medvlm_audit.suites.stress.analysis",
+    "analyse_stress": "medvlm_audit.suites.stress.analysis",
+    "apply_condition": "medvlm_audit.suites.stress.conditions",
+    "chance_tests": "medvlm_audit.suites.stress.analysis",
+    "distractor_curve": "medvlm_audit.suites.stress.analysis",
+    "exclusion_log": "medvlm_audit.suites.stress.analysis",
+    "exclusion_summary": "medvlm_audit.suites.stress.analysis",
+    "exclusions_frame": "medvlm_audit.suites.stress.items",
+    "item_table": "medvlm_audit.suites.stress.analysis",
+    "load_benchmark": "medvlm_audit.suites.stress.loaders",
+    "load_items": "medvlm_audit.suites.stress.items",
+    "merge_item_sets": "medvlm_audit.suites.stress.loaders",
+    "paired_changes": "medvlm_audit.suites.stress.analysis",
+    "parse_option": "medvlm_audit.scorers.option",
+    "plan_frame": "medvlm_audit.suites.stress.conditions",
+    "plan_stress": "medvlm_audit.suites.stress.conditions",
+    "robustness_inputs": "medvlm_audit.suites.stress.analysis",
+    "robustness_score": "medvlm_audit.suites.stress.score",
+    "robustness_table": "medvlm_audit.suites.stress.analysis",
+    "save_items": "medvlm_audit.suites.stress.items",
+    "score_stress": "medvlm_audit.suites.stress.analysis",
+    "validate_items": "medvlm_audit.suites.stress.items",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -80,5 +80,3 @@ class StressSuite:
         probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "stress"
         return stress_result(res, probe_set, fmt=fmt)
 
-    def commands(self) -> Sequence[Callable[..., Any]]:
-        return ()
