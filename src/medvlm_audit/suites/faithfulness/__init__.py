@@ -85,7 +85,7 @@ def run_in_process(items: Sequence[VQAItem], models: Sequence[Any], judges: Sequ
     used by the embedded-default test and as a reference for the stage wiring."""
     from medvlm_audit.models.base import Decoding, ImageData, ModelInput
 
-    plan = plan_answers(items, opts, render_dir=str(render_dir))
+    plan = plan_answers(items, opts)
     inputs = []
     for t in plan.trials:
         px = render_trial_image(t)
@@ -128,7 +128,7 @@ class FaithfulnessSuite:
         self.render_dir = render_dir
 
     def plan(self, config: Any = None) -> Any:
-        return plan_answers(self.items, self.opts, render_dir=self.render_dir)
+        return plan_answers(self.items, self.opts)
 
     def plan_judge(self, answers: pd.DataFrame) -> Any:
         return plan_judge(answers, self.items, self.opts, kb=self.kb)
