@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from medvlm_audit.boxes import irrelevant_box, rescale_box, working_box
-from medvlm_audit.suites.grounding.conditions import Condition
 from medvlm_audit.images import ImageRecipe
+from medvlm_audit.suites.grounding.conditions import Condition
 
 
 def test_working_box_rescales_and_rounds() -> None:

@@ -2,7 +2,7 @@
 
 Each audit is a subpackage found by name (``SUITES``); the core (api, cli, config, export, report) reaches a
 suite only through :func:`get_suite`. A suite's model backends (its reference models) are registered in the
-model-backend registry when the suite is loaded. A new suite is one folder plus one :func:`register_suite`
+model-backend registry, and its image operations (overlays) in ``images.IMAGE_OPS``, when the suite is loaded. A new suite is one folder plus one :func:`register_suite`
 call (or one line in ``_BUILTIN``); see docs/architecture.md.
 """
 
@@ -17,6 +17,7 @@ from medvlm_audit.suites.base import Plan, PlanSource, Skip, Stage, StageContext
 _BUILTIN: dict[str, str] = {
     "grounding": "medvlm_audit.suites.grounding.suite:GroundingSuite",
     "stress": "medvlm_audit.suites.stress.suite:StressSuite",
+    "faithfulness": "medvlm_audit.suites.faithfulness.suite:FaithfulnessSuite",
 }
 
 SUITES = Registry("suite")
@@ -37,13 +38,18 @@ def suite_names() -> list[str]:
 
 
 def get_suite(name: str) -> Suite:
-    """The suite registered as ``name`` (built once); its model backends are registered on first load."""
+    """The suite registered as ``name`` (built once); its model backends and image operations (``image_ops``)
+    are registered on first load."""
     if name not in _instances:
         suite = SUITES.load(name)()
         from medvlm_audit.models.registry import register_backend
 
         for backend, target in getattr(suite, "backends", {}).items():
             register_backend(backend, target, replace=True)
+        from medvlm_audit.images import register_image_op
+
+        for op, target in getattr(suite, "image_ops", {}).items():
+            register_image_op(op, target, replace=True)
         _instances[name] = suite
     return _instances[name]
 
