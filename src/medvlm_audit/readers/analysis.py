@@ -136,7 +136,7 @@ def _fleiss_row(ps: str, label: str, wide: pd.DataFrame, categories: Sequence[An
 def _finding_presence(reads: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int,
                       out: ReaderAnalysis, support: Any) -> None:
     adjust_families, paired_row = support.adjust_families, support.paired_row
-    Options, build_panels, model_vectors, rate_row = (
+    Options, build_panels, model_vectors, rate_row = (  # noqa: N806
         support.Options, support.build_panels, support.model_vectors, support.rate_row)
 
     opts = Options(B=B)
@@ -199,7 +199,7 @@ def _finding_presence(reads: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int
 
 def _box_validation(ans: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int, out: ReaderAnalysis,
                     support: Any) -> None:
-    Options, build_panels, model_vectors, rate_row = (
+    Options, build_panels, model_vectors, rate_row = (  # noqa: N806
         support.Options, support.build_panels, support.model_vectors, support.rate_row)
 
     a = ans[ans["scale"] == "answer"]
