@@ -442,7 +442,7 @@ def _items_finding_presence(run_dir: Path, n: int, seed: int, probe_set: str | N
     from medvlm_audit.probeset import row_to_case
     from medvlm_audit.readers.support import reader_support
 
-    Condition = reader_support(run_dir).Condition
+    Condition = reader_support(run_dir).Condition  # noqa: N806 (the suite's condition class)
 
     tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
     cases, sets = _run_cases(run_dir)
