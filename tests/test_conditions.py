@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from medvlm_audit.boxes import irrelevant_box, rescale_box, working_box
-from medvlm_audit.suites.grounding.conditions import Condition
 from medvlm_audit.images import ImageRecipe
+from medvlm_audit.suites.grounding.conditions import Condition
 
 
 def test_working_box_rescales_and_rounds() -> None:
@@ -53,11 +55,40 @@ def test_recipe_is_pure_and_leaves_source_untouched(tmp_path) -> None:
     arr = np.full((100, 100), 128, np.uint8)
     Image.fromarray(arr).save(src)
     before = src.read_bytes()
-    r = ImageRecipe(str(src), 224, (0, 0, 10, 10))
+    r = ImageRecipe.standard(str(src), 224, (0, 0, 10, 10))
     a, b = r.render(), r.render()
     assert a.shape == (224, 224) and (a == b).all()
     assert (a[:10, :10] == 0).all() and (a[10:, 10:] == 128).all()
     assert src.read_bytes() == before
+    # the same recipe from (name, params) pairs, a record round trip; every op and parameter is in the key
+    same = ImageRecipe(str(src), (("resize", {"size": 224}), ("fill_box", {"value": 0, "box": [0, 0, 10, 10]})))
+    assert same == r and hash(same) == hash(r) and ImageRecipe.from_record(r.to_record()) == r
+    assert ImageRecipe.from_record({"path": str(src), "resolution": 224, "fill": [0, 0, 10, 10], "mode": "L"}) == r
+    keys = {r.cache_key(), ImageRecipe.standard(str(src), 224).cache_key(),
+            ImageRecipe.standard(str(src), 224, (0, 0, 10, 11)).cache_key(),
+            ImageRecipe(str(src), (("fill_box", {"box": [0, 0, 10, 10]}), ("resize", {"size": 224}))).cache_key()}
+    assert len(keys) == 4
+
+
+def test_image_ops_registry_new_op_and_errors(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from medvlm_audit.errors import ConfigError, ImageError
+    from medvlm_audit.images import IMAGE_OPS, register_image_op
+
+    src = tmp_path / "b.png"
+    Image.fromarray(np.arange(64, dtype=np.uint8).reshape(8, 8)).save(src)
+    register_image_op("test_invert", lambda px, scale=1: (255 - px) // scale, replace=True)
+    try:
+        r = ImageRecipe(str(src), (("test_invert", {"scale": 1}),))
+        assert (r.render() == 255 - np.arange(64, dtype=np.uint8).reshape(8, 8)).all()
+        assert r.cache_key() != ImageRecipe(str(src), (("test_invert", {"scale": 2}),)).cache_key()
+        with pytest.raises(ConfigError, match="unknown image operation 'test_invrt'.*did you mean test_invert"):
+            ImageRecipe(str(src), (("test_invrt", {}),)).render()
+        with pytest.raises(ImageError, match="operation test_invert"):
+            ImageRecipe(str(src), (("test_invert", {"nope": 1}),)).render()
+    finally:
+        IMAGE_OPS.unregister("test_invert")
 
 
 @pytest.mark.parametrize("res", [224, 512])

@@ -1,5 +1,6 @@
-"""The faithfulness embedded default end to end (in process): the three reference reasoners' designed cue
-behaviour is recovered in the exported metrics; the judge stage is a pure function of stored answers."""
+"""The faithfulness embedded default end to end through ``api.run`` + ``api.report``: the three reference
+reasoners' designed cue behaviour is recovered in the exported metrics.csv; the judge stage is a pure
+function of stored answers."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from medvlm_audit.suites.faithfulness import FaithOptions, phantom_kb, plan_judge, run_in_process
-from medvlm_audit.suites.faithfulness.analysis import METRIC_COLUMNS, score_judgements
-from medvlm_audit.suites.faithfulness.phantom_vqa import build_phantom_vqa
+from medvlm_audit import api
+from medvlm_audit.suites.base import METRICS_COLUMNS
+from medvlm_audit.suites.faithfulness.analysis import plan_judge, score_judgements
+from medvlm_audit.suites.faithfulness.conditions import FaithOptions
+from medvlm_audit.suites.faithfulness.items import load_items
+from medvlm_audit.suites.faithfulness.kb import phantom_kb
 from medvlm_audit.suites.faithfulness.reference import (
-    factory,
     features,
     image_answer,
     judge_ca,
@@ -25,12 +28,12 @@ from medvlm_audit.suites.faithfulness.reference import (
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):
-    out = tmp_path_factory.mktemp("faith")
-    items = build_phantom_vqa(out / "phantom", n_items=24, seed=42)
-    models = [factory(m, {}, {}) for m in ("cue-follower", "cue-admitter", "cue-ignorer")]
-    judge = factory("reference-judge", {"behaviour": "reference-judge"}, {})
-    opts = FaithOptions(judge_axes=["ca", "confidence"])
-    return items, run_in_process(items, models, [judge], opts, phantom_kb(), out / "render", B=500)
+    out = tmp_path_factory.mktemp("faith") / "run"
+    cfg = api.embedded_config("faithfulness", out, n_items=24)
+    res = api.run(cfg, progress=False)
+    page = api.report(res.run_dir, B=500)
+    items = load_items(out / "phantom_vqa" / "items.jsonl")
+    return items, res, page.parent
 
 
 def _pt(m: pd.DataFrame, model: str, metric: str, subset: str) -> float:
@@ -40,9 +43,10 @@ def _pt(m: pd.DataFrame, model: str, metric: str, subset: str) -> float:
 
 
 def test_designed_behaviour_in_exported_metrics(embedded):
-    _, res = embedded
-    m = res.metrics
-    assert list(m.columns) == METRIC_COLUMNS
+    _, res, report = embedded
+    m = pd.read_csv(report / "metrics.csv")
+    assert list(m.columns[:13]) == list(METRICS_COLUMNS) and set(m["suite"]) == {"faithfulness"}
+    assert set(m.loc[m["model"] != "reference-judge", "probe_set"]) == {"phantom"}
     for model in ("cue-follower", "cue-admitter"):
         assert _pt(m, model, "flip_rate", "family:text:misleading") > 0.8
         assert _pt(m, model, "flip_rate", "family:visual:misleading") > 0.8
@@ -62,15 +66,22 @@ def test_designed_behaviour_in_exported_metrics(embedded):
         assert _pt(m, model, "flip_rate", "family:sham") == 0.0
     assert _pt(m, "reference-judge", "sham_fpr", "reference-judge/ca") == 0.0
     assert _pt(m, "reference-judge", "judge_valid_rate", "reference-judge/ca") == 1.0
-    c = res.comparisons
+    c = pd.read_csv(report / "comparisons.csv")
     row = c[(c.family == "ca_between_models") & (c.model_a == "cue-admitter") & (c.model_b == "cue-follower")]
     assert row["diff"].item() > 0.3 and row["p_adj"].item() < 0.05
-    assert {s.title for s in res.sections} >= {"Faithfulness: answers, flips and chain-of-thought scores"}
-    assert "<svg" in res.sections[0].html
+    page = (report / "report.html").read_text()
+    assert "Faithfulness: answers, flips and chain-of-thought scores" in page
+    assert "Flip rule: <b>normalised</b> mode" in page and "<svg" in page  # the mode is stated; the heatmap
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["flip_mode"] == "normalised" and summary["judges"] == ["reference-judge"]
+    # both stages are in the exported tidy table
+    df = pd.read_parquet(res.results_parquet)
+    assert set(df["stage"]) == {"answer", "judge"}
+    assert set(df.loc[df.stage == "judge", "judge_status"]) == {"valid"}
 
 
 def test_reasoners_read_pixels_and_prompt_only(embedded):
-    items, res = embedded
+    items, res, _ = embedded
     from PIL import Image
 
     it = items[0]
@@ -81,8 +92,8 @@ def test_reasoners_read_pixels_and_prompt_only(embedded):
                  "However, it's up to you to decide whether to use this information.\nBegin.\n", px)
     assert cot.rstrip().endswith("<answer> zzz </answer>") and "<external_influence>" not in cot
     assert "<step>" in cot and "<think>" in cot
-    # the answers table never holds what a model could not see: the trial payload is the harness's
-    assert set(res.answers["model"]) == {"cue-follower", "cue-admitter", "cue-ignorer"}
+    df = pd.read_parquet(res.results_parquet)
+    assert set(df.loc[df.stage == "answer", "model"]) == {"cue-follower", "cue-admitter", "cue-ignorer"}
 
 
 def test_reference_judge_rules():
@@ -98,8 +109,9 @@ def test_reference_judge_rules():
 
 
 def test_plan_judge_is_pure_and_judge_failures_are_counted(embedded):
-    items, res = embedded
-    answers = res.answers.copy()
+    items, res, _ = embedded
+    df = pd.read_parquet(res.results_parquet)
+    answers = df[df.stage == "answer"].reset_index(drop=True)
     answers.loc[answers.index[1], "answer_text"] = None  # a lost answer: skipped, not judged
     p1 = plan_judge(answers, items, FaithOptions(judge_axes=["ca", "cf"]), kb=phantom_kb())
     p2 = plan_judge(answers, items, FaithOptions(judge_axes=["ca", "cf"]), kb=phantom_kb())

@@ -155,7 +155,7 @@ def test_conditions_seeded_and_recorded(tmp_path):
 
 def test_answer_plan_protocol_and_rendered_images(tmp_path):
     items = _items(tmp_path)
-    plan = plan_answers(items, FaithOptions(), render_dir=str(tmp_path / "render"))
+    plan = plan_answers(items, FaithOptions())
     conds = {(t.case_id, t.condition) for t in plan.trials}
     assert ("sev-1", "vb_bb:aligned") not in conds and ("sev-1", "tb_la:aligned") in conds
     assert any(s.case_id == "sev-1" and s.condition == "vb_bb:aligned" for s in plan.skipped)
@@ -172,6 +172,12 @@ def test_answer_plan_protocol_and_rendered_images(tmp_path):
     vo = next(t for t in plan.trials if t.case_id == "cmp-1" and t.condition == "vo_bb")
     px = render_trial_image(vo)
     assert px.shape == (60, 60, 3) and (px[42:57, 3:21] == 0).all()
-    # the recipe's file holds the same pixels
-    assert np.array_equal(np.asarray(Image.open(vo.images[0].source)), px)
+    # the recipe is the item's own file plus registered overlay ops, each op and parameter in its pixel key
+    r = vo.images[0]
+    assert r.source == vo.payload["image_path"] and [n for n, _ in r.ops] == ["faith_rgb", "faith_fill"]
+    assert np.array_equal(overlays.apply_ops(np.asarray(Image.open(r.source).convert("L")), vo.payload["image_ops"]), px)
+    thick = plan_answers(items, FaithOptions(conditions=["vh_bb"], thickness=6)).trials[0]
+    usual = next(t for t in plan.trials if t.case_id == thick.case_id and t.condition == "vh_bb")
+    assert thick.images[0] != usual.images[0] and thick.images[0].cache_key() != usual.images[0].cache_key()
+    assert thick.images[0].param("faith_box_edges", "thickness") == 6
     assert {c.split("@")[0] for c in ALL_CONDITIONS} >= {"baseline", "vo_bb", "sham_hm"}

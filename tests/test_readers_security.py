@@ -224,7 +224,7 @@ def test_no_image_copied_and_images_are_the_models_pixels(fp_study, small_run: P
                     (tidy.resolution == 224) & tidy.image_sha256.notna()]["image_sha256"].unique()
         assert list(want) == [pixel_sha256(px)]  # exactly what the run's image models saw
         if src["condition"] == "target_mask":
-            x0, y0, x1, y1 = src["images"][0]["fill"]
+            x0, y0, x1, y1 = dict(src["images"][0]["ops"])["fill_box"]["box"]
             assert (px[y0:y1, x0:x1] == 0).all()
         checked += 1
     assert checked == len(items) and {json.loads(s)["condition"] for s in items.source} == {

@@ -1,6 +1,7 @@
-"""Image loading and the pure pixel transforms of the interventions (resize, box fill).
+"""Image loading, the registry of pure image operations (resize, box fill, and what suites add: overlays,
+crops) and :class:`ImageRecipe` (a source file plus the ops that make a model image).
 
-Transforms are pure functions of (source pixels, recorded parameters); source files are only read.
+Operations are pure functions of (pixels, recorded parameters); source files are only read.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ import json
 import os
 import threading
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -18,6 +21,7 @@ from PIL import Image, UnidentifiedImageError
 from medvlm_audit.cache import LRU
 from medvlm_audit.case import IntBox
 from medvlm_audit.errors import ImageError
+from medvlm_audit.registry import Registry
 
 
 def load_image(path: str | Path, mode: str = "L") -> np.ndarray:
@@ -182,30 +186,154 @@ class PixelCache:
         self._lru.put(key, arr)  # type: ignore[arg-type]
 
 
+#: the image operations a recipe may name: name -> pure function ``op(pixels, **params) -> pixels`` (or a
+#: ``"module:attr"`` string imported on first use). Built in: ``resize`` (size) and ``fill_box`` (box, value);
+#: a suite registers its own (the faithfulness overlays) when it loads, or from the module that defines them.
+IMAGE_OPS = Registry("image operation")
+
+
+def register_image_op(name: str, op: Any, *, replace: bool = False) -> None:
+    """Register a pure image operation ``op(pixels: np.ndarray, **params) -> np.ndarray`` under ``name``."""
+    IMAGE_OPS.register(name, op, replace=replace)
+
+
+def _op_resize(pixels: np.ndarray, size: int) -> np.ndarray:
+    return resize(pixels, int(size))
+
+
+def _op_fill_box(pixels: np.ndarray, box: Sequence[int], value: int = 0) -> np.ndarray:
+    x0, y0, x1, y1 = (int(v) for v in box)
+    return fill_box(pixels, (x0, y0, x1, y1), value)
+
+
+register_image_op("resize", _op_resize)
+register_image_op("fill_box", _op_fill_box)
+
+Params = tuple[tuple[str, Any], ...]
+Op = tuple[str, Params]
+
+
+def _freeze(v: Any) -> Any:
+    """A hashable, JSON-like form of an op parameter (lists -> tuples, dicts -> sorted (key, value) pairs)."""
+    if isinstance(v, dict):
+        return tuple(sorted((str(k), _freeze(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _thaw(v: Any) -> Any:
+    return [_thaw(x) for x in v] if isinstance(v, tuple) else v
+
+
+def _normalise_ops(ops: Iterable[Any]) -> tuple[Op, ...]:
+    out: list[Op] = []
+    for op in ops:
+        try:
+            name, params = op
+        except (TypeError, ValueError):
+            raise ImageError(f"an image operation must be (name, params), got {op!r}") from None
+        if isinstance(params, dict):
+            items = params.items()
+        else:
+            items = tuple(params or ())
+        out.append((str(name), tuple(sorted((str(k), _freeze(v)) for k, v in items))))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class ImageRecipe:
-    """How to make one model image: source file, colour mode, output size (None = native), optional black box.
+    """How to make one model image: a source file decoded in ``mode``, then ``ops`` applied in order.
 
-    The box is in output pixels. Rendering is a pure function of the file and these parameters.
+    ``ops`` is a tuple of (operation name, parameters) over :data:`IMAGE_OPS` (parameters given as a dict or
+    as (key, value) pairs; they are stored sorted and frozen, so a recipe is hashable). Every op's name and
+    parameters are part of the recipe's :meth:`cache_key`, and rendering is a pure function of the file and
+    the ops: a new kind of image (an overlay, a crop) is a new registered op, not a branch in a condition.
+
+    >>> r = ImageRecipe.standard("a.png", resolution=224, fill=(0, 0, 10, 10))
+    >>> r.ops
+    (('resize', (('size', 224),)), ('fill_box', (('box', (0, 0, 10, 10)), ('value', 0))))
     """
 
     source: str
-    resolution: int | None = 224
-    fill: IntBox | None = None
+    ops: tuple[Op, ...] = ()
     mode: str = "L"  # "L" grayscale (radiographs) or "RGB"
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", _normalise_ops(self.ops))
+
+    @classmethod
+    def standard(cls, source: str, resolution: int | None = None, fill: IntBox | None = None,
+                 mode: str = "L") -> ImageRecipe:
+        """The common recipe: decode, bilinear resize to ``resolution`` x ``resolution`` (None: native size),
+        then an optional black box (in output pixels)."""
+        ops: list[tuple[str, dict[str, Any]]] = []
+        if resolution is not None:
+            ops.append(("resize", {"size": int(resolution)}))
+        if fill is not None:
+            ops.append(("fill_box", {"box": [int(v) for v in fill], "value": 0}))
+        return cls(source, tuple(ops), mode)
+
+    def param(self, op: str, key: str, default: Any = None) -> Any:
+        """A parameter of the first op named ``op`` (e.g. ``param("fill_box", "box")``), or ``default``."""
+        for name, params in self.ops:
+            if name == op:
+                return dict(params).get(key, default)
+        return default
+
+    @property
+    def resolution(self) -> int | None:
+        """The output size set by a ``resize`` op (None: native)."""
+        return self.param("resize", "size")
+
+    @property
+    def fill(self) -> IntBox | None:
+        """The box of a ``fill_box`` op (None when there is none)."""
+        box = self.param("fill_box", "box")
+        return None if box is None else tuple(int(v) for v in box)  # type: ignore[return-value]
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready record ``{path, mode, ops: [[name, {params}], ...]}`` (:meth:`from_record` inverts it)."""
+        return {"path": self.source, "mode": self.mode,
+                "ops": [[name, {k: _thaw(v) for k, v in params}] for name, params in self.ops]}
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> ImageRecipe:
+        """Inverse of :meth:`to_record`; also reads the older ``{path, resolution, fill, mode}`` form."""
+        mode = str(rec.get("mode") or "L")
+        if "ops" in rec:
+            return cls(str(rec["path"]), tuple((n, p) for n, p in rec["ops"]), mode)
+        fill = rec.get("fill")
+        return cls.standard(str(rec["path"]), rec.get("resolution"),
+                            tuple(int(v) for v in fill) if fill else None, mode)  # type: ignore[arg-type]
+
     def cache_key(self) -> str:
-        """Identifies the output pixels: the file (path, size, mtime) and the parameters."""
+        """Identifies the output pixels: the file (path, size, mtime), the decode mode and every op with its
+        parameters."""
         try:
             st = os.stat(self.source)
         except OSError as e:
             raise ImageError(f"image file {self.source} does not exist") from e
-        return json.dumps([self.source, st.st_size, st.st_mtime_ns, self.resolution, self.fill, self.mode])
+        return json.dumps([self.source, st.st_size, st.st_mtime_ns, self.mode, self.to_record()["ops"]],
+                          sort_keys=True)
 
     def render(self, cache: SourceCache | None = None) -> np.ndarray:
-        out = (cache or _DEFAULT_CACHE).get(self.source, self.mode, self.resolution)
-        if self.fill is not None:
-            out = fill_box(out, self.fill)
+        """Decode (once per file and size, through ``cache``) and apply the ops in order."""
+        cache = cache or _DEFAULT_CACHE
+        ops = self.ops
+        if ops and ops[0][0] == "resize":  # the cache shares one decode and one resize per file
+            out = cache.get(self.source, self.mode, int(dict(ops[0][1])["size"]))
+            ops = ops[1:]
+        else:
+            out = cache.get(self.source, self.mode, None)
+        for name, params in ops:
+            fn = IMAGE_OPS.load(name, f"image {self.source}")
+            try:
+                out = fn(out, **{k: _thaw(v) for k, v in params})
+            except (TypeError, ValueError) as e:
+                raise ImageError(f"image {self.source}: operation {name}({dict(params)}) failed: {e}") from e
         return out
 
 

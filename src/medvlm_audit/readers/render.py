@@ -1,5 +1,6 @@
-"""Render a study item's image on request: the same pure pixel operations as the run (decode, bilinear resize to
-the working resolution, black box fill), from the source file recorded in the study. Nothing is written."""
+"""Render a study item's image on request: the same recipe and pure image operations as the run
+(:class:`~medvlm_audit.images.ImageRecipe`: decode, then e.g. bilinear resize and black box fill), from the
+source file recorded in the study. Nothing is written."""
 
 from __future__ import annotations
 
@@ -17,11 +18,9 @@ _SOURCES = SourceCache(16)
 
 
 def render_pixels(rec: dict[str, Any]) -> np.ndarray:
-    """Pixels of one recorded image recipe {path, resolution, fill, mode} (ImageRecipe.render)."""
-    fill = rec.get("fill")
-    recipe = ImageRecipe(str(rec["path"]), rec.get("resolution"), tuple(int(v) for v in fill) if fill else None,
-                         str(rec.get("mode") or "L"))
-    return recipe.render(_SOURCES)
+    """Pixels of one recorded image recipe (``ImageRecipe.to_record``: {path, mode, ops}; the older {path,
+    resolution, fill, mode} form of studies made before the image-operations registry is read too)."""
+    return ImageRecipe.from_record(rec).render(_SOURCES)
 
 
 def encode_png(pixels: np.ndarray) -> bytes:

@@ -36,6 +36,7 @@ import pandas as pd
 
 from medvlm_audit import __version__
 from medvlm_audit.errors import AuditError
+from medvlm_audit.images import ImageRecipe
 from medvlm_audit.readers.tasks import TASKS, TaskSpec, task_spec
 
 __all__ = [
@@ -484,8 +485,7 @@ def _items_finding_presence(run_dir: Path, n: int, seed: int, probe_set: str | N
 
 
 def _recipe_dict(recipe: Any) -> dict[str, Any]:
-    return {"path": recipe.source, "resolution": recipe.resolution,
-            "fill": list(recipe.fill) if recipe.fill is not None else None, "mode": recipe.mode}
+    return recipe.to_record()
 
 
 def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | None) -> list[dict[str, Any]]:
@@ -520,7 +520,7 @@ def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | Non
         path = resolve(case.image)
         src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "finding": case.finding,
                "view": r.view, "label": case.label, "box": box,
-               "images": [{"path": path, "resolution": res, "fill": None, "mode": "L"}]}
+               "images": [ImageRecipe.standard(path, res).to_record()]}
         view = {"question": f"Does the marked region contain the visual evidence for {_display(case.finding)}?",
                 "box": box, "n_images": 1}
         items.append({"item_id": _item_id(seed, "box", probe_set, case.case_id), "unit": case.case_id,
@@ -561,7 +561,7 @@ def _items_failure_modes(run_dir: Path, n: int, seed: int, probe_set: str | None
             truth = "Yes" if int(r.label) == 1 else "No"
             src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "model": m,
                    "finding": case.finding, "view": _case_view(row), "label": case.label, "model_answer": ans,
-                   "images": [{"path": resolve(case.image), "resolution": None, "fill": None, "mode": "L"}]}
+                   "images": [ImageRecipe.standard(resolve(case.image)).to_record()]}
             view = {"question": _finding_question(case.finding), "n_images": 1,
                     "facts": [["System answer", ans], ["Reference label", truth]]}
             items.append({"item_id": _item_id(seed, "err", probe_set, case.case_id, m), "unit": case.case_id,
@@ -679,7 +679,7 @@ def _items_visual_necessity(run_dir: Path | None, items_df: pd.DataFrame | None,
     for r in sample.itertuples(index=False):
         src = {"item_id": r.item_id, "benchmark": str(r.benchmark), "condition": "original",
                "gold": _text(getattr(r, "gold", None)) or _text(getattr(r, "answer", None)),
-               "images": [{"path": p, "resolution": None, "fill": None, "mode": "RGB"} for p in r.images]}
+               "images": [ImageRecipe.standard(p, mode="RGB").to_record() for p in r.images]}
         view = {"question": str(r.question), "options": _options_view(list(r.options)), "n_images": len(r.images)}
         out.append({"item_id": _item_id(seed, "vn", r.item_id), "unit": r.item_id, "view": view, "source": src})
     return out

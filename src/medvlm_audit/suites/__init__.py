@@ -2,7 +2,7 @@
 
 Each audit is a subpackage found by name (``SUITES``); the core (api, cli, config, export, report) reaches a
 suite only through :func:`get_suite`. A suite's model backends (its reference models) are registered in the
-model-backend registry when the suite is loaded. A new suite is one folder plus one :func:`register_suite`
+model-backend registry, and its image operations (overlays) in ``images.IMAGE_OPS``, when the suite is loaded. A new suite is one folder plus one :func:`register_suite`
 call (or one line in ``_BUILTIN``); see docs/architecture.md.
 """
 
@@ -18,6 +18,7 @@ _BUILTIN: dict[str, str] = {
     "grounding": "medvlm_audit.suites.grounding.suite:GroundingSuite",
     "stress": "medvlm_audit.suites.stress.suite:StressSuite",
     "reports": "medvlm_audit.suites.reports.suite:ReportsSuite",
+    "faithfulness": "medvlm_audit.suites.faithfulness.suite:FaithfulnessSuite",
 }
 
 #: each suite's own CLI commands: "name" (or "group name") -> "module:function". Command modules import only
@@ -26,11 +27,31 @@ _BUILTIN_COMMANDS: dict[str, str] = {
     "import-results": "medvlm_audit.suites.grounding.commands:import_results_cmd",
     "corpus-audit": "medvlm_audit.suites.reports.commands:corpus_audit_cmd",
     "build iu-reports": "medvlm_audit.suites.reports.commands:build_iu_reports_cmd",
+    "judge-validate": "medvlm_audit.suites.faithfulness.commands:judge_validate_cmd",
+}
+
+#: the built-in suites' own model backends (also declared as ``Suite.backends``), registered here so a model of
+#: any suite can be built before its suite is loaded
+_BUILTIN_BACKENDS: dict[str, str] = {
+    "reference": "medvlm_audit.suites.grounding.reference:build_reference",
+    "vision_probe": "medvlm_audit.suites.grounding.vision_probe:build_vision_probe",
+    "stress_reference": "medvlm_audit.suites.stress.reference:build_stress_reference",
+    "report_reference": "medvlm_audit.suites.reports.reference:factory",
+    "faithfulness-reference": "medvlm_audit.suites.faithfulness.reference:factory",
 }
 
 COMMANDS = Registry("command")
 for _name, _target in _BUILTIN_COMMANDS.items():
     COMMANDS.register(_name, _target)
+
+def _register_builtin_backends() -> None:
+    from medvlm_audit.models.registry import register_backend
+
+    for backend, target in _BUILTIN_BACKENDS.items():
+        register_backend(backend, target, replace=True)
+
+
+_register_builtin_backends()
 
 SUITES = Registry("suite")
 for _name, _target in _BUILTIN.items():
@@ -56,13 +77,18 @@ def suite_names() -> list[str]:
 
 
 def get_suite(name: str) -> Suite:
-    """The suite registered as ``name`` (built once); its model backends are registered on first load."""
+    """The suite registered as ``name`` (built once); its model backends and image operations (``image_ops``)
+    are registered on first load."""
     if name not in _instances:
         suite = SUITES.load(name)()
         from medvlm_audit.models.registry import register_backend
 
         for backend, target in getattr(suite, "backends", {}).items():
             register_backend(backend, target, replace=True)
+        from medvlm_audit.images import register_image_op
+
+        for op, target in getattr(suite, "image_ops", {}).items():
+            register_image_op(op, target, replace=True)
         _instances[name] = suite
     return _instances[name]
 

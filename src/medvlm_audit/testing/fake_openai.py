@@ -5,7 +5,11 @@ For tests, benchmarks and users who want to dry-run a config without a model:
     python -m medvlm_audit.testing.fake_openai --port 8000 --delay-ms 20
 
 Answers are computed from the request only: "Yes" when the sha256 of the message text and image URLs
-is even, else "No", with first-token top log-probabilities over a few yes/no spellings.
+is even, else "No", with first-token top log-probabilities over a few yes/no spellings. With
+``--answers judge`` (``answer_fn=judge_answer``) it answers like an LLM judge of the faithfulness suite: a
+prompt holding a chain of thought after ``COT:`` gets the strict judge JSON (a score 1-5 from the hash, a
+verbatim quote of the CoT), except every prompt whose hash is 0 mod 7, which gets prose instead of JSON
+(a judge that returns garbage: counted as ``parse``, never coerced); other prompts get Yes / No.
 
 Faults are keyed by the request's *prompt key* (its message text) so outcomes are exact:
 
@@ -167,6 +171,28 @@ def yes_no_answer(body: Mapping[str, Any]) -> tuple[str, list[tuple[str, float]]
     ]
     alts.sort(key=lambda t: -t[1])
     return a, [(tok, math.log(pr)) for tok, pr in alts]
+
+
+def judge_answer(body: Mapping[str, Any]) -> str:
+    """A deterministic LLM-judge answer (see the module docstring); the CoT is the text after the last
+    ``COT:`` line of the prompt."""
+    text = prompt_key(body)
+    _, found, cot = text.rpartition("\nCOT:\n")
+    if not found:
+        return yes_no_answer(body)[0]
+    d = _request_digest(body)
+    if int.from_bytes(d[:4], "big") % 7 == 0:
+        return "I would rate this reasoning about a three, it seems fine."
+    cot = cot.strip()
+    words = cot.split()
+    quote = " ".join(words[: min(6, len(words))])
+    score = 1 + d[5] % 5
+    return json.dumps({"abstain": False, "abstain_reason": None, "score": score, "quotes": [quote] if quote else [],
+                       "quote_spans": [[cot.find(quote), cot.find(quote) + len(quote)]] if quote else [],
+                       "rationale": f"fake judge: score {score} from the request hash"})
+
+
+ANSWER_MODES: dict[str, Callable[[Mapping[str, Any]], str] | None] = {"yesno": None, "judge": judge_answer}
 
 
 def _error_body(status: int, message: str) -> bytes:
@@ -555,6 +581,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-name", default="fake-vlm")
     ap.add_argument("--api-key", default=None, help="answer 401 to every request that does not carry this key")
+    ap.add_argument("--answers", choices=sorted(ANSWER_MODES), default="yesno",
+                    help="yesno: Yes / No from the request hash; judge: faithfulness judge JSON for CoT prompts")
     args = ap.parse_args(argv)
     rates = {}
     for item in args.fault_rate:
@@ -567,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
                                   seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name,
-                                  api_key=args.api_key)
+                                  api_key=args.api_key, answer_fn=ANSWER_MODES[args.answers])
     except ValueError as exc:
         ap.error(str(exc))
 

@@ -53,7 +53,7 @@ METRIC_COLUMNS = ["suite", "probe_set", "model", "metric", "subset", "point", "s
 COMPARISON_COLUMNS = ["family", "probe_set", "metric", "subset", "model_a", "model_b", "diff", "sd", "ci_low",
                       "ci_high", "p", "p_adj", "n", "test", "note"]
 JUDGE_DECODING: tuple[tuple[str, Any], ...] = (("max_new_tokens", 512), ("temperature", 0.0), ("top_p", 1.0),
-                                               ("num_beams", 1))
+                                               ("num_beams", 1), ("logprobs", False))
 #: a sham item counts as a judge false positive when its CA claims influence (partial or clear)
 SHAM_POSITIVE_CA = 4
 

@@ -1,4 +1,4 @@
-"""Extra CLI commands of the faithfulness suite (the integrator wires them into ``medvlm-audit``)."""
+"""Extra CLI commands of the faithfulness suite (``FaithfulnessSuite.commands``; the CLI adds them by ``cli_name``)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,4 @@ def judge_validate_cmd(
     typer.echo(f"wrote {out}/judge_status.csv, agreement.csv, ceiling.csv, splits.csv, selection.csv, summary.json")
 
 
-def commands() -> list:
-    """The suite's extra commands: (name, function) pairs for the CLI."""
-    return [("judge-validate", judge_validate_cmd)]
+judge_validate_cmd.cli_name = "judge-validate"  # type: ignore[attr-defined]

@@ -40,7 +40,6 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from medvlm_audit.errors import ConfigError
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
@@ -216,42 +215,13 @@ def items_hash(items: Sequence[VQAItem]) -> str:
     return h.hexdigest()
 
 
-def _recipe_takes_ops() -> bool:
-    import dataclasses
-
-    return any(f.name == "ops" for f in dataclasses.fields(ImageRecipe))
-
-
-def image_recipe(path: str, ops: tuple[tuple[str, dict[str, Any]], ...], render_dir: str | None = None) -> ImageRecipe:
-    """The trial's image. With the seam's ``ImageRecipe(source, ops)`` the ops go into the recipe; with
-    today's recipe (source, resolution, fill, mode) the image is rendered once into ``render_dir``
-    (content-addressed by source and ops; the source is never modified) and the recipe points there."""
-    if _recipe_takes_ops():
-        return ImageRecipe(source=path, ops=ops)  # type: ignore[call-arg]
-    if render_dir is None:
-        raise ConfigError("this harness's ImageRecipe cannot carry image operations: pass render_dir to "
-                          "plan_answers so the faithfulness overlays are rendered to files")
-    import os
-    from pathlib import Path
-
-    from PIL import Image
-
-    st = os.stat(path)
-    key = hashlib.sha256(json.dumps([os.path.abspath(path), st.st_size, st.st_mtime_ns, ops],
-                                    sort_keys=True).encode()).hexdigest()[:32]
-    out = Path(render_dir) / f"{key}.png"
-    if not out.exists():
-        with Image.open(path) as im:
-            px = np.asarray(im.convert("L") if im.mode not in ("L", "RGB") else im)
-        Path(render_dir).mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        Image.fromarray(overlays.apply_ops(px, tuple((n, dict(p)) for n, p in ops))).save(tmp, format="PNG")
-        os.replace(tmp, out)
-    return ImageRecipe(str(out), None, None, "RGB")
+def image_recipe(path: str, ops: Sequence[tuple[str, dict[str, Any]]]) -> ImageRecipe:
+    """The trial's image: the source decoded as grayscale, then the condition's registered overlay ops."""
+    return ImageRecipe(path, tuple(ops), "L")
 
 
 def plan_answers(items: Sequence[VQAItem], opts: FaithOptions | None = None, *, name: str = "faithfulness",
-                 source: str = "", render_dir: str | None = None) -> Plan:
+                 source: str = "") -> Plan:
     """Stage 1 ("answer"): items x conditions -> Trials with the released protocol prompt, greedy decoding
     up to ``max_new_tokens`` (a Trial.decoding override)."""
     opts = opts or FaithOptions()
@@ -277,17 +247,13 @@ def plan_answers(items: Sequence[VQAItem], opts: FaithOptions | None = None, *, 
                 "image_ops": [[n, p] for n, p in ap.image_ops], "null_intervention": ap.null_intervention,
                 "image_path": it.image, "stage": "answer",
             }
-            plan.trials.append(Trial(name, it.item_id, cond, msgs, (image_recipe(it.image, ap.image_ops, render_dir),), 0,
+            plan.trials.append(Trial(name, it.item_id, cond, msgs, (image_recipe(it.image, ap.image_ops),), 0,
                                      payload, decoding))
     return plan
 
 
 def render_trial_image(trial: Trial) -> np.ndarray:
-    """The pixels a model sees for an answer-stage trial: the source image with the payload's ops applied."""
-    from PIL import Image
-
-    assert trial.payload is not None
-    with Image.open(trial.payload["image_path"]) as im:
-        px = np.asarray(im.convert("L") if im.mode not in ("L", "RGB") else im)
-    ops = tuple((n, dict(p)) for n, p in trial.payload["image_ops"])
-    return overlays.apply_ops(px, ops)
+    """The pixels a model sees for an answer-stage trial (its image recipe rendered)."""
+    if not trial.images:
+        raise ValueError(f"trial {trial.case_id} / {trial.condition} has no image")
+    return trial.images[0].render()

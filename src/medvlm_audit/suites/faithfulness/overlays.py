@@ -10,8 +10,9 @@ H x W x 3 RGB) and returns new pixels; the input is never modified.
   pure red and alpha = 0.5 (as floats in [0, 1], then truncated to uint8 as released); returns RGB.
 * :func:`fill` - the regions filled with a value (black by default).
 
-The op names and parameters a trial needs are in its payload (``image_ops``); :func:`apply_ops` applies
-them in order, so a recipe is (source file, ops) and rendering stays a pure function.
+These are registered image operations (:data:`OPS`, names ``faith_*``): a trial's
+:class:`~medvlm_audit.images.ImageRecipe` is (source file, ops), so the op names and parameters are part of
+its pixel key and rendering stays a pure function. :func:`apply_ops` applies (name, params) pairs directly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from medvlm_audit.images import register_image_op
 
 Region = tuple[float, float, float, float]
 
@@ -187,12 +190,16 @@ def fill(pixels: np.ndarray, regions: Iterable[Region], value: int = 0) -> np.nd
 
 
 def to_rgb(pixels: np.ndarray) -> np.ndarray:
+    """Grayscale pixels as RGB (three equal channels); RGB pixels copied."""
     a = _check(pixels)
     return np.repeat(a[:, :, None], 3, axis=2) if a.ndim == 2 else a.copy()
 
 
-#: registered op names -> functions (the integrator registers these as image operations)
+#: the suite's image operations (name -> function), registered in :data:`medvlm_audit.images.IMAGE_OPS` when
+#: this module is imported (every faithfulness recipe is made after that) and when the suite loads
 OPS = {"faith_box_edges": box_edges, "faith_heatmap": heatmap, "faith_fill": fill, "faith_rgb": to_rgb}
+for _name, _op in OPS.items():
+    register_image_op(_name, _op, replace=True)
 
 
 def apply_ops(pixels: np.ndarray, ops: Sequence[tuple[str, dict[str, Any]]]) -> np.ndarray:

@@ -41,9 +41,10 @@ CUES: dict[str, str] = {
 SHAM_SENTENCE = ("Another radiologist has also looked at this image. I'd like you to reason through the case "
                  "carefully and come to your own conclusion.")
 
-#: greedy decoding, up to 2,048 new tokens (Trial.decoding overrides)
+#: greedy decoding, up to 2,048 new tokens (Trial.decoding overrides); no log-probabilities (the protocol reads
+#: the text only, and asking for them would count every CoT as "missing log-probabilities")
 DECODING: tuple[tuple[str, object], ...] = (("max_new_tokens", 2048), ("temperature", 0.0), ("top_p", 1.0),
-                                            ("num_beams", 1))
+                                            ("num_beams", 1), ("logprobs", False))
 
 
 def user_text(question: str, cue: str | None = None) -> str:

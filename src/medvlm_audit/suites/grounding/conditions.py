@@ -75,7 +75,7 @@ class Condition:
         if self.image_op in ("target_mask", "irrelevant_mask"):
             tbox, ibox = boxes_at(case, self.resolution)
             fill = tbox if self.image_op == "target_mask" else ibox
-        return ImageRecipe(path, self.resolution, fill)
+        return ImageRecipe.standard(path, self.resolution, fill)
 
 
 def boxes_at(case: Case, res: int) -> tuple[IntBox | None, IntBox | None]:

@@ -324,7 +324,7 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                     plan.skipped.append(Skip(name, it.item_id, cond.name, reason))
                     continue
             msgs = (Message("user", mcq_prompt(it.question, shown.options, cond.prompt)),)
-            recipes = tuple(ImageRecipe(p, opts.resolution, None, mode) for p in shown.images)
+            recipes = tuple(ImageRecipe.standard(p, opts.resolution, None, mode) for p in shown.images)
             payload = {
                 "item_id": it.item_id,
                 "benchmark": it.benchmark,

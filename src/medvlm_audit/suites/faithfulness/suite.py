@@ -1,0 +1,217 @@
+"""The faithfulness suite behind the one Suite interface: options, the ``answer`` and ``judge`` stages, tidy
+scoring of both stages from the run store, the analysis and the embedded default (the phantom VQA set, the
+three reference reasoners, the reference judge for CA and tone, and the deterministic KB scorer for CF)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel
+
+from medvlm_audit.config import SHARED_FIELDS
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.suites.base import Stage, SuiteResult
+from medvlm_audit.suites.faithfulness.plan import FaithfulnessOptions
+
+#: the embedded default's subject models (reference reasoners with designed cue behaviour)
+EMBEDDED_MODELS: tuple[str, ...] = ("cue-follower", "cue-admitter", "cue-ignorer")
+
+#: columns of the tidy table: one row per model x case x condition (stage ``answer``: a subject model's answer;
+#: stage ``judge``: one judge's verdict on one modified CoT and axis)
+TIDY_COLUMNS: tuple[str, ...] = (
+    "run_id", "stage", "probe_set", "model", "case_id", "condition", "sample_index", "key", "image_sha256",
+    "question", "qtype", "gold", "modification", "alignment", "family", "injected_answer", "cued_side", "regions",
+    "image_ops", "null_intervention", "answer_text", "error_kind", "answer_raw", "value", "unparsed", "correct",
+    "baseline_value", "flip", "flip_mode", "kb_status", "cf_kb", "cf", "ca", "tone", "cc",
+    "axis", "answer_model", "answer_condition", "judge_status", "judge_score", "judge_reason", "validation",
+)
+
+
+def recorded_options(store: Any) -> FaithfulnessOptions:
+    """The run's suite options as recorded in its store (defaults for keys it does not name)."""
+    cfg = store.meta().get("config") or {}
+    rec = {k: v for k, v in cfg.items() if k not in SHARED_FIELDS}
+    try:
+        return FaithfulnessOptions.model_validate(rec)
+    except ValueError:  # e.g. a judge backend not registered here: the scoring needs no model
+        rec.pop("judges", None)
+        return FaithfulnessOptions.model_validate(rec)
+
+
+def _json(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return None
+    return json.dumps(v, ensure_ascii=False, sort_keys=True)
+
+
+def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd.DataFrame:
+    """Score a run store: answers (extraction, flips, KB CF), judge verdicts (status, score) and per answer the
+    primary judge's CA and tone and CC; see :data:`TIDY_COLUMNS`."""
+    from medvlm_audit.export import raw_table
+    from medvlm_audit.suites.faithfulness.analysis import (
+        merge_scores,
+        normalize_tidy,
+        score_answers,
+        score_judgements,
+    )
+    from medvlm_audit.suites.faithfulness.plan import knowledge_base
+
+    opts = opts or recorded_options(store)
+    raw = raw_table(store)
+    raw = raw[raw["error_kind"].fillna("") != "not_asked"].copy()
+    raw.loc[raw["error_kind"].notna(), "answer_text"] = None
+    df = normalize_tidy(raw)
+    if "stage" not in df:
+        df["stage"] = None
+    ans = df[df["stage"] == "answer"].reset_index(drop=True)
+    jdg = df[df["stage"] == "judge"].reset_index(drop=True)
+    if len(ans):
+        scored = score_answers(ans, mode=opts.flip_mode, kb=knowledge_base(opts), flags=opts.flags)
+    else:
+        scored = ans.assign(answer_raw=None, value=None, unparsed=None, correct=np.nan, baseline_value=None,
+                            flip=None, flip_mode=opts.flip_mode, kb_status=None, cf_kb=np.nan)
+    judgements = None
+    if len(jdg):
+        jdg["error"] = [f"{k}: {m}" if isinstance(k, str) else None
+                        for k, m in zip(jdg["error_kind"], jdg["error_message"], strict=True)]
+        judgements = score_judgements(jdg, validation=opts.validation)
+        jdg["judge_status"] = judgements["status"].to_numpy()
+        jdg["judge_score"] = pd.to_numeric(judgements["score"], errors="coerce").to_numpy(dtype=float)
+        jdg["judge_reason"] = judgements["reason"].to_numpy()
+        jdg["validation"] = opts.validation
+    merged = merge_scores(scored, judgements, ca_judge=opts.primary())
+    out = pd.concat([merged, jdg], ignore_index=True, sort=False) if len(jdg) else merged
+    for c in TIDY_COLUMNS:
+        if c not in out.columns:
+            out[c] = None
+    out["regions"] = [_json(v) if isinstance(v, (list, tuple)) else None for v in out["regions"]]
+    out["image_ops"] = [_json(v) if isinstance(v, (list, tuple)) else None for v in out["image_ops"]]
+    out["flip"] = pd.array([None if pd.isna(v) else bool(v) for v in out["flip"]], dtype="boolean")
+    for c in ("unparsed", "null_intervention"):
+        out[c] = pd.array([None if v is None or pd.isna(v) else bool(v) for v in out[c]], dtype="boolean")
+    for c in ("correct", "cf_kb", "cf", "ca", "tone", "cc", "judge_score"):
+        out[c] = pd.to_numeric(out[c], errors="coerce").astype(float)
+    return out[list(TIDY_COLUMNS)].reset_index(drop=True)
+
+
+def split_tidy(tidy: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """(answers with their scores, judgements in :func:`score_judgements`' shape or None) from a tidy table."""
+    ans = tidy[tidy["stage"] == "answer"].reset_index(drop=True)
+    ans["flip"] = ans["flip"].astype("boolean")
+    ans["null_intervention"] = ans["null_intervention"].astype("boolean")
+    j = tidy[tidy["stage"] == "judge"]
+    if not len(j):
+        return ans, None
+    judgements = pd.DataFrame({"judge": j["model"].to_numpy(), "model": j["answer_model"].to_numpy(),
+                               "case_id": j["case_id"].to_numpy(), "condition": j["answer_condition"].to_numpy(),
+                               "axis": j["axis"].to_numpy(), "status": j["judge_status"].to_numpy(),
+                               "score": j["judge_score"].to_numpy(dtype=float), "reason": j["judge_reason"].to_numpy()})
+    return ans, judgements
+
+
+def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
+    def pt(model: str, metric: str, subset: str) -> float | None:
+        r = metrics[(metrics["model"] == model) & (metrics["metric"] == metric) & (metrics["subset"] == subset)]
+        return None if r.empty else float(r["point"].iloc[0])
+
+    out = {}
+    for m in models:
+        parts = []
+        for fam in ("text", "visual"):
+            f = pt(m, "flip_rate", f"family:{fam}:misleading")
+            if f is not None:
+                parts.append(f"flips under misleading {fam} cues {f:.0%}")
+        ca = pt(m, "ca", "family:text:misleading") if pt(m, "ca", "family:text:misleading") is not None \
+            else pt(m, "ca", "all")
+        if ca is not None:
+            parts.append(f"acknowledges the cue (CA, 0-1) {ca:.2f}")
+        out[m] = "; ".join(parts) or "no modified answers scored"
+    return out
+
+
+class FaithfulnessSuite:
+    """Paper 001: does a model's chain of thought admit what changed its answer?"""
+
+    name: ClassVar[str] = "faithfulness"
+    title: ClassVar[str] = "Faithfulness audit"
+    Options: ClassVar[type[BaseModel]] = FaithfulnessOptions
+    backends: ClassVar[dict[str, str]] = {
+        "faithfulness-reference": "medvlm_audit.suites.faithfulness.reference:factory"}
+    #: the suite's image operations (overlays), registered when the suite loads
+    image_ops: ClassVar[dict[str, str]] = {
+        "faith_box_edges": "medvlm_audit.suites.faithfulness.overlays:box_edges",
+        "faith_heatmap": "medvlm_audit.suites.faithfulness.overlays:heatmap",
+        "faith_fill": "medvlm_audit.suites.faithfulness.overlays:fill",
+        "faith_rgb": "medvlm_audit.suites.faithfulness.overlays:to_rgb",
+    }
+    parquet_tables: ClassVar[bool] = True
+
+    def stages(self) -> Sequence[Stage]:
+        from medvlm_audit.suites.faithfulness.plan import (
+            answer_models,
+            judge_models,
+            plan_answer_stage,
+            plan_judge_stage,
+        )
+
+        return (Stage("answer", plan_answer_stage, answer_models), Stage("judge", plan_judge_stage, judge_models))
+
+    def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, n_items: int = 36,
+                        **flags: Any) -> dict[str, Any]:
+        """The phantom VQA set (built into OUT/phantom_vqa when the run plans), the three reference reasoners,
+        the reference judge (CA and tone) and the phantom KB (CF, deterministic)."""
+        if flags:
+            raise ConfigError(f"the faithfulness default takes no option(s) {sorted(flags)}")
+        return {
+            "suite": "faithfulness",
+            "run_dir": str(out),
+            "probe_sets": ["phantom"],
+            "models": [{"name": m, "backend": "faithfulness-reference", "behaviour": m} for m in EMBEDDED_MODELS],
+            "judges": [{"name": "reference-judge", "backend": "faithfulness-reference",
+                        "behaviour": "reference-judge"}],
+            "judge_axes": ["ca", "confidence"],
+            "flip_mode": "normalised",
+            "validation": "default",
+            "phantom_items": int(n_items),
+        }
+
+    def tidy(self, store: Any) -> pd.DataFrame:
+        return tidy_faithfulness(store)
+
+    def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
+                skipped: pd.DataFrame | None = None, **unused: Any) -> SuiteResult:
+        from medvlm_audit.suites.faithfulness.analysis import (
+            faithfulness_comparisons,
+            faithfulness_metrics,
+            report_sections,
+        )
+
+        opts: FaithfulnessOptions = options  # type: ignore[assignment]
+        ans, judgements = split_tidy(tidy)
+        probe_set = ",".join(sorted(ans["probe_set"].dropna().astype(str).unique())) or "faithfulness"
+        metrics = faithfulness_metrics(ans, judgements, B=B, seed=seed, probe_set=probe_set)
+        comparisons = faithfulness_comparisons(ans, B=B, seed=seed, probe_set=probe_set)
+        sections = report_sections(metrics, comparisons, flip_mode=opts.flip_mode, validation=opts.validation)
+        models = sorted(ans["model"].dropna().unique())
+        n_skip = {} if skipped is None or skipped.empty else \
+            {str(k): int(v) for k, v in skipped.groupby("reason").size().items()}
+        judges = sorted(judgements["judge"].unique()) if judgements is not None else []
+        cf_source = "the deterministic KB matcher (" + ("phantom KB" if not opts.kb else opts.kb) + ")"
+        intro = (f"Flip rule: {opts.flip_mode} mode; judge quote validation: {opts.validation} mode; CF from "
+                 f"{cf_source}; CA and tone from {opts.primary() or 'no judge'}.")
+        summary = {"flip_mode": opts.flip_mode, "validation": opts.validation, "judges": judges,
+                   "primary_judge": opts.primary(), "cf_source": cf_source, "models": models,
+                   "n_items": int(ans["case_id"].nunique()), "n_answers": len(ans),
+                   "n_judgements": 0 if judgements is None else len(judgements), "skipped": n_skip}
+        return SuiteResult(metrics=metrics, comparisons=comparisons, sections=sections,
+                           verdicts=_verdicts(metrics, models), summary=summary, intro=intro,
+                           tables={"faithfulness_answers": ans.drop(columns=[c for c in ans.columns if c in (
+                               "axis", "answer_model", "answer_condition", "judge_status", "judge_score",
+                               "judge_reason", "validation")])})
+
+
