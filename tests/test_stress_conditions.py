@@ -78,7 +78,8 @@ def test_distractor_replacement_rules() -> None:
     for it in items:
         prev = None
         for k in range(1, 5):
-            s = apply_condition(it, CONDITIONS[f"replaced:{k}"], seed=42, pool=pools[it.benchmark])
+            s = apply_condition(it, CONDITIONS[f"replaced:{k}"], seed=42, pool=pools[it.benchmark],
+                                t4_variant="in_place")
             assert s.answer == it.answer and s.options[s.answer] == it.gold_text
             assert len({norm_option(o) for o in s.options}) == 5  # never a duplicate
             new = [o for o in s.options if o not in it.options]
@@ -89,6 +90,41 @@ def test_distractor_replacement_rules() -> None:
             if prev is not None:  # nested levels: k keeps k-1's replacements
                 assert all(s.transform["replaced"][p] == t for p, t in prev.items())
             prev = s.transform["replaced"]
+
+
+def test_t4_replace_then_reorder_is_the_default_and_in_place_is_offered() -> None:
+    """The paper's T4 ("its label (e.g., 'B') may shift due to shuffling"; the authors' files are
+    replace-then-reorder): the same replacements as in place, then shown in T3's permutation of the item."""
+    items = make_items()
+    pools = benchmark_pools(items)
+    n_moved = 0
+    for it in items:
+        t3 = apply_condition(it, CONDITIONS["reordered"], seed=42)
+        for k in range(1, 5):
+            cond = CONDITIONS[f"replaced:{k}"]
+            inp = apply_condition(it, cond, seed=42, pool=pools[it.benchmark], t4_variant="in_place")
+            default = apply_condition(it, cond, seed=42, pool=pools[it.benchmark])
+            rr = apply_condition(it, cond, seed=42, pool=pools[it.benchmark], t4_variant="replace_then_reorder")
+            assert default == rr and rr.transform["t4_variant"] == "replace_then_reorder"
+            assert inp.transform["t4_variant"] == "in_place" and "permutation" not in inp.transform
+            perm = rr.transform["permutation"]
+            assert perm == t3.transform["permutation"]  # T3's order: replaced:0 would be the reordered set
+            assert list(rr.options) == [inp.options[i] for i in perm]
+            assert rr.options[rr.answer] == it.gold_text and rr.answer == t3.answer
+            assert rr.transform["replaced"] == inp.transform["replaced"]  # same replacements, same nesting
+            n_moved += rr.answer != it.answer
+    assert n_moved > 40
+    # 'Unknown' stays in place in both variants
+    it = items[0]
+    assert apply_condition(it, CONDITIONS["unknown"], seed=42, t4_variant="replace_then_reorder") == \
+        apply_condition(it, CONDITIONS["unknown"], seed=42, t4_variant="in_place")
+    # the plan records the variant in every T4 trial's payload and in its source provenance
+    for variant in ("in_place", "replace_then_reorder"):
+        plan = plan_stress(ItemSet(items), StressOptions(check_files=False, t4_variant=variant))
+        t4 = [t for t in plan.trials if t.condition.startswith("replaced:")]
+        assert t4 and all(t.payload["t4_variant"] == variant for t in t4)
+        assert all(t.payload["t4_variant"] is None for t in plan.trials if not t.condition.startswith("replaced:"))
+        assert plan.sources[0].provenance["t4_variant"] == variant
 
 
 def test_unknown_and_substitution() -> None:

@@ -183,3 +183,32 @@ def test_exclusion_log_is_written_and_summarised(tmp_path: Path) -> None:
     assert "image file &lt;file&gt; does not exist" in section  # counted by kind, paths left out
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["exclusions"]["by_stage"] == {"plan": len(plan_rows), "scoring": len(scoring)}
+
+
+@pytest.mark.parametrize("variant", ["in_place", "replace_then_reorder"])
+def test_t4_variant_is_a_run_option_and_the_report_says_which_f4_used(tmp_path: Path, variant: str) -> None:
+    build_phantom_mcq(tmp_path / "set", n_items=24, size=64, n_substitutions=4)
+    conds = ["original", "no_image", "replaced:4", "replaced:4+no_image", "unknown+no_image"]
+    cfg = config(tmp_path, str(tmp_path / "set"), conditions=conds, t4_variant=variant)
+    plan = plan_stress(cfg)
+    assert {t.payload["t4_variant"] for t in plan.trials if t.condition.startswith("replaced:")} == {variant}
+    store = RunStore(tmp_path / "run" / STORE_FILE)
+    try:
+        asyncio.run(execute(store, plan, reference_mcq_panel(), Decoding(max_new_tokens=64), progress=False))
+        page = report_stress(store, tmp_path / "report", B=50)
+    finally:
+        store.close()
+    text = page.read_text()
+    assert f"T4 variant used by the replaced:k conditions and F4: <b>{variant}</b>" in text
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["t4_variant"] == variant
+    assert all(f"T4 variant: {variant}" in summary["robustness_notes"][f"{m}:F4"]
+               for m in ("first-option", "text-prior", "image-reader"))
+    with pytest.raises(ConfigError, match="t4_variant"):
+        plan_stress(config(tmp_path, str(tmp_path / "set"), conditions=conds, t4_variant="shuffle"))
+
+
+def test_stress_default_t4_variant_is_replace_then_reorder() -> None:
+    from medvlm_audit.suites.stress.suite import StressRunOptions
+
+    assert StressRunOptions().t4_variant == "replace_then_reorder"

@@ -9,8 +9,12 @@ Conditions (``+no_image`` variants drop the image; everything else keeps questio
 
 * ``original`` / ``no_image`` (T1, all items; ``no_image`` on the required subset is T2)
 * ``reordered`` (T3): a seeded non-identity permutation of the options, gold re-lettered
-* ``replaced:k`` (T4, k = 1..4): k distractors replaced in place by options of other items of the same
-  benchmark (never the gold, never a duplicate); levels are nested (2R keeps 1R's replacement)
+* ``replaced:k`` (T4, k = 1..4): k distractors replaced by options of other items of the same benchmark
+  (never the gold, never a duplicate); levels are nested (2R keeps 1R's replacement). Two variants
+  (:data:`T4_VARIANTS`): ``replace_then_reorder`` (default) replaces in place and then shows the options in
+  T3's seeded order, so the gold's letter may move, as the paper describes ("its label (e.g., 'B') may shift
+  due to shuffling") and as the authors' released T4 files are built (``test_reformat_{k}_replace_ans_reorder``,
+  the k = 0 file being T3's reordered set); ``in_place`` keeps every option at its letter
 * ``unknown`` (T4): one distractor replaced by "Unknown"
 * ``substitution`` (T5): the image replaced by the item's substitute; the new gold is the option it supports
 * ``cot`` (T6): the chain-of-thought prompt
@@ -34,6 +38,10 @@ from medvlm_audit.suites.stress.prompts import mcq_prompt
 
 ImageMode = Literal["original", "none", "substitute"]
 Subset = Literal["all", "required", "substitution"]
+T4Variant = Literal["in_place", "replace_then_reorder"]
+#: how T4's replaced:k conditions show the options (see the module docstring); the first is not the default
+T4_VARIANTS: tuple[str, ...] = ("in_place", "replace_then_reorder")
+DEFAULT_T4_VARIANT: T4Variant = "replace_then_reorder"
 UNKNOWN_OPTION = "Unknown"
 
 
@@ -195,9 +203,17 @@ class ShownItem:
 
 
 def apply_condition(
-    item: MCQItem, cond: StressCondition, *, seed: int, pool: Sequence[str] = ()
+    item: MCQItem, cond: StressCondition, *, seed: int, pool: Sequence[str] = (),
+    t4_variant: T4Variant = DEFAULT_T4_VARIANT,
 ) -> ShownItem | str:
-    """The item under ``cond``, or the reason it cannot be shown (for the exclusion log)."""
+    """The item under ``cond``, or the reason it cannot be shown (for the exclusion log).
+
+    ``t4_variant`` applies to ``replaced:k``: ``in_place`` keeps every option at its letter; ``replace_then_reorder``
+    then shows the options in T3's permutation of the item (:func:`reorder_permutation`, the same for every k,
+    so the levels differ only in what was replaced). ``transform["replaced"]`` names the letters replaced
+    before any reordering; ``transform["permutation"]`` is the order shown. ``unknown`` is in place in both."""
+    if t4_variant not in T4_VARIANTS:
+        raise ValueError(f"unknown T4 variant {t4_variant!r}; known: {T4_VARIANTS}")
     opts = list(item.options)
     answer = item.answer
     tr: dict[str, Any] = {}
@@ -217,6 +233,12 @@ def apply_condition(
         for pos, text in zip(order[: cond.n_replaced], repl, strict=True):
             opts[pos] = text
         tr["replaced"] = {LETTERS[p]: t for p, t in zip(order[: cond.n_replaced], repl, strict=True)}
+        tr["t4_variant"] = t4_variant
+        if t4_variant == "replace_then_reorder":
+            perm = reorder_permutation(item, seed)
+            opts = [opts[i] for i in perm]
+            answer = perm.index(answer)
+            tr["permutation"] = list(perm)
     elif cond.options == "unknown":
         if norm_option(UNKNOWN_OPTION) in {norm_option(o) for o in item.options}:
             return "already has an 'Unknown' option"
@@ -253,6 +275,7 @@ class StressOptions:
     required: Literal["auto", "needs_image", "all"] = "auto"
     check_files: bool = True
     on_missing: Literal["exclude", "raise"] = "exclude"
+    t4_variant: T4Variant = DEFAULT_T4_VARIANT
 
 
 def required_ids(items: Sequence[MCQItem], mode: str = "auto") -> set[str]:
@@ -290,7 +313,8 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
         PlanSource(
             name, item_set.source or "", items_hash(items), rows,
             {"builder": "stress", "seed": opts.seed, "conditions": [c.name for c in conds],
-             "repeats": opts.repeats, "required": opts.required, "n_required": len(req)},
+             "repeats": opts.repeats, "required": opts.required, "n_required": len(req),
+             "t4_variant": opts.t4_variant},
         )
     )
     for e in item_set.exclusions:
@@ -309,7 +333,8 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                 continue
             if cond.subset == "substitution" and it.substitute_image is None:
                 continue
-            shown = apply_condition(it, cond, seed=opts.seed, pool=pools.get(it.benchmark, ()))
+            shown = apply_condition(it, cond, seed=opts.seed, pool=pools.get(it.benchmark, ()),
+                                    t4_variant=opts.t4_variant)
             if isinstance(shown, str):
                 if opts.on_missing == "raise" and "image" in shown:
                     raise ItemError(f"item {it.item_id!r}: {shown} (condition {cond.name})")
@@ -337,6 +362,7 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                 "with_image": cond.with_image,
                 "image_paths": list(shown.images),
                 "transform": shown.transform,
+                "t4_variant": opts.t4_variant if cond.options == "replaced" else None,
                 # a hint for the runner's decoding: CoT answers need room to reason
                 "max_new_tokens": 1024 if cond.prompt == "cot" else 64,
             }

@@ -14,7 +14,7 @@ from medvlm_audit.errors import ConfigError
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Stage, SuiteResult
-from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS
+from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, DEFAULT_T4_VARIANT, T4Variant
 
 
 class StressRunOptions(BaseModel):
@@ -24,6 +24,8 @@ class StressRunOptions(BaseModel):
 
     #: T1-T6 conditions (default: all of them)
     conditions: list[str] = list(DEFAULT_CONDITIONS)
+    #: T4's replaced:k options: replaced, then shown in T3's order (the paper and the authors' files), or in place
+    t4_variant: T4Variant = DEFAULT_T4_VARIANT
 
     @field_validator("conditions")
     @classmethod
