@@ -133,12 +133,16 @@ def test_default_text_prior_model_stays_above_chance_without_the_image(cli_defau
     """Done when (3): text-only accuracy on the image-required items above 1/k, exact binomial on items."""
     ct = pd.read_csv(cli_default / "report" / "stress_chance.csv").set_index("model")
     r = ct.loc["text-prior"]
-    assert r["n"] >= 60 and r["chance"] == pytest.approx(0.2) and r["accuracy"] > 0.4
-    exact = sps.binomtest(int(r["correct"]), int(r["n"]), 0.2, alternative="greater").pvalue
+    assert r["n_items"] >= 60 and r["chance"] == pytest.approx(0.2) and r["accuracy_modal_items"] > 0.4
+    exact = sps.binomtest(int(r["correct_items"]), int(r["n_items"]), 0.2, alternative="greater").pvalue
     assert r["p"] == pytest.approx(exact, rel=1e-9) and r["p"] < 1e-6 and r["q"] < 1e-4
     assert ct.loc["image-reader", "p"] == 1.0  # it declines without the image: refusals, never above chance
     html = (cli_default / "report" / "report.html").read_text()
     assert "Accuracy against chance without the image (T2)" in html and "Exclusions" in html
+    # both accuracies, each labelled, in the section's text and its table (issue 12, item 16)
+    assert "<b>Modal accuracy (items)</b>, the one tested" in html and "<b>Trial accuracy</b>" in html
+    assert "modal accuracy (items; tested)" in html and "trial accuracy" in html
+    assert r["accuracy_trials"] == pytest.approx(r["correct_trials"] / r["n_trials"])
     assert (cli_default / "report" / "exclusions.csv").read_text().startswith("item_id,condition,reason")
 
 

@@ -10,7 +10,8 @@
   uncertainty).
 * :func:`paired_changes` - every T-change as a paired difference on the same items (trials matched on item
   and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family.
-* :func:`chance_tests` - text-only accuracy on the required items against chance: each item's modal answer
+* :func:`chance_tests` - text-only accuracy on the required items against chance (both the modal-answer accuracy
+  over items, which is tested, and the trial-level accuracy, each in its own labelled column): each item's modal answer
   over its repeats, exact binomial (Poisson-binomial when items have different numbers of options) on items.
 * :func:`robustness_table` - F1-F5, R1-R5, the mean and mean_available (:mod:`.score`) with percentile
   intervals; each F-term's two accuracies on the items that have both conditions (n and a note per component;
@@ -647,7 +648,9 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
     exact one-sided test on the number of items right (binomial; Poisson-binomial when k differs across items).
 
     Items are the unit (repeats of one item are not independent evidence); with one repeat this is the trial-level
-    binomial test. ``accuracy`` is the modal-answer accuracy; ``accuracy_trials`` the mean over all scored trials.
+    binomial test. Both accuracies are reported, each labelled: ``accuracy_modal_items`` (``correct_items`` of
+    ``n_items``), the items whose modal answer is right, which is what the test tests; ``accuracy_trials``
+    (``correct_trials`` of ``n_trials``), the trial-level accuracy every other table of the report prints.
     """
     cb = cube if cube is not None else build_cube(_prepared(scored))
     mask = cb.mask(subset)
@@ -664,9 +667,9 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
             probs = 1.0 / cb.n_options[mask][has]
             n, hits = int(has.sum()), int(modal[has].sum())
             n_trials = int((~np.isnan(c)).sum())
-            rows.append({"model": model, "test": "T2", "condition": cond, "subset": subset, "n": n,
-                         "correct": hits, "accuracy": hits / n if n else float("nan"),
-                         "n_trials": n_trials,
+            rows.append({"model": model, "test": "T2", "condition": cond, "subset": subset, "n_items": n,
+                         "correct_items": hits, "accuracy_modal_items": hits / n if n else float("nan"),
+                         "n_trials": n_trials, "correct_trials": int(np.nansum(c)),
                          "accuracy_trials": float(np.nansum(c) / n_trials) if n_trials else float("nan"),
                          "chance": float(probs.mean()) if n else float("nan"),
                          "p": stats.chance_test(hits, probs),

@@ -120,6 +120,19 @@ def _robustness_overview(rob: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+#: the chance table's columns as the report labels them
+CHANCE_LABELS = {
+    "model": "model", "condition": "condition", "n_items": "items", "correct_items": "items right (modal answer)",
+    "accuracy_modal_items": "modal accuracy (items; tested)", "n_trials": "trials",
+    "correct_trials": "trials right", "accuracy_trials": "trial accuracy", "chance": "chance", "p": "p", "q": "q",
+}
+
+
+def _chance_table_html(chance: pd.DataFrame) -> str:
+    cols = [c for c in CHANCE_LABELS if c in chance.columns]
+    return table_to_html(chance[cols].rename(columns=CHANCE_LABELS))
+
+
 def _t4_variant_html(res: StressAnalysis) -> str:
     """Which T4 variant the replaced:k conditions (and so F4) used, in words."""
     from html import escape
@@ -154,11 +167,12 @@ def stress_sections(res: StressAnalysis, *, fmt: str = "svg") -> list[Section]:
                                                             "acc_perturbed", "diff", "ci_low", "ci_high", "p",
                                                             "q"])),
         Section("Accuracy against chance without the image (T2)",
-                "<p>Items are the unit: each item's modal answer over its repeats (ties broken by a seeded draw "
-                "that does not look at the gold), exact one-sided binomial test on the items right "
-                "(Poisson-binomial when items have different numbers of options).</p>"
-                + _table_html(res.chance, ["model", "condition", "n", "correct", "accuracy", "accuracy_trials",
-                                           "chance", "p", "q"])),
+                "<p>Two accuracies, each labelled. <b>Modal accuracy (items)</b>, the one tested: items are the "
+                "unit, each item's modal answer over its repeats (ties broken by a seeded draw that does not look "
+                "at the gold), exact one-sided binomial test on the items right (Poisson-binomial when items have "
+                "different numbers of options). <b>Trial accuracy</b>: the mean over every scored trial, the "
+                "accuracy the other tables print. With one repeat per item the two are equal.</p>"
+                + _chance_table_html(res.chance)),
         Section("Distractor replacement (T4)", _t4_variant_html(res) + figure_to_html(distractor_curve_figure(res), fmt=fmt)
                 + _table_html(res.curve, ["model", "modality", "level", "accuracy", "ci_low", "ci_high", "n_items",
                                           "note"])),
