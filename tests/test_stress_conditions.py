@@ -151,13 +151,51 @@ def test_plan_subsets_payload_and_prompt() -> None:
     by = {}
     for t in plan.trials:
         by.setdefault(t.condition, set()).add(t.case_id)
-        q, opts = options_from_prompt(t.messages[0].content)
+        q, opts = options_from_prompt(t.messages[-1].content)
         assert opts == t.payload["options"] and q.startswith("Case")
-        assert "<answer>" in t.messages[0].content
+        assert "<answer></answer>" in t.messages[-1].content and t.messages[0].role == "system"
         assert (len(t.images) > 0) == t.payload["with_image"]
     req = {it.item_id for it in items if it.needs_image}
     assert by["original"] == by["no_image"] == by["cot"] == {it.item_id for it in items}
     assert by["reordered+no_image"] == by["replaced:4"] == req
     assert by["substitution"] == {it.item_id for it in items if it.substitute_image}
     assert len([t for t in plan.trials if t.condition == "original"]) == 3 * len(items)
-    assert "step by step" in next(t for t in plan.trials if t.condition == "cot").messages[0].content
+    assert "step by step" in next(t for t in plan.trials if t.condition == "cot").messages[-1].content
+
+
+def test_default_prompts_are_the_authors_released_prompts_verbatim() -> None:
+    """Issue 12 item 14: the released harness's SYSTEM_PROMPTS['default'], build_generic_mcq_query and
+    build_mcq_query_nejm_cot (KAVentures/health-ai-readiness-public-subset-partial-replication, src/prompts.py),
+    written out here by hand."""
+    it = MCQItem("q1", "A 40-year-old man has a rash. What is the diagnosis?", ("Psoriasis", "Eczema", "Tinea"), 1,
+                 ("/x/q1.png",))
+    plan = plan_stress(ItemSet([it]), StressOptions(conditions=("original", "no_image", "cot"), check_files=False))
+    by = {t.condition: t for t in plan.trials}
+    system = "You are a helpful medical assistant that answers multiple choice questions about the provided image."
+    user = ("The following is a multiple choice question with answer options.\n"
+            "A 40-year-old man has a rash. What is the diagnosis?\n"
+            "A. Psoriasis   B. Eczema   C. Tinea   \n"
+            "Please respond only with the index and the content of the option you believe is correct. "
+            "Enclose your answer within <answer></answer> tags.")
+    cot = user.rsplit("\n", 1)[0] + (
+        "\nPlease think step by step, enclosing the thought process within <thinking></thinking> tags. "
+        "Provide answer with the index and content of the option, and place it within <answer></answer> tags.")
+    for cond in ("original", "no_image"):  # the image-free condition keeps the same messages
+        assert [(m.role, m.content) for m in by[cond].messages] == [("system", system), ("user", user)]
+    assert [(m.role, m.content) for m in by["cot"].messages] == [("system", system), ("user", cot)]
+    for text in (user, cot):
+        assert options_from_prompt(text) == (it.question, list(it.options))
+    # the project's earlier wording stays available as a protocol, without a system message
+    proj = plan_stress(ItemSet([it]), StressOptions(conditions=("original",), check_files=False,
+                                                    prompt_protocol="project"))
+    (m,) = proj.trials[0].messages
+    assert m.role == "user" and options_from_prompt(m.content) == (it.question, list(it.options))
+
+
+def test_thinking_tags_of_the_released_cot_prompt_are_dropped_before_parsing() -> None:
+    from medvlm_audit.scorers.option import parse_option
+
+    opts = ("Psoriasis", "Eczema", "Tinea")
+    # no answer tag: the letter the reasoning mentions ("Option A" is ruled out) must not be read as the pick
+    p = parse_option("<thinking>Option A is unlikely given the distribution.</thinking> Eczema", opts)
+    assert p.status == "answer" and p.index == 1

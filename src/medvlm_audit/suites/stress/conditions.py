@@ -18,6 +18,8 @@ Conditions (``+no_image`` variants drop the image; everything else keeps questio
 * ``unknown`` (T4): one distractor replaced by "Unknown"
 * ``substitution`` (T5): the image replaced by the item's substitute; the new gold is the option it supports
 * ``cot`` (T6): the chain-of-thought prompt
+Prompts: the authors' released system prompt and answer instruction by default (``prompt_protocol``, see
+:mod:`medvlm_audit.suites.stress.prompts`).
 T2-T4 run on the *required* subset: items flagged ``needs_image`` (all items when none is flagged).
 """
 
@@ -31,10 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from medvlm_audit.images import ImageRecipe
-from medvlm_audit.models.base import Message
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.stress.items import LETTERS, ItemError, ItemSet, MCQItem, norm_option
-from medvlm_audit.suites.stress.prompts import mcq_prompt
+from medvlm_audit.suites.stress.prompts import DEFAULT_PROTOCOL, PROTOCOLS, mcq_messages
 
 ImageMode = Literal["original", "none", "substitute"]
 Subset = Literal["all", "required", "substitution"]
@@ -276,6 +277,7 @@ class StressOptions:
     check_files: bool = True
     on_missing: Literal["exclude", "raise"] = "exclude"
     t4_variant: T4Variant = DEFAULT_T4_VARIANT
+    prompt_protocol: Literal["paper", "project"] = DEFAULT_PROTOCOL  # type: ignore[assignment]
 
 
 def required_ids(items: Sequence[MCQItem], mode: str = "auto") -> set[str]:
@@ -300,6 +302,8 @@ def items_hash(items: Sequence[MCQItem]) -> str:
 def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: str = "stress") -> Plan:
     """Items x conditions x repeats -> Trials (payload: options shown, gold, benchmark, ...) and Skips."""
     opts = opts or StressOptions()
+    if opts.prompt_protocol not in PROTOCOLS:
+        raise ValueError(f"unknown prompt_protocol {opts.prompt_protocol!r}; known: {PROTOCOLS}")
     if opts.repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {opts.repeats}")
     conds = [get_condition(c) for c in opts.conditions]
@@ -314,7 +318,7 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
             name, item_set.source or "", items_hash(items), rows,
             {"builder": "stress", "seed": opts.seed, "conditions": [c.name for c in conds],
              "repeats": opts.repeats, "required": opts.required, "n_required": len(req),
-             "t4_variant": opts.t4_variant},
+             "t4_variant": opts.t4_variant, "prompt_protocol": opts.prompt_protocol},
         )
     )
     for e in item_set.exclusions:
@@ -348,7 +352,7 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                         raise ItemError(f"item {it.item_id!r}: {reason} (condition {cond.name})")
                     plan.skipped.append(Skip(name, it.item_id, cond.name, reason))
                     continue
-            msgs = (Message("user", mcq_prompt(it.question, shown.options, cond.prompt)),)
+            msgs = mcq_messages(it.question, shown.options, cond.prompt, opts.prompt_protocol)
             recipes = tuple(ImageRecipe(p, opts.resolution, None, mode) for p in shown.images)
             payload = {
                 "item_id": it.item_id,
