@@ -19,8 +19,8 @@ from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.stress.analysis import analyse_stress
 from medvlm_audit.suites.stress.conditions import DEFAULT_CONDITIONS
 from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
-from medvlm_audit.suites.stress.reference import reference_mcq_panel
 from medvlm_audit.suites.stress.plan import plan_stress
+from medvlm_audit.suites.stress.reference import reference_mcq_panel
 from medvlm_audit.suites.stress.report import report_stress, tidy_stress
 
 

@@ -7,23 +7,22 @@ import shutil
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_vision_probe import make_probeset  # noqa: E402
+from test_vision_probe import make_probeset
 
-from medvlm_audit.errors import ProbeSetError  # noqa: E402
-from medvlm_audit.probeset import ProbeSet  # noqa: E402
-from medvlm_audit.suites.grounding.vision_probe import (  # noqa: E402
+from medvlm_audit.errors import ProbeSetError
+from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.vision_probe import (
     ImageEncoder,
     VisionProbe,
     gather_training,
     standardiser,
 )
-from medvlm_audit.testing.tiny_models import build_tiny_vit  # noqa: E402
+from medvlm_audit.testing.tiny_models import build_tiny_vit
 
 
 @pytest.fixture(scope="module")

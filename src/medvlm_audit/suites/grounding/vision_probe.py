@@ -28,11 +28,11 @@ import dataclasses
 import hashlib
 import io
 import json
-import warnings
 import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -932,8 +932,8 @@ __all__ = [
     "VisionProbe",
     "answer_from_probability",
     "any_abnormality_targets",
-    "check_overlap",
     "cached_features",
+    "check_overlap",
     "finding_of",
     "fit_heads",
     "gather_training",

@@ -14,7 +14,12 @@ from medvlm_audit.errors import ConfigError
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Stage, SuiteResult
-from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, DEFAULT_T4_VARIANT, T4Variant
+from medvlm_audit.suites.stress.conditions import (
+    CONDITIONS,
+    DEFAULT_CONDITIONS,
+    DEFAULT_T4_VARIANT,
+    T4Variant,
+)
 
 
 class StressRunOptions(BaseModel):
