@@ -118,7 +118,7 @@ def test_pairs_drop_unscorable_trials_and_zero_change_has_p_one() -> None:
 def test_chance_test_with_one_repeat_is_the_exact_binomial() -> None:
     rows = [row(f"i{i}", "no_image", "A" if i < 9 else "B") for i in range(20)]
     ct = chance_tests(pd.DataFrame(rows)).iloc[0]
-    assert ct["n"] == 20 and ct["correct"] == 9 and ct["chance"] == pytest.approx(0.2)
+    assert ct["n_items"] == 20 and ct["correct_items"] == 9 and ct["chance"] == pytest.approx(0.2)
     assert ct["p"] == pytest.approx(sps.binomtest(9, 20, 0.2, alternative="greater").pvalue)
     # Poisson-binomial (stats) with equal probabilities is the binomial tail
     assert stats.poisson_binomial_sf(9, np.full(20, 0.2)) == pytest.approx(ct["p"], rel=1e-9)
@@ -134,13 +134,13 @@ def test_chance_test_folds_repeats_into_each_items_modal_answer() -> None:
             rows.append(row(f"i{i:02d}", "no_image", "A" if right else "B", rep=r))
     ct = chance_tests(pd.DataFrame(rows)).iloc[0]
     # 6 items right of 20 (the first-repeat rule would have said 4); trials: 16 of 60
-    assert ct["n"] == 20 and ct["correct"] == 6 and ct["accuracy"] == pytest.approx(0.3)
-    assert ct["n_trials"] == 60 and ct["accuracy_trials"] == pytest.approx(16 / 60)
+    assert ct["n_items"] == 20 and ct["correct_items"] == 6 and ct["accuracy_modal_items"] == pytest.approx(0.3)
+    assert ct["n_trials"] == 60 and ct["correct_trials"] == 16 and ct["accuracy_trials"] == pytest.approx(16 / 60)
     assert ct["p"] == pytest.approx(sps.binomtest(6, 20, 0.2, alternative="greater").pvalue)
     # a refusal competes as an answer: refused twice, right once -> the modal answer is the refusal (wrong)
     t = pd.DataFrame([row("i0", "no_image", "A"), row("i0", "no_image", "I cannot answer without the image.", rep=1),
                       row("i0", "no_image", "I cannot answer without the image.", rep=2)])
-    assert chance_tests(t).iloc[0]["correct"] == 0
+    assert chance_tests(t).iloc[0]["correct_items"] == 0
 
 
 def test_modal_tie_break_does_not_look_at_the_gold() -> None:

@@ -70,7 +70,7 @@ def test_image_reader_tracks_visual_substitution(run) -> None:
 def test_text_prior_stays_above_chance_without_the_image(run) -> None:
     res = run[3]
     ct = res.chance.set_index("model")
-    assert ct.loc["text-prior", "accuracy"] > 0.35 and ct.loc["text-prior", "p"] < 1e-3
+    assert ct.loc["text-prior", "accuracy_modal_items"] > 0.35 and ct.loc["text-prior", "p"] < 1e-3
     assert ct.loc["text-prior", "q"] < 0.01
     assert ct.loc["image-reader", "p"] == 1.0
     items = res.items

@@ -19,8 +19,8 @@ from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.stress.analysis import analyse_stress
 from medvlm_audit.suites.stress.conditions import DEFAULT_CONDITIONS
 from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
-from medvlm_audit.suites.stress.reference import reference_mcq_panel
 from medvlm_audit.suites.stress.plan import plan_stress
+from medvlm_audit.suites.stress.reference import reference_mcq_panel
 from medvlm_audit.suites.stress.report import report_stress, tidy_stress
 
 
@@ -133,12 +133,16 @@ def test_default_text_prior_model_stays_above_chance_without_the_image(cli_defau
     """Done when (3): text-only accuracy on the image-required items above 1/k, exact binomial on items."""
     ct = pd.read_csv(cli_default / "report" / "stress_chance.csv").set_index("model")
     r = ct.loc["text-prior"]
-    assert r["n"] >= 60 and r["chance"] == pytest.approx(0.2) and r["accuracy"] > 0.4
-    exact = sps.binomtest(int(r["correct"]), int(r["n"]), 0.2, alternative="greater").pvalue
+    assert r["n_items"] >= 60 and r["chance"] == pytest.approx(0.2) and r["accuracy_modal_items"] > 0.4
+    exact = sps.binomtest(int(r["correct_items"]), int(r["n_items"]), 0.2, alternative="greater").pvalue
     assert r["p"] == pytest.approx(exact, rel=1e-9) and r["p"] < 1e-6 and r["q"] < 1e-4
     assert ct.loc["image-reader", "p"] == 1.0  # it declines without the image: refusals, never above chance
     html = (cli_default / "report" / "report.html").read_text()
     assert "Accuracy against chance without the image (T2)" in html and "Exclusions" in html
+    # both accuracies, each labelled, in the section's text and its table (issue 12, item 16)
+    assert "<b>Modal accuracy (items)</b>, the one tested" in html and "<b>Trial accuracy</b>" in html
+    assert "modal accuracy (items; tested)" in html and "trial accuracy" in html
+    assert r["accuracy_trials"] == pytest.approx(r["correct_trials"] / r["n_trials"])
     assert (cli_default / "report" / "exclusions.csv").read_text().startswith("item_id,condition,reason")
 
 
@@ -183,3 +187,32 @@ def test_exclusion_log_is_written_and_summarised(tmp_path: Path) -> None:
     assert "image file &lt;file&gt; does not exist" in section  # counted by kind, paths left out
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["exclusions"]["by_stage"] == {"plan": len(plan_rows), "scoring": len(scoring)}
+
+
+@pytest.mark.parametrize("variant", ["in_place", "replace_then_reorder"])
+def test_t4_variant_is_a_run_option_and_the_report_says_which_f4_used(tmp_path: Path, variant: str) -> None:
+    build_phantom_mcq(tmp_path / "set", n_items=24, size=64, n_substitutions=4)
+    conds = ["original", "no_image", "replaced:4", "replaced:4+no_image", "unknown+no_image"]
+    cfg = config(tmp_path, str(tmp_path / "set"), conditions=conds, t4_variant=variant)
+    plan = plan_stress(cfg)
+    assert {t.payload["t4_variant"] for t in plan.trials if t.condition.startswith("replaced:")} == {variant}
+    store = RunStore(tmp_path / "run" / STORE_FILE)
+    try:
+        asyncio.run(execute(store, plan, reference_mcq_panel(), Decoding(max_new_tokens=64), progress=False))
+        page = report_stress(store, tmp_path / "report", B=50)
+    finally:
+        store.close()
+    text = page.read_text()
+    assert f"T4 variant used by the replaced:k conditions and F4: <b>{variant}</b>" in text
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["t4_variant"] == variant
+    assert all(f"T4 variant: {variant}" in summary["robustness_notes"][f"{m}:F4"]
+               for m in ("first-option", "text-prior", "image-reader"))
+    with pytest.raises(ConfigError, match="t4_variant"):
+        plan_stress(config(tmp_path, str(tmp_path / "set"), conditions=conds, t4_variant="shuffle"))
+
+
+def test_stress_default_t4_variant_is_replace_then_reorder() -> None:
+    from medvlm_audit.suites.stress.suite import StressRunOptions
+
+    assert StressRunOptions().t4_variant == "replace_then_reorder"

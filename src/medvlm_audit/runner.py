@@ -2,7 +2,8 @@
 
 Every (model, input) is asked once: inputs are keyed by a content hash of the model identity and the exact
 ModelInput (pixel hashes after all transforms, messages, decoding, sample index). A text-only model therefore
-answers once per question whatever the image condition, and a rerun of the same config asks nothing.
+answers once per question whatever the image condition, a byte-identical request of two models (a text-only
+wrapper and its served model under ``no_image``) is asked once, and a rerun of the same config asks nothing.
 
 Before any model call every source file is checked (exists, header decodes, PNG CRCs); then images are
 rendered, hashed and (for HTTP models) encoded by workers while the models already answer the inputs keyed
@@ -272,11 +273,16 @@ class _KeyTemplate:
 
 @dataclass
 class ModelWork:
-    """One model's share of a run: keys its trials as their images are hashed, queues the inputs to ask."""
+    """One model's share of a run: keys its trials as their images are hashed, queues the inputs to ask.
+
+    ``claimed`` is shared by every model of a run: a key another model already queued (a byte-identical
+    request, e.g. a text-only wrapper's question that its served model also asks under ``no_image``) is not
+    queued again; its answer is stored once under that key and serves both models' trials."""
 
     model: Model
     decoding: Decoding
     answered: set[str]
+    claimed: set[str] = field(default_factory=set)
     n_trials: int = 0
     identity: dict[str, Any] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
@@ -314,7 +320,8 @@ class ModelWork:
                 if key not in self.keys:
                     self.keys.add(key)
                     requests.append((key, model.name, tpl.request_json(shas)))
-                    if key not in self.answered:
+                    if key not in self.answered and key not in self.claimed:
+                        self.claimed.add(key)
                         self.pending[key] = (inp, hit[2])
                         new.append(hit)
             key, inp, _ = hit
@@ -738,9 +745,10 @@ async def _execute(
     answered = store.answered_keys(include_errors=not retry_errors, missing_logprobs=lp)
     per_dec = model_decoding or {}
     works = []
+    claimed: set[str] = set()  # keys queued by any model: a byte-identical request is asked once per run
     for m in models:
         store.add_model(m.name, m.modality, m.identity())
-        works.append(ModelWork(m, per_dec.get(m.name, decoding), answered))
+        works.append(ModelWork(m, per_dec.get(m.name, decoding), answered, claimed))
     queues: list[asyncio.Queue] = [asyncio.Queue() for _ in works]
     encoders, encoder_of = _distinct_encoders(models)
     # pixels are needed in this process only by image models that take no encoded bytes (local models)

@@ -202,7 +202,12 @@ class LocalModel(Model):
 
 
 class TextOnly(Model):
-    """Wraps any model and drops the image: the paper's text-only baseline."""
+    """Wraps any model and drops the image: the paper's text-only baseline.
+
+    Its identity is the inner model's: the image is dropped before keying (:meth:`prepare`), so every input it
+    sends is byte-identical to the inner model's own no-image request for the same question and decoding, and
+    the runner asks such a request once for both (the wrapper reuses the served model's ``no_image`` answers).
+    Keys still differ wherever the inputs differ: the inner model's image conditions keep their pixels."""
 
     modality: Modality = "text_only"
 
@@ -213,7 +218,11 @@ class TextOnly(Model):
         self.max_concurrency = inner.max_concurrency
 
     def identity(self) -> dict[str, Any]:
-        return {"text_only": self.inner.identity()}
+        return self.inner.identity()
+
+    def prepare(self, inp: ModelInput) -> ModelInput:
+        """The inner model's preparation of the image-free input (what it would send for a no-image trial)."""
+        return self.inner.prepare(inp.without_images())
 
     async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
         return await self.inner.generate([i.without_images() for i in inputs])

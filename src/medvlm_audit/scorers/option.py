@@ -1,6 +1,6 @@
 """Option parser: which option a free-text MCQ answer chose, or that it refused, or that it cannot be read.
 
-Order: drop ``<think>…</think>``; the last ``<answer>…</answer>`` tag: a letter and/or the option text, or a
+Order: drop ``<think>…</think>`` and ``<thinking>…</thinking>`` (the released CoT prompt's tags); the last ``<answer>…</answer>`` tag: a letter and/or the option text, or a
 1-based option number (``<answer>2</answer>`` is the second option; a number that is itself an option's text
 is read as that text; a letter or number that contradicts the text is ``unparsed``, not guessed). Without a
 tag: a lone letter (``B``, ``(B)``, ``B.``), a letter the reply says it picks (``Answer: B``, ``the answer
@@ -50,6 +50,7 @@ def _abstains(text: str) -> bool:
     t = " ".join(text.split()).strip(" .!,;:\"'()[]*")
     return bool(_ABSTAIN.search(t))
 
+_THINKING = re.compile(r"<thinking>.*?(?:</thinking>|$)", re.DOTALL | re.IGNORECASE)  # the released CoT tags
 _TAG = re.compile(r"<answer>\s*(.*?)\s*(?:</answer>|$)", re.DOTALL | re.IGNORECASE)
 _LEAD_LETTER = re.compile(r"^\s*(?:option\s+)?[\(\[]?([A-Za-z])[\)\]]?(?:\s*[.:)\-]\s*|\s+|$)(.*)$", re.DOTALL)
 _LONE = re.compile(r"^\s*[\(\[]?([A-Z])[\)\]]?\s*[.!]?\s*$")
@@ -202,7 +203,7 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
             return ParsedOption("answer", i, "tag_letter")
     k = len(options)
     keys = _keys(tuple(options))
-    s = strip_reasoning(str(text), artifacts=False).strip()
+    s = strip_reasoning(_THINKING.sub(" ", str(text)), artifacts=False).strip()
     if not s:
         return ParsedOption("unparsed", None, "empty")
     tags = _TAG.findall(s)

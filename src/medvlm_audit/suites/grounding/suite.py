@@ -172,6 +172,19 @@ def write_grounding_report(analysis: Any, out_dir: str | Path, *, title: str = "
                         suite="grounding", title=title, run_info=run_info)
 
 
+def answer_models(ctx: StageContext) -> list[Any]:
+    """The run's models; a ``vision_probe`` model is told which probe sets it is audited on (``audited``, unless
+    its config names them), so that a training image or patient among them is refused (or reported with
+    ``on_overlap: report``) before it answers."""
+    out = []
+    for spec in ctx.config.models:
+        if spec.backend == "vision_probe" and "audited" not in spec.params():
+            spec = type(spec).model_validate({**spec.model_dump(exclude_none=True),
+                                              "audited": [str(p) for p in ctx.config.probe_sets]})
+        out.append(spec)
+    return out
+
+
 REFERENCE_KINDS = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
 
 
@@ -190,7 +203,7 @@ class GroundingSuite:
     reader_support: ClassVar[str] = "medvlm_audit.suites.grounding.readers"
 
     def stages(self) -> Sequence[Stage]:
-        return (Stage("answer", plan_stage),)
+        return (Stage("answer", plan_stage, answer_models),)
 
     def embedded_config(self, out: Path, *, n_cases: int = 800, n_train: int = 1500, gemma: bool = False,
                         vision_probe: bool = False, log: Callable[[str], Any] = print, **flags: Any

@@ -24,6 +24,7 @@ conditions give it 512 px images, close to its native size.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -31,6 +32,7 @@ import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,11 +285,13 @@ def path_features(
     index: PathIndex | None = None,
     chunk: int = 512,
     workers: int = 2,
+    shas_out: list[str] | None = None,
 ) -> np.ndarray:
     """Features (N, D) float32 of the working images of ``paths``, streamed in chunks.
 
     A path whose (size, mtime) is in ``index`` and whose features are cached is neither decoded nor
     encoded; other images are decoded in ``workers`` threads, hashed, and encoded only on a cache miss.
+    ``shas_out`` (a list) receives each path's working-image pixel sha256, in order.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -296,6 +300,7 @@ def path_features(
         for start in range(0, len(paths), chunk):
             part = list(paths[start : start + chunk])
             vecs: list[np.ndarray | None] = [None] * len(part)
+            shas: list[str | None] = [None] * len(part)
             keys = [PathIndex.key(p) for p in part] if index is not None else [None] * len(part)
             todo = []
             for i, (p, k) in enumerate(zip(part, keys)):
@@ -303,6 +308,7 @@ def path_features(
                 hit = cache.get(sha) if (sha is not None and cache is not None) else None
                 if hit is not None:
                     vecs[i] = hit
+                    shas[i] = sha
                 else:
                     todo.append(i)
             if todo:
@@ -311,10 +317,13 @@ def path_features(
                 new = []
                 for j, i in enumerate(todo):
                     vecs[i] = feats[j]
+                    shas[i] = imgs[j].sha256
                     if keys[i] is not None:
                         new.append((keys[i], imgs[j].sha256))
                 if index is not None:
                     index.add(new)
+            if shas_out is not None:
+                shas_out.extend(str(h) for h in shas)
             out.append(np.stack([np.asarray(v, np.float32) for v in vecs]))
     if not out:
         return np.zeros((0, 0), np.float32)
@@ -325,10 +334,12 @@ def path_features(
 class TrainingData:
     """Labelled finding-presence rows of one or more probe sets and one feature row per distinct image."""
 
-    rows: pd.DataFrame  # finding, label, split, case_id, _img (index into X), _set
+    rows: pd.DataFrame  # finding, label, split, case_id, patient_id, _img (index into X), _set
     X: np.ndarray  # (n_images, D) float32
     img_split: np.ndarray  # (n_images,) lower-cased split of each image ("" when empty)
     names: list[str]
+    img_sha: list[str] = dataclasses.field(default_factory=list)  # working-image pixel sha256 per image
+    n_empty_split: int = 0  # labelled rows left out because their split is empty (not training data)
 
 
 def gather_training(
@@ -340,15 +351,22 @@ def gather_training(
     workers: int = 2,
 ) -> TrainingData:
     """Collect finding_presence rows with a label and an image (``splits`` filter; None = every row) and their
-    features (cache, then encoder)."""
+    features (cache, then encoder). With a ``splits`` filter a row whose ``split`` is empty is not training
+    data: it is left out (and counted in ``n_empty_split``)."""
     parts = []
+    n_empty = 0
     for ps in sets:
         df = ps.df
+        cols = ["case_id", "finding", "label", "split", "image_path"]
+        cols += ["patient_id"] if "patient_id" in df.columns else []
         rows = df.loc[(df["kind"] == "finding_presence") & df["image_path"].notna() & df["label"].notna(),
-                      ["case_id", "finding", "label", "split", "image_path"]].copy()
+                      cols].copy()
+        if "patient_id" not in rows.columns:
+            rows["patient_id"] = None
         if splits is not None:
-            sp = rows["split"].astype("string").str.lower()
-            rows = rows[sp.isna() | sp.isin([s.lower() for s in splits])]
+            sp = rows["split"].astype("string").str.strip().str.lower().fillna("")
+            n_empty += int((sp == "").sum())
+            rows = rows[sp.isin([s.lower() for s in splits])]
         lab = pd.to_numeric(rows["label"], errors="coerce")
         bad = ~lab.isin([0, 1])
         if bad.any():
@@ -363,7 +381,10 @@ def gather_training(
     names = [ps.name for ps in sets]
     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     if rows.empty:
-        raise ProbeSetError(f"probe set(s) {names} have no labelled finding_presence cases with images to fit on")
+        why = (f" ({n_empty} labelled row(s) have an empty 'split' and are not training data; give them a split "
+               f"or fit with splits=None to use every row)" if n_empty else "")
+        raise ProbeSetError(f"probe set(s) {names} have no labelled finding_presence cases with images to fit on"
+                            f"{why}")
     if findings is not None:
         for f in findings:
             if f not in DISPLAY_NAMES:
@@ -377,10 +398,81 @@ def gather_training(
     rows["_img"] = rows["_path"].map(pos).astype(np.int64)
     cache = FeatureCache(cache_dir, encoder.key) if cache_dir is not None else None
     index = PathIndex(cache_dir) if cache_dir is not None else None
-    X = path_features(list(paths), encoder, cache, index, workers=workers)
-    sp = rows.drop_duplicates("_img").set_index("_img")["split"].astype("string").str.lower().fillna("")
+    shas: list[str] = []
+    X = path_features(list(paths), encoder, cache, index, workers=workers, shas_out=shas)
+    sp = rows.drop_duplicates("_img").set_index("_img")["split"].astype("string").str.strip().str.lower().fillna("")
     img_split = sp.reindex(range(len(paths))).fillna("").to_numpy(dtype=object)
-    return TrainingData(rows.reset_index(drop=True), X, img_split, names)
+    return TrainingData(rows.reset_index(drop=True), X, img_split, names, shas, n_empty)
+
+
+OVERLAP_MODES = ("refuse", "report")
+
+
+def training_overlap(data: TrainingData, audited: Sequence[ProbeSet], cache_dir: str | Path | None = None,
+                     workers: int = 2) -> dict[str, Any]:
+    """Training images and patients that are also in the audited probe sets.
+
+    Images are compared by the pixel sha256 of the working image (what the probe sees: a copy of a file, or
+    the same pixels in another format, is the same image); patients by ``patient_id`` (rows without one are
+    not compared). Returns counts and up to five examples of each (audited case ids)."""
+    train_sha = set(data.img_sha)
+    train_pat = {str(p) for p in data.rows["patient_id"].dropna() if str(p).strip()}
+    index = PathIndex(cache_dir) if cache_dir is not None else None
+    img_hits: list[str] = []
+    pat_hits: list[str] = []
+    audited_names = []
+    for ps in audited:
+        audited_names.append(ps.name)
+        df = ps.df
+        if "patient_id" in df.columns:
+            pid = df["patient_id"].dropna().astype(str)
+            pat_hits += [f"{ps.name}:{c}" for c, p in zip(df.loc[pid.index, "case_id"], pid) if p in train_pat]
+        with_img = df[df["image_path"].notna()]
+        uniq = list(pd.unique(with_img["image_path"]))
+        full = [str(ps.resolve(p)) for p in uniq]
+        keys = [PathIndex.key(p) for p in full] if index is not None else [None] * len(full)
+        sha = {}
+        todo = []
+        for p, f, k in zip(uniq, full, keys):
+            known = index.get(k) if index is not None else None
+            if known is not None:
+                sha[p] = known
+            elif os.path.exists(f):
+                todo.append((p, f, k))
+        if todo:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max(1, workers)) as pool:
+                imgs = list(pool.map(working_image, [Path(f) for _, f, _ in todo]))
+            for (p, _, _), im in zip(todo, imgs):
+                sha[p] = im.sha256
+            if index is not None:
+                index.add([(k, im.sha256) for (_, _, k), im in zip(todo, imgs) if k is not None])
+        img_hits += [f"{ps.name}:{c}" for c, p in zip(with_img["case_id"], with_img["image_path"])
+                     if sha.get(p) in train_sha]
+    return {"audited": audited_names, "n_cases_same_image": len(img_hits), "n_cases_same_patient": len(pat_hits),
+            "examples_same_image": img_hits[:5], "examples_same_patient": pat_hits[:5]}
+
+
+def check_overlap(data: TrainingData, audited: Sequence[ProbeSet] | None, on_overlap: str = "refuse",
+                  cache_dir: str | Path | None = None, workers: int = 2) -> dict[str, Any] | None:
+    """:func:`training_overlap`, then refuse (``ProbeSetError``) or report (a warning; the counts go into
+    ``probe.training["overlap"]``) when any audited case shares an image or a patient with the training data."""
+    if on_overlap not in OVERLAP_MODES:
+        raise ConfigError(f"on_overlap must be one of {OVERLAP_MODES}, got {on_overlap!r}")
+    if not audited:
+        return None
+    ov = training_overlap(data, audited, cache_dir, workers)
+    if ov["n_cases_same_image"] or ov["n_cases_same_patient"]:
+        msg = (f"vision probe: training set(s) {data.names} overlap the audited probe set(s) {ov['audited']}: "
+               f"{ov['n_cases_same_image']} audited case(s) show a training image (e.g. "
+               f"{ov['examples_same_image'][:3]}), {ov['n_cases_same_patient']} belong to a training patient "
+               f"(e.g. {ov['examples_same_patient'][:3]})")
+        if on_overlap == "refuse":
+            raise ProbeSetError(msg + "; the probe would be audited on its own training data. Remove them from "
+                                "the training set, or set on_overlap: report to fit anyway and record the overlap")
+        warnings.warn(msg, stacklevel=2)
+    return ov
 
 
 def any_abnormality_targets(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -411,7 +503,7 @@ def fit_heads(
     rows, X = data.rows, data.X
     explicit = findings is not None
     wanted = list(dict.fromkeys(findings)) if findings is not None else sorted(rows["finding"].dropna().unique())
-    is_train = np.isin(data.img_split, ["", *TRAIN_SPLITS])
+    is_train = np.isin(data.img_split, list(TRAIN_SPLITS))  # an empty split is not training data
     mean, scale = standardiser(X[is_train].astype(np.float64) if is_train.any() else X.astype(np.float64))
     heads: dict[str, Head] = {}
     skipped: dict[str, str] = {}
@@ -486,23 +578,32 @@ class VisionProbe(LocalModel):
         max_iter: int = 2000,
         workers: int = 2,
         encoder: ImageEncoder | None = None,
+        audited: Sequence[ProbeSet] | None = None,
+        on_overlap: str = "refuse",
     ) -> VisionProbe:
         """Fit the scaler (training-split images) and one head per finding (training + validation cases).
 
         ``train`` is one probe set or several (e.g. ``build probe-train`` outputs of MIMIC train and
         validate); finding_presence cases with a label and an image are used. Rows whose ``split`` is empty
-        count as training; ``splits=None`` uses every row. The ``no_finding`` head ("any acute
-        abnormality") is fitted on abnormal images (any finding present) against normal ones. A requested
-        finding with a single class is an error; with ``findings=None`` such findings are skipped and
-        listed in ``probe.skipped``.
+        are not training data (left out, counted in ``probe.training["rows_empty_split"]``); ``splits=None``
+        uses every row. The ``no_finding`` head ("any acute abnormality") is fitted on abnormal images (any
+        finding present) against normal ones. A requested finding with a single class is an error; with
+        ``findings=None`` such findings are skipped and listed in ``probe.skipped``. ``audited``: the probe
+        sets the probe will be audited on; a training image (pixel hash) or patient among them is refused
+        (``on_overlap="refuse"``) or recorded in ``probe.training["overlap"]`` with a warning (``"report"``).
         """
         sets = [train] if isinstance(train, ProbeSet) else list(train)
         if not sets:
             raise ProbeSetError("no training probe set given")
+        if on_overlap not in OVERLAP_MODES:
+            raise ConfigError(f"on_overlap must be one of {OVERLAP_MODES}, got {on_overlap!r}")
         if encoder is None:
             encoder = ImageEncoder(encoder_path, device=device)
         data = gather_training(sets, encoder, cache_dir, splits, findings, workers)
-        return cls._from_data(data, encoder, cache_dir, findings, C, name, max_iter)
+        overlap = check_overlap(data, audited, on_overlap, cache_dir, workers)
+        probe = cls._from_data(data, encoder, cache_dir, findings, C, name, max_iter)
+        probe.training["overlap"] = overlap
+        return probe
 
     @classmethod
     def _from_data(
@@ -522,6 +623,7 @@ class VisionProbe(LocalModel):
             "probe_sets": data.names,
             "images": len(data.X),
             "cases": len(data.rows),
+            "rows_empty_split": data.n_empty_split,
             "heads": {f: {"n_train": h.n_train, "n_pos": h.n_pos} for f, h in heads.items()},
         }
         return probe
@@ -646,8 +748,11 @@ class RoutedVisionProbe(LocalModel):
         max_iter: int = 2000,
         workers: int = 2,
         encoder: ImageEncoder | None = None,
+        audited: Sequence[ProbeSet] | None = None,
+        on_overlap: str = "refuse",
     ) -> RoutedVisionProbe:
-        """One :class:`VisionProbe` per source key (each on its own training sets) plus the source router."""
+        """One :class:`VisionProbe` per source key (each on its own training sets) plus the source router;
+        ``audited`` / ``on_overlap`` as :meth:`VisionProbe.fit`, checked per source."""
         from sklearn.linear_model import LogisticRegression
         from sklearn.model_selection import StratifiedKFold, cross_val_score
 
@@ -661,7 +766,9 @@ class RoutedVisionProbe(LocalModel):
         for k, (src, sets) in enumerate(train.items()):
             sets_l = [sets] if isinstance(sets, ProbeSet) else list(sets)
             data = gather_training(sets_l, encoder, cache_dir, splits, findings, workers)
+            overlap = check_overlap(data, audited, on_overlap, cache_dir, workers)
             probes[src] = VisionProbe._from_data(data, encoder, cache_dir, findings, C, f"{name}[{src}]", max_iter)
+            probes[src].training["overlap"] = overlap
             feats.append(data.X)
             ys.append(np.full(len(data.X), k))
         X = np.concatenate(feats).astype(np.float64)
@@ -826,6 +933,7 @@ __all__ = [
     "answer_from_probability",
     "any_abnormality_targets",
     "cached_features",
+    "check_overlap",
     "finding_of",
     "fit_heads",
     "gather_training",
@@ -833,6 +941,7 @@ __all__ = [
     "path_features",
     "pixel_sha256",
     "standardiser",
+    "training_overlap",
     "working_image",
 ]
 
@@ -841,11 +950,14 @@ def build_vision_probe(name: str, params: dict[str, Any], context: dict[str, Any
     """``train``: one training probe-set folder, a list of them (fitted together), or a mapping
     source -> folder(s) for per-source heads (e.g. ``{mimic: [...], chexpert: [...]}``, routed by a source
     classifier on the same features). Other keys go to :meth:`VisionProbe.fit` (``encoder_path``,
-    ``cache_dir``, ``findings``, ``C``, ``device``, ``splits``, ``max_iter``, ``workers``)."""
+    ``cache_dir``, ``findings``, ``C``, ``device``, ``splits``, ``max_iter``, ``workers``, ``on_overlap``).
+    ``audited``: probe-set folder(s) the probe is audited on (the grounding suite fills in the run's probe
+    sets); training images or patients among them are refused, or reported with ``on_overlap: report``."""
     from medvlm_audit.probeset import ProbeSet
 
     params = dict(params)
     train = params.pop("train", None)
+    audited_paths = params.pop("audited", None)
     if train is None or params.get("encoder_path") is None:
         raise ConfigError(f"model {name!r}: backend 'vision_probe' needs 'train' (training probe set folder(s)) "
                           "and 'encoder_path' (a local image-encoder folder, e.g. microsoft/rad-dino)")
@@ -857,6 +969,8 @@ def build_vision_probe(name: str, params: dict[str, Any], context: dict[str, Any
         # fit() checks every image it reads; the row-by-row file check of a 200k-study training set is skipped
         return [ProbeSet.load(p, validate=False) for p in paths]
 
+    if audited_paths:
+        params["audited"] = sets(audited_paths, "audited")
     if isinstance(train, dict):
         model: Any = RoutedVisionProbe.fit({str(k): sets(v, f"train.{k}") for k, v in train.items()},
                                              name=name, **params)

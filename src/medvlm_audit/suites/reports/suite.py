@@ -97,7 +97,7 @@ def plan_stage(ctx: StageContext) -> Plan:
                                        {**src.provenance, "builder": "reports"}))
         msgs = (Message("user", opts.prompt),)
         for row in src.rows.itertuples(index=False):
-            recipe = ImageRecipe(str(row.image_path), resolution=None)
+            recipe = ImageRecipe.standard(str(row.image_path), None)
             for st in _strategies(opts):
                 for k in range(samples_for(st, opts.samples)):
                     plan.trials.append(Trial(name, str(row.case_id), st.name, msgs, (recipe,), sample_index=k,

@@ -10,7 +10,8 @@
   uncertainty).
 * :func:`paired_changes` - every T-change as a paired difference on the same items (trials matched on item
   and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family.
-* :func:`chance_tests` - text-only accuracy on the required items against chance: each item's modal answer
+* :func:`chance_tests` - text-only accuracy on the required items against chance (both the modal-answer accuracy
+  over items, which is tested, and the trial-level accuracy, each in its own labelled column): each item's modal answer
   over its repeats, exact binomial (Poisson-binomial when items have different numbers of options) on items.
 * :func:`robustness_table` - F1-F5, R1-R5, the mean and mean_available (:mod:`.score`) with percentile
   intervals; each F-term's two accuracies on the items that have both conditions (n and a note per component;
@@ -647,7 +648,9 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
     exact one-sided test on the number of items right (binomial; Poisson-binomial when k differs across items).
 
     Items are the unit (repeats of one item are not independent evidence); with one repeat this is the trial-level
-    binomial test. ``accuracy`` is the modal-answer accuracy; ``accuracy_trials`` the mean over all scored trials.
+    binomial test. Both accuracies are reported, each labelled: ``accuracy_modal_items`` (``correct_items`` of
+    ``n_items``), the items whose modal answer is right, which is what the test tests; ``accuracy_trials``
+    (``correct_trials`` of ``n_trials``), the trial-level accuracy every other table of the report prints.
     """
     cb = cube if cube is not None else build_cube(_prepared(scored))
     mask = cb.mask(subset)
@@ -664,9 +667,9 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
             probs = 1.0 / cb.n_options[mask][has]
             n, hits = int(has.sum()), int(modal[has].sum())
             n_trials = int((~np.isnan(c)).sum())
-            rows.append({"model": model, "test": "T2", "condition": cond, "subset": subset, "n": n,
-                         "correct": hits, "accuracy": hits / n if n else float("nan"),
-                         "n_trials": n_trials,
+            rows.append({"model": model, "test": "T2", "condition": cond, "subset": subset, "n_items": n,
+                         "correct_items": hits, "accuracy_modal_items": hits / n if n else float("nan"),
+                         "n_trials": n_trials, "correct_trials": int(np.nansum(c)),
                          "accuracy_trials": float(np.nansum(c) / n_trials) if n_trials else float("nan"),
                          "chance": float(probs.mean()) if n else float("nan"),
                          "p": stats.chance_test(hits, probs),
@@ -800,9 +803,32 @@ class StressAnalysis:
         notes = {f"{r['model']}:{r['component']}": r["note"] for _, r in self.robustness.iterrows()
                  if r["component"].startswith("F") and r.get("note")}
         ex = exclusion_summary(self.exclusions)
-        return {"meta": self.meta, "robustness": rob, "robustness_notes": notes,
+        return {"meta": self.meta, "t4_variant": self.meta.get("t4_variant"), "robustness": rob,
+                "robustness_notes": notes,
                 "exclusions": {"n": len(self.exclusions),
                                "by_stage": {str(k): int(v) for k, v in ex.groupby("stage")["n"].sum().items()}}}
+
+
+#: what each T4 variant means, for the report
+T4_VARIANT_TEXT = {
+    "replace_then_reorder": "distractors replaced, then the options shown in T3's seeded order (the gold's letter "
+                            "may move), as the paper describes and the authors' released T4 files are built",
+    "in_place": "distractors replaced in place (every option keeps its letter)",
+}
+
+
+def t4_variant_used(scored: pd.DataFrame) -> str:
+    """How the run's replaced:k trials showed their options (the plan records it in each T4 trial's payload):
+    ``replace_then_reorder``, ``in_place``, ``mixed (...)``, ``not recorded`` or ``no T4 replacement trials``."""
+    t4 = scored[scored["condition"].astype(str).str.startswith("replaced:")]
+    if t4.empty:
+        return "no T4 replacement trials"
+    if "t4_variant" not in t4.columns:
+        return "not recorded"
+    vals = sorted({str(v) for v in t4["t4_variant"] if isinstance(v, str) and v})
+    if not vals:
+        return "not recorded"
+    return vals[0] if len(vals) == 1 else f"mixed ({', '.join(vals)})"
 
 
 def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
@@ -825,17 +851,23 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
     for pl in (by_bench, required):
         pl.B = B
     changes, chance = family_fdr(main.pairs_frame(), chance_tests(None, cube=cube, seed=seed))
+    variant = t4_variant_used(scored)
+    robustness = main.robustness_frame()
+    f4 = robustness["component"] == "F4"
+    robustness.loc[f4, "note"] = [f"{n}; T4 variant: {variant}" if n else f"T4 variant: {variant}"
+                                  for n in robustness.loc[f4, "note"].fillna("")]
     return StressAnalysis(
         accuracy=main.accuracy_frame(),
         accuracy_by_benchmark=by_bench.accuracy_frame(),
         accuracy_required=required.accuracy_frame(),
         changes=changes,
         chance=chance,
-        robustness=main.robustness_frame(),
+        robustness=robustness,
         curve=main.curve_frame(),
         items=item_table(None, cube=cube),
         meta={"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
               "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
+              "t4_variant": variant,
               "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
                            "numpy default_rng(seed), shared by all tables; accuracy counts refusals, abstentions and "
                            "unparsed answers as wrong (all items: the paper's denominators), the parsed-only "

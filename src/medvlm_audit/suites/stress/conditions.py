@@ -9,11 +9,17 @@ Conditions (``+no_image`` variants drop the image; everything else keeps questio
 
 * ``original`` / ``no_image`` (T1, all items; ``no_image`` on the required subset is T2)
 * ``reordered`` (T3): a seeded non-identity permutation of the options, gold re-lettered
-* ``replaced:k`` (T4, k = 1..4): k distractors replaced in place by options of other items of the same
-  benchmark (never the gold, never a duplicate); levels are nested (2R keeps 1R's replacement)
+* ``replaced:k`` (T4, k = 1..4): k distractors replaced by options of other items of the same benchmark
+  (never the gold, never a duplicate); levels are nested (2R keeps 1R's replacement). Two variants
+  (:data:`T4_VARIANTS`): ``replace_then_reorder`` (default) replaces in place and then shows the options in
+  T3's seeded order, so the gold's letter may move, as the paper describes ("its label (e.g., 'B') may shift
+  due to shuffling") and as the authors' released T4 files are built (``test_reformat_{k}_replace_ans_reorder``,
+  the k = 0 file being T3's reordered set); ``in_place`` keeps every option at its letter
 * ``unknown`` (T4): one distractor replaced by "Unknown"
 * ``substitution`` (T5): the image replaced by the item's substitute; the new gold is the option it supports
 * ``cot`` (T6): the chain-of-thought prompt
+Prompts: the authors' released system prompt and answer instruction by default (``prompt_protocol``, see
+:mod:`medvlm_audit.suites.stress.prompts`).
 T2-T4 run on the *required* subset: items flagged ``needs_image`` (all items when none is flagged).
 """
 
@@ -27,13 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from medvlm_audit.images import ImageRecipe
-from medvlm_audit.models.base import Message
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.stress.items import LETTERS, ItemError, ItemSet, MCQItem, norm_option
-from medvlm_audit.suites.stress.prompts import mcq_prompt
+from medvlm_audit.suites.stress.prompts import DEFAULT_PROTOCOL, PROTOCOLS, mcq_messages
 
 ImageMode = Literal["original", "none", "substitute"]
 Subset = Literal["all", "required", "substitution"]
+T4Variant = Literal["in_place", "replace_then_reorder"]
+#: how T4's replaced:k conditions show the options (see the module docstring); the first is not the default
+T4_VARIANTS: tuple[str, ...] = ("in_place", "replace_then_reorder")
+DEFAULT_T4_VARIANT: T4Variant = "replace_then_reorder"
 UNKNOWN_OPTION = "Unknown"
 
 
@@ -195,9 +204,17 @@ class ShownItem:
 
 
 def apply_condition(
-    item: MCQItem, cond: StressCondition, *, seed: int, pool: Sequence[str] = ()
+    item: MCQItem, cond: StressCondition, *, seed: int, pool: Sequence[str] = (),
+    t4_variant: T4Variant = DEFAULT_T4_VARIANT,
 ) -> ShownItem | str:
-    """The item under ``cond``, or the reason it cannot be shown (for the exclusion log)."""
+    """The item under ``cond``, or the reason it cannot be shown (for the exclusion log).
+
+    ``t4_variant`` applies to ``replaced:k``: ``in_place`` keeps every option at its letter; ``replace_then_reorder``
+    then shows the options in T3's permutation of the item (:func:`reorder_permutation`, the same for every k,
+    so the levels differ only in what was replaced). ``transform["replaced"]`` names the letters replaced
+    before any reordering; ``transform["permutation"]`` is the order shown. ``unknown`` is in place in both."""
+    if t4_variant not in T4_VARIANTS:
+        raise ValueError(f"unknown T4 variant {t4_variant!r}; known: {T4_VARIANTS}")
     opts = list(item.options)
     answer = item.answer
     tr: dict[str, Any] = {}
@@ -217,6 +234,12 @@ def apply_condition(
         for pos, text in zip(order[: cond.n_replaced], repl, strict=True):
             opts[pos] = text
         tr["replaced"] = {LETTERS[p]: t for p, t in zip(order[: cond.n_replaced], repl, strict=True)}
+        tr["t4_variant"] = t4_variant
+        if t4_variant == "replace_then_reorder":
+            perm = reorder_permutation(item, seed)
+            opts = [opts[i] for i in perm]
+            answer = perm.index(answer)
+            tr["permutation"] = list(perm)
     elif cond.options == "unknown":
         if norm_option(UNKNOWN_OPTION) in {norm_option(o) for o in item.options}:
             return "already has an 'Unknown' option"
@@ -253,6 +276,8 @@ class StressOptions:
     required: Literal["auto", "needs_image", "all"] = "auto"
     check_files: bool = True
     on_missing: Literal["exclude", "raise"] = "exclude"
+    t4_variant: T4Variant = DEFAULT_T4_VARIANT
+    prompt_protocol: Literal["paper", "project"] = DEFAULT_PROTOCOL  # type: ignore[assignment]
 
 
 def required_ids(items: Sequence[MCQItem], mode: str = "auto") -> set[str]:
@@ -277,6 +302,8 @@ def items_hash(items: Sequence[MCQItem]) -> str:
 def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: str = "stress") -> Plan:
     """Items x conditions x repeats -> Trials (payload: options shown, gold, benchmark, ...) and Skips."""
     opts = opts or StressOptions()
+    if opts.prompt_protocol not in PROTOCOLS:
+        raise ValueError(f"unknown prompt_protocol {opts.prompt_protocol!r}; known: {PROTOCOLS}")
     if opts.repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {opts.repeats}")
     conds = [get_condition(c) for c in opts.conditions]
@@ -290,7 +317,8 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
         PlanSource(
             name, item_set.source or "", items_hash(items), rows,
             {"builder": "stress", "seed": opts.seed, "conditions": [c.name for c in conds],
-             "repeats": opts.repeats, "required": opts.required, "n_required": len(req)},
+             "repeats": opts.repeats, "required": opts.required, "n_required": len(req),
+             "t4_variant": opts.t4_variant, "prompt_protocol": opts.prompt_protocol},
         )
     )
     for e in item_set.exclusions:
@@ -309,7 +337,8 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                 continue
             if cond.subset == "substitution" and it.substitute_image is None:
                 continue
-            shown = apply_condition(it, cond, seed=opts.seed, pool=pools.get(it.benchmark, ()))
+            shown = apply_condition(it, cond, seed=opts.seed, pool=pools.get(it.benchmark, ()),
+                                    t4_variant=opts.t4_variant)
             if isinstance(shown, str):
                 if opts.on_missing == "raise" and "image" in shown:
                     raise ItemError(f"item {it.item_id!r}: {shown} (condition {cond.name})")
@@ -323,7 +352,7 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                         raise ItemError(f"item {it.item_id!r}: {reason} (condition {cond.name})")
                     plan.skipped.append(Skip(name, it.item_id, cond.name, reason))
                     continue
-            msgs = (Message("user", mcq_prompt(it.question, shown.options, cond.prompt)),)
+            msgs = mcq_messages(it.question, shown.options, cond.prompt, opts.prompt_protocol)
             recipes = tuple(ImageRecipe.standard(p, opts.resolution, None, mode) for p in shown.images)
             payload = {
                 "item_id": it.item_id,
@@ -337,6 +366,7 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                 "with_image": cond.with_image,
                 "image_paths": list(shown.images),
                 "transform": shown.transform,
+                "t4_variant": opts.t4_variant if cond.options == "replaced" else None,
                 # a hint for the runner's decoding: CoT answers need room to reason
                 "max_new_tokens": 1024 if cond.prompt == "cot" else 64,
             }

@@ -12,10 +12,17 @@ from typing import Any
 
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.suites.base import Plan, StageContext
-from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS, StressOptions
+from medvlm_audit.suites.stress.conditions import (
+    CONDITIONS,
+    DEFAULT_CONDITIONS,
+    DEFAULT_T4_VARIANT,
+    T4_VARIANTS,
+    StressOptions,
+)
 from medvlm_audit.suites.stress.conditions import plan_stress as _plan_items
 from medvlm_audit.suites.stress.items import ItemSet, load_items
 from medvlm_audit.suites.stress.loaders import LOADERS, load_benchmark, merge_item_sets
+from medvlm_audit.suites.stress.prompts import DEFAULT_PROTOCOL, PROTOCOLS
 
 
 def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42) -> ItemSet:
@@ -36,8 +43,10 @@ def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42) ->
     return load_items(p)
 
 
-def plan_stress(cfg: Any, conditions: list[str] | None = None) -> Plan:
-    """Plan a stress run from a RunConfig (conditions default to all T1-T6 conditions)."""
+def plan_stress(cfg: Any, conditions: list[str] | None = None, t4_variant: str | None = None,
+                prompt_protocol: str | None = None) -> Plan:
+    """Plan a stress run from a RunConfig (conditions default to all T1-T6 conditions; ``t4_variant`` to the
+    run options' or :data:`~medvlm_audit.suites.stress.conditions.DEFAULT_T4_VARIANT`)."""
     conds = list(conditions if conditions is not None else (cfg.options.get("conditions") or []))
     if not conds:
         conds = list(DEFAULT_CONDITIONS)
@@ -46,11 +55,19 @@ def plan_stress(cfg: Any, conditions: list[str] | None = None) -> Plan:
         raise ConfigError(f"unknown stress condition(s) {unknown}; known: {list(CONDITIONS)}")
     sets = [load_item_source(s, run_dir=cfg.run_dir, seed=cfg.seed) for s in cfg.probe_sets]
     items = sets[0] if len(sets) == 1 else merge_item_sets(sets)
-    opts = StressOptions(conditions=tuple(conds), repeats=int(cfg.repeats), seed=int(cfg.seed))
+    variant = t4_variant or cfg.options.get("t4_variant") or DEFAULT_T4_VARIANT
+    if variant not in T4_VARIANTS:
+        raise ConfigError(f"unknown t4_variant {variant!r}; known: {list(T4_VARIANTS)}")
+    protocol = prompt_protocol or cfg.options.get("prompt_protocol") or DEFAULT_PROTOCOL
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown prompt_protocol {protocol!r}; known: {list(PROTOCOLS)}")
+    opts = StressOptions(conditions=tuple(conds), repeats=int(cfg.repeats), seed=int(cfg.seed), t4_variant=variant,
+                         prompt_protocol=protocol)
     return _plan_items(items, opts)
 
 
 
 def plan_stage(ctx: StageContext) -> Plan:
     """The stress suite's one stage."""
-    return plan_stress(ctx.config, list(ctx.options.conditions))  # type: ignore[attr-defined]
+    o = ctx.options
+    return plan_stress(ctx.config, list(o.conditions), o.t4_variant, o.prompt_protocol)  # type: ignore[attr-defined]

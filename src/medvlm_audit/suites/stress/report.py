@@ -120,6 +120,33 @@ def _robustness_overview(rob: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+#: the chance table's columns as the report labels them
+CHANCE_LABELS = {
+    "model": "model", "condition": "condition", "n_items": "items", "correct_items": "items right (modal answer)",
+    "accuracy_modal_items": "modal accuracy (items; tested)", "n_trials": "trials",
+    "correct_trials": "trials right", "accuracy_trials": "trial accuracy", "chance": "chance", "p": "p", "q": "q",
+}
+
+
+def _chance_table_html(chance: pd.DataFrame) -> str:
+    cols = [c for c in CHANCE_LABELS if c in chance.columns]
+    return table_to_html(chance[cols].rename(columns=CHANCE_LABELS))
+
+
+def _t4_variant_html(res: StressAnalysis) -> str:
+    """Which T4 variant the replaced:k conditions (and so F4) used, in words."""
+    from html import escape
+
+    from medvlm_audit.suites.stress.analysis import T4_VARIANT_TEXT
+
+    v = str(res.meta.get("t4_variant") or "not recorded")
+    what = T4_VARIANT_TEXT.get(v, "")
+    return (f"<p>T4 variant used by the replaced:k conditions and F4: <b>{escape(v)}</b>"
+            + (f" ({escape(what)})" if what else "") + ". The 'Unknown' distractor is replaced in place in both "
+            "variants (run option <code>t4_variant</code>: <code>replace_then_reorder</code> or "
+            "<code>in_place</code>).</p>")
+
+
 def stress_sections(res: StressAnalysis, *, fmt: str = "svg") -> list[Section]:
     """The stress report as report :class:`~medvlm_audit.report.Section` blocks (figures and tables built with
     the report module's helpers), so any report can carry them as ``extra_sections``."""
@@ -140,12 +167,13 @@ def stress_sections(res: StressAnalysis, *, fmt: str = "svg") -> list[Section]:
                                                             "acc_perturbed", "diff", "ci_low", "ci_high", "p",
                                                             "q"])),
         Section("Accuracy against chance without the image (T2)",
-                "<p>Items are the unit: each item's modal answer over its repeats (ties broken by a seeded draw "
-                "that does not look at the gold), exact one-sided binomial test on the items right "
-                "(Poisson-binomial when items have different numbers of options).</p>"
-                + _table_html(res.chance, ["model", "condition", "n", "correct", "accuracy", "accuracy_trials",
-                                           "chance", "p", "q"])),
-        Section("Distractor replacement (T4)", figure_to_html(distractor_curve_figure(res), fmt=fmt)
+                "<p>Two accuracies, each labelled. <b>Modal accuracy (items)</b>, the one tested: items are the "
+                "unit, each item's modal answer over its repeats (ties broken by a seeded draw that does not look "
+                "at the gold), exact one-sided binomial test on the items right (Poisson-binomial when items have "
+                "different numbers of options). <b>Trial accuracy</b>: the mean over every scored trial, the "
+                "accuracy the other tables print. With one repeat per item the two are equal.</p>"
+                + _chance_table_html(res.chance)),
+        Section("Distractor replacement (T4)", _t4_variant_html(res) + figure_to_html(distractor_curve_figure(res), fmt=fmt)
                 + _table_html(res.curve, ["model", "modality", "level", "accuracy", "ci_low", "ci_high", "n_items",
                                           "note"])),
         Section("Robustness score", figure_to_html(robustness_figure(res), fmt=fmt)
@@ -176,7 +204,7 @@ def stress_sections(res: StressAnalysis, *, fmt: str = "svg") -> list[Section]:
 #: columns of the exported stress table (one row per model x item x condition x repeat)
 TIDY_COLUMNS: tuple[str, ...] = (
     "run_id", "probe_set", "model", "modality", "item_id", "benchmark", "condition", "test", "sample_index",
-    "key", "image_sha256", "n_options", "gold", "options", "required", "needs_image", "with_image",
+    "key", "image_sha256", "n_options", "gold", "options", "required", "needs_image", "with_image", "t4_variant",
     "answer_text", "status", "parsed", "via", "correct", "latency_s", "error_kind", "error_message",
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -14,7 +14,12 @@ from medvlm_audit.errors import ConfigError
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Stage, SuiteResult
-from medvlm_audit.suites.stress.conditions import CONDITIONS, DEFAULT_CONDITIONS
+from medvlm_audit.suites.stress.conditions import (
+    CONDITIONS,
+    DEFAULT_CONDITIONS,
+    DEFAULT_T4_VARIANT,
+    T4Variant,
+)
 
 
 class StressRunOptions(BaseModel):
@@ -24,6 +29,11 @@ class StressRunOptions(BaseModel):
 
     #: T1-T6 conditions (default: all of them)
     conditions: list[str] = list(DEFAULT_CONDITIONS)
+    #: T4's replaced:k options: replaced, then shown in T3's order (the paper and the authors' files), or in place
+    t4_variant: T4Variant = DEFAULT_T4_VARIANT
+    #: the prompts: the authors' released system prompt and answer instruction, verbatim ("paper"), or the
+    #: project's earlier wording ("project"); see medvlm_audit.suites.stress.prompts
+    prompt_protocol: Literal["paper", "project"] = "paper"
 
     @field_validator("conditions")
     @classmethod
