@@ -347,6 +347,15 @@ class ModelWork:
         return tpl
 
 
+def record_model(store: RunStore, model: Model) -> None:
+    """Record a model's modality and identity (its cache-key part) and, for a reference model, the behaviour
+    it was built to show (``model.designed``, kept out of the identity so it never changes a key)."""
+    store.add_model(model.name, model.modality, model.identity())
+    designed = getattr(model, "designed", None)
+    if designed:
+        store.set_meta(**{f"designed:{model.name}": str(designed)})
+
+
 def plan_model(
     store: RunStore,
     model: Model,
@@ -357,7 +366,7 @@ def plan_model(
     answered: set[str] | None = None,
 ) -> ModelWork:
     """Key every trial for one model at once, record trials and requests, and collect the inputs to ask."""
-    store.add_model(model.name, model.modality, model.identity())
+    record_model(store, model)
     done = answered if answered is not None else store.answered_keys(include_errors=not retry_errors)
     work = ModelWork(model, decoding, done)
     rows, requests, _ = work.admit(trials, hashes)
@@ -739,7 +748,7 @@ async def _execute(
     per_dec = model_decoding or {}
     works = []
     for m in models:
-        store.add_model(m.name, m.modality, m.identity())
+        record_model(store, m)
         works.append(ModelWork(m, per_dec.get(m.name, decoding), answered))
     queues: list[asyncio.Queue] = [asyncio.Queue() for _ in works]
     encoders, encoder_of = _distinct_encoders(models)
