@@ -241,7 +241,7 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
             fontsize=7.5, color=CATEGORY_COLORS["unstable"])
     ax.text((USES_IS + 100.5) / 2, ytop * 0.97, f"uses image\nCGR > 0 (CI excl. 0)\nIS ≥ {USES_IS:g}",
             ha="center", va="top", fontsize=7, color=CATEGORY_COLORS["uses_image"])
-    ax.annotate("ignores image\nCGR 0, UAR 100, IS 100", (100.0, 0.0), xytext=(-70, 18), textcoords="offset points",
+    ax.annotate("ignores image\nCGR 0, UAR 100, IS 100", (100.0, 0.0), xytext=(-95, 30), textcoords="offset points",
                 fontsize=7, color=CATEGORY_COLORS["ignores_image"], ha="center",
                 arrowprops={"arrowstyle": "-", "color": CATEGORY_COLORS["ignores_image"], "linewidth": 0.7})
 
@@ -276,7 +276,8 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
             yh.append(float(r["cgr_high"]) + shift if _fin(r["cgr_high"]) else np.nan)
             near_left = (x - xlo) < 0.25 * (101.5 - xlo)
             ax.annotate(model, (x, y), xytext=(9 if near_left else -7, 0), textcoords="offset points",
-                        ha="left" if near_left else "right", va="center", fontsize=7, zorder=4)
+                        ha="left" if near_left else "right", va="center", fontsize=7, zorder=4,
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
     _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=50, lw=1.1)
     ax.set_xlim(xlo, 101.5)
     ax.set_ylim(ybot, ytop)
