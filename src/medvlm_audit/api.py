@@ -103,9 +103,13 @@ def _merge(summaries: list[RunSummary]) -> RunSummary:
                     acc[k] = acc.get(k, 0) + v
                 else:
                     acc.setdefault(k, v)
+    skipped: dict[str, int] = {}
+    for s in summaries:
+        for k, v in s.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
     return RunSummary(sum(s.n_trials for s in summaries), sum(s.n_skipped for s in summaries), per,
                       sum(s.elapsed_s for s in summaries), sum(s.plan_s for s in summaries),
-                      summaries[0].first_input_s, store=summaries[-1].store)
+                      summaries[0].first_input_s, store=summaries[-1].store, skipped=skipped)
 
 
 def run(
