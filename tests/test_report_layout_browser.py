@@ -22,11 +22,11 @@ pytestmark = [
 ]
 webdriver = pytest.importorskip("selenium.webdriver")
 
-from selenium.webdriver.chrome.options import Options as ChromeOptions  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.chrome.options import Options as ChromeOptions
+from selenium.webdriver.chrome.service import Service
 
-from medvlm_audit import api  # noqa: E402
-from medvlm_audit.suites import suite_names  # noqa: E402
+from medvlm_audit import api
+from medvlm_audit.suites import suite_names
 
 SCREENSHOTS = os.environ.get("MEDVLM_REPORT_SCREENSHOTS")  # e.g. docs
 #: small embedded defaults, so each suite's report renders in seconds
