@@ -40,15 +40,15 @@ VERDICT_Q = 0.05
 #: what R1-R5 measure (paper 003, Appendix A): R_t = 1 - F_t, 1 = no sign of the shortcut
 R_EXPLAINED: tuple[tuple[str, str], ...] = (
     ("R1", "image reliance (T1): 1 minus the accuracy the image adds over text-only, benchmark-weighted"),
-    ("R2", "no text-only shortcut (T2): 1 minus how far text-only accuracy on image-required items rises above "
-           "chance, scaled to the room above chance"),
-    ("R3", "position robustness (T3): 1 minus the relative text-only accuracy lost when the options are "
-           "reordered"),
-    ("R4", "distractor robustness (T4): 1 minus a weighted sum of text-only accuracy lost with 4 distractors "
+    ("R2", ("no text-only shortcut (T2): 1 minus how far text-only accuracy on image-required items rises above "
+           "chance, scaled to the room above chance")),
+    ("R3", ("position robustness (T3): 1 minus the relative text-only accuracy lost when the options are "
+           "reordered")),
+    ("R4", ("distractor robustness (T4): 1 minus a weighted sum of text-only accuracy lost with 4 distractors "
            "replaced (0.5), image+text accuracy gained with them replaced (0.3) and text-only accuracy gained "
-           "with an 'Unknown' option (0.2)"),
-    ("R5", "visual-substitution robustness (T5): 1 minus the accuracy lost when the image is swapped for one "
-           "showing another finding"),
+           "with an 'Unknown' option (0.2)")),
+    ("R5", ("visual-substitution robustness (T5): 1 minus the accuracy lost when the image is swapped for one "
+           "showing another finding")),
 )
 
 
