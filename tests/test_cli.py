@@ -166,3 +166,36 @@ def test_build_phantom(tmp_path: Path) -> None:
     assert len(ProbeSet.load(out / "probeset")) == 60 and len(ProbeSet.load(out / "train")) == 60
     res = _invoke("build", "phantom", "--out", str(tmp_path / "x"), "--n-cases", "10")
     assert res.exit_code == 2 and "n_cases must be at least 60" in res.text and "Traceback" not in res.output
+
+
+def test_stdout_carries_only_the_paths_written(tmp_path: Path) -> None:
+    """Progress and logs on stderr, the paths of what was written on stdout: `$(medvlm-audit export RUN)` works."""
+    out = tmp_path / "stress-demo"
+    res = CliRunner().invoke(app, ["demo", "--suite", "stress", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    paths = res.stdout.splitlines()
+    assert [Path(p).name for p in paths] == ["results.parquet", "results.csv", "report.html"]
+    assert all(Path(p).is_file() for p in paths)
+    assert "trials" in res.stderr and "writing the report" in res.stderr
+    # progress without a terminal: plain lines with whole counts, never a truncated bar
+    assert "first-option:" in res.stderr and " answers (100%)" in res.stderr and "…" not in res.stderr
+    for args, names in ((["export", str(out)], ["results.parquet", "results.csv"]),
+                        (["report", str(out), "--B", "50"], ["report.html"])):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert [Path(p).name for p in res.stdout.splitlines()] == names, res.stdout
+        assert all(Path(p).is_file() for p in res.stdout.splitlines())
+    res = CliRunner().invoke(app, ["build", "phantom", "--out", str(tmp_path / "ph"), "--n-cases", "60",
+                                   "--n-train", "60"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == [str(tmp_path / "ph" / "probeset"), str(tmp_path / "ph" / "train")]
+
+
+def test_skipped_conditions_are_explained_with_counts(tmp_path: Path) -> None:
+    from medvlm_audit.runner import skipped_lines
+
+    summary = {"n_skipped": 5, "skipped_by": {"target_mask: no target box": 3, "swap: no swap partner": 2}}
+    lines = skipped_lines(summary)
+    assert "mask on a case without a box" in lines[0] and lines[0].startswith("5 skipped conditions")
+    assert "  target_mask: no target box: 3" in lines and "  swap: no swap partner: 2" in lines
+    assert skipped_lines({"n_skipped": 0}) == []

@@ -324,8 +324,12 @@ def test_verdicts_and_run_info_at_top(written: tuple[Path, FakeAnalysis, str]) -
     assert "answers unchanged by any image edit on 412 cases: ignores the image" in head
     assert head.count('class="badge"') == len(MODELS)
     assert ">ignores image</span>" in head and ">uses image</span>" in head and ">unstable</span>" in head
-    for text in ("run-abc123", "correct-on-original", "exact-counts", "10000", "suite: grounding", "0.1.0"):
+    for text in ("run-abc123", "correct-on-original", "exact-counts", "10,000", "<dt>Suite</dt><dd>grounding</dd>",
+                 "0.1.0"):
         assert text in head, text
+    # verdicts come first, then how to read the report, then the run's details in a collapsible block
+    assert head.index('id="verdicts"') < head.index('<details class="runinfo">')
+    assert "not recorded" not in head and "False" not in head
 
 
 def test_degenerate_inputs_render_with_notes_and_no_nan(written: tuple[Path, FakeAnalysis, str]) -> None:

@@ -53,8 +53,13 @@ def test_run_store_round_trip_and_report(tmp_path: Path) -> None:
     res = analyse_stress(scored_again, B=50)
     secs = stress_sections(res)
     assert all(isinstance(x, Section) for x in secs)
-    for sec in secs:
-        assert f'<section id="{sec.anchor}"><h2>' in text and f'href="#{sec.anchor}"' in text
+    for sec in secs:  # the verdicts open the page; every other section is linked from the nav
+        assert f'<section id="{sec.anchor}"><h2>' in text
+        assert sec.anchor == "verdicts" or f'href="#{sec.anchor}"' in text
+    # verdicts first with a colour legend, then how to read the report (R1-R5 explained); conditions in words
+    assert text.index('id="verdicts"') < text.index('id="how-to-read"') < text.index('id="stress-tests-t1-t6"')
+    assert 'class="legend"' in text and "<b>R3</b>: position robustness" in text
+    assert "options reordered (text only)" in text and "original (image + text)" in text
     assert {"robustness-score", "exclusions", "distractor-replacement-t4"} <= {x.anchor for x in secs}
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert summary["robustness"]["text-prior"]["R3"] == 1.0

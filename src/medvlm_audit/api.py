@@ -103,9 +103,13 @@ def _merge(summaries: list[RunSummary]) -> RunSummary:
                     acc[k] = acc.get(k, 0) + v
                 else:
                     acc.setdefault(k, v)
+    skipped: dict[str, int] = {}
+    for s in summaries:
+        for k, v in s.skipped.items():
+            skipped[k] = skipped.get(k, 0) + v
     return RunSummary(sum(s.n_trials for s in summaries), sum(s.n_skipped for s in summaries), per,
                       sum(s.elapsed_s for s in summaries), sum(s.plan_s for s in summaries),
-                      summaries[0].first_input_s, store=summaries[-1].store)
+                      summaries[0].first_input_s, store=summaries[-1].store, skipped=skipped)
 
 
 def run(
@@ -208,14 +212,19 @@ def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "package_version": meta.get("package_version", __version__),
         "report_version": __version__,
         "seeds": meta.get("seeds"),
-        "probe_sets": cfg.get("probe_sets"),
         "models": [m.get("name") for m in cfg.get("models", [])] or None,
-        "conditions": cfg.get("conditions"),
-        "resolutions": cfg.get("resolutions"),
-        "prompt_variants": cfg.get("prompt_variants"),
         "imported_from": meta.get("imported_from"),
         "last_summary": meta.get("last_summary"),
+        "config": cfg or None,  # the resolved config as recorded (credentials redacted), shown in words
+        "run_dir": cfg.get("run_dir") or str(run_dir.resolve()),  # recorded paths are shown relative to it
     }
+
+
+def designed_behaviours(store: RunStore) -> dict[str, str]:
+    """model -> the behaviour its reference model was built to show (recorded by the runner from the model's
+    ``designed`` attribute; empty for real models)."""
+    meta = store.meta()
+    return {k.split(":", 1)[1]: str(v) for k, v in meta.items() if k.startswith("designed:") and v}
 
 
 def report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
@@ -231,11 +240,14 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         table = suite.tidy(store)
         skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
                               "ORDER BY probe_set, case_id, condition")
+        designed = designed_behaviours(store)
     recorded = {k: v for k, v in (meta.get("config") or {}).items() if k not in SHARED_FIELDS}
     try:
         opts = suite.Options.model_validate(recorded)
     except ValidationError:
         opts = suite.Options()  # an imported or older run: the analysis needs no run options
+    if designed:  # reference models: the report shows each one's designed behaviour beside the observed one
+        report_options.setdefault("designed", designed)
     result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
     title = f"{suite.title}: {meta.get('run_id', run_dir.name)}"
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,

@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from medvlm_audit import __version__
-from medvlm_audit.cliutil import console, fail
+from medvlm_audit.cliutil import console, emit, fail
 from medvlm_audit.errors import AuditError
 
 
@@ -69,13 +69,15 @@ def build_phantom_cmd(
         _fail(e)
     console.print(f"phantom probe set: {len(test)} cases -> {out / 'probeset'} (hash {test.content_hash[:12]})")
     console.print(f"training split: {len(train)} cases -> {out / 'train'}")
+    emit(out / "probeset", out / "train")
 
 
 Opt = typer.Option
 
 
 def _built(result: object) -> None:
-    console.print(result.summary())  # type: ignore[attr-defined]
+    console.print(result.summary(), markup=False, highlight=False)  # type: ignore[attr-defined]
+    emit(result.out_dir)  # type: ignore[attr-defined]
 
 
 def _rexerr_counts(text: str) -> tuple[int, int, int]:
@@ -98,17 +100,17 @@ def build_mimic_cmd(
     ms_cxr_cap: Annotated[int, Opt(help="MS-CXR boxes kept per finding.")] = 100,
     min_box_side: Annotated[float, Opt(help="Minimum box side at 224 px.")] = 50.0,
     rexerr_counts: Annotated[str, Opt(help="ReXErr image-dependent,text-only,no-error counts.")] = "483,120,120",
-    rexerr_split: Annotated[str, Opt()] = "test",
-    mimic_split: Annotated[str, Opt()] = "test",
+    rexerr_split: Annotated[str, Opt(help="ReXErr-v1 split the report-error sentences come from.")] = "test",
+    mimic_split: Annotated[str, Opt(help="MIMIC-CXR split the finding questions come from.")] = "test",
     negatives: Annotated[str, Opt(help="explicit_then_blank | explicit | explicit_or_blank")] = "explicit_then_blank",
-    swap_pool_split: Annotated[str, Opt()] = "all",
-    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
+    swap_pool_split: Annotated[str, Opt(help="Split the swap partners are drawn from (all, or one split).")] = "all",
+    swap_same_view: Annotated[bool, Opt("--swap-same-view", help="Draw swap partners with the same view (PA/AP) as the case.")] = False,
     age_at: Annotated[str, Opt(help="study | anchor")] = "study",
-    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
-    full_decode: Annotated[bool, Opt("--full-decode")] = False,
-    workers: Annotated[int, Opt()] = 2,
-    seed: Annotated[int, Opt()] = 42,
-    name: Annotated[str, Opt()] = "mimic",
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images", help="Open every image and check it decodes before the probe set is written.")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode", help="Decode each image fully when checking it (slower; default: header and a partial read).")] = False,
+    workers: Annotated[int, Opt(help="Processes used to check images.")] = 2,
+    seed: Annotated[int, Opt(help="Construction seed (sampling and swap partners).")] = 42,
+    name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "mimic",
 ) -> None:
     """The paper's primary probe set from MIMIC-CXR-JPG + MS-CXR + ReXErr-v1 + MIMIC-IV (2,575 cases)."""
     from medvlm_audit.datasets.mimic import build_mimic
@@ -127,20 +129,20 @@ def build_mimic_cmd(
 @build_app.command("chexpert")
 def build_chexpert_cmd(
     chexpert_root: Annotated[Path, Opt(help="CheXpert root (train.csv/valid.csv and images).")],
-    out: Annotated[Path, Opt()] = Path("probesets/chexpert"),
+    out: Annotated[Path, Opt(help="Output probe-set folder.")] = Path("probesets/chexpert"),
     labels_csv: Annotated[Path | None, Opt(help="A labels CSV other than the root's (e.g. the official test_labels.csv).")] = None,
     demographics_csv: Annotated[Path | None, Opt(help="CSV with Path or patient id + Sex, Age[, view] (for test_labels.csv).")] = None,
-    split: Annotated[str, Opt()] = "test",
-    test_fraction: Annotated[float, Opt()] = 0.2,
-    per_finding: Annotated[int, Opt()] = 50,
-    n_normal: Annotated[int, Opt()] = 100,
+    split: Annotated[str, Opt(help="Dataset split the cases come from.")] = "test",
+    test_fraction: Annotated[float, Opt(help="Share of patients held out as the test split when the source has none.")] = 0.2,
+    per_finding: Annotated[int, Opt(help="Present and absent cases sampled per finding.")] = 50,
+    n_normal: Annotated[int, Opt(help="Normal (no-finding) cases sampled.")] = 100,
     negatives: Annotated[str, Opt(help="explicit | explicit_then_blank | explicit_or_blank")] = "explicit",
-    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
-    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
-    full_decode: Annotated[bool, Opt("--full-decode")] = False,
-    workers: Annotated[int, Opt()] = 2,
-    seed: Annotated[int, Opt()] = 42,
-    name: Annotated[str, Opt()] = "chexpert",
+    swap_same_view: Annotated[bool, Opt("--swap-same-view", help="Draw swap partners with the same view (PA/AP) as the case.")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images", help="Open every image and check it decodes before the probe set is written.")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode", help="Decode each image fully when checking it (slower; default: header and a partial read).")] = False,
+    workers: Annotated[int, Opt(help="Processes used to check images.")] = 2,
+    seed: Annotated[int, Opt(help="Construction seed (sampling and swap partners).")] = 42,
+    name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "chexpert",
 ) -> None:
     """The CheXpert generalization set (original and swap conditions; 1,380 cases)."""
     from medvlm_audit.datasets.chexpert import build_chexpert
@@ -158,20 +160,20 @@ def build_chexpert_cmd(
 @build_app.command("nih")
 def build_nih_cmd(
     nih_root: Annotated[Path, Opt(help="NIH ChestX-ray14 root (Data_Entry_2017.csv, BBox_List_2017.csv, images).")],
-    out: Annotated[Path, Opt()] = Path("probesets/nih"),
+    out: Annotated[Path, Opt(help="Output probe-set folder.")] = Path("probesets/nih"),
     metadata_from: Annotated[str, Opt(help="auto | root | torchxrayvision")] = "auto",
-    split: Annotated[str, Opt()] = "all",
-    per_finding: Annotated[int, Opt()] = 50,
-    n_normal: Annotated[int, Opt()] = 100,
-    box_cap: Annotated[int, Opt()] = 100,
-    min_box_side: Annotated[float, Opt()] = 50.0,
-    image_size: Annotated[int, Opt()] = 1024,
-    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
-    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
-    full_decode: Annotated[bool, Opt("--full-decode")] = False,
-    workers: Annotated[int, Opt()] = 2,
-    seed: Annotated[int, Opt()] = 42,
-    name: Annotated[str, Opt()] = "nih",
+    split: Annotated[str, Opt(help="Dataset split the cases come from.")] = "all",
+    per_finding: Annotated[int, Opt(help="Present and absent cases sampled per finding.")] = 50,
+    n_normal: Annotated[int, Opt(help="Normal (no-finding) cases sampled.")] = 100,
+    box_cap: Annotated[int, Opt(help="Boxed cases kept per finding.")] = 100,
+    min_box_side: Annotated[float, Opt(help="Minimum box side at 224 px (smaller boxes are left out).")] = 50.0,
+    image_size: Annotated[int, Opt(help="Side in pixels of the source images (for box scaling).")] = 1024,
+    swap_same_view: Annotated[bool, Opt("--swap-same-view", help="Draw swap partners with the same view (PA/AP) as the case.")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images", help="Open every image and check it decodes before the probe set is written.")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode", help="Decode each image fully when checking it (slower; default: header and a partial read).")] = False,
+    workers: Annotated[int, Opt(help="Processes used to check images.")] = 2,
+    seed: Annotated[int, Opt(help="Construction seed (sampling and swap partners).")] = 42,
+    name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "nih",
 ) -> None:
     """An open probe set with boxes from NIH ChestX-ray14 (all conditions, masks included)."""
     from medvlm_audit.datasets.nih import build_nih
@@ -188,20 +190,20 @@ def build_nih_cmd(
 @build_app.command("vindr")
 def build_vindr_cmd(
     vindr_root: Annotated[Path, Opt(help="VinDr-CXR root (annotations/, test/ or train/).")],
-    out: Annotated[Path, Opt()] = Path("probesets/vindr"),
-    split: Annotated[str, Opt()] = "test",
-    n_absent: Annotated[int, Opt()] = 50,
-    n_normal: Annotated[int, Opt()] = 100,
-    box_cap: Annotated[int, Opt()] = 100,
-    min_box_side: Annotated[float, Opt()] = 50.0,
+    out: Annotated[Path, Opt(help="Output probe-set folder.")] = Path("probesets/vindr"),
+    split: Annotated[str, Opt(help="Dataset split the cases come from.")] = "test",
+    n_absent: Annotated[int, Opt(help="Cases without the finding sampled per finding.")] = 50,
+    n_normal: Annotated[int, Opt(help="Normal (no-finding) cases sampled.")] = 100,
+    box_cap: Annotated[int, Opt(help="Boxed cases kept per finding.")] = 100,
+    min_box_side: Annotated[float, Opt(help="Minimum box side at 224 px (smaller boxes are left out).")] = 50.0,
     metadata_csv: Annotated[Path | None, Opt(help="CSV with image_id, age, sex, view.")] = None,
     sizes_csv: Annotated[Path | None, Opt(help="CSV with image_id, width, height.")] = None,
-    require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
-    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
-    full_decode: Annotated[bool, Opt("--full-decode")] = False,
-    workers: Annotated[int, Opt()] = 2,
-    seed: Annotated[int, Opt()] = 42,
-    name: Annotated[str, Opt()] = "vindr",
+    require_demographics: Annotated[bool, Opt("--require-demographics", help="Leave out cases without age and sex.")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images", help="Open every image and check it decodes before the probe set is written.")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode", help="Decode each image fully when checking it (slower; default: header and a partial read).")] = False,
+    workers: Annotated[int, Opt(help="Processes used to check images.")] = 2,
+    seed: Annotated[int, Opt(help="Construction seed (sampling and swap partners).")] = 42,
+    name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "vindr",
 ) -> None:
     """An open probe set with radiologist boxes from VinDr-CXR."""
     from medvlm_audit.datasets.vindr import build_vindr
@@ -219,16 +221,16 @@ def build_vindr_cmd(
 def build_folder_cmd(
     images: Annotated[Path, Opt(help="Folder the CSV's image paths are relative to.")],
     csv: Annotated[Path, Opt(help="CSV: image, finding, label[, x0, y0, x1, y1, patient_id, age, sex, view, ...].")],
-    out: Annotated[Path, Opt()] = Path("probesets/folder"),
-    frontal_only: Annotated[bool, Opt("--frontal-only/--no-frontal-only")] = True,
-    require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
-    min_box_side: Annotated[float, Opt()] = 0.0,
-    swap_same_view: Annotated[bool, Opt("--swap-same-view")] = False,
-    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
-    full_decode: Annotated[bool, Opt("--full-decode")] = False,
-    workers: Annotated[int, Opt()] = 2,
-    seed: Annotated[int, Opt()] = 42,
-    name: Annotated[str, Opt()] = "folder",
+    out: Annotated[Path, Opt(help="Output probe-set folder.")] = Path("probesets/folder"),
+    frontal_only: Annotated[bool, Opt("--frontal-only/--no-frontal-only", help="Keep frontal (PA/AP) images only.")] = True,
+    require_demographics: Annotated[bool, Opt("--require-demographics", help="Leave out cases without age and sex.")] = False,
+    min_box_side: Annotated[float, Opt(help="Minimum box side at 224 px (smaller boxes are left out).")] = 0.0,
+    swap_same_view: Annotated[bool, Opt("--swap-same-view", help="Draw swap partners with the same view (PA/AP) as the case.")] = False,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images", help="Open every image and check it decodes before the probe set is written.")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode", help="Decode each image fully when checking it (slower; default: header and a partial read).")] = False,
+    workers: Annotated[int, Opt(help="Processes used to check images.")] = 2,
+    seed: Annotated[int, Opt(help="Construction seed (sampling and swap partners).")] = 42,
+    name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "folder",
     allow_outside_root: Annotated[bool, Opt("--allow-outside-root", help="Accept image paths outside --images (absolute, '..', symlinks out); the summary counts them.")] = False,
 ) -> None:
     """A probe set from any folder of images plus a CSV of findings, labels and boxes."""
@@ -255,13 +257,13 @@ def build_probe_train_cmd(
     splits: Annotated[str | None, Opt(help="Comma-separated splits (default: mimic train,validate; chexpert train).")] = None,
     negatives: Annotated[str, Opt(help="explicit_or_blank | explicit")] = "explicit_or_blank",
     exclude_probe_set: Annotated[list[Path], Opt("--exclude-probe-set", help="Leave out studies of this probe set (repeatable).")] = [],  # noqa: B006
-    require_demographics: Annotated[bool, Opt("--require-demographics")] = False,
+    require_demographics: Annotated[bool, Opt("--require-demographics", help="Leave out cases without age and sex.")] = False,
     test_fraction: Annotated[float, Opt(help="CheXpert held-out patient fraction (as build chexpert).")] = 0.2,
-    check_images: Annotated[bool, Opt("--check-images/--no-check-images")] = True,
-    full_decode: Annotated[bool, Opt("--full-decode")] = False,
-    workers: Annotated[int, Opt()] = 2,
-    seed: Annotated[int, Opt()] = 42,
-    name: Annotated[str | None, Opt()] = None,
+    check_images: Annotated[bool, Opt("--check-images/--no-check-images", help="Open every image and check it decodes before the probe set is written.")] = True,
+    full_decode: Annotated[bool, Opt("--full-decode", help="Decode each image fully when checking it (slower; default: header and a partial read).")] = False,
+    workers: Annotated[int, Opt(help="Processes used to check images.")] = 2,
+    seed: Annotated[int, Opt(help="Construction seed (sampling and swap partners).")] = 42,
+    name: Annotated[str | None, Opt(help="Name of the probe set (how runs and reports refer to it).")] = None,
 ) -> None:
     """The vision-only probe's training set: every labelled frontal study of the given splits (no cap)."""
     from medvlm_audit.datasets.probe_train import build_probe_train
@@ -306,7 +308,6 @@ def run_cmd(
     from medvlm_audit.config import flag_overrides, load_config, validate_config
 
     cfg = None
-    cfg = None
     try:
         flags = flag_overrides(suite=suite, run_dir=run_dir, probe_sets=probe_set, models=model,
                                models_file=models_yaml, conditions=conditions, resolutions=resolutions,
@@ -328,6 +329,7 @@ def run_cmd(
         _interrupted(cfg.run_dir if cfg is not None else None)
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet} and {res.results_csv}")
+    emit(res.results_parquet, res.results_csv)
     if report:
         _report(res.run_dir)
     _exit_on_model_errors(res.summary.as_dict())
@@ -349,9 +351,11 @@ def _exit_on_model_errors(summary: dict) -> None:
 
 
 def _print_summary(summary: dict) -> None:
-    from medvlm_audit.runner import summary_table
+    from medvlm_audit.runner import skipped_lines, summary_table
 
     console.print(summary_table(summary))  # this invocation and the store's totals
+    for line in skipped_lines(summary):
+        console.print(line, markup=False, highlight=False)
 
 
 @app.command("export")
@@ -367,13 +371,16 @@ def export_cmd(
     except AuditError as e:
         _fail(e)
     console.print(f"wrote {pq} and {csv}")
+    emit(pq, csv)
 
 
 def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
     from medvlm_audit import api
 
+    console.print(f"writing the report of {run_dir} ...")
     path = api.report(run_dir, out, **analysis)
     console.print(f"report: {path}")
+    emit(path)
     return path
 
 
@@ -441,11 +448,10 @@ def demo_cmd(
         _fail(e)
     except KeyboardInterrupt:
         _interrupted(out, f"resume with: medvlm-audit run {out / 'demo.yaml'}")
-    except KeyboardInterrupt:
-        _interrupted(out / "run", f"resume with: medvlm-audit run {out / 'demo.yaml'}")
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet}")
     console.print(f"report: {res.report}")
+    emit(res.results_parquet, res.results_csv, res.report)
 
 
 def _add_suite_commands() -> None:

@@ -27,7 +27,7 @@ import signal
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
@@ -67,12 +67,16 @@ class RunSummary:
     first_input_s: float | None = None  # until the first input was queued for a model
     max_error_rate: float = 0.05  # a model whose error share exceeds this fails the run (medvlm_audit.health)
     store: dict[str, dict[str, Any]] = field(default_factory=dict)  # per model: the store's totals (all runs)
+    #: skipped conditions by "condition: reason" (a condition that does not apply to a case, e.g. a mask on a
+    #: case without a box), with their counts
+    skipped: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "store": self.store,
             "n_trials": self.n_trials,
             "n_skipped": self.n_skipped,
+            "skipped_by": dict(self.skipped),
             "per_model": self.per_model,
             "elapsed_s": round(self.elapsed_s, 3),
             "plan_s": round(self.plan_s, 3),
@@ -354,6 +358,15 @@ class ModelWork:
         return tpl
 
 
+def record_model(store: RunStore, model: Model) -> None:
+    """Record a model's modality and identity (its cache-key part) and, for a reference model, the behaviour
+    it was built to show (``model.designed``, kept out of the identity so it never changes a key)."""
+    store.add_model(model.name, model.modality, model.identity())
+    designed = getattr(model, "designed", None)
+    if designed:
+        store.set_meta(**{f"designed:{model.name}": str(designed)})
+
+
 def plan_model(
     store: RunStore,
     model: Model,
@@ -364,7 +377,7 @@ def plan_model(
     answered: set[str] | None = None,
 ) -> ModelWork:
     """Key every trial for one model at once, record trials and requests, and collect the inputs to ask."""
-    store.add_model(model.name, model.modality, model.identity())
+    record_model(store, model)
     done = answered if answered is not None else store.answered_keys(include_errors=not retry_errors)
     work = ModelWork(model, decoding, done)
     rows, requests, _ = work.admit(trials, hashes)
@@ -747,7 +760,7 @@ async def _execute(
     works = []
     claimed: set[str] = set()  # keys queued by any model: a byte-identical request is asked once per run
     for m in models:
-        store.add_model(m.name, m.modality, m.identity())
+        record_model(store, m)
         works.append(ModelWork(m, per_dec.get(m.name, decoding), answered, claimed))
     queues: list[asyncio.Queue] = [asyncio.Queue() for _ in works]
     encoders, encoder_of = _distinct_encoders(models)
@@ -836,8 +849,21 @@ async def _execute(
     per_model: dict[str, dict[str, Any]] = {}
     for w, r in zip(works, results):
         per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
+    skipped = Counter(f"{sk.condition}: {sk.reason}" for sk in plan.skipped)
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
-                      timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals())
+                      timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals(),
+                      skipped=dict(sorted(skipped.items())))
+
+
+def skipped_lines(summary: dict[str, Any]) -> list[str]:
+    """What the skipped conditions were: conditions that do not apply to a case (a mask on a case without a box,
+    a swap without a partner...), counted by condition and reason."""
+    by = summary.get("skipped_by") or {}
+    if not summary.get("n_skipped"):
+        return []
+    head = (f"{summary['n_skipped']:,} skipped conditions: conditions that do not apply to a case (e.g. a mask on a "
+            "case without a box), asked of no model")
+    return [head, *(f"  {k}: {v:,}" for k, v in by.items())]
 
 
 def summary_table(summary: dict[str, Any]) -> Any:
@@ -846,7 +872,7 @@ def summary_table(summary: dict[str, Any]) -> Any:
     confidence coverage), so a resume that asked nothing still shows what is missing."""
     from rich.table import Table
 
-    t = Table(title=f"{summary['n_trials']} trials, {summary['n_skipped']} skipped conditions")
+    t = Table(title=f"{summary['n_trials']:,} trials, {summary['n_skipped']:,} skipped conditions")
     for col in ("model", "trials", "distinct inputs", "asked now", "errors now", "no logprobs now",
                 "answers (store)", "errors (store)", "not asked (store)", "confidence coverage (store)"):
         t.add_column(col)
@@ -877,8 +903,17 @@ class _progress:
         self.bar: Any = None
         self.start = time.perf_counter()
 
+    #: without a terminal: one plain line per model at most every this many seconds (and at the end)
+    PLAIN_EVERY_S = 5.0
+
     def __enter__(self) -> Self:
         if not self.enabled:
+            return self
+        self.plain = not sys.stderr.isatty()
+        self.last_line: dict[str, float] = {}
+        if self.plain:  # a log file or a pipe: readable lines, never a redrawn bar with truncated counts
+            self.bar = "plain"
+            self.start = time.perf_counter()
             return self
         from rich.progress import (
             BarColumn,
@@ -904,9 +939,23 @@ class _progress:
         self.start = time.perf_counter()
         return self
 
+    def _line(self, name: str, final: bool = False) -> None:
+        now = time.perf_counter()
+        if not final and now - self.last_line.get(name, 0.0) < self.PLAIN_EVERY_S:
+            return
+        self.last_line[name] = now
+        done, total = self.done[name], self.total[name]
+        pct = f" ({100 * done / total:.0f}%)" if total else ""
+        rate = done / max(now - self.start, 1e-9)
+        print(f"{name}: {done:,} of {total:,} answers{pct}, {rate:,.0f} answers/s, {now - self.start:.0f} s",
+              file=sys.stderr, flush=True)
+
     def grow(self, name: str, n: int) -> None:
         """n more inputs to ask for this model (keying runs while earlier inputs are being answered)."""
         if self.bar is None:
+            return
+        if self.bar == "plain":
+            self.total[name] += n
             return
         if name not in self.tasks:
             self.tasks[name] = self.bar.add_task(name, total=0, rate="")
@@ -917,9 +966,16 @@ class _progress:
         if self.bar is None:
             return
         self.done[name] += n
+        if self.bar == "plain":
+            self._line(name, final=self.done[name] >= self.total[name])
+            return
         el = max(time.perf_counter() - self.start, 1e-9)
         self.bar.update(self.tasks[name], advance=n, rate=f"{self.done[name] / el:,.0f} answers/s")
 
     def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
+        if self.bar == "plain":
+            for name in self.total:
+                if self.done[name] < self.total[name]:
+                    self._line(name, final=True)
+        elif self.bar is not None:
             self.bar.__exit__(*exc)

@@ -162,6 +162,10 @@ class Model:
     modality: Modality = "multimodal"
     batch_size: int = 1
     max_concurrency: int = 1
+    #: for a reference model with known behaviour: that behaviour in its suite's words (e.g. "uses_image"),
+    #: recorded in the run store beside the identity (never in the cache key) so reports can show designed
+    #: beside observed; None for real models
+    designed: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """Everything that changes answers: backend, model id, revision, endpoint model name."""

@@ -172,7 +172,9 @@ def table_to_html(
             if text is None or (isinstance(text, float) and math.isnan(text)):
                 text = _NA
             cell = str(text) if col in trusted else escape(text)
-            out.append(f"<td>{cell}</td>")
+            # long text wraps in a readable column; short cells stay on one line (the table scrolls in its box)
+            long = len(re.sub(r"<[^>]+>", "", cell)) > 48
+            out.append(f'<td class="long">{cell}</td>' if long else f"<td>{cell}</td>")
         out.append("</tr>")
     out.append("</tbody></table></div>")
     if max_rows is not None and len(df) > max_rows:
@@ -198,10 +200,18 @@ def _svg_markup(fig: Figure, salt: str) -> str:
     svg = _DOCTYPE.sub("", svg)
     svg = _METADATA.sub("", svg)
     svg = _COMMENT.sub("", svg)
-    # drop the fixed pt size so CSS can scale the figure; the viewBox keeps its aspect ratio
+    # drop the fixed pt size so CSS can scale the figure (the viewBox keeps its aspect ratio); it shows at
+    # DISPLAY_PX_PER_PT px per point, shrunk only to fit the page: 7 pt text reads at >= 10 px
     for _ in range(2):
         svg = _SVG_SIZE.sub(r"\1", svg, count=1)
+    width_px = round(float(fig.get_figwidth()) * 72 * DISPLAY_PX_PER_PT)
+    svg = svg.replace("<svg ", f'<svg style="width:{width_px}px" ', 1)
     return svg.strip()
+
+
+#: the on-page scale of figures: CSS px per figure point (a 7 pt label shows at 10.2 px; figures up to ~10.5 in
+#: wide fit a 1280 px page unshrunk)
+DISPLAY_PX_PER_PT = 1.45
 
 
 _FIG_COUNTER = [0]
@@ -255,8 +265,14 @@ margin:0 auto;max-width:1180px;padding:24px}
 h1{font-size:24px;margin:0 0 8px}h2{font-size:19px;margin:32px 0 10px;border-bottom:1px solid var(--line);
 padding-bottom:4px}h3{font-size:15px;margin:20px 0 6px}
 .muted{color:var(--muted)}
-dl.runinfo{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0 16px;font-size:13px}
-dl.runinfo dt{font-weight:600;color:var(--muted)}dl.runinfo dd{margin:0;word-break:break-word}
+dl.runinfo{display:grid;grid-template-columns:minmax(10em,max-content) minmax(0,1fr);gap:2px 14px;margin:8px 0 16px;
+font-size:13px}
+dl.runinfo dt{font-weight:600;color:var(--muted)}dl.runinfo dd{margin:0;overflow-wrap:anywhere}
+details.runinfo{border:1px solid var(--line);border-radius:6px;padding:6px 12px;margin:16px 0;background:var(--soft)}
+details.runinfo h3{margin-top:10px}
+section.howto p{max-width:75em}
+.designed{font-size:12.5px;color:var(--muted);margin-top:3px}.designed .badge{font-size:11.5px}
+.legend{font-size:13px;margin:6px 0}.legend .badge{margin-left:4px}
 ul.verdicts{list-style:none;padding:0;margin:0}
 ul.verdicts li{padding:7px 10px;border:1px solid var(--line);border-radius:6px;margin:6px 0;background:var(--soft)}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px;font-weight:600;
@@ -266,9 +282,11 @@ nav.toc{font-size:13px;margin:12px 0}nav.toc a{margin-right:12px}
 figure.fig{margin:18px 0;padding:10px;border:1px solid var(--line);border-radius:6px;break-inside:avoid}
 figure.fig svg,figure.fig img{display:block;max-width:100%;height:auto;margin:0 auto}
 figcaption{font-size:13px;color:var(--fg);margin-top:6px}
-.tblwrap{overflow-x:auto;margin:8px 0 16px}
+.tblwrap{overflow-x:auto;max-width:100%;margin:8px 0 16px}
 table.tbl{border-collapse:collapse;font-size:12.5px}
 table.tbl th,table.tbl td{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
+table.tbl td{min-width:4em}table.tbl td.long{min-width:22em;max-width:40em}
+table.tbl td:not(.long){white-space:nowrap}
 table.tbl th{background:var(--soft);position:sticky;top:0}
 table.tbl caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}
@@ -282,10 +300,9 @@ footer{margin-top:40px;font-size:12px;color:var(--muted)}
 #: (label, keys looked up in run_info then summary) for the run-information block, in display order.
 _RUN_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Run id", ("run_id", "run_ids", "run")),
-    ("Probe sets", ("probe_sets", "probe_set")),
+    ("Suite", ("suite",)),
     ("Models", ("models",)),
     ("Cases", ("n_cases", "cases")),
-    ("Config", ("config", "config_summary")),
     ("Package version", ("package_version", "version")),
     ("Seeds", ("seeds", "seed")),
     ("Baselines", ("baselines",)),
@@ -295,6 +312,25 @@ _RUN_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Permutations", ("n_permutations", "permutations")),
     ("Patient-clustered bootstrap", ("cluster_by_patient",)),
 )
+
+#: run-info keys that are shown elsewhere (the config block, the failing-models box) or are internal
+_HIDDEN_RUN_KEYS = frozenset({"config", "config_summary", "last_summary", "run_dir", "report_version"})
+
+#: human labels of the recorded run config's keys (unknown keys get their key in words)
+_CONFIG_LABELS: dict[str, str] = {
+    "suite": "Suite", "run_dir": "Run folder", "probe_sets": "Probe sets", "models": "Models",
+    "decoding": "Decoding", "repeats": "Samples per input", "seed": "Construction seed",
+    "workers": "Image render workers", "render_in": "Images rendered in", "store_lock_wait_s":
+    "Store lock wait (s)", "conditions": "Conditions", "resolutions": "Resolutions (px)",
+    "prompt_variants": "Prompt phrasings", "prompt_subsample": "Cases asked in the other phrasings",
+    "prompt_subsample_from": "Phrasing cases drawn from", "res512_boxed_only": "512 px on boxed cases only",
+}
+_DECODING_LABELS: dict[str, str] = {
+    "max_new_tokens": "max new tokens", "temperature": "temperature", "top_p": "top-p", "top_k": "top-k",
+    "num_beams": "beams", "seed": "seed", "logprobs": "log-probabilities", "top_logprobs": "top log-probabilities",
+}
+#: model-entry keys that are paths (shown relative to the run folder)
+_PATH_KEYS = frozenset({"train", "encoder_path", "cache_dir", "path", "model_path", "gguf"})
 
 
 def _jsonable(value: Any) -> Any:
@@ -333,17 +369,28 @@ def _lookup(key_aliases: Sequence[str], *sources: Mapping[str, Any]) -> tuple[st
     return None, None
 
 
+def _words(key: object) -> str:
+    """A config key in words: 'max_error_rate' -> 'Max error rate'."""
+    text = str(key).replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
 def _value_text(value: Any) -> str:
+    """A value in words: yes / no for booleans, thousands separators, 'key: value' pairs for mappings."""
     if isinstance(value, Mapping):
         if value and all(isinstance(v, Mapping) for v in value.values()):
             return ", ".join(str(k) for k in value) or _NA  # e.g. {probe_set: {details}}: the names
-        return "; ".join(f"{k}: {_value_text(v)}" for k, v in value.items()) or _NA
+        return "; ".join(f"{_words(k).lower()}: {_value_text(v)}" for k, v in value.items()) or _NA
     if isinstance(value, (list, tuple, set)):
         return ", ".join(_value_text(v) for v in value) or _NA
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
     if is_missing(value):
         return "not recorded"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
     if isinstance(value, float):
-        return _default_cell(value)
+        return f"{value:,}" if value == int(value) and abs(value) >= 1000 else _default_cell(value)
     return str(value)
 
 
@@ -363,8 +410,84 @@ def _is_number(x: object) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not is_missing(x)
 
 
+def _rel(path: object, run_dir: str | None) -> str:
+    """A recorded path relative to the run folder ('../phantom/probeset'); names that are not paths unchanged."""
+    import os
+
+    text = str(path)
+    if not run_dir or not os.path.isabs(text):
+        return text
+    try:
+        rel = os.path.relpath(text, run_dir)
+    except ValueError:  # another drive (Windows)
+        return text
+    return "." if rel == "." else rel
+
+
+def _decoding_text(dec: Mapping[str, Any]) -> str:
+    parts = []
+    for k, v in dec.items():
+        if v is None:
+            continue  # the backend's default
+        if k == "top_logprobs" and not dec.get("logprobs"):
+            continue
+        parts.append(f"{_DECODING_LABELS.get(k, _words(k).lower())} {_value_text(v)}")
+    return ", ".join(parts) or "backend defaults"
+
+
+def _model_text(entry: Mapping[str, Any], run_dir: str | None) -> str:
+    bits = [f"backend {entry.get('backend', 'not recorded')}"]
+    for k, v in entry.items():
+        if k in ("name", "backend") or v is None or v is False or v == [] or v == {}:
+            continue
+        if k == "decoding":
+            bits.append(f"decoding: {_decoding_text(v) if isinstance(v, Mapping) else _value_text(v)}")
+        elif k in _PATH_KEYS:
+            bits.append(f"{_words(k).lower()} {_rel(v, run_dir)}")
+        elif k == "base_urls" and isinstance(v, (list, tuple)):
+            bits.append(f"endpoint{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}")
+        else:
+            bits.append(f"{_words(k).lower()} {_value_text(v)}")
+    return "; ".join(bits)
+
+
+def config_rows(config: Mapping[str, Any], run_dir: str | None = None) -> list[tuple[str, str]]:
+    """The resolved run config as (label, text) rows in words: human labels, yes / no, paths relative to the
+    run folder, one line per model."""
+    rows: list[tuple[str, str]] = []
+    for key, value in config.items():
+        label = _CONFIG_LABELS.get(key, _words(key))
+        if key == "run_dir":
+            continue  # the report sits in it; paths below are relative to it
+        if key == "models" and isinstance(value, (list, tuple)):
+            for m in value:
+                if isinstance(m, Mapping):
+                    rows.append((f"Model {m.get('name', '?')}", _model_text(m, run_dir)))
+            continue
+        if key == "decoding" and isinstance(value, Mapping):
+            rows.append((label, _decoding_text(value)))
+            continue
+        if key == "probe_sets" and isinstance(value, (list, tuple)):
+            rows.append((label, ", ".join(_rel(v, run_dir) for v in value) or _NA))
+            continue
+        rows.append((label, _value_text(value)))
+    return rows
+
+
+def _run_totals(last: Mapping[str, Any]) -> str | None:
+    if not isinstance(last, Mapping) or "n_trials" not in last:
+        return None
+    text = f"{int(last['n_trials']):,} trials"
+    skipped = last.get("n_skipped")
+    if _is_number(skipped) and skipped:
+        text += f", {int(skipped):,} conditions skipped (not applicable to the case)"
+    if _is_number(last.get("elapsed_s")):
+        text += f"; last invocation {float(last['elapsed_s']):.1f} s"
+    return text
+
+
 def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
-    # nested blocks first (e.g. summary["resampling"] = {"mode", "B", "seed", ...}), so scalars win over dicts
+    """The run's metadata in a collapsible block: identity, analysis settings, then the resolved config."""
     resampling = summary.get("resampling")
     nested = [v for k in ("run_info", "run", "info") if isinstance(v := summary.get(k), Mapping)]
     sources: list[Mapping[str, Any]] = [run_info]
@@ -372,22 +495,42 @@ def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], deri
         sources.append(resampling)
     sources += [*nested, summary, dict(derived, n_cases=_derived_cases(summary))]
     used: set[str] = set()
-    items: list[str] = []
+    items: list[tuple[str, str]] = []
     for label, aliases in _RUN_FIELDS:
         key, value = _lookup(aliases, *sources)
         used.update(aliases)
         if key is None:
-            text = "not recorded"
-        else:
-            text = _value_text(value)
-            if key == "seed" and isinstance(resampling, Mapping) and resampling.get("seed") is value:
-                text += " (resampling)"
-        items.append(f"<dt>{escape(label)}</dt><dd>{escape(text)}</dd>")
+            continue  # a field this suite does not have: not shown rather than "not recorded"
+        text = _value_text(value)
+        if key == "seeds" and isinstance(value, Mapping):
+            text = "; ".join(f"{k}: {_value_text(v)}" for k, v in value.items())
+        if key == "seed" and isinstance(resampling, Mapping) and resampling.get("seed") is value:
+            text += " (resampling)"
+        items.append((label, text))
+    totals = _run_totals(run_info.get("last_summary") or {})
+    if totals:
+        items.append(("Trials", totals))
+    config = run_info.get("config")
+    in_config = set(config) if isinstance(config, Mapping) else set()
     for key, value in run_info.items():
-        if key not in used and not (is_missing(value) if not isinstance(value, (list, tuple, set, Mapping))
-                                    else False):
-            items.append(f"<dt>{escape(key)}</dt><dd>{escape(_value_text(value))}</dd>")
-    return f'<dl class="runinfo">{"".join(items)}</dl>'
+        if key in used or key in _HIDDEN_RUN_KEYS or key in in_config:
+            continue
+        if not isinstance(value, (list, tuple, set, Mapping)) and is_missing(value):
+            continue
+        items.append((_CONFIG_LABELS.get(key, _words(key)), _value_text(value)))
+    run_dir = run_info.get("run_dir")
+    body = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in items)
+    cfg_html = ""
+    if isinstance(config, Mapping) and config:
+        rows = config_rows(config, str(run_dir) if run_dir else None)
+        where = " Paths are relative to the run folder." if run_dir else ""
+        cfg_html = (f'<h3>Resolved run configuration</h3><p class="muted">As recorded in the run store.{where}</p>'
+                    '<dl class="runinfo">' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
+                    + "</dl>")
+    else:
+        cfg_html = '<p class="muted">No run configuration is recorded for this run (an imported run).</p>'
+    return ('<details class="runinfo"><summary>Run details and configuration</summary>'
+            f'<dl class="runinfo">{body}</dl>{cfg_html}</details>')
 
 
 def _notes_html(summary: Mapping[str, Any]) -> str:
@@ -447,29 +590,34 @@ def render_page(
     intro: str = "",
     derived: Mapping[str, Any] | None = None,
 ) -> str:
-    """The one report page of every suite: title, run information, notes, an optional intro (trusted markup),
-    a table of contents and the suite's sections, as one self-contained HTML string (inline CSS, no script,
-    nothing loaded from the network)."""
+    """The one report page of every suite, as one self-contained HTML string (inline CSS, no script, nothing
+    loaded from the network): the title, a red box for failed models, the verdicts (the sections anchored
+    ``verdicts``), "how to read this" (the suite's ``intro``, trusted markup), the run's details and resolved
+    config in a collapsible block, the analysis notes, a table of contents and the other sections."""
     from medvlm_audit import __version__
 
     run_info = dict(run_info or {})
     summary = summary if isinstance(summary, Mapping) else {}
     derived = {"package_version": __version__, **dict(derived or {})}
+    first = [s for s in sections if s.anchor == "verdicts"]
+    rest = [s for s in sections if s.anchor != "verdicts"]
     parts: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<header><h1>{escape(title)}</h1>",
-        _run_info_html(run_info, summary, derived),
-        _notes_html(summary),
-        intro,
-        "</header>",
+        f"<header><h1>{escape(title)}</h1></header>",
+        failing_models_html(run_info.get("last_summary")),
     ]
+    for sec in first:
+        parts.append(_section(sec.title, sec.html, sec.anchor))
+    if intro:
+        parts.append(f'<section id="how-to-read" class="howto"><h2>How to read this report</h2>{intro}</section>')
+    parts.append(_run_info_html(run_info, summary, derived))
+    parts.append(_notes_html(summary))
     parts.append('<nav class="toc">' + "".join(f'<a href="#{escape(s.anchor)}">{escape(s.title)}</a>'
-                                               for s in sections) + "</nav>")
-    parts.append(failing_models_html(run_info.get("last_summary")))
-    for sec in sections:
+                                               for s in rest) + "</nav>")
+    for sec in rest:
         parts.append(_section(sec.title, sec.html, sec.anchor))
     parts.append(
         f"<footer>Generated by medvlm-audit {escape(__version__)}. Self-contained: figures are inline, nothing is "

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_folder_atomic
-from medvlm_audit.report.html import _jsonable, render_page
+from medvlm_audit.report.html import _jsonable, render_page, verdict_list
 from medvlm_audit.report.sections import Section
 from medvlm_audit.suites.base import COMPARISONS_COLUMNS, METRICS_COLUMNS, SuiteResult
 
@@ -108,7 +108,11 @@ def write_report(
                          "package_version": __version__}
     payloads.append(("summary.json", (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode("utf-8")))
     derived = {"models": sorted({str(m) for m in metrics["model"].dropna()}) if len(metrics) else None}
-    page = render_page(title=title, sections=result.sections, run_info=run_info, summary=result.summary,
+    sections = list(result.sections)
+    if result.verdicts and not any(sec.anchor == "verdicts" for sec in sections):  # every page opens on them
+        items = [(str(m), "", str(v)) for m, v in result.verdicts.items()]
+        sections.insert(0, Section("Verdicts", verdict_list(items), "verdicts"))
+    page = render_page(title=title, sections=sections, run_info=run_info, summary=result.summary,
                        intro=result.intro, derived=derived)
     payloads.append(("report.html", page.encode("utf-8")))
     write_folder_atomic(out, payloads)  # the whole folder swapped in at once: never old and new mixed

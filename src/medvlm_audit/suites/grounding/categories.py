@@ -125,22 +125,37 @@ def threshold_sweep(cgr: Rate, uar: Rate, is_: Rate, thresholds: Sequence[float]
             for t in thresholds]
 
 
+def _pct(r: Rate) -> str:
+    """'93.5% [89.1, 96.3] (n = 62)': a rate with its displayed interval and n, or 'not estimable (n = 0)'."""
+    if not r.estimable:
+        return f"not estimable (n = {r.n})"
+    ci = (f" [{r.ci_low:.1f}, {r.ci_high:.1f}]" if math.isfinite(r.ci_low) and math.isfinite(r.ci_high) else "")
+    return f"{r.point:.1f}%{ci} (n = {r.n})"
+
+
+def _flip(r: Rate) -> str:
+    """The complement of a rate (share changed rather than kept), with its interval and n."""
+    if not r.estimable:
+        return f"not estimable (n = {r.n})"
+    ci = (f" [{100.0 - r.ci_high:.1f}, {100.0 - r.ci_low:.1f}]" if math.isfinite(r.ci_low)
+          and math.isfinite(r.ci_high) else "")
+    return f"{100.0 - r.point:.1f}%{ci} (n = {r.n})"
+
+
 def verdict(category: Category, reason: str, cgr: Rate, uar: Rate, is_: Rate, n_cases: int, n_edited: int) -> str:
     """A short plain-language verdict for the top of a report (``n_edited``: distinct cases compared under an
-    image edit)."""
+    image edit); every number is a percent with its 95% interval and n."""
     if category == "ignores_image":
-        return (f"answers unchanged by any image edit on {n_edited} cases (CGR 0 on {cgr.n}, UAR 100 on {uar.n}, "
-                f"IS 100 on {is_.n}): ignores the image")
+        return (f"answers unchanged by any image edit on {n_edited} cases (CGR {_pct(cgr)}, UAR {_pct(uar)}, "
+                f"IS {_pct(is_)}): ignores the image")
     if category == "unstable":
-        return (f"changes {100.0 - is_.point:.1f}% of answers when an irrelevant region is masked (IS {is_.point:.1f} "
-                f"on {is_.n} cases): unstable; its CGR of {cgr.point:.1f} is not evidence of grounding"
-                if cgr.estimable else
-                f"changes {100.0 - is_.point:.1f}% of answers when an irrelevant region is masked (IS {is_.point:.1f} "
-                f"on {is_.n} cases): unstable")
+        tail = f"; its CGR of {_pct(cgr)} is not evidence of grounding" if cgr.estimable else ""
+        return (f"changes {_flip(is_)} of answers when an irrelevant region is masked (IS {_pct(is_)}): "
+                f"unstable{tail}")
     if category == "uses_image":
-        tail = f"; {100.0 - uar.point:.1f}% of correct answers change with another patient's image" if uar.estimable else ""
-        return (f"masking the finding's region flips {cgr.point:.1f}% [{cgr.ci_low:.1f}, {cgr.ci_high:.1f}] of correct "
-                f"answers (n = {cgr.n}) while an irrelevant mask keeps {is_.point:.1f}%{tail}: uses the image")
+        tail = (f"; {_flip(uar)} of correct answers change with another patient's image" if uar.estimable else "")
+        return (f"masking the finding's region flips {_pct(cgr)} of correct answers while an irrelevant mask keeps "
+                f"{_pct(is_)}{tail}: uses the image")
     if n_cases == 0:
         return "no answers: not assessable"
     return f"indeterminate: {reason}"

@@ -182,7 +182,7 @@ def _interval_rows(
         pm.append(marker)
         plo.append(float(lo) if _fin(lo) else np.nan)
         phi.append(float(hi) if _fin(hi) else np.nan)
-        ax.text(x, y + 0.18, value_fmt.format(x), ha="center", va="bottom", fontsize=6.5, color="#333333")
+        ax.text(x, y + 0.18, value_fmt.format(x), ha="center", va="bottom", fontsize=7, color="#333333")
     _marks(ax, px, py, pc, pm, x_lo=plo, x_hi=phi)
     ax.set_yticks(ys)
     if label_n:
@@ -241,7 +241,7 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
             fontsize=7.5, color=CATEGORY_COLORS["unstable"])
     ax.text((USES_IS + 100.5) / 2, ytop * 0.97, f"uses image\nCGR > 0 (CI excl. 0)\nIS ≥ {USES_IS:g}",
             ha="center", va="top", fontsize=7, color=CATEGORY_COLORS["uses_image"])
-    ax.annotate("ignores image\nCGR 0, UAR 100, IS 100", (100.0, 0.0), xytext=(-70, 18), textcoords="offset points",
+    ax.annotate("ignores image\nCGR 0, UAR 100, IS 100", (100.0, 0.0), xytext=(-95, 30), textcoords="offset points",
                 fontsize=7, color=CATEGORY_COLORS["ignores_image"], ha="center",
                 arrowprops={"arrowstyle": "-", "color": CATEGORY_COLORS["ignores_image"], "linewidth": 0.7})
 
@@ -274,8 +274,10 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
             xh.append(float(r["is_high"]) if _fin(r["is_high"]) else np.nan)
             yl.append(float(r["cgr_low"]) + shift if _fin(r["cgr_low"]) else np.nan)
             yh.append(float(r["cgr_high"]) + shift if _fin(r["cgr_high"]) else np.nan)
-            ax.annotate(model, (x, y), xytext=(-7, 0), textcoords="offset points", ha="right", va="center",
-                        fontsize=6.5, zorder=4)
+            near_left = (x - xlo) < 0.25 * (101.5 - xlo)
+            ax.annotate(model, (x, y), xytext=(9 if near_left else -7, 0), textcoords="offset points",
+                        ha="left" if near_left else "right", va="center", fontsize=7, zorder=4,
+                        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
     _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=50, lw=1.1)
     ax.set_xlim(xlo, 101.5)
     ax.set_ylim(ybot, ytop)
@@ -381,7 +383,7 @@ def sens_spec_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_s
         py.append(float(se))
         pc.append(color)
         pm.append(marker)
-        ax.text(float(sp) + 1.5, float(se) + 1.0, m, fontsize=6.5)
+        ax.text(float(sp) + 1.5, float(se) + 1.0, m, fontsize=7)
         shown.append(m)
     _marks(ax, px, py, pc, pm, size=50)
     ax.set_xlim(-3, 103)
@@ -482,7 +484,7 @@ def accuracy_figure(
         h = base + lvl * step
         segs.append([(a, h - step * 0.25), (a, h), (b, h), (b, h - step * 0.25)])
         ax.text((a + b) / 2, h + step * 0.05, f"{float(r['diff']):+.1f} {_stars(r['p_adj'])}", ha="center",
-                va="bottom", fontsize=6.5)
+                va="bottom", fontsize=7)
     if segs:
         ax.add_collection(LineCollection(segs, colors="#333333", linewidths=0.8))
     ax.set_xticks(range(len(est)))
@@ -530,7 +532,7 @@ def finding_heatmap_figure(metrics: pd.DataFrame, *, probe_set: str, min_n: int 
     m = m.assign(finding=m["subset"].astype(str).str.slice(len("finding=")))
     models = _ordered_models(m)
     findings = _finding_order(m["finding"].tolist())
-    fig = _new_figure(max(5.5, 1.0 * len(findings) + 2.5), 1.4 + 0.5 * max(1, len(models)))
+    fig = _new_figure(min(9.6, max(5.5, 0.8 * len(findings) + 2.5)), 1.4 + 0.5 * max(1, len(models)))
     ax = fig.add_subplot()
     if not models or not findings:
         _empty_axes(ax, "per-finding CGR not computed")
@@ -560,7 +562,7 @@ def finding_heatmap_figure(metrics: pd.DataFrame, *, probe_set: str, min_n: int 
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#e6e6e6", edgecolor="#bbbbbb",
                                        hatch="///", linewidth=0.3))
                 label = f"N/A\nn = {n:,}" if present[i, j] else "not run"
-                ax.text(j, i, label, ha="center", va="center", fontsize=6.5, color="#555555")
+                ax.text(j, i, label, ha="center", va="center", fontsize=7, color="#555555")
                 continue
             if n < min_n:
                 n_small += 1
@@ -570,7 +572,7 @@ def finding_heatmap_figure(metrics: pd.DataFrame, *, probe_set: str, min_n: int 
                 ax.add_patch(Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, facecolor="none", edgecolor="black",
                                        linewidth=1.2))
             color = "white" if v > 0.6 * vmax else "black"
-            ax.text(j, i, f"{v:.1f}\nn = {n:,}", ha="center", va="center", fontsize=6.5, color=color)
+            ax.text(j, i, f"{v:.1f}\nn = {n:,}", ha="center", va="center", fontsize=7, color=color)
     ax.set_xticks(range(len(findings)))
     ax.set_xticklabels([DISPLAY_NAMES.get(f, f) for f in findings], rotation=30, ha="right")
     ax.set_yticks(range(len(models)))
@@ -638,7 +640,7 @@ def forest_figure(comparisons: pd.DataFrame, *, families: Sequence[str], title: 
             plo.append(float(r["ci_low"]) if _fin(r["ci_low"]) else np.nan)
             phi.append(float(r["ci_high"]) if _fin(r["ci_high"]) else np.nan)
             ax.text(1.01, y, f"{d:+.1f}, p_adj {format_p(r['p_adj'])}, n = {_nfmt(r['n'])}", transform=trans,
-                    va="center", fontsize=6.5, clip_on=False)
+                    va="center", fontsize=7, clip_on=False)
         _marks(ax, px, py, pc, ["o"] * len(px), x_lo=plo, x_hi=phi, size=28)
         all_labels += labels
         ax.set_yticks(ys)
@@ -730,7 +732,7 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
                              *[_metric_rows(metrics, probe_set, r[0]).reset_index() for r in regimes])
     models = [m for m in info if m in models] + [m for m in models if m not in info]
     ncol = len(panels) + (1 if regimes else 0)
-    fig = _new_figure(max(6.0, 2.5 * ncol + _text_in(models) + 0.4), 1.3 + 0.34 * max(1, len(models)))
+    fig = _new_figure(min(9.6, max(6.0, 2.1 * ncol + _text_in(models) + 0.4)), 1.3 + 0.34 * max(1, len(models)))
     if ncol == 0:
         ax = fig.add_subplot()
         _empty_axes(ax, "no calibration metrics")
@@ -775,7 +777,7 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
         ax.set_xlim(-0.02, 1.02)
         ax.set_xlabel("Mean confidence in the given answer")
         fig.legend(handles=[Line2D([], [], marker="o", color=c, linestyle="", label=lab) for _, lab, c in regimes],
-                   loc="upper right", frameon=False, ncol=len(regimes), fontsize=6.5)
+                   loc="upper right", frameon=False, ncol=len(regimes), fontsize=7)
     fig.suptitle(f"Calibration and confidence — {probe_set}", fontsize=9.5, x=0.02, ha="left")
     _margins(fig, left=_text_in(models) + 0.2, right=0.2, bottom=0.5, top=0.45, wspace=0.12)
     cap = (f"Calibration of first-token P(yes) on {probe_set}: AUROC against the label (dashed line: chance, 0.5), "
@@ -811,7 +813,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
     info = _info(categories, metrics, probe_set)
     models = [x for x in info if (m["model"] == x).any()]
     left = _text_in(models) + 0.2
-    fig = _new_figure(left + 2.4 * max(1, len(dims)) + 0.2, 0.6 + len(mets) * (0.3 * len(models) + 0.9))
+    fig = _new_figure(min(9.8, left + 2.1 * max(1, len(dims)) + 0.2), 0.6 + len(mets) * (0.3 * len(models) + 0.9))
     if not mets or not dims:
         ax = fig.add_subplot()
         _empty_axes(ax, "no subgroup results")
@@ -848,7 +850,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                 q = _subgroup_q(comparisons, probe_set, mdl, metric, dim)
                 if q is not None:
                     txt = f"q {format_p(q)}" + ("†" if _fin(q) and float(q) < 0.05 else "")  # type: ignore[arg-type]
-                    ax.text(0.99, y + 0.3, txt, transform=trans, ha="right", va="center", fontsize=5.5,
+                    ax.text(0.99, y + 0.3, txt, transform=trans, ha="right", va="center", fontsize=7,
                             color="#333333")
             ax.set_yticks(ys)
             ax.set_yticklabels(models)
@@ -859,7 +861,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
             ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
             ax.set_xlabel(f"{metric.upper()} (%)")
             ax.set_title(dim, fontsize=8, loc="left")
-            ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=6,
+            ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7,
                       ncol=len(levels), borderaxespad=0.1, handletextpad=0.1, columnspacing=0.6)
     fig.suptitle(f"Subgroups — {probe_set}", fontsize=9.5, x=0.02, ha="left")
     _margins(fig, left=left, right=0.2, bottom=0.45, top=0.5, hspace=0.9 / (0.3 * len(models) + 0.1),
@@ -917,10 +919,13 @@ def resolution_figure(metrics: pd.DataFrame, categories: pd.DataFrame, robustnes
         xh.append(float(a.loc[m, "ci_high"]) if _fin(a.loc[m, "ci_high"]) else np.nan)
         yl.append(float(b.loc[m, "ci_low"]) if _fin(b.loc[m, "ci_low"]) else np.nan)
         yh.append(float(b.loc[m, "ci_high"]) if _fin(b.loc[m, "ci_high"]) else np.nan)
-        ax.text(float(x) + 0.8, float(y) + 0.8, m, fontsize=6.5)
         shown.append(m)
     _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=40, lw=1.0)
     top = max([10.0] + [float(v) for v in pd.concat([a["ci_high"], b["ci_high"]]) if _fin(v)]) + 3
+    for x, y, m in zip(px, py, shown):  # labels inside the axes: left of points in the right third
+        right = x > 0.66 * top
+        ax.annotate(m, (x, y), xytext=(-6 if right else 6, 5), textcoords="offset points",
+                    ha="right" if right else "left", fontsize=7)
     ax.plot([0, top], [0, top], linestyle="--", color=_GREY, linewidth=0.8)
     ax.set_xlim(-2, top)
     ax.set_ylim(-2, top)
@@ -967,7 +972,7 @@ def prompt_figure(metrics: pd.DataFrame, *, probe_set: str) -> Figure:
         for j in range(len(variants)):
             v = val[i, j]
             txt = f"{v:.1f}\nn = {int(nn[i, j]):,}" if np.isfinite(v) else f"N/A\nn = {int(nn[i, j]):,}"
-            ax.text(j, i, txt, ha="center", va="center", fontsize=6.5,
+            ax.text(j, i, txt, ha="center", va="center", fontsize=7,
                     color="white" if np.isfinite(v) and v > 60 else "black")
     ax.set_xticks(range(len(variants)))
     ax.set_xticklabels([v for _, v in variants])
@@ -1024,7 +1029,7 @@ def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, pro
             for lst, v in ((xl, a.loc[m, "ci_low"]), (xh, a.loc[m, "ci_high"]), (yl, b.loc[m, "ci_low"]),
                            (yh, b.loc[m, "ci_high"])):
                 lst.append(float(v) if _fin(v) else np.nan)
-            ax.text(x + 1.0, y + 1.0, m, fontsize=6.5)
+            ax.text(x + 1.0, y + 1.0, m, fontsize=7)
         _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=40, lw=0.9)
         finite = [v for v in (*xl, *yl, *px, *py) if math.isfinite(v)]
         lo = max(0.0, math.floor((min(finite) - 5) / 10) * 10) if finite else 0.0

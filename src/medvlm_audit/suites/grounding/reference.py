@@ -353,6 +353,7 @@ class LocalEvidence(ReferenceModel):
     """
 
     kind = "local_evidence"
+    designed = "uses_image"  # the grounding category it was built to land in
     modality: Modality = "multimodal"
 
     def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None, C: float = 0.3) -> None:
@@ -448,6 +449,7 @@ class FindingPrior(ReferenceModel):
     """Text only: prevalence of the asked finding among the training questions; BoW regression on report sentences."""
 
     kind = "finding_prior"
+    designed = "ignores_image"  # the grounding category it was built to land in
     modality: Modality = "text_only"
 
     def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None) -> None:
@@ -487,6 +489,7 @@ class AlwaysYes(ReferenceModel):
     """Takes the image and prompt and answers "Yes" regardless."""
 
     kind = "always_yes"
+    designed = "ignores_image"  # the grounding category it was built to land in
     modality: Modality = "multimodal"
 
     def p_yes(self, inputs: Sequence[ModelInput]) -> np.ndarray:
@@ -517,6 +520,7 @@ class GlobalProbe(ReferenceModel):
     """Vision only: the prompt only selects the head; the answer comes from global image features."""
 
     kind = "global_probe"
+    designed = "uses_image"  # the grounding category it was built to land in
     modality: Modality = "vision_only"
 
     def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None, C: float = 0.1,
@@ -556,6 +560,7 @@ class OcclusionUnstable(ReferenceModel):
     """Reads a coarse 8 x 8 thumbnail, but its score drops with the share of pure-black pixels: any occlusion moves it."""
 
     kind = "occlusion_unstable"
+    designed = "unstable"  # the grounding category it was built to land in
     modality: Modality = "multimodal"
 
     def __init__(self, train: TrainingData, seed: int = 0, name: str | None = None, C: float = 0.1,

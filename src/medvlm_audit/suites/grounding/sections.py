@@ -50,15 +50,35 @@ def badge(category: object) -> str:
     return _badge(category, CATEGORY_COLORS, CATEGORY_LABELS)
 
 
-def _verdicts_html(analysis: Any) -> str:
+#: the grounding report's "how to read this" paragraph (shown under the verdicts)
+INTRO = (
+    "<p>Each model gets one category from three image edits of the same question. <b>CGR</b> (causal grounding "
+    "rate): of the answers that were correct on the original image, the share that flip when the finding's own "
+    "region is masked; <b>IS</b> (irrelevant-mask stability): the share that stay put when a region of the same "
+    "size elsewhere is masked; <b>UAR</b> (unrelated-image answer rate): the share that stay put when the image "
+    "is swapped for another patient's. <b>Uses image</b>: CGR above 0 (its 95% interval excludes 0) with IS "
+    "at least 90; <b>ignores image</b>: CGR 0, UAR 100 and IS 100 on at least 100 cases each; <b>unstable</b>: "
+    "IS below 70, so flips under the finding's mask are not evidence of grounding; anything else is "
+    "<b>indeterminate</b>, with the reason.</p><p>Rates are percentages with one decimal, followed by their 95% "
+    "interval in brackets and the number of cases n they rest on; differences are in percentage points (pp). "
+    "A model's category never depends on its accuracy. The figures follow, then every table (all are also in the "
+    "CSV files beside this page).</p>"
+)
+
+
+def _verdicts_html(analysis: Any, designed: Mapping[str, str] | None = None) -> str:
     cats = analysis.categories
+    designed = dict(designed or {})
     items: list[str] = []
     multi = len(probe_sets_of(analysis)) > 1
+    matches: list[tuple[str, str, list[str]]] = []
     for model in model_order(analysis):
         rows = cats[cats["model"] == model] if len(cats) else cats
         badges = []
+        observed = []
         for _, row in rows.iterrows():
             b = badge(row["category"])
+            observed.append(str(row["category"]))
             if multi:
                 b = f'{b}<span class="muted">({escape(row["probe_set"])})</span> '
             badges.append(b)
@@ -66,8 +86,22 @@ def _verdicts_html(analysis: Any) -> str:
             badges.append(badge("indeterminate"))
         verdict = (analysis.verdicts or {}).get(model)
         text = escape(verdict) if verdict and not is_missing(verdict) else "no verdict recorded"
-        items.append(f'<li><span class="model">{escape(model)}</span>{"".join(badges)} {text}</li>')
-    return f'<ul class="verdicts">{"".join(items)}</ul>'
+        des = ""
+        if model in designed:
+            matches.append((model, designed[model], observed))
+            des = f'<div class="designed">designed as {badge(designed[model])}</div>'
+        items.append(f'<li><span class="model">{escape(model)}</span>{"".join(badges)} {text}{des}</li>')
+    head = ""
+    if matches:
+        rows_html = "".join(
+            f"<tr><td>{escape(m)}</td><td>{badge(d)}</td><td>{''.join(badge(o) for o in obs) or badge('indeterminate')}"
+            f"</td><td>{'yes' if obs and all(o == d for o in obs) else 'no'}</td></tr>"
+            for m, d, obs in matches)
+        head = ('<p class="muted">Reference models with a designed behaviour: the category each was built to land '
+                "in (recorded by the model in the run store) beside the one this run observed.</p>"
+                '<div class="tblwrap"><table class="tbl" id="designed"><thead><tr><th>model</th><th>designed</th>'
+                f"<th>observed</th><th>as designed</th></tr></thead><tbody>{rows_html}</tbody></table></div>")
+    return f'<ul class="verdicts">{"".join(items)}</ul>{head}'
 
 
 def _est_from_row(row: Mapping[str, Any]) -> str:
@@ -151,7 +185,8 @@ def comparisons_table(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 
 
-def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, fmt: str = "svg") -> list[Section]:
+def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, fmt: str = "svg",
+                       designed: Mapping[str, str] | None = None) -> list[Section]:
     """Verdicts, Figures and Tables of a GroundingAnalysis (figures built from the analysis if not given)."""
     from medvlm_audit.suites.grounding.figures import build_figures, figure_title
 
@@ -200,7 +235,7 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
     tables.append(table_to_html(metrics_long_table(met), table_id="metrics-all"))
     tables.append("</details>")
     return [
-        Section("Verdicts", _verdicts_html(analysis), "verdicts"),
+        Section("Verdicts", _verdicts_html(analysis, designed), "verdicts"),
         Section("Figures", "".join(fig_html) or '<p class="muted">No figures.</p>', "figures"),
         Section("Tables", "".join(tables), "tables"),
     ]

@@ -134,11 +134,12 @@ REPORT_FILES: tuple[str, ...] = (
 
 
 def grounding_result(analysis: Any, *, figures: Sequence[Any] | None = None, fmt: str = "svg",
-                     extra_sections: Sequence[Any] | None = None) -> SuiteResult:
+                     extra_sections: Sequence[Any] | None = None,
+                     designed: dict[str, str] | None = None) -> SuiteResult:
     """A GroundingAnalysis as the suite result the report writer renders (its fields checked first, errors naming
     the field and the column)."""
     from medvlm_audit.report.write import validate_result
-    from medvlm_audit.suites.grounding.sections import CATEGORIES_COLUMNS, grounding_sections
+    from medvlm_audit.suites.grounding.sections import CATEGORIES_COLUMNS, INTRO, grounding_sections
 
     for f in ("metrics", "comparisons", "categories", "threshold_sweep", "robustness", "verdicts", "summary"):
         if not hasattr(analysis, f):
@@ -157,7 +158,9 @@ def grounding_result(analysis: Any, *, figures: Sequence[Any] | None = None, fmt
                          sections=list(extra_sections or []))
     validate_result(result)
     result.verdicts, result.summary = dict(analysis.verdicts), dict(analysis.summary)
-    result.sections = [*grounding_sections(analysis, figures=figures, fmt=fmt), *result.sections]
+    result.sections = [*grounding_sections(analysis, figures=figures, fmt=fmt, designed=designed),
+                       *result.sections]
+    result.intro = INTRO
     return result
 
 
@@ -223,7 +226,8 @@ class GroundingSuite:
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
                 mode: Literal["exact-counts", "index"] = "exact-counts",
                 is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
-                fmt: str = "svg", run_dir: Path | None = None, **unused: Any) -> SuiteResult:
+                fmt: str = "svg", run_dir: Path | None = None, designed: dict[str, str] | None = None,
+                **unused: Any) -> SuiteResult:
         from medvlm_audit.suites.grounding.analysis import analyse_grounding
 
         analysis = analyse_grounding(tidy, B=B, seed=seed, mode=mode, is_denominator=is_denominator,
@@ -233,5 +237,5 @@ class GroundingSuite:
             from medvlm_audit.readers.analysis import reader_sections
 
             readers = reader_sections(run_dir, tidy, B=B)
-        return grounding_result(analysis, fmt=fmt, extra_sections=readers)
+        return grounding_result(analysis, fmt=fmt, extra_sections=readers, designed=designed)
 

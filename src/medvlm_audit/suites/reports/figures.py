@@ -85,7 +85,7 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
     ax2.set_xticks(x, strategies, rotation=40, ha="right")
     ax2.set_ylabel("words")
     ax2.set_title("CAD transitions (hatched: BH-gated)", fontsize=8)
-    ax2.legend(fontsize=6.5, frameon=False, ncols=2)
+    ax2.legend(fontsize=7.5, frameon=False, ncols=2)
     return captioned(fig, f"Vocabulary and CAD transitions by strategy, {model}",
                      "Left: distinct words in the model's reports per strategy against the reference corpus. "
                      "Right: words per CAD category, ungated (bars) and significant after BH (hatched).")

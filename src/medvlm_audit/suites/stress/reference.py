@@ -38,6 +38,7 @@ class FirstOptionAnswerer(LocalModel):
 
     name = "first-option"
     modality = "text_only"
+    designed = "position_bias"  # the shortcut it was built to show
 
     def predict(self, inputs: Sequence[ModelInput]) -> list[Response]:
         out = []
@@ -79,6 +80,7 @@ class TextPriorAnswerer(LocalModel):
 
     name = "text-prior"
     modality = "text_only"
+    designed = "text_prior"  # the shortcut it was built to show
 
     @staticmethod
     def option_scores(question: str, options: Sequence[str]) -> np.ndarray:
@@ -165,6 +167,7 @@ class PhantomImageReader(LocalModel):
 
     name = "image-reader"
     modality = "multimodal"
+    designed = "reads_image"  # the behaviour it was built to show
 
     def __init__(self, n_per_class: int = 60, train_seed: int = 7, alpha: float = 1.0) -> None:
         from medvlm_audit.suites.stress.phantom_mcq import MCQ_FINDINGS

@@ -82,11 +82,12 @@ class StressSuite:
         return tidy_stress(store)
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
-                skipped: pd.DataFrame | None = None, fmt: str = "svg", **unused: Any) -> SuiteResult:
+                skipped: pd.DataFrame | None = None, fmt: str = "svg", designed: dict[str, str] | None = None,
+                **unused: Any) -> SuiteResult:
         from medvlm_audit.suites.stress.analysis import analyse_stress
         from medvlm_audit.suites.stress.report import stress_result
 
         res = analyse_stress(tidy, B=B, seed=seed, plan_skips=skipped)
         probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "stress"
-        return stress_result(res, probe_set, fmt=fmt)
+        return stress_result(res, probe_set, fmt=fmt, designed=designed)
 

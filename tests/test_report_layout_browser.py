@@ -1,0 +1,90 @@
+"""Every registered suite's embedded-default report in a real headless Chromium at 1280 px: no horizontal page
+scrolling and no figure text under 10 px (an SVG text's font size times the SVG's rendered scale). The first
+screen of each report is saved as docs/report-SUITE.png when MEDVLM_REPORT_SCREENSHOTS is set (a folder).
+
+Needs Debian's chromium and chromium-driver and selenium; skipped with the reason when the browser is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
+    pytest.mark.slow,
+]
+webdriver = pytest.importorskip("selenium.webdriver")
+
+from selenium.webdriver.chrome.options import Options as ChromeOptions
+from selenium.webdriver.chrome.service import Service
+
+from medvlm_audit import api
+from medvlm_audit.suites import suite_names
+
+SCREENSHOTS = os.environ.get("MEDVLM_REPORT_SCREENSHOTS")  # e.g. docs
+#: small embedded defaults, so each suite's report renders in seconds
+FLAGS: dict[str, dict[str, int]] = {"grounding": {"n_cases": 300, "n_train": 900}}
+
+MEASURE = r"""
+const doc = document.documentElement;
+const small = [];
+for (const svg of document.querySelectorAll('svg')) {
+  const fig = svg.closest('figure');
+  const cap = fig && fig.querySelector('figcaption') ? fig.querySelector('figcaption').textContent : '';
+  for (const t of svg.querySelectorAll('text')) {
+    if (!t.textContent.trim()) continue;
+    const m = t.getScreenCTM();
+    if (!m) continue;
+    const px = parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
+    if (px < 10) small.push([cap.slice(0, 40), t.textContent.slice(0, 30), Math.round(px * 10) / 10]);
+  }
+}
+return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, small: small,
+        svgs: document.querySelectorAll('svg').length};
+"""
+
+
+def _browser() -> webdriver.Chrome:
+    opts = ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900",
+              "--hide-scrollbars", "--disable-extensions", "--no-first-run", "--force-device-scale-factor=1"):
+        opts.add_argument(a)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    b = _browser()
+    yield b
+    b.quit()
+
+
+def _embedded_report(suite: str, out: Path) -> Path:
+    res = api.demo(suite, out, progress=False, log=lambda *_: None, with_report=False, **FLAGS.get(suite, {}))
+    return api.report(res.run_dir, B=200)
+
+
+@pytest.mark.parametrize("suite", suite_names())
+def test_embedded_report_fits_1280_px_and_figure_text_is_readable(suite: str, tmp_path: Path, browser) -> None:
+    page = _embedded_report(suite, tmp_path / suite)
+    browser.set_window_size(1280, 900)
+    browser.get(page.resolve().as_uri())
+    got = browser.execute_script(MEASURE)
+    assert got["svgs"] > 0, "the report has no figure"
+    assert got["scrollWidth"] <= got["clientWidth"], f"horizontal page scrolling: {got['scrollWidth']} px wide"
+    assert not got["small"], f"figure text under 10 px (caption, text, px): {got['small'][:10]}"
+    # the page opens on the verdicts, not on run metadata
+    first_h2 = browser.execute_script("return document.querySelector('h2').textContent")
+    assert first_h2 == "Verdicts"
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        browser.execute_script("window.scrollTo(0, 0)")
+        browser.save_screenshot(str(Path(SCREENSHOTS) / f"report-{suite}.png"))
