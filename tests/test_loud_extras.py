@@ -64,3 +64,14 @@ def test_hf_backend_without_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     line = _one_error_line(res, "hf")
     assert "'local-vlm'" in line and hidden in line
     assert not (tmp_path / "run").exists()
+
+
+def test_reports_suite_without_its_extra_is_one_line_naming_it(monkeypatch) -> None:
+    import medvlm_audit.extras as ex
+    from medvlm_audit.errors import AuditError
+
+    real = ex._absent
+    monkeypatch.setattr(ex, "_absent", lambda m: m == "sacrebleu" or real(m))
+    with pytest.raises(AuditError, match=r"reports suite needs the optional 'reports' extra.*sacrebleu.*"
+                                         r"pip install 'medvlm-audit\[reports\]'"):
+        ex.require_extra("reports", "the reports suite")

