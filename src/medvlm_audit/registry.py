@@ -72,3 +72,18 @@ class Registry:
                 target = obj
             self._loaded[name] = target
         return self._loaded[name]
+
+
+def lazy_exports(module_name: str, names: dict[str, str]) -> tuple[Any, Any]:
+    """``__getattr__`` and ``__dir__`` for a package whose public names (name -> defining module) are imported on
+    first use, so importing the package stays light: ``__getattr__, __dir__ = lazy_exports(__name__, _LAZY)``."""
+
+    def __getattr__(name: str) -> Any:  # noqa: N807
+        if name not in names:
+            raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(names[name]), name)
+
+    def __dir__() -> list[str]:  # noqa: N807
+        return sorted(names)
+
+    return __getattr__, __dir__

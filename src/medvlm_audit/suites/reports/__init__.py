@@ -8,8 +8,7 @@ decoding strategies (:mod:`.decoding`) for report-generation runs. CLI command f
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from medvlm_audit.registry import lazy_exports
 
 #: public name -> the module that defines it (imported on first use, so importing the package stays light)
 _LAZY: dict[str, str] = {
@@ -35,11 +34,4 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
