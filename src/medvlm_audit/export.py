@@ -54,6 +54,20 @@ def raw_table(store: RunStore) -> pd.DataFrame:
     return df
 
 
+def expand_payload(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a raw table with its JSON ``payload`` column (suite-specific trial fields) expanded into columns;
+    columns already present win."""
+    df = df.copy()
+    if "payload" in df.columns:
+        pl = [json.loads(p) if isinstance(p, str) else (p or {}) for p in df["payload"]]
+        extra = pd.DataFrame(pl, index=df.index)
+        for c in extra.columns:
+            if c not in df.columns:
+                df[c] = extra[c]
+        df = df.drop(columns=["payload"])
+    return df
+
+
 def export_table(df: pd.DataFrame, out: Path) -> tuple[Path, Path]:
     """Write a tidy table as results.parquet and results.csv in ``out`` (atomically); returns both paths."""
     write_files_atomic(out, [("results.parquet", parquet_bytes(df)), ("results.csv", csv_bytes(df))])

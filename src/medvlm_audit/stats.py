@@ -1209,6 +1209,17 @@ def _auroc_counts_boot(s: np.ndarray, y: np.ndarray, B: int, seed: int, workers:
     return case_bootstrap(int(s.shape[0]), B, seed, scores=s[:, None], labels=y, workers=workers)[0][:, 0]
 
 
+def _auroc_inputs(scores: Any, labels: Any, B: int, alpha: float
+                  ) -> tuple[int, float, np.ndarray, np.ndarray, int]:
+    """Validated (B, alpha, scores, labels, n) of an AUROC interval."""
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    s = _as_real(scores, "scores")
+    y = _binary_labels(labels)
+    _check_same_length(s, y, "scores", "labels")
+    return B, alpha, s, y, int(s.shape[0])
+
+
 def auroc_interval(
     scores: Any, labels: Any, B: int = 10_000, seed: int = 0, alpha: float = 0.05, mode: Mode = "index",
     workers: int | None = None,
@@ -1222,12 +1233,7 @@ def auroc_interval(
     resampling distribution (n uniform draws with replacement) from PCG64 block streams (see ``_run_blocks``),
     filled by up to ``workers`` threads with the same result for any number; with few distinct (score, class)
     cells the cell counts are drawn from their multinomial (the same distribution again)."""
-    B = _check_B(B)
-    alpha = _check_alpha(alpha)
-    s = _as_real(scores, "scores")
-    y = _binary_labels(labels)
-    _check_same_length(s, y, "scores", "labels")
-    n = int(s.shape[0])
+    B, alpha, s, y, n = _auroc_inputs(scores, labels, B, alpha)
     if n == 0:
         return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
     point = auroc(s, y)
@@ -1490,12 +1496,7 @@ def auroc_interval_released(scores: Any, labels: Any, B: int = 10_000, seed: int
     >>> round(est.point, 4)
     0.8889
     """
-    B = _check_B(B)
-    alpha = _check_alpha(alpha)
-    s = _as_real(scores, "scores")
-    y = _binary_labels(labels)
-    _check_same_length(s, y, "scores", "labels")
-    n = int(s.shape[0])
+    B, alpha, s, y, n = _auroc_inputs(scores, labels, B, alpha)
     if n == 0:
         return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
     point = _auroc_released(s, y)

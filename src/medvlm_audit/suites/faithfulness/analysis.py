@@ -26,7 +26,6 @@ payload as JSON, or the payload fields as columns):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.export import expand_payload
 from medvlm_audit.models.base import Message
 from medvlm_audit.suites.base import Plan, Skip, Trial
 from medvlm_audit.suites.faithfulness.conditions import FaithOptions
@@ -60,14 +60,7 @@ SHAM_POSITIVE_CA = 4
 
 def normalize_tidy(tidy: pd.DataFrame) -> pd.DataFrame:
     """Expand a JSON ``payload`` column into columns (fields already present win)."""
-    df = tidy.copy()
-    if "payload" in df.columns:
-        pl = [json.loads(p) if isinstance(p, str) else (p or {}) for p in df["payload"]]
-        extra = pd.DataFrame(pl, index=df.index)
-        for c in extra.columns:
-            if c not in df.columns:
-                df[c] = extra[c]
-        df = df.drop(columns=["payload"])
+    df = expand_payload(tidy)
     if "answer_text" not in df.columns and "text" in df.columns:
         df["answer_text"] = df["text"]
     return df

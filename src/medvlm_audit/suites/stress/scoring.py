@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medvlm_audit.export import expand_payload
 from medvlm_audit.scorers.option import ParsedOption, parse_option
 
 
@@ -27,14 +28,7 @@ def _options_tuple(v: Any) -> tuple[str, ...]:
 
 def normalize_tidy(tidy: pd.DataFrame) -> pd.DataFrame:
     """Accept the runner's table (``case_id``, JSON ``payload``) or the planned-fields form; one shape out."""
-    df = tidy.copy()
-    if "payload" in df.columns:
-        pl = [json.loads(p) if isinstance(p, str) else (p or {}) for p in df["payload"]]
-        extra = pd.DataFrame(pl, index=df.index)
-        for c in extra.columns:
-            if c not in df.columns:
-                df[c] = extra[c]
-        df = df.drop(columns=["payload"])
+    df = expand_payload(tidy)
     if "item_id" not in df.columns:
         if "case_id" not in df.columns:
             raise ValueError("the stress table needs an item_id (or case_id) column")
