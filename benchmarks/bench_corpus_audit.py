@@ -51,6 +51,7 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=1000)
     ap.add_argument("--perm", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--bertscore-pairs", type=int, default=1000, help="pairs scored by BERTScore (0: skip)")
     a = ap.parse_args()
     pool = sentences()
     ref = make(a.n, pool, 1, "r")
@@ -63,7 +64,7 @@ def main() -> None:
         t1 = time.perf_counter()
         stats.corpus_resample_wae(A, ref.female, Bm, pred.female, B=a.B, n_perm=a.perm, workers=a.workers)
         t2 = time.perf_counter()
-        res = corpus_audit(ref, pred, d, B=a.B, n_perm=a.perm, semantic=False, workers=a.workers)
+        res = corpus_audit(ref, pred, d, B=a.B, n_perm=a.perm, semantic=False, bertscore=False, workers=a.workers)
         t3 = time.perf_counter()
     print(f"count matrices {t1 - t0:.2f} s ({len(vocab)} words, {A.nnz + Bm.nnz} non-zeros); "
           f"WAE bootstrap + permutation {t2 - t1:.2f} s")
@@ -72,6 +73,13 @@ def main() -> None:
     sem, note = _semantic(pred.texts, 500, 0)
     print(f"semantic diversity ({note}): {time.perf_counter() - t4:.2f} s, value {sem:.3f}")
     print("categories ungated", res.summary["categories_ungated"])
+    if not a.bertscore_pairs:
+        return
+    from medvlm_audit.suites.reports.bertscore import bertscore
+
+    t5 = time.perf_counter()
+    bertscore(pred.texts[:a.bertscore_pairs], ref.texts[:a.bertscore_pairs])
+    print(f"BERTScore on {a.bertscore_pairs} pairs (MiniLM, incl. loading): {time.perf_counter() - t5:.2f} s")
 
 
 if __name__ == "__main__":

@@ -171,8 +171,10 @@ def test_corpus_audit_writes_every_file(tmp_path):
     assert div.loc["predictions", "template_diversity"] == pytest.approx(1 / 240)
     assert div.loc["predictions", "ttr"] == pytest.approx(5 / (240 * 5))  # heart size normal lungs clear: 5 types
     assert div.loc["predictions", "one_minus_self_bleu"] == pytest.approx(0.0)
-    surf = pd.read_csv(out / "surface.csv")
-    assert surf.n_pairs[0] == 240 and 0 < surf.rouge1[0] < 1
+    surf = pd.read_csv(out / "surface.csv").set_index("metric")
+    assert (surf.n_pairs == 240).all() and (surf.n_references == 240).all()
+    assert 0 < surf.loc["rouge1", "value"] < 1
+    assert surf.loc["rouge1", "ci_low"] <= surf.loc["rouge1", "value"] <= surf.loc["rouge1", "ci_high"]
     summ = json.loads((out / "summary.json").read_text())
     assert summ["categories_ungated"]["erasure"] == 2 and summ["categories_gated"]["erasure"] == 0
     assert res.category_counts(gated=False)["erasure"] == 2

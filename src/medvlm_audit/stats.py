@@ -2160,11 +2160,12 @@ def corpus_bleu(hypotheses: Any, references: Any) -> float:
     return float(sacrebleu.corpus_bleu(h, [r], force=True).score) / 100.0
 
 
-def rouge_scores(hypotheses: Any, references: Any) -> dict[str, float]:
-    """Mean ROUGE-1 and ROUGE-L F-measures (rouge-score, Porter stemming) over paired reports.
+def rouge_pair_scores(hypotheses: Any, references: Any) -> dict[str, np.ndarray]:
+    """Per-pair ROUGE-1 and ROUGE-L F-measures (rouge-score, Porter stemming), ``hypotheses[i]`` against
+    ``references[i]``.
 
-    >>> rouge_scores(["heart normal"], ["heart size normal"])["rouge1"]   # P 1, R 2/3
-    0.8
+    >>> rouge_pair_scores(["heart normal", "no effusion"], ["heart size normal", "no effusion"])["rouge1"]
+    array([0.8, 1. ])
     """
     from rouge_score import rouge_scorer
 
@@ -2172,15 +2173,26 @@ def rouge_scores(hypotheses: Any, references: Any) -> dict[str, float]:
     r = [str(x) for x in references]
     if len(h) != len(r):
         raise ValueError(f"{len(h)} hypotheses but {len(r)} references")
-    if not h:
-        return {"rouge1": _NAN, "rougeL": _NAN}
     sc = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
-    r1, rl = [], []
-    for a, b in zip(h, r):
+    r1 = np.empty(len(h))
+    rl = np.empty(len(h))
+    for i, (a, b) in enumerate(zip(h, r)):
         s = sc.score(b, a)
-        r1.append(s["rouge1"].fmeasure)
-        rl.append(s["rougeL"].fmeasure)
-    return {"rouge1": float(np.mean(r1)), "rougeL": float(np.mean(rl))}
+        r1[i] = s["rouge1"].fmeasure
+        rl[i] = s["rougeL"].fmeasure
+    return {"rouge1": r1, "rougeL": rl}
+
+
+def rouge_scores(hypotheses: Any, references: Any) -> dict[str, float]:
+    """Mean ROUGE-1 and ROUGE-L F-measures (rouge-score, Porter stemming) over paired reports.
+
+    >>> rouge_scores(["heart normal"], ["heart size normal"])["rouge1"]   # P 1, R 2/3
+    0.8
+    """
+    per = rouge_pair_scores(hypotheses, references)
+    if not per["rouge1"].shape[0]:
+        return {"rouge1": _NAN, "rougeL": _NAN}
+    return {k: float(v.mean()) for k, v in per.items()}
 
 
 def weat(X: Any, Y: Any, A: Any, B: Any) -> tuple[float, float]:

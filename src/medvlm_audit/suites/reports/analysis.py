@@ -32,11 +32,34 @@ def reference_corpus(spec: str) -> Corpus:
     return iu_reference_corpus() if spec == "iu" else read_corpus(spec)
 
 
-def predictions_corpus(rows: pd.DataFrame, source: str) -> Corpus:
-    """A model x strategy's reports as a corpus: id ``case#sample``, the report, the patient's sex."""
+def predictions_corpus(rows: pd.DataFrame, source: str) -> tuple[Corpus, list[str]]:
+    """A model x strategy's reports as a corpus (id ``case#sample``, the report, the patient's sex) and each
+    report's paired reference id (the tidy table's ``reference_id``, else the case id)."""
     ok = rows[rows["report"].notna() & rows["group"].isin(["F", "M"])]
-    return make_corpus(({"id": f"{r.case_id}#{r.sample_index}", "text": str(r.report), "group": r.group}
-                        for r in ok.itertuples(index=False)), source)
+    ref_ids = ok["reference_id"] if "reference_id" in ok else ok["case_id"]
+    corpus = make_corpus(({"id": f"{r.case_id}#{r.sample_index}", "text": str(r.report), "group": r.group}
+                          for r in ok.itertuples(index=False)), source)
+    return corpus, [str(x) for x in ref_ids]
+
+
+PAIRED_LABELS = {"bleu": "BLEU", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "bertscore_precision": "BERTScore P",
+                 "bertscore_recall": "BERTScore R", "bertscore_f1": "BERTScore F1"}
+
+
+def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[dict[str, Any]]:
+    """Metrics rows of the surface and clinical metrics (reports paired with their reference report)."""
+    rows: list[dict[str, Any]] = []
+    for frame in (res.surface, res.clinical):
+        if frame is None:
+            continue
+        for r in frame.to_dict("records"):
+            n = int(r.get("n_scored", 0))
+            note = str(r.get("note", "") or "")
+            if "n_pairs" in r and int(r["n_pairs"]) > n:
+                note = (note + "; " if note else "") + f"{n} of {int(r['n_pairs'])} pairs scored (seeded sample)"
+            rows.append(_row(model, str(r["metric"]), strategy, r["value"], n=n, unit=str(r.get("unit", "fraction")),
+                             method=str(r["method"]), note=note, ci=(r["ci_low"], r["ci_high"]), probe_set=probe_set))
+    return rows
 
 
 def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
@@ -128,20 +151,59 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
                                        "and WAE with percentile-bootstrap intervals. Headlines use the ungated counts.")
 
 
+def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
+    """Similarity of each model x strategy's reports to their paired reference reports (the paper's "clinical
+    accuracy" block): one column per paired metric, mean [95% CI]; a sentence when nothing paired."""
+    paired = metrics[metrics["metric"].isin(list(names))]
+    if paired.empty:
+        return ("<p>No report paired with a reference report (by the image set's <code>reference_id</code> or the "
+                "case id), so BLEU, ROUGE and BERTScore were not computed.</p>")
+    order = {s: i for i, s in enumerate(STRATEGIES)}
+    cols = [m for m in PAIRED_LABELS if m in set(paired["metric"])]
+    cols += sorted(set(paired["metric"]) - set(cols))
+    out = []
+    for (model, strategy), g in sorted(paired.groupby(["model", "subset"]), key=lambda kv: (kv[0][0],
+                                                                                           order.get(kv[0][1], 99))):
+        g = g.set_index("metric")
+        row: dict[str, Any] = {"model": model, "strategy": strategy, "pairs": int(g["n"].max())}
+        for m in cols:
+            if m not in g.index:
+                row[PAIRED_LABELS.get(m, m)] = "—"
+                continue
+            r = g.loc[m]
+            v = f"{r['point']:.3f}"
+            if not (math.isnan(r["ci_low"]) or math.isnan(r["ci_high"])):
+                v += f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            row[PAIRED_LABELS.get(m, m)] = v
+        out.append(row)
+    methods = paired.drop_duplicates("metric").set_index("metric")["method"]
+    bs = methods.get("bertscore_f1")
+    cap = ("Similarity of each report to its image's reference report: corpus BLEU, mean ROUGE and BERTScore with "
+           "95% cluster-bootstrap intervals over reference reports.")
+    if isinstance(bs, str):
+        cap += " " + bs.split(";")[0].removeprefix("mean ") + "."
+    return table_to_html(pd.DataFrame(out), caption=cap)
+
+
 def _listing(t: pd.DataFrame, names: list[str], col: str, fmt: str) -> str:
     return ", ".join(f"{s} {format(t.loc[s, col], fmt)}" for s in names)
 
 
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
     """Run the corpus audit per model x strategy and assemble the suite result."""
+    from medvlm_audit.suites.reports.clinical import load_clinical_metric
     from medvlm_audit.suites.reports.figures import cad_scatter_figure, vocabulary_transition_figure
 
     ref = reference_corpus(opts.reference)
-    sem = {"auto": "auto", "on": True, "off": False}[opts.semantic]
+    flags = {"auto": "auto", "on": True, "off": False}
+    sem = flags[opts.semantic]
+    clinical = [load_clinical_metric(c.name, c.path, where=f"option 'clinical_metrics' ({c.name})", **c.params)
+                for c in opts.clinical_metrics]
     probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "reports"
     rows: list[dict[str, Any]] = []
     cads, waes, divs = [], [], []
     skipped: dict[str, str] = {}
+    paired_names: set[str] = set()
     ref_div: dict[str, Any] = {}
     order = {s: i for i, s in enumerate(STRATEGIES)}
     for model in sorted(tidy["model"].unique()):
@@ -149,12 +211,17 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         for strategy in sorted(m["strategy"].unique(), key=lambda s: order.get(s, 99)):
             g = m[m["strategy"] == strategy]
             try:
-                pred = predictions_corpus(g, f"{model} / {strategy}")
+                pred, ref_ids = predictions_corpus(g, f"{model} / {strategy}")
             except CorpusError as e:
                 skipped[f"{model} / {strategy}"] = str(e)
                 continue
-            res = corpus_audit(ref, pred, None, B=opts.B, n_perm=opts.n_perm, seed=0, semantic=sem)
+            res = corpus_audit(ref, pred, None, B=opts.B, n_perm=opts.n_perm, seed=0, semantic=sem,
+                               reference_ids=ref_ids, bertscore=flags[opts.bertscore],
+                               bertscore_model=opts.bertscore_model, bertscore_layers=opts.bertscore_layers,
+                               clinical=clinical, surface_max=opts.surface_max)
             rows += metric_rows(res, model, strategy, probe_set, opts.B, opts.n_perm)
+            rows += paired_rows(res, model, strategy, probe_set)
+            paired_names |= {str(m) for f in (res.surface, res.clinical) if f is not None for m in f["metric"]}
             cads.append(res.cad.assign(model=model, strategy=strategy))
             waes.append(res.wae.assign(model=model, strategy=strategy))
             d = res.diversity.assign(model=model, strategy=strategy)
@@ -175,7 +242,8 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         "diversity": pd.concat(divs, ignore_index=True)}
     for s in cad["strategy"].unique():
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
-    sections = [Section("By decoding strategy", _table_html(table, ref_div))]
+    sections = [Section("By decoding strategy", _table_html(table, ref_div)),
+                Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
     verdicts: dict[str, str] = {}
     for model in table["model"].unique():
         t = table[table["model"] == model].set_index("strategy")

@@ -11,7 +11,9 @@ re-tokenised. Files are written together, atomically:
   bootstrap over reports, stratified by group), p_perm (label-permutation null; one-sided for WAE, two-sided for
   the delta);
 * ``diversity.csv``: one row per corpus with template_diversity, ttr, one_minus_self_bleu, semantic_diversity;
-* ``surface.csv`` (only when predictions pair with reference reports by id): BLEU, ROUGE-1, ROUGE-L;
+* ``surface.csv`` (only when predictions pair with reference reports by id): one row per metric: BLEU,
+  ROUGE-1, ROUGE-L and BERTScore P / R / F1 (local backbone), means with cluster-bootstrap intervals;
+* ``clinical.csv`` (only with clinical-metric adapters and pairs): CheXbert F1, RadGraph F1, RaTEScore, GREEN;
 * ``baselines.csv``: ΔDIR and WEAT (statistic and effect size) per corpus;
 * ``summary.json``: category counts gated and ungated, parameters, which rule the headline uses.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ class CorpusAudit:
     diversity: pd.DataFrame
     surface: pd.DataFrame | None
     baselines: pd.DataFrame
+    clinical: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
 
     def category_counts(self, gated: bool) -> dict[str, int]:
@@ -123,23 +127,87 @@ def diversity_row(name: str, corpus: Corpus, vocab_size: int, semantic: bool, se
             "self_bleu_sample": min(len(corpus), self_bleu_max), "semantic_note": note}
 
 
-def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None = 1000,
-                  seed: int = 0) -> pd.DataFrame | None:
-    """Corpus BLEU and mean ROUGE-1 / ROUGE-L of each prediction against the reference report with the same id
-    (None if no id pairs up), on a seeded sample of ``max_pairs`` pairs when there are more (sacrebleu and
-    rouge-score cost about 2.5 ms a pair; None: every pair)."""
-    ref = {}
+def paired_reports(reference: Corpus, predictions: Corpus, reference_ids: Sequence[str] | None = None
+                   ) -> tuple[list[str], list[str], list[str]]:
+    """(hypotheses, references, reference ids) of the predictions whose reference report is found: by
+    ``reference_ids[i]`` when given (e.g. the image's own report), else by the prediction's id."""
+    ref: dict[str, str] = {}
     for i, t in zip(reference.ids, reference.texts):
         ref.setdefault(i, t)
-    pairs = [(t, ref[i]) for i, t in zip(predictions.ids, predictions.texts) if i in ref]
-    if not pairs:
+    keys = predictions.ids if reference_ids is None else [str(k) for k in reference_ids]
+    if len(keys) != len(predictions):
+        raise CorpusError(f"{predictions.source}: {len(keys)} reference ids for {len(predictions)} reports")
+    hyp, refs, rid = [], [], []
+    for k, t in zip(keys, predictions.texts):
+        if k in ref:
+            hyp.append(t)
+            refs.append(ref[k])
+            rid.append(k)
+    return hyp, refs, rid
+
+
+def _interval(values: np.ndarray, clusters: list[str], B: int, seed: int) -> stats.Estimate:
+    return stats.mean_estimate(values, B=B, seed=seed, clusters=clusters)
+
+
+def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None = 1000, seed: int = 0,
+                  reference_ids: Sequence[str] | None = None, bertscore: bool = False,
+                  bertscore_model: str | Path | None = None, bertscore_layers: int | None = None,
+                  B: int = 1000) -> pd.DataFrame | None:
+    """Surface similarity of each prediction to its paired reference report (None if nothing pairs): corpus
+    BLEU, mean ROUGE-1 / ROUGE-L and, when ``bertscore``, mean BERTScore precision / recall / F1 (see
+    :mod:`.bertscore`), on a seeded sample of ``max_pairs`` pairs when there are more (None: every pair).
+    Means carry percentile cluster-bootstrap intervals over reference reports (the samples of one image share
+    its reference); BLEU is a corpus statistic and has none.
+
+    One row per metric: metric, value, ci_low, ci_high, n_pairs (paired), n_scored, n_references, method.
+    """
+    hyp, refs, rid = paired_reports(reference, predictions, reference_ids)
+    if not hyp:
         return None
-    n_all = len(pairs)
-    pairs = [pairs[i] for i in stats._sample_indices(n_all, max_pairs, seed)]
-    hyp, refs = [p[0] for p in pairs], [p[1] for p in pairs]
-    rouge = stats.rouge_scores(hyp, refs)
-    return pd.DataFrame([{"n_pairs": n_all, "n_scored": len(pairs), "bleu": stats.corpus_bleu(hyp, refs), "rouge1": rouge["rouge1"],
-                          "rougeL": rouge["rougeL"]}])
+    n_all = len(hyp)
+    idx = stats._sample_indices(n_all, max_pairs, seed)
+    hyp, refs, rid = [hyp[i] for i in idx], [refs[i] for i in idx], [rid[i] for i in idx]
+    n_ref = len(set(rid))
+    base = {"n_pairs": n_all, "n_scored": len(hyp), "n_references": n_ref}
+    sample = f"; seeded sample of {len(hyp)} of {n_all} pairs" if len(hyp) < n_all else ""
+    rows = [{"metric": "bleu", "value": stats.corpus_bleu(hyp, refs), "ci_low": math.nan, "ci_high": math.nan,
+             **base, "method": "corpus BLEU (sacrebleu 13a, exp smoothing), one reference each" + sample}]
+    per = stats.rouge_pair_scores(hyp, refs)
+    for name, label in (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L")):
+        e = _interval(per[name], rid, B, seed)
+        rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
+                     "method": f"mean {label} F (rouge-score, stemmed); {e.method}{sample}"})
+    if bertscore:
+        from medvlm_audit.suites.reports import bertscore as bs
+
+        P, R, F = bs.bertscore(hyp, refs, bertscore_model, bertscore_layers)
+        what = bs.describe(bertscore_model, bertscore_layers)
+        for name, v in (("bertscore_precision", P), ("bertscore_recall", R), ("bertscore_f1", F)):
+            e = _interval(v, rid, B, seed)
+            rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
+                         "method": f"mean {what}; {e.method}{sample}"})
+    return pd.DataFrame(rows)
+
+
+def clinical_frame(metrics: Sequence[Any], reference: Corpus, predictions: Corpus,
+                   reference_ids: Sequence[str] | None = None, max_pairs: int | None = 1000, seed: int = 0,
+                   B: int = 1000) -> pd.DataFrame | None:
+    """Rows of the loaded clinical metrics (:mod:`.clinical`) on the paired reports (None if none pairs or no
+    metric is given): metric, value, ci_low, ci_high, n_scored, unit, method, note."""
+    if not metrics:
+        return None
+    hyp, refs, _ = paired_reports(reference, predictions, reference_ids)
+    if not hyp:
+        return None
+    idx = stats._sample_indices(len(hyp), max_pairs, seed)
+    hyp, refs = [hyp[i] for i in idx], [refs[i] for i in idx]
+    rows = []
+    for m in metrics:
+        for sc in m.score(hyp, refs, B=B, seed=seed):
+            rows.append({"metric": sc.metric, "value": sc.point, "ci_low": sc.ci_low, "ci_high": sc.ci_high,
+                         "n_scored": sc.n, "unit": sc.unit, "method": sc.method, "note": sc.note})
+    return pd.DataFrame(rows)
 
 
 def _weat_for(z: np.ndarray, vocab: list[str], k: int = 8) -> tuple[float, float, str]:
@@ -177,16 +245,32 @@ def baselines_frame(C_ref: Any, fr: np.ndarray, C_pred: Any, fp: np.ndarray, cad
     return pd.DataFrame(rows)
 
 
+def _bertscore_on(flag: bool | str, model: str | Path | None) -> bool:
+    from medvlm_audit.suites.reports import bertscore as bs
+
+    why = bs.unavailable_reason(model)
+    if flag is True and why is not None:
+        raise CorpusError(f"BERTScore was required but {why}")
+    return flag is True or (flag == "auto" and why is None)
+
+
 def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Path, out_dir: str | Path | None = None,
                  B: int = 1000, n_perm: int = 1000, seed: int = 0, alpha: float = 0.1, p_star: float = 0.05,
                  semantic: bool | str = "auto", self_bleu_max: int = 1000, semantic_max: int = 500,
-                 surface_max: int | None = 1000, workers: int | None = None) -> CorpusAudit:
+                 surface_max: int | None = 1000, workers: int | None = None,
+                 reference_ids: Sequence[str] | None = None, bertscore: bool | str = "auto",
+                 bertscore_model: str | Path | None = None, bertscore_layers: int | None = None,
+                 clinical: Sequence[Any] = ()) -> CorpusAudit:
     """Audit ``predictions`` against ``reference`` (Corpus objects or JSONL paths); write the files to ``out_dir``.
 
     ``semantic``: "auto" computes semantic diversity and WEAT when the ``reports`` extra is installed; True
     requires it; False skips both (nan with a note). Self-BLEU uses a seeded sample of ``self_bleu_max`` reports,
     semantic diversity at most ``semantic_max`` and the paired surface metrics at most ``surface_max`` id pairs
     (their costs are quadratic, per embedding and per pair; None lifts a cap).
+
+    Paired metrics (surface, BERTScore, ``clinical`` adapters) pair each prediction with the reference report of
+    id ``reference_ids[i]`` (default: the prediction's own id). ``bertscore``: "auto" computes it when the
+    ``reports`` extra is installed (or ``bertscore_model`` is given), True requires it, False skips it.
     """
     ref = _as_corpus(reference, "reference")
     pred = _as_corpus(predictions, "predictions")
@@ -197,6 +281,7 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         if why is not None:
             raise CorpusError(f"semantic diversity was required but {why}")
     sem_on = semantic is True or (semantic == "auto")
+    bs_on = _bertscore_on(bertscore, bertscore_model)
     (C_ref, C_pred), vocab = stats.report_count_matrices(ref.texts, pred.texts)
     if not vocab:
         raise CorpusError(f"{ref.source} and {pred.source}: no word left after stop-word removal")
@@ -214,9 +299,10 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         diversity_row("reference", ref, used_ref, sem_on, self_bleu_max, semantic_max, seed),
         diversity_row("predictions", pred, used_pred, sem_on, self_bleu_max, semantic_max, seed),
     ])
-    surf = surface_frame(ref, pred, surface_max, seed)
+    surf = surface_frame(ref, pred, surface_max, seed, reference_ids, bs_on, bertscore_model, bertscore_layers, B)
+    clin = clinical_frame(clinical, ref, pred, reference_ids, surface_max, seed, B)
     base = baselines_frame(C_ref, fr, C_pred, fp, cadf, sem_on)
-    res = CorpusAudit(cadf, waef, div, surf, base)
+    res = CorpusAudit(cadf, waef, div, surf, base, clin)
     res.summary = {
         "reference": {"source": ref.source, "n": len(ref), **ref.counts()},
         "predictions": {"source": pred.source, "n": len(pred), **pred.counts()},
@@ -240,4 +326,6 @@ def write_audit(res: CorpusAudit, out_dir: str | Path) -> None:
                 ("summary.json", (json.dumps(res.summary, indent=2, default=float) + "\n").encode())]
     if res.surface is not None:
         payloads.append(("surface.csv", csv_bytes(res.surface)))
+    if res.clinical is not None:
+        payloads.append(("clinical.csv", csv_bytes(res.clinical)))
     write_files_atomic(Path(out_dir), payloads)

@@ -19,17 +19,34 @@ def corpus_audit_cmd(
     alpha: Annotated[float, typer.Option(help="Dirichlet smoothing of word counts")] = 0.1,
     p_star: Annotated[float, typer.Option("--p-star", help="BH-FDR level of the category gate")] = 0.05,
     semantic: Annotated[str, typer.Option(help="auto | on | off: semantic diversity and WEAT")] = "auto",
+    bertscore: Annotated[str, typer.Option(help="auto | on | off: BERTScore of id-paired reports")] = "auto",
+    bertscore_model: Annotated[Path | None, typer.Option(
+        "--bertscore-model", help="local Hugging Face encoder folder for BERTScore (default: the packaged MiniLM)")
+    ] = None,
+    bertscore_layers: Annotated[int | None, typer.Option(
+        "--bertscore-layers", help="encoder layer BERTScore reads (default: the last)")] = None,
+    clinical: Annotated[list[str] | None, typer.Option(
+        "--clinical", help="NAME=PATH: a clinical metric (chexbert, radgraph, ratescore, green) loaded from a "
+                           "local model path; repeat for several")] = None,
+    surface_max: Annotated[int, typer.Option(
+        "--surface-max", help="at most this many id pairs for the paired metrics (seeded sample; 0: all)")] = 1000,
 ) -> None:
     """Clinical Association Displacement, WAE and diversity of PREDICTIONS against REFERENCE (paper 002)."""
     from medvlm_audit.errors import AuditError
     from medvlm_audit.suites.reports.audit import corpus_audit
+    from medvlm_audit.suites.reports.clinical import load_clinical_metric
 
-    sem = {"auto": "auto", "on": True, "off": False}.get(semantic)
+    flags = {"auto": "auto", "on": True, "off": False}
+    sem, bs = flags.get(semantic), flags.get(bertscore)
     if sem is None:
         raise typer.BadParameter(f"--semantic must be auto, on or off, got {semantic!r}")
+    if bs is None:
+        raise typer.BadParameter(f"--bertscore must be auto, on or off, got {bertscore!r}")
     try:
+        metrics = [load_clinical_metric(*_name_path(spec), where="--clinical") for spec in clinical or ()]
         res = corpus_audit(reference, predictions, out, B=B, n_perm=n_perm, seed=seed, alpha=alpha, p_star=p_star,
-                           semantic=sem)
+                           semantic=sem, bertscore=bs, bertscore_model=bertscore_model,
+                           bertscore_layers=bertscore_layers, clinical=metrics, surface_max=surface_max or None)
     except AuditError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
@@ -39,6 +56,13 @@ def corpus_audit_cmd(
     w = res.wae.set_index(["weighting", "group"])["value"]
     typer.echo(f"WAE pred {w[('pred', 'all')]:.3f}, ref {w[('ref', 'all')]:.3f}, "
                f"delta pred {w[('pred', 'delta')]:.3f}; files in {out}")
+
+
+def _name_path(spec: str) -> tuple[str, str]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise typer.BadParameter(f"--clinical takes NAME=PATH (e.g. chexbert=/models/chexbert), got {spec!r}")
+    return name.strip(), path.strip()
 
 
 def build_iu_reports_cmd(

@@ -26,8 +26,28 @@ from medvlm_audit.suites.reports.decoding import DEFAULT_STRATEGIES, STRATEGIES
 
 PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
           "X-ray.")
-TIDY_COLUMNS = ("run_id", "model", "probe_set", "case_id", "strategy", "sample_index", "group", "report",
-                "n_words", "finish_reason", "error_kind", "error_message")
+TIDY_COLUMNS = ("run_id", "model", "probe_set", "case_id", "reference_id", "strategy", "sample_index", "group",
+                "report", "n_words", "finish_reason", "error_kind", "error_message")
+
+
+class ClinicalMetricSpec(BaseModel):
+    """One clinical metric adapter (``chexbert``, ``radgraph``, ``ratescore``, ``green``) and its local model path."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    path: str
+    params: dict[str, Any] = {}
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from medvlm_audit.suites.reports.clinical import CLINICAL_METRICS
+
+        if v not in CLINICAL_METRICS:
+            raise ValueError(f"unknown clinical metric {v!r}{did_you_mean(v, CLINICAL_METRICS.names())}; "
+                             f"registered: {', '.join(CLINICAL_METRICS.names())}")
+        return v
 
 
 class ReportsOptions(BaseModel):
@@ -49,6 +69,17 @@ class ReportsOptions(BaseModel):
     phantom_images: int = Field(40, ge=2)
     #: semantic diversity and WEAT (MiniLM from the ``reports`` extra): auto | on | off
     semantic: Literal["auto", "on", "off"] = "auto"
+    #: BERTScore of each report against its image's reference report (the image set's ``reference_id``, else the
+    #: case id, looked up in the reference corpus): auto | on | off
+    bertscore: Literal["auto", "on", "off"] = "auto"
+    #: local Hugging Face encoder folder for BERTScore (default: the packaged all-MiniLM-L6-v2)
+    bertscore_model: str | None = None
+    #: the encoder layer BERTScore reads (default: the last)
+    bertscore_layers: int | None = Field(None, ge=1)
+    #: clinical metrics from local model paths, e.g. ``[{name: chexbert, path: /models/chexbert}]``
+    clinical_metrics: list[ClinicalMetricSpec] = []
+    #: at most this many paired reports per model x strategy for the paired metrics (a seeded sample)
+    surface_max: int = Field(1000, ge=1)
     prompt: str = PROMPT
 
     @field_validator("strategies")
@@ -73,7 +104,10 @@ def load_source(spec: str, run_dir: str | Path, opts: ReportsOptions, seed: int)
     from medvlm_audit.suites.reports.images import build_phantom_images, load_image_set
 
     if spec == "phantom":
-        return build_phantom_images(Path(run_dir) / "phantom_reports", n=opts.phantom_images, seed=seed)
+        from medvlm_audit.suites.reports.analysis import reference_corpus
+
+        return build_phantom_images(Path(run_dir) / "phantom_reports", n=opts.phantom_images, seed=seed,
+                                    reference=reference_corpus(opts.reference))
     return load_image_set(spec)
 
 
@@ -135,7 +169,17 @@ def tidy_reports(store: RunStore) -> pd.DataFrame:
         "finish_reason": raw["finish_reason"], "error_kind": raw["error_kind"], "error_message": raw["error_message"],
     })
     out["n_words"] = [len(str(t).split()) if isinstance(t, str) else None for t in out["report"]]
+    out["reference_id"] = _reference_ids(store, out)
     return out[list(TIDY_COLUMNS)].reset_index(drop=True)
+
+
+def _reference_ids(store: RunStore, tidy: pd.DataFrame) -> list[str]:
+    """Each row's paired reference report: the image set's ``reference_id`` field, else the case id."""
+    import json
+
+    cases = store.frame("SELECT probe_set, case_id, row FROM cases")
+    ref = {(p, c): json.loads(r).get("reference_id") for p, c, r in cases.itertuples(index=False)}
+    return [str(ref.get((p, c)) or c) for p, c in zip(tidy["probe_set"], tidy["case_id"])]
 
 
 class ReportsSuite:

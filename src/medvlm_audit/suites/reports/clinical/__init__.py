@@ -51,3 +51,7 @@ def load_clinical_metric(name: str, path: str | Path, where: str = "", **params:
     the name is unknown; the adapter raises a clear error when the path does not hold what it needs)."""
     factory = CLINICAL_METRICS.load(name, where)
     return factory(Path(path).expanduser(), **params)
+
+
+for _name in ("chexbert", "radgraph", "ratescore", "green"):
+    CLINICAL_METRICS.register(_name, f"medvlm_audit.suites.reports.clinical.{_name}:load")
