@@ -183,7 +183,7 @@ class CheXbertF1:
                 avg_text = ("micro F1 (pooled TP, FP, FN)" if avg == "micro" else
                             "macro F1 (mean of per-observation F1; one positive in neither labelling counts 0)")
                 method = (f"CheXbert labels ({self.source}) of hypothesis and reference, label 1 = {unc}; "
-                          f"{avg_text} over the {what}; {e.method}")
+                          f"{avg_text} over the {what}; {e.method.replace('over cases', 'over report pairs')}")
                 rows.append(ClinicalScore(metric=f"chexbert_f1_{avg}_{suffix}", point=e.point, n=e.n,
                                           method=method, ci_low=e.ci_low, ci_high=e.ci_high,
                                           note="" if e.n else "no report pairs"))
