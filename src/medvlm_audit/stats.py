@@ -2665,3 +2665,140 @@ def radgraph_rewards(hypothesis: dict[str, Any], reference: dict[str, Any]) -> t
         return (0.0, 0.0, 0.0)
     s, p, c = (set_f1(radgraph_items(hypothesis, lv), radgraph_items(reference, lv)) for lv in RADGRAPH_LEVELS)
     return (s, p, c)
+
+
+# ---- clinical metrics (RaTEScore / GREEN) ----
+# RaTEScore (Zhao et al., EMNLP 2024; released package ``RaTEScore`` 0.6.0, ``RaTEScore/utils.py::compute`` and
+# ``scorer.py::compute_score``) and GREEN (Ostmeier et al. 2024; github.com/Stanford-AIMI/GREEN at d72c1951,
+# ``green_score/green.py::compute_green``). The models that produce their inputs live in the reports suite's
+# clinical adapters; here only the formulas, on arrays.
+
+#: entity types of RaTE-NER; the negated finding types and the positive finding types they contradict
+RATESCORE_TYPES = ("ABNORMALITY", "NON-ABNORMALITY", "DISEASE", "NON-DISEASE", "ANATOMY")
+RATESCORE_NEGATED_TYPES = ("NON-ABNORMALITY", "NON-DISEASE")
+RATESCORE_POSITIVE_TYPES = ("ABNORMALITY", "DISEASE")
+
+
+def ratescore_penalty(types: Any, neg_weight: float) -> np.ndarray:
+    """(T, T) multipliers of RaTEScore's negation penalty: ``neg_weight`` where one entity type is a negated
+    finding (NON-ABNORMALITY, NON-DISEASE) and the other a positive finding (ABNORMALITY, DISEASE), in either
+    order; 1 elsewhere (same polarity, or ANATOMY on either side).
+
+    >>> ratescore_penalty(["ABNORMALITY", "NON-DISEASE", "ANATOMY"], 0.5).tolist()
+    [[1.0, 0.5, 1.0], [0.5, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    """
+    names = [str(t).upper() for t in types]
+    neg = np.array([t in RATESCORE_NEGATED_TYPES for t in names])
+    pos = np.array([t in RATESCORE_POSITIVE_TYPES for t in names])
+    clash = (neg[:, None] & pos[None, :]) | (pos[:, None] & neg[None, :])
+    return np.where(clash, float(neg_weight), 1.0)
+
+
+def _ratescore_inputs(emb: Any, types: Any, name: str, T: int) -> tuple[np.ndarray, np.ndarray]:
+    E = np.asarray(emb, dtype=np.float64)
+    t = np.asarray(types, dtype=np.int64).reshape(-1)
+    if E.size == 0:
+        return E.reshape(0, E.shape[-1] if E.ndim == 2 else 0), t[:0]
+    if E.ndim != 2:
+        raise ValueError(f"{name} embeddings must be 2-D (entities x dims), got shape {E.shape}")
+    if t.shape[0] != E.shape[0]:
+        raise ValueError(f"{name}: {E.shape[0]} embeddings but {t.shape[0]} types")
+    if np.any((t < 0) | (t >= T)):
+        bad = int(np.flatnonzero((t < 0) | (t >= T))[0])
+        raise ValueError(f"{name} types[{bad}] = {int(t[bad])} is not a row of the {T} x {T} weight matrix")
+    if not np.all(np.isfinite(E)):
+        raise ValueError(f"{name} embeddings contain nan or inf")
+    return E, t
+
+
+def ratescore_match(emb_from: Any, types_from: Any, emb_to: Any, types_to: Any, weights: Any,
+                    penalty: Any) -> float:
+    """One direction of RaTEScore: each entity i of ``from`` is matched to its most cosine-similar entity j(i)
+    of ``to`` (the first one on ties), and
+
+        sum_i cos(i, j(i)) * W[t_i, t_j(i)] * P[t_i, t_j(i)] / sum_i W[t_i, t_j(i)]
+
+    with W the type-pair weight (affinity) matrix and P the negation penalty (:func:`ratescore_penalty`); the
+    penalty is in the numerator only, as released. 0 when the weights sum to 0; nan when either side has no
+    entity (the caller applies the empty rule of :func:`ratescore`). A zero vector has cosine 0 with everything.
+
+    >>> W = [[0.5, 0.2], [0.4, 0.1]]; P = [[1.0, 0.8], [0.8, 1.0]]
+    >>> round(ratescore_match([[1, 0], [0, 1]], [0, 0], [[3, 4]], [1], W, P), 6)  # (.6*.2*.8 + .8*.2*.8) / .4
+    0.56
+    """
+    Wm = np.asarray(weights, dtype=np.float64)
+    Pm = np.asarray(penalty, dtype=np.float64)
+    if Wm.ndim != 2 or Wm.shape[0] != Wm.shape[1] or Pm.shape != Wm.shape:
+        raise ValueError(f"weights and penalty must be the same square (T, T) matrix, got {Wm.shape} and {Pm.shape}")
+    T = Wm.shape[0]
+    A, ta = _ratescore_inputs(emb_from, types_from, "from", T)
+    Bm, tb = _ratescore_inputs(emb_to, types_to, "to", T)
+    if A.shape[0] == 0 or Bm.shape[0] == 0:
+        return _NAN
+    if A.shape[1] != Bm.shape[1]:
+        raise ValueError(f"embedding sizes differ: {A.shape[1]} (from) != {Bm.shape[1]} (to)")
+    An = A / np.maximum(np.linalg.norm(A, axis=1, keepdims=True), 1e-12)
+    Bn = Bm / np.maximum(np.linalg.norm(Bm, axis=1, keepdims=True), 1e-12)
+    sim = An @ Bn.T
+    j = np.argmax(sim, axis=1)
+    best = sim[np.arange(sim.shape[0]), j]
+    w = Wm[ta, tb[j]]
+    den = float(w.sum())
+    if den == 0.0:
+        return 0.0
+    return float((best * w * Pm[ta, tb[j]]).sum() / den)
+
+
+def ratescore(hyp_emb: Any, hyp_types: Any, ref_emb: Any, ref_types: Any, weights: Any, penalty: Any,
+              empty: float = 0.5) -> float:
+    """RaTEScore of one report pair: the harmonic mean 2 P R / (P + R) of the two matching directions
+    (:func:`ratescore_match` reference -> hypothesis and hypothesis -> reference); 0 when both are 0; ``empty``
+    (0.5 in the released code) when either report has no entity.
+
+    ``*_emb``: (entities, dims) entity embeddings; ``*_types``: each entity's row in the (T, T) ``weights``.
+
+    Example (hand-computed): types 0 = ABNORMALITY, 1 = NON-ABNORMALITY, W = [[.5, .2], [.4, .1]], negation
+    penalty .8 across the two types. Reference entities (1, 0) and (0, 1), both type 0; hypothesis entity
+    (3, 4) of type 1 (cosines .6 and .8). Reference -> hypothesis: (.6 * .2 * .8 + .8 * .2 * .8) / (.2 + .2) =
+    .56; hypothesis -> reference: the best match is (0, 1): .8 * .4 * .8 / .4 = .64; RaTEScore =
+    2 * .56 * .64 / (.56 + .64) = .597333.
+
+    >>> W = [[0.5, 0.2], [0.4, 0.1]]; P = [[1.0, 0.8], [0.8, 1.0]]
+    >>> round(ratescore([[3, 4]], [1], [[1, 0], [0, 1]], [0, 0], W, P), 6)
+    0.597333
+    >>> ratescore([], [], [[1, 0]], [0], W, P)
+    0.5
+    """
+    r = ratescore_match(ref_emb, ref_types, hyp_emb, hyp_types, weights, penalty)
+    p = ratescore_match(hyp_emb, hyp_types, ref_emb, ref_types, weights, penalty)
+    if math.isnan(r) or math.isnan(p):
+        return float(empty)
+    if p + r == 0.0:
+        return 0.0
+    return 2.0 * p * r / (p + r)
+
+
+def green_scores(matched: Any, significant: Any) -> np.ndarray:
+    """GREEN per report pair: matched / (matched + clinically significant errors), and 0 where the judge matched
+    no finding (the released rule, whatever the error count). ``significant``: (n,) totals or (n, 6) counts of
+    the error categories (a)-(f), summed per pair. Counts must be non-negative integers.
+
+    >>> green_scores([3, 0, 2], [[1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]]).tolist()
+    [0.75, 0.0, 1.0]
+    >>> green_scores([4], [2]).tolist()   # 4 / (4 + 2)
+    [0.6666666666666666]
+    """
+    m = np.asarray(matched, dtype=np.float64).reshape(-1)
+    s = np.asarray(significant, dtype=np.float64)
+    if s.ndim == 2:
+        s = s.sum(axis=1)
+    s = s.reshape(-1)
+    if s.shape[0] != m.shape[0]:
+        raise ValueError(f"matched has {m.shape[0]} pairs but significant has {s.shape[0]}")
+    for name, v in (("matched", m), ("significant", s)):
+        bad = ~np.isfinite(v) | (v < 0) | (v != np.round(v))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name}[{i}] = {v[i]} is not a non-negative whole count")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(m > 0, m / np.where(m > 0, m + s, 1.0), 0.0)
