@@ -69,6 +69,11 @@ def test_embedded_default_greedy_collapses_and_sampling_diversifies(tmp_path: Pa
     assert {"word", "z_ref", "z_pred", "z_disp", "p", "q", "category", "category_ungated"} <= set(cad.columns)
     html = rep.read_text()
     assert "CAD scatter" in html and "<svg" in html
+    # every report is paired with its image's IU reference report (reference_id): BERTScore with intervals
+    bsf = m[m["metric"] == "bertscore_f1"].set_index("subset")
+    assert len(bsf) == 6 and ((bsf["ci_low"] <= bsf["point"]) & (bsf["point"] <= bsf["ci_high"])).all()
+    assert (bsf.loc["greedy", "n"] == 24) and (bsf.loc["top_k", "n"] == 48)
+    assert "Similarity to the reference reports" in html and "BERTScore F1" in html
     # the group is the patient's sex from the case metadata
     tidy = pd.read_parquet(res.results_parquet)
     assert set(tidy["group"]) == {"F", "M"} and tidy["report"].notna().all()
@@ -86,6 +91,31 @@ def test_cli_run_suite_reports_offline(tmp_path: Path) -> None:
     tidy = pd.read_parquet(run_dir / "results.parquet")
     assert len(tidy) == 40 * (2 + 4 * 3)  # 40 phantom images; greedy, beam once; 4 stochastic x 3 samples
     assert set(tidy["strategy"]) == {"greedy", "beam4", "t0.3", "t0.7", "top_k", "top_p"}
+
+
+@needs_iu
+def test_a_clinical_metric_scores_each_strategy_against_the_paired_reports(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from test_reports_clinical_chexbert_radgraph import _tiny_chexbert
+
+    from medvlm_audit import api
+
+    _tiny_chexbert(tmp_path / "chexbert")
+    cfg = _small_default(tmp_path / "run", n_images=8, samples=1)
+    cfg.update(strategies=["greedy", "top_k"], bertscore="off",
+               clinical_metrics=[{"name": "chexbert", "path": str(tmp_path / "chexbert")}])
+    res = api.run(cfg, progress=False)
+    rep = api.report(res.run_dir)
+    m = pd.read_csv(rep.parent / "metrics.csv")
+    ch = m[m["metric"] == "chexbert_f1_micro_14"].set_index("subset")
+    assert set(ch.index) == {"greedy", "top_k"} and (ch["n"] == 8).all()
+    assert ((ch["point"] >= 0) & (ch["point"] <= 1)).all() and "chexbert.pth in chexbert" in ch["method"].iloc[0]
+    assert str(tmp_path) not in (rep.parent / "metrics.csv").read_text()  # methods name the folder, not its path
+    assert "chexbert_f1_micro_14" in rep.read_text() and "bertscore_f1" not in set(m["metric"])
+    bad = _small_default(tmp_path / "run2", n_images=4, samples=1)
+    bad.update(clinical_metrics=[{"name": "chexbrt", "path": str(tmp_path)}])
+    with pytest.raises(ConfigError, match="did you mean chexbert"):
+        api.run(bad, progress=False)
 
 
 def test_cli_exposes_corpus_audit_and_build_iu_reports() -> None:

@@ -13,6 +13,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "datasets": ("pydicom",),
     "reports": ("sacrebleu", "rouge_score"),
     "readers": ("starlette", "jinja2", "uvicorn"),
+    "radgraph": ("radgraph", "transformers"),
+    "clinical": ("torch", "transformers", "RaTEScore"),
 }
 
 #: model backend -> the extra it needs
