@@ -228,3 +228,34 @@ def test_bootstrap_draw_equals_the_statistic_of_resampled_reports():
     t = stats.wae_table(cf(A2, rf_b), cf(A2, ~rf_b), cf(B2, pf_b), cf(B2, ~pf_b))
     for k, v in t.items():
         assert draws["bootstrap"][k][0] == pytest.approx(v, nan_ok=True)
+
+
+def test_bootstrap_bias_and_basic_interval_hand_computed():
+    # draws 2, 3, 4, 5 (mean 3.5) around an observed 2: bias 1.5, corrected 0.5; alpha 0.5 -> q.25 = 2.75,
+    # q.75 = 4.25 (linear interpolation), basic interval [2*2 - 4.25, 2*2 - 2.75] = [-0.25, 1.25]
+    b, corrected, lo, hi = stats.bootstrap_bias(2.0, [2.0, 3.0, 4.0, np.nan, 5.0], alpha=0.5)
+    assert (b, corrected, lo, hi) == pytest.approx((1.5, 0.5, -0.25, 1.25))
+    assert all(math.isnan(x) for x in stats.bootstrap_bias(1.0, [np.nan]))
+
+
+def test_wae_file_flags_a_point_the_inflated_bootstrap_misses():
+    """Resampling adds noise to every squared z_disp: with pure-noise groups the bootstrap WAEs run above the
+    observed WAE; wae.csv flags the point outside its percentile interval and gives the bias beside it."""
+    from medvlm_audit.suites.reports.audit import corpus_audit
+    from medvlm_audit.suites.reports.corpus import make_corpus
+
+    rng = np.random.default_rng(3)
+    words = [f"term{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(60)]
+
+    def corpus(name):
+        return make_corpus([{"id": f"{name}{i}", "text": " ".join(rng.choice(words, 12)), "group": "FM"[i % 2]}
+                            for i in range(200)], name)
+
+    res = corpus_audit(corpus("r"), corpus("p"), None, B=300, n_perm=100, semantic=False, bertscore=False)
+    w = res.wae.set_index(["weighting", "group"])
+    for key in (("pred", "all"), ("ref", "all")):
+        r = w.loc[key]
+        assert r["boot_bias"] > 0 and r["value_bias_corrected"] == pytest.approx(r["value"] - r["boot_bias"])
+        assert r["point_outside_ci"] == (not r["ci_low"] <= r["value"] <= r["ci_high"])
+        assert r["ci_low_basic"] < r["ci_high_basic"]
+    assert w["point_outside_ci"].any()  # the case the columns exist for

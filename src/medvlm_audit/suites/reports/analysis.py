@@ -98,8 +98,13 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
                         ("delta_wae_ref", ("ref", "delta")), ("wae_pred_F", ("pred", "F")),
                         ("wae_pred_M", ("pred", "M"))):
         r = w.loc[key]
+        note = f"p_perm = {r['p_perm']:.4g}"
+        if bool(r.get("point_outside_ci", False)):
+            note += (f"; the point lies outside its percentile interval (bootstrap bias {r['boot_bias']:+.3g}: "
+                     f"resampling inflates squared z); bias-corrected {r['value_bias_corrected']:.3g}, basic "
+                     f"interval [{r['ci_low_basic']:.3g}, {r['ci_high_basic']:.3g}]")
         rows.append(_row(model, metric, strategy, r["value"], n=n, unit="z^2", method=meth,
-                         note=f"p_perm = {r['p_perm']:.4g}", ci=(r["ci_low"], r["ci_high"]), probe_set=probe_set))
+                         note=note, ci=(r["ci_low"], r["ci_high"]), probe_set=probe_set))
     base = res.baselines.set_index(["metric", "corpus"])
     if ("delta_dir", "predictions") in base.index:
         rows.append(_row(model, "delta_dir", strategy, base.loc[("delta_dir", "predictions"), "value"], n=n,
@@ -125,7 +130,9 @@ def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ci(point: Any, lo: Any, hi: Any) -> str:
-    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
+    """``point [lo, hi]``, marked † when the point lies outside its interval (see the table's caption)."""
+    mark = "" if any(map(math.isnan, (point, lo, hi))) or lo <= point <= hi else " †"
+    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]{mark}"
 
 
 def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
@@ -147,8 +154,13 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
            "template div.": f"{ref_div['template_diversity']:.3f}", "TTR": f"{ref_div['ttr']:.4f}",
            "1 - Self-BLEU": f"{ref_div['one_minus_self_bleu']:.3f}", "vocabulary": ref_div["vocabulary_size"]}
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
-    return table_to_html(show, caption="By decoding strategy: diversity, CAD category counts (ungated / BH-gated) "
-                                       "and WAE with percentile-bootstrap intervals. Headlines use the ungated counts.")
+    cap = ("By decoding strategy: diversity, CAD category counts (ungated / BH-gated) and WAE with "
+           "percentile-bootstrap intervals. Headlines use the ungated counts.")
+    if any(c.endswith(" †") for col in ("WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]") for c in show[col]):
+        cap += (" † The observed value lies outside its percentile interval: each resample adds sampling noise to every "
+                "squared z_disp, so bootstrap WAEs run high. wae.csv gives the bootstrap bias, the bias-corrected "
+                "value and the basic interval; the permutation p-value is the test.")
+    return table_to_html(show, caption=cap)
 
 
 def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:

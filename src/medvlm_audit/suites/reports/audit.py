@@ -9,7 +9,10 @@ re-tokenised. Files are written together, atomically:
   s_ref, s_pred and the word's counts per group and corpus;
 * ``wae.csv``: weighting (pred, ref), group (all, F, M, delta = F - M), value, ci_low, ci_high (percentile
   bootstrap over reports, stratified by group), p_perm (label-permutation null; one-sided for WAE, two-sided for
-  the delta);
+  the delta), and the bootstrap's bias beside them: resampling adds sampling noise to every z_disp², so bootstrap
+  WAEs run above the observed one and the percentile interval can miss its point (``point_outside_ci``);
+  ``boot_bias``, ``value_bias_corrected`` and the basic interval ``ci_low_basic``/``ci_high_basic``
+  (:func:`medvlm_audit.stats.bootstrap_bias`) say by how much;
 * ``diversity.csv``: one row per corpus with template_diversity, ttr, one_minus_self_bleu, semantic_diversity;
 * ``surface.csv`` (only when predictions pair with reference reports by id): one row per metric: BLEU,
   ROUGE-1, ROUGE-L and BERTScore P / R / F1 (local backbone), means with cluster-bootstrap intervals;
@@ -92,11 +95,16 @@ def wae_frame(point: dict[str, float], draws: dict[str, dict[str, np.ndarray]], 
             b = draws["bootstrap"][key]
             b = b[~np.isnan(b)]
             lo, hi = stats.percentile_interval(b, alpha_ci) if b.shape[0] else (math.nan, math.nan)
+            bias, corrected, basic_lo, basic_hi = stats.bootstrap_bias(float(point[key]), b, alpha_ci)
             null = draws["permutation"][key]
             p = (stats.permutation_p_two_sided(point[key], null) if group == "delta"
                  else stats.permutation_p_upper(point[key], null))
-            rows.append({"weighting": weighting, "group": group, "value": float(point[key]), "ci_low": lo,
-                         "ci_high": hi, "p_perm": p, "n_boot": int(b.shape[0]), "n_perm": int(null.shape[0])})
+            v = float(point[key])
+            rows.append({"weighting": weighting, "group": group, "value": v, "ci_low": lo,
+                         "ci_high": hi, "p_perm": p, "n_boot": int(b.shape[0]), "n_perm": int(null.shape[0]),
+                         "point_outside_ci": bool(b.shape[0]) and not lo <= v <= hi,
+                         "boot_bias": bias, "value_bias_corrected": corrected, "ci_low_basic": basic_lo,
+                         "ci_high_basic": basic_hi})
     return pd.DataFrame(rows)
 
 
