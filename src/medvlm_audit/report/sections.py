@@ -64,7 +64,7 @@ def compact_table_html(
     intro: list[str] = []
     if len(d) >= 2 and drop_constant:
         for c in list(d.columns):
-            if c in keys or c in notes:
+            if c in keys:
                 continue
             vals = d[c].map(lambda v: "" if is_missing(v) else str(v))
             if vals.nunique() == 1:
