@@ -155,7 +155,7 @@ def panel_marks(ax: Any) -> int:
     for line in ax.lines:
         if line.get_transform() != ax.transData:
             continue  # axhline / axvline: in axes coordinates
-        xy = np.column_stack([np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)])
+        xy = np.asarray(line.get_xydata(), float)  # unit-converted (categorical axes give numbers)
         k = int(np.isfinite(xy).all(axis=1).sum())
         if line.get_marker() not in (None, "None", "", " ") or line.get_linestyle() in ("-", "solid"):
             n += k
