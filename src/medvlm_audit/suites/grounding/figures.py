@@ -953,9 +953,12 @@ def resolution_figure(metrics: pd.DataFrame, categories: pd.DataFrame, robustnes
         shown.append(m)
     _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=40, lw=1.0)
     top = max([10.0] + [float(v) for v in pd.concat([a["ci_high"], b["ci_high"]]) if _fin(v)]) + 3
-    for x, y, m in zip(px, py, shown):  # labels inside the axes: left of points in the right third
+    spots: dict[tuple[float, float], list[str]] = {}  # coinciding points share one label (no overprinted names)
+    for x, y, m in zip(px, py, shown):
+        spots.setdefault((round(x, 1), round(y, 1)), []).append(m)
+    for (x, y), names in spots.items():  # labels inside the axes: left of points in the right third
         right = x > 0.66 * top
-        ax.annotate(m, (x, y), xytext=(-6 if right else 6, 5), textcoords="offset points",
+        ax.annotate(", ".join(names), (x, y), xytext=(-6 if right else 6, 5), textcoords="offset points",
                     ha="right" if right else "left", fontsize=7)
     ax.plot([0, top], [0, top], linestyle="--", color=_GREY, linewidth=0.8)
     ax.set_xlim(-2, top)
