@@ -80,7 +80,8 @@ def test_demo_report_shows_the_triad_and_each_verdict_with_its_category(demo_run
     items = re.findall(r"<li>(.*?)</li>", re.search(r'<ul class="verdicts">(.*?)</ul>', page, flags=re.DOTALL).group(1))
     for model, category in DESIGNED.items():
         assert f">{html.escape(model)}<" in svg, model  # a labelled point of the triad
-        assert f"{model} CGR n = " in caption, model
+        # its CGR n and IS n in the counts table under the figure
+        assert re.search(rf"<td>{re.escape(html.escape(model))}</td><td>[\d,]+</td><td>[\d,]+</td>", caption), model
         (item,) = [li for li in items if f'<span class="model">{html.escape(model)}</span>' in li]
         assert badge(category) in item, (model, category)
         assert html.escape(verdicts[model]) in item, model

@@ -16,6 +16,7 @@ import pytest
 
 from medvlm_audit.report import Section, figure_to_html, format_estimate, format_p, table_to_html
 from medvlm_audit.report import write as W
+from medvlm_audit.report.figures import n_table_of
 from medvlm_audit.suites.grounding import figures as F
 from medvlm_audit.suites.grounding.figures import build_figures, caption_of
 from medvlm_audit.suites.grounding.suite import REPORT_FILES
@@ -338,14 +339,17 @@ def test_degenerate_inputs_render_with_notes_and_no_nan(written: tuple[Path, Fak
     assert "N/A (degenerate confidence)" in page
     assert "not estimable (n = 0)" in page
     # the zero-parsed model's accuracy in the key-metrics table
-    key = re.search(r'id="key-metrics-phantom">(.*?)</table>', page, re.DOTALL).group(1)
-    broken_row = next(r for r in key.split("<tr>") if "<td>broken</td>" in r)
+    # (the key metrics are split into narrow tables key-metrics-phantom, -2, -3: one model's cells across them)
+    key = re.findall(r'id="key-metrics-phantom(?:-\d)?">(.*?)</table>', page, re.DOTALL)
+    assert len(key) >= 2
+    broken_row = "".join(r for k in key for r in k.split("<tr>") if "<td>broken</td>" in r)
     assert "not estimable (n = 0)" in broken_row and "0.0 ± 0.0" in broken_row  # parse rate 0 of 412
-    flat_row = next(r for r in key.split("<tr>") if "<td>flat</td>" in r)
+    flat_row = "".join(r for k in key for r in k.split("<tr>") if "<td>flat</td>" in r)
     assert flat_row.count("N/A (degenerate confidence) (n = 412)") == 2  # AUROC and ECE columns
-    # a family with one test keeps p_adj = p in the comparisons table
-    comp = re.search(r'id="comparisons">(.*?)</table>', page, re.DOTALL).group(1)
-    pair_row = next(r for r in comp.split("<tr>") if f"pairs:{PS}:accuracy" in r)
+    # a family with one test keeps p_adj = p in the comparisons table (one table per family, titled in words)
+    comp = re.search(r"<caption>Accuracy on phantom: every pair of models</caption>(.*?)</table>", page,
+                     re.DOTALL).group(1)
+    pair_row = next(r for r in comp.split("<tr>") if "<td>" in r)
     assert pair_row.count("<td>0.030</td>") == 2
 
 
@@ -354,7 +358,8 @@ def test_missing_conditions_render(tmp_path: Path) -> None:
     path = write_report(analysis, tmp_path, title="no swap, no irrelevant mask", run_info={})
     page = path.read_text()
     assert not NAN_WORD.search(page)
-    assert "CGR or IS not estimable" in page
+    # the triad has no estimable point: a one-line note instead of an empty figure (report.figures.information)
+    assert "Causal triad:</strong> not drawn, CGR and IS not estimable for any model (n = 0)" in page
     assert "No comparisons were computed" in page
     assert "Unrelated-image answer rate on" not in page  # no UAR rows: no UAR figure
     assert len(pd.read_csv(tmp_path / "comparisons.csv")) == 0
@@ -365,7 +370,8 @@ def test_figure_functions_return_figures_with_n_captions() -> None:
     a = make_analysis()
     fig = F.triad_figure(a.categories, probe_set=PS)
     cap = caption_of(fig)
-    assert "reader CGR n = 300, IS n = 300" in cap
+    counts = n_table_of(fig)  # n per model: a table under the figure, not a list in the caption
+    assert counts.set_index("model").loc["reader"].tolist() == ["300", "300"] and "broken" not in set(counts["model"])
     assert "broken" in cap.split("Not shown")[1]  # not estimable: listed, not plotted
     # the triad plots every estimable model: one marker line per model (plus the ignores-image ring)
     ax = fig.axes[0]

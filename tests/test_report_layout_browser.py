@@ -1,6 +1,10 @@
 """Every registered suite's embedded-default report in a real headless Chromium at 1280 px: no horizontal page
-scrolling and no figure text under 10 px (an SVG text's font size times the SVG's rendered scale). The first
-screen of each report is saved as docs/report-SUITE.png when MEDVLM_REPORT_SCREENSHOTS is set (a folder).
+scrolling, no figure text under 10 px (an SVG text's font size times the SVG's rendered scale), no table wider
+than its box (no table scrolls sideways) and no table row taller than ROW_MAX_PX (a long note squeezed into a
+narrow column), captions of a sentence or two (n lists go to the counts table under the figure), no figure
+text that is a raw key (``baseline:phantom:accuracy:finding-prior``) and no drawn placeholder figure ("not
+computed", "not run": those are one-line notes). The first screen of each report is saved as
+docs/report-SUITE.png when MEDVLM_REPORT_SCREENSHOTS is set (a folder).
 
 Needs Debian's chromium and chromium-driver and selenium; skipped with the reason when the browser is missing.
 """
@@ -32,9 +36,36 @@ SCREENSHOTS = os.environ.get("MEDVLM_REPORT_SCREENSHOTS")  # e.g. docs
 #: small embedded defaults, so each suite's report renders in seconds
 FLAGS: dict[str, dict[str, int]] = {"grounding": {"n_cases": 300, "n_train": 900}}
 
+#: the longest figure caption (characters after "Figure N. Title."): a sentence or two, n lists in a table
+MAX_CAPTION = 500
+#: the tallest table row: two or three lines of text, not a note wrapped into a narrow column
+ROW_MAX_PX = 60
+
 MEASURE = r"""
 const doc = document.documentElement;
-const small = [];
+const rawKey = /^[\w.-]+:[\w.-]+:[\w.-]+/;
+const placeholder = /not computed|not run\b|no comparisons were computed/i;
+const small = [], raw = [], longCaps = [], wide = [], tall = [], drawnEmpty = [];
+for (const t of document.querySelectorAll('svg text')) {
+  if (rawKey.test(t.textContent.trim())) raw.push(t.textContent.slice(0, 60));
+}
+for (const c of document.querySelectorAll('figure.fig > figcaption')) {
+  const head = c.querySelector('strong') ? c.querySelector('strong').textContent : '';
+  const body = c.textContent.slice(head.length).trim();
+  if (body.length > MAX_CAPTION) longCaps.push([head, body.length]);
+  if (placeholder.test(body)) drawnEmpty.push(head + ' ' + body.slice(0, 80));
+}
+for (const t of document.querySelectorAll('table')) {
+  const box = t.closest('.tblwrap') || t.parentElement;
+  const name = t.id || (t.querySelector('caption') || t.querySelector('th') || {textContent: '?'}).textContent;
+  const visible = t.getBoundingClientRect().width > 0;  // tables in closed <details> are not laid out
+  if (visible && t.getBoundingClientRect().width > box.clientWidth + 1)
+    wide.push([name.slice(0, 50), Math.round(t.getBoundingClientRect().width), box.clientWidth]);
+  for (const tr of t.querySelectorAll('tbody tr')) {
+    const h = tr.getBoundingClientRect().height;
+    if (h > ROW_MAX_PX) { tall.push([name.slice(0, 50), Math.round(h), tr.textContent.slice(0, 60)]); break; }
+  }
+}
 for (const svg of document.querySelectorAll('svg')) {
   const fig = svg.closest('figure');
   const cap = fig && fig.querySelector('figcaption') ? fig.querySelector('figcaption').textContent : '';
@@ -46,9 +77,9 @@ for (const svg of document.querySelectorAll('svg')) {
     if (px < 10) small.push([cap.slice(0, 40), t.textContent.slice(0, 30), Math.round(px * 10) / 10]);
   }
 }
-return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, small: small,
-        svgs: document.querySelectorAll('svg').length};
-"""
+return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, small: small, raw: raw, longCaps: longCaps,
+        wide: wide, tall: tall, drawnEmpty: drawnEmpty, svgs: document.querySelectorAll('svg').length};
+""".replace("MAX_CAPTION", str(MAX_CAPTION)).replace("ROW_MAX_PX", str(ROW_MAX_PX))
 
 
 def _browser() -> webdriver.Chrome:
@@ -77,14 +108,20 @@ def test_embedded_report_fits_1280_px_and_figure_text_is_readable(suite: str, tm
     page = _embedded_report(suite, tmp_path / suite)
     browser.set_window_size(1280, 900)
     browser.get(page.resolve().as_uri())
+    browser.execute_script("for (const d of document.querySelectorAll('details')) d.open = true;")
     got = browser.execute_script(MEASURE)
     assert got["svgs"] > 0, "the report has no figure"
     assert got["scrollWidth"] <= got["clientWidth"], f"horizontal page scrolling: {got['scrollWidth']} px wide"
     assert not got["small"], f"figure text under 10 px (caption, text, px): {got['small'][:10]}"
+    assert not got["wide"], f"tables wider than the page (table, px, box px): {got['wide']}"
+    assert not got["tall"], f"table rows taller than {ROW_MAX_PX} px (table, px, row): {got['tall']}"
+    assert not got["longCaps"], f"captions over {MAX_CAPTION} characters (figure, length): {got['longCaps']}"
+    assert not got["raw"], f"raw keys in figure text: {got['raw'][:10]}"
+    assert not got["drawnEmpty"], f"placeholder figures drawn instead of a one-line note: {got['drawnEmpty']}"
     # the page opens on the verdicts, not on run metadata
     first_h2 = browser.execute_script("return document.querySelector('h2').textContent")
     assert first_h2 == "Verdicts"
     if SCREENSHOTS:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        browser.execute_script("window.scrollTo(0, 0)")
+        browser.get(page.resolve().as_uri())  # as a reader first sees it: collapsed blocks closed
         browser.save_screenshot(str(Path(SCREENSHOTS) / f"report-{suite}.png"))

@@ -4,11 +4,12 @@ batched points with whiskers, one house style, and the title and caption a figur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import matplotlib
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -86,20 +87,138 @@ def marks(
                    linewidths=0.5, zorder=3)
 
 
-def captioned(fig: Figure, title: str, caption: str) -> Figure:
+def captioned(fig: Figure, title: str, caption: str, *, n_table: pd.DataFrame | None = None,
+              empty: str | None = None) -> Figure:
+    """Attach the figure's short title and caption (a sentence or two) to it.
+
+    ``n_table``: the counts behind the figure (e.g. n per model and condition) as a small DataFrame; the report
+    shows it as a compact table under the figure instead of a long list in the caption. ``empty``: why the
+    figure carries no information in this run (e.g. "not run"); the report then prints a one-line note instead
+    of the image (see :func:`information`)."""
     fig._medvlm_title = title  # type: ignore[attr-defined]
     fig._medvlm_caption = caption  # type: ignore[attr-defined]
+    fig._medvlm_n_table = n_table  # type: ignore[attr-defined]
+    fig._medvlm_empty = empty  # type: ignore[attr-defined]
     return fig
 
 
 def caption_of(fig: Figure) -> str:
-    """The caption (with its n) that a figure function attached to its Figure; '' for foreign figures."""
+    """The caption that a figure function attached to its Figure; '' for foreign figures."""
     return str(getattr(fig, "_medvlm_caption", ""))
 
 
 def figure_title(fig: Figure) -> str:
     """The short title a figure function attached to its Figure; '' for foreign figures."""
     return str(getattr(fig, "_medvlm_title", ""))
+
+
+def n_table_of(fig: Figure) -> pd.DataFrame | None:
+    """The table of counts a figure function attached to its Figure (None when there is none)."""
+    t = getattr(fig, "_medvlm_n_table", None)
+    return t if isinstance(t, pd.DataFrame) and len(t) else None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the "does this figure carry information" rule
+
+
+def _finite_count(values: Any) -> int:
+    a = np.ma.asarray(values, dtype=float)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    data = np.ma.filled(a, np.nan)
+    if data.ndim > 1 and data.shape[-1] == 2:  # (n, 2) offsets: a point counts when both coordinates are finite
+        return int(np.isfinite(data).all(axis=-1).sum())
+    return int(np.isfinite(data).sum())
+
+
+def panel_marks(ax: Any) -> int:
+    """Data marks on one panel: finite scatter points, finite heatmap cells, bars of finite size, and the finite
+    vertices of lines drawn with markers or solid. Reference lines (axhline / axvline, dashed or dotted lines such
+    as an identity line), whiskers, shading and text are not data marks."""
+    from matplotlib.collections import PathCollection, QuadMesh
+    from matplotlib.container import BarContainer
+    from matplotlib.image import AxesImage
+
+    n = 0
+    for coll in ax.collections:
+        if isinstance(coll, PathCollection):
+            n += _finite_count(coll.get_offsets())
+        elif isinstance(coll, QuadMesh):
+            n += _finite_count(coll.get_array())
+    for im in ax.images:
+        if isinstance(im, AxesImage):
+            n += _finite_count(im.get_array())
+    for cont in ax.containers:
+        if isinstance(cont, BarContainer):
+            n += sum(1 for r in cont.patches if np.isfinite(r.get_width()) and np.isfinite(r.get_height()))
+    for line in ax.lines:
+        if line.get_transform() != ax.transData:
+            continue  # axhline / axvline: in axes coordinates
+        xy = np.asarray(line.get_xydata(), float)  # unit-converted (categorical axes give numbers)
+        k = int(np.isfinite(xy).all(axis=1).sum())
+        if line.get_marker() not in (None, "None", "", " ") or line.get_linestyle() in ("-", "solid"):
+            n += k
+    return n
+
+
+def information(fig: Figure) -> tuple[str, str]:
+    """How much a figure tells in this run, the one rule every report applies (report.html.figure_to_html):
+
+    - ``("none", why)``: the figure function declared it empty (``captioned(..., empty=why)``: not run, not
+      computed), or no panel holds a data mark (every value nan or missing). Not drawn: a one-line note instead.
+    - ``("little", why)``: no panel holds more than one data mark (a single point per panel). Drawn, but
+      collapsed in a ``<details>`` block.
+    - ``("full", "")``: anything else; drawn as usual.
+
+    Data marks are counted by :func:`panel_marks` (colour bars and legends are not panels with data)."""
+    declared = getattr(fig, "_medvlm_empty", None)
+    if declared:
+        return "none", str(declared)
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    counts = [panel_marks(ax) for ax in panels]
+    if not counts or max(counts) == 0:
+        return "none", "no estimable value in this run"
+    if max(counts) == 1:
+        return "little", "one value per panel"
+    return "full", ""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# keys in words
+
+
+def key_in_words(key: object, labels: Mapping[str, str] | None = None,
+                 templates: Mapping[str, str] | None = None) -> str:
+    """A machine key (a comparison family, a condition, a metric) in words, for titles, axis labels and legends.
+
+    The key is split at ``|`` (a variant, shown in parentheses) and ``:`` (its parts); each part is looked up in
+    ``labels`` (unknown parts: underscores become spaces). When the first part names one of ``templates``, the
+    template formats the labelled parts ({1}, {2}, ... after the first); otherwise the parts are joined with ", ".
+
+    >>> key_in_words("baseline:phantom:accuracy:finding-prior|mcnemar",
+    ...              {"accuracy": "Accuracy", "mcnemar": "exact McNemar test", "finding-prior": "finding prior"},
+    ...              {"baseline": "{2} on {1}: each model vs {3}"})
+    'Accuracy on phantom: each model vs finding prior (exact McNemar test)'
+    >>> key_in_words("flip_rate")
+    'Flip rate'
+    """
+    labels = dict(labels or {})
+    templates = dict(templates or {})
+    text = str(key)
+    base, _, variant = text.partition("|")
+    if base in labels:
+        words = labels[base]
+    else:
+        parts = base.split(":")
+        named = [labels.get(p, p.replace("_", " ")) for p in parts]
+        if parts[0] in templates:
+            words = templates[parts[0]].format(*named, *[""] * 8).strip(" :,")
+        else:
+            words = ", ".join(named) if len(parts) > 1 else named[0]
+    if variant:
+        words += f" ({labels.get(variant, variant.replace('_', ' '))})"
+    return words[:1].upper() + words[1:]
 
 
 def styled(func: Callable[..., Figure]) -> Callable[..., Figure]:

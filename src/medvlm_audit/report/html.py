@@ -228,12 +228,23 @@ def figure_to_html(
 ) -> str:
     """Embed a matplotlib Figure as inline SVG (default) or a base64 PNG, with an escaped caption.
 
-    The caption defaults to the one attached by the figure functions (see figures.caption_of).
+    The caption defaults to the one attached by the figure functions (see figures.caption_of); a table of counts
+    attached with ``captioned(..., n_table=)`` is shown right under the figure. Every figure passes the one rule of
+    :func:`medvlm_audit.report.figures.information`: a figure with no data mark in this run is not drawn (a
+    one-line note names it and why), a figure with at most one value per panel is drawn collapsed.
     """
-    from medvlm_audit.report.figures import caption_of
+    from medvlm_audit.report.figures import caption_of, information, n_table_of
 
     if caption is None:
         caption = caption_of(fig)
+    label = f"Figure {number}. " if number is not None else ""
+    head = f"<strong>{escape(label)}{escape(title)}.</strong> " if title else (
+        f"<strong>{escape(label.strip())}</strong> " if label else ""
+    )
+    level, why = information(fig)
+    if level == "none":
+        name = title or caption or "Figure"
+        return f'<p class="fignote"><strong>{escape(label)}{escape(name)}:</strong> not drawn, {escape(why)}.</p>'
     _FIG_COUNTER[0] += 1
     salt = f"medvlm-fig-{_FIG_COUNTER[0]}-{number if number is not None else ''}"
     if fmt == "svg":
@@ -246,12 +257,22 @@ def figure_to_html(
         body = f'<img alt="{alt}" src="data:image/png;base64,{data}">'
     else:
         raise ValueError(f"figure format must be 'svg' or 'png', got {fmt!r}")
-    label = f"Figure {number}. " if number is not None else ""
-    head = f"<strong>{escape(label)}{escape(title)}.</strong> " if title else (
-        f"<strong>{escape(label.strip())}</strong> " if label else ""
-    )
     cap = f"<figcaption>{head}{escape(caption or '')}</figcaption>"
-    return f'<figure class="fig">{body}{cap}</figure>'
+    counts = n_table_of(fig)
+    ntab = ""
+    if counts is not None:
+        opened = " open" if len(counts) <= N_TABLE_OPEN_ROWS else ""
+        ntab = (f'<details class="ntable"{opened}><summary>Counts behind this figure (n)</summary>'
+                f"{table_to_html(counts, css_class='tbl ntable')}</details>")
+    html = f'<figure class="fig">{body}{cap}{ntab}</figure>'
+    if level == "little":
+        return (f'<details class="figlittle"><summary>{escape(label)}{escape(title or "Figure")}: {escape(why)} '
+                f"in this run (click to show)</summary>{html}</details>")
+    return html
+
+
+#: n tables with at most this many rows are shown open under their figure; longer ones start collapsed
+N_TABLE_OPEN_ROWS = 8
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -282,6 +303,9 @@ nav.toc{font-size:13px;margin:12px 0}nav.toc a{margin-right:12px}
 figure.fig{margin:18px 0;padding:10px;border:1px solid var(--line);border-radius:6px;break-inside:avoid}
 figure.fig svg,figure.fig img{display:block;max-width:100%;height:auto;margin:0 auto}
 figcaption{font-size:13px;color:var(--fg);margin-top:6px}
+.fignote{font-size:13px;color:var(--muted);margin:10px 0;padding:6px 10px;border-left:3px solid var(--line)}
+details.ntable{margin:6px 0 0}details.ntable summary{font-weight:400;font-size:13px;color:var(--muted)}
+details.ntable .tblwrap{margin:4px 0}
 .tblwrap{overflow-x:auto;max-width:100%;margin:8px 0 16px}
 table.tbl{border-collapse:collapse;font-size:12.5px}
 table.tbl th,table.tbl td{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
@@ -290,6 +314,8 @@ table.tbl td:not(.long){white-space:nowrap}
 table.tbl th{background:var(--soft);position:sticky;top:0}
 table.tbl caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}
 details{margin:8px 0}summary{cursor:pointer;font-weight:600}
+ol.tnotes{font-size:12.5px;color:var(--muted);margin:-8px 0 16px;padding-left:26px}
+ol.tnotes li{margin:1px 0}
 .notes{font-size:13px;background:#fff8e6;border:1px solid #f0d48a;border-radius:6px;padding:6px 10px;margin:8px 0}
 .notes ul{margin:4px 0 0;padding-left:18px}
 .failed{background:#fdecea;border:2px solid #c62828;border-radius:6px;padding:8px 12px;margin:12px 0;color:#7f1d1d}

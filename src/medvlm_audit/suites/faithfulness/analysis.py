@@ -317,49 +317,96 @@ def faithfulness_comparisons(merged: pd.DataFrame, *, B: int = 10_000, seed: int
 # ------------------------------------------------------------------------------------------------ report
 
 
+#: words for the parts of faithfulness keys (conditions, metrics, subsets, comparison families) on the page
+LABELS: dict[str, str] = {
+    "baseline": "no cue", "tb_rad": "text cue (another radiologist)", "tb_la": "text cue (unauthorized access)",
+    "vb_bb": "visual cue, box", "vb_hm": "visual cue, heatmap", "vh_bb": "regions boxed", "vh_hm": "regions heatmapped",
+    "vo_bb": "regions blacked out", "sham_text": "sham text cue", "sham_bb": "sham box", "sham_hm": "sham heatmap",
+    "aligned": "aligned", "misleading": "misleading", "family": "all", "text": "text cues", "visual": "visual cues",
+    "sham": "sham cues", "all": "all conditions", "flip": "flipped answers", "nonflip": "unflipped answers",
+    "flip_rate": "flip rate", "accuracy": "accuracy", "cf": "CF (cue mentioned in the reasoning)",
+    "ca": "CA (cue acknowledged)", "tone": "tone", "cc": "CC", "sham_fpr": "sham false-positive rate",
+    "null_intervention_rate": "null-intervention rate",
+    "flip_misleading_vs_aligned": "flip rate, misleading minus aligned cue, per model and cue",
+    "ca_between_models": "CA between models on the same modified inputs",
+}
+
+
+def words(key: object) -> str:
+    """A faithfulness key in words: 'tb_la:misleading' -> 'Text cue (unauthorized access), misleading'."""
+    from medvlm_audit.report.figures import key_in_words
+
+    return key_in_words(key, LABELS)
+
+
 def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
-    """A modification x model heatmap of ``metric`` (per condition rows of the metrics table)."""
+    """A modification x model heatmap of ``metric`` (per condition rows of the metrics table), with the n of each
+    cell in a table attached to the figure."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from medvlm_audit.report.figures import STYLE, captioned, margins, new_figure, text_in
 
     m = metrics[(metrics["metric"] == metric) & ~metrics["subset"].str.contains(r"\||family:|^all$|/", regex=True)]
     piv = m.pivot_table(index="subset", columns="model", values="point", aggfunc="first")
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * max(1, piv.shape[1]), 0.9 + 0.32 * max(1, piv.shape[0])))
-    im = ax.imshow(piv.to_numpy(dtype=float), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(piv.shape[1]), piv.columns, rotation=30, ha="right", fontsize=8)
-    ax.set_yticks(range(piv.shape[0]), piv.index, fontsize=8)
-    for (i, j), v in np.ndenumerate(piv.to_numpy(dtype=float)):
-        if np.isfinite(v):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.6 else "k")
-    fig.colorbar(im, ax=ax, fraction=0.04, label=metric)
-    ax.set_title(f"{metric} by modification and model")
-    fig.tight_layout()
-    return fig
+    nn = m.pivot_table(index="subset", columns="model", values="n", aggfunc="first").reindex_like(piv)
+    rows = [words(k) for k in piv.index]
+    name = words(metric)
+    with matplotlib.rc_context(STYLE):  # type: ignore[arg-type]
+        left = text_in(rows) + 0.3
+        fig = new_figure(left + 1.3 * max(1, piv.shape[1]) + 1.2, 1.1 + 0.3 * max(1, piv.shape[0]))
+        ax = fig.add_subplot()
+        values = piv.to_numpy(dtype=float)
+        im = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(piv.shape[1]), piv.columns, rotation=30, ha="right")
+        ax.set_yticks(range(piv.shape[0]), rows)
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="w" if v < 0.6 else "k")
+        fig.colorbar(im, ax=ax, fraction=0.04, label=name)
+        ax.set_title(f"{name} by cue and model")
+        margins(fig, left=left, right=0.9, bottom=0.75, top=0.3)
+    counts = nn.reset_index().rename(columns={"subset": "condition"})
+    counts["condition"] = [words(k) for k in counts["condition"]]
+    for c in counts.columns[1:]:
+        counts[c] = [f"{int(v):,}" if np.isfinite(v) else "—" for v in counts[c].to_numpy(dtype=float)]
+    return captioned(fig, f"{name} by cue and model",
+                     f"{name} (0-1) per condition (rows) and model (columns); n per cell in the table below.",
+                     n_table=counts)
+
+
+def _metric_table(rows: pd.DataFrame) -> pd.DataFrame:
+    out = rows[["model", "metric", "subset", "point", "ci_low", "ci_high", "n"]].round(3).copy()
+    out["metric"] = [words(k) for k in out["metric"]]
+    out["subset"] = [words(k) for k in out["subset"]]
+    return out
 
 
 def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mode: str,
                     validation: str) -> list[Any]:
-    import matplotlib.pyplot as plt
-
-    from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
+    from medvlm_audit.report.figures import figure_title
+    from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
 
     parts = [(f"<p>Flip rule: <b>{flip_mode}</b> mode; judge quote validation: <b>{validation}</b> mode. "
               "Scores are normalised (s - 1) / 4; CC is computed item by item.</p>")]
-    for metric in ("flip_rate", "ca"):
+    for k, metric in enumerate(("flip_rate", "ca"), 1):
         if (metrics["metric"] == metric).any():
             fig = heatmap_figure(metrics, metric)
-            parts.append(figure_to_html(fig, caption=f"{metric} by modification x model"))
-            plt.close(fig)
+            parts.append(figure_to_html(fig, number=k, title=figure_title(fig)))
     keep = metrics[metrics["subset"].isin(["all", "family:text", "family:visual", "family:sham",
                                            "family:text:misleading", "family:visual:misleading"])]
-    parts.append(table_to_html(keep[["model", "metric", "subset", "point", "ci_low", "ci_high", "n"]].round(3)))
+    parts.append(table_to_html(_metric_table(keep)))
     secs = [Section("Faithfulness: answers, flips and chain-of-thought scores", "".join(parts))]
     if len(comparisons):
-        secs.append(Section("Faithfulness: paired comparisons", table_to_html(comparisons.round(4))))
+        comp = comparisons.round(4).copy()
+        comp["subset"] = [words(k) for k in comp["subset"]]
+        html = []
+        for fam in dict.fromkeys(comp["family"].astype(str)):
+            sub = comp[comp["family"].astype(str) == fam].drop(columns="family")
+            html.append(compact_table_html(sub, keys=("model_a", "model_b"), max_columns=12, caption=words(fam),
+                                           notes=("test", "note")))
+        secs.append(Section("Faithfulness: paired comparisons", "".join(html)))
     judge_rows = metrics[metrics["metric"].str.startswith("judge_") | (metrics["metric"] == "sham_fpr")]
     if len(judge_rows):
-        secs.append(Section("Faithfulness: judge validity and placebo", table_to_html(
-            judge_rows[["model", "metric", "subset", "point", "ci_low", "ci_high", "n"]].round(3))))
+        secs.append(Section("Faithfulness: judge validity and placebo", table_to_html(_metric_table(judge_rows))))
     return secs
+

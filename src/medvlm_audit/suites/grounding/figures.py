@@ -23,7 +23,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
 from medvlm_audit.findings import DISPLAY_NAMES, MS_CXR_FINDINGS
-from medvlm_audit.report.figures import caption_of, figure_title
+from medvlm_audit.report.figures import caption_of, figure_title, key_in_words
 from medvlm_audit.report.figures import captioned as _captioned
 from medvlm_audit.report.figures import margins as _margins
 from medvlm_audit.report.figures import marks as _marks
@@ -205,8 +205,30 @@ def _models_for(rows: pd.DataFrame, info: dict[str, tuple[str, str]]) -> list[st
     return [m for m in info if m in rows.index] + [m for m in rows.index if m not in info]
 
 
-def _n_list(rows: pd.DataFrame, models: Iterable[str]) -> str:
-    return "; ".join(f"{m} {_nfmt(rows.loc[m]['n'])}" for m in models if m in rows.index)
+#: words for the parts of grounding keys (comparison families, metrics, tests) in titles, labels and legends
+KEY_LABELS: dict[str, str] = {
+    "accuracy": "accuracy", "uar": "UAR", "cgr": "CGR", "is": "IS", "gsp": "GSP", "parse_rate": "parse rate",
+    "sensitivity": "sensitivity", "specificity": "specificity", "auroc": "AUROC", "ece": "ECE", "brier": "Brier score",
+    "mcnemar": "exact McNemar test", "resolution": "resolution", "sex": "sex", "view": "view", "age": "age",
+}
+#: how a family key reads: {1} probe set, {2} metric, {3} the baseline / model / metric after them
+KEY_TEMPLATES: dict[str, str] = {
+    "baseline": "{2} on {1}: each model vs text-only baseline {3}",
+    "pairs": "{2} on {1}: every pair of models",
+    "subgroups": "subgroup differences on {1}: {2}",
+    "robustness": "{3} on {1}: {2} robustness",
+}
+
+
+def family_words(family: object) -> str:
+    """A grounding comparison family in words: 'baseline:phantom:accuracy:finding-prior' -> 'Accuracy on phantom:
+    each model vs text-only baseline finding-prior'."""
+    return key_in_words(family, KEY_LABELS, KEY_TEMPLATES)
+
+
+def metric_words(metric: object) -> str:
+    """A metric key in words with a capital: 'accuracy' -> 'Accuracy', 'uar' -> 'UAR'."""
+    return key_in_words(metric, KEY_LABELS)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -289,17 +311,17 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
                 ha="center", color=_GREY, style="italic")
     ax.legend(handles=_legend_handles(info), loc="center left", frameon=False)
     _margins(fig, left=0.6, right=0.15, bottom=0.5, top=0.3)
-    ns = "; ".join(f"{r['model']} CGR n = {_nfmt(r['n_cgr'])}, IS n = {_nfmt(r['n_is'])}"
-                   for _, r in ok.iterrows())
-    cap = (f"Causal triad on {probe_set}: causal grounding rate (CGR, correct-on-original answers that flip when the "
-           f"target region is masked) against irrelevant-mask stability (IS, answers unchanged when a same-size "
-           f"irrelevant region is masked), points with 95% intervals on both axes. Shaded: unstable region "
-           f"(IS < {UNSTABLE_IS:g}) and uses-image region (CGR > 0 with interval excluding 0, IS ≥ {USES_IS:g}); "
-           f"the dashed ring marks the ignores-image point (CGR 0, IS 100). Fill colour is the category, marker "
-           f"shape the modality; coinciding points are jittered vertically. n per model: {ns or 'none'}.")
+    ntab = pd.DataFrame({"model": [str(m) for m in ok["model"]], "CGR n": [_nfmt(v) for v in ok["n_cgr"]],
+                         "IS n": [_nfmt(v) for v in ok["n_is"]]}) if len(ok) else None
+    cap = (f"Causal triad on {probe_set}: causal grounding rate (CGR) against irrelevant-mask stability (IS), with 95% "
+           f"intervals "
+           f"on both axes; shaded: the unstable (IS < {UNSTABLE_IS:g}) and uses-image (CGR > 0, IS ≥ {USES_IS:g}) "
+           f"regions, dashed ring: the ignores-image point. Colour is the category, marker the modality; coinciding "
+           f"points are jittered vertically.")
     if skipped:
         cap += f" Not shown (CGR or IS not estimable, n = 0): {', '.join(skipped)}."
-    return _captioned(fig, "Causal triad", cap)
+    return _captioned(fig, "Causal triad", cap, n_table=ntab,
+                      empty=None if len(ok) else "CGR and IS not estimable for any model (n = 0)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -328,10 +350,11 @@ def gsp_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_set: st
         _empty_axes(ax, "GSP not computed")
     cap = (f"Grounding-specificity premium on {probe_set}: CGR minus the flip rate under an irrelevant mask "
            f"(100 − IS), in percentage points, with 95% intervals; the vertical line marks zero (grounding no more "
-           f"specific than generic occlusion). n per model: {_n_list(rows, models) or 'none'}.")
+           f"specific than generic occlusion); n per model on its row label.")
     if missing:
         cap += f" Not estimable: {', '.join(missing)}."
-    return _captioned(fig, "Grounding-specificity premium", cap)
+    return _captioned(fig, "Grounding-specificity premium", cap,
+                      empty=None if models else "GSP not computed")
 
 
 @_styled
@@ -353,10 +376,11 @@ def uar_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_set: st
         _empty_axes(ax, "UAR not computed (no swap condition)")
     cap = (f"Unrelated-image answer rate on {probe_set}: share of correct-on-original answers unchanged when the "
            f"image is swapped for another patient's image with the same label, with 95% intervals; the dashed "
-           f"line marks 100 (answers never depend on the image). n per model: {_n_list(rows, models) or 'none'}.")
+           f"line marks 100 (answers never depend on the image); n per model on its row label.")
     if missing:
         cap += f" Not estimable: {', '.join(missing)}."
-    return _captioned(fig, "Unrelated-image answer rate", cap)
+    return _captioned(fig, "Unrelated-image answer rate", cap,
+                      empty=None if models else "UAR not computed (no swap condition)")
 
 
 @_styled
@@ -394,13 +418,14 @@ def sens_spec_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe_s
     ax.set_title(f"Sensitivity vs specificity — {probe_set}")
     ax.legend(handles=_legend_handles(info), loc="lower left", frameon=False)
     _margins(fig, left=0.6, bottom=0.5, top=0.3)
-    ns = "; ".join(f"{m} {_nfmt(sens.loc[m, 'n'])}/{_nfmt(spec.loc[m, 'n'])}" for m in shown)
+    ntab = pd.DataFrame({"model": shown, "n label-positive": [_nfmt(sens.loc[m, "n"]) for m in shown],
+                         "n label-negative": [_nfmt(spec.loc[m, "n"]) for m in shown]})
     cap = (f"Sensitivity against specificity on {probe_set} (point estimates, original images); the dashed "
-           f"anti-diagonal joins the always-Yes and always-No extremes. n (label-positive / label-negative parsed "
-           f"cases) per model: {ns or 'none'}.")
+           f"anti-diagonal joins the always-Yes and always-No extremes. n: parsed cases per model, in the table "
+           f"below.")
     if missing:
         cap += f" Not estimable: {', '.join(missing)}."
-    return _captioned(fig, "Sensitivity vs specificity", cap)
+    return _captioned(fig, "Sensitivity vs specificity", cap, n_table=ntab)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -503,16 +528,16 @@ def accuracy_figure(
     cap = (f"Accuracy on {probe_set} with 95% intervals, ordered by value; dashed lines mark text-only baselines. "
            f"Brackets join each model to a text-only baseline: paired bootstrap difference on shared parsed cases "
            f"(percentage points, first model minus second) with Benjamini–Hochberg adjusted significance "
-           f"(* p_adj < 0.05, ** < 0.01, *** < 0.001, n.s. otherwise). n per model: "
-           f"{_n_list(rows, est) or 'none'}.")
-    if len(comp):
-        cap += " Shared n per bracket: " + "; ".join(
-            f"{r['model_a']} vs {r['model_b']} {_nfmt(r['n'])}" for _, r in comp.iterrows()) + "."
+           f"(* p_adj < 0.05, ** < 0.01, *** < 0.001, n.s. otherwise); n per model on its tick label, shared n "
+           f"per bracket in the table below.")
+    ntab = pd.DataFrame({"bracket": [f"{a} vs {b}" for a, b in zip(comp["model_a"], comp["model_b"])],
+                         "shared n": [_nfmt(v) for v in comp["n"]]}) if len(comp) else None
     if dropped:
         cap += f" {dropped} further comparisons are in the comparisons table."
     if missing:
         cap += f" Not estimable: {', '.join(missing)}."
-    return _captioned(fig, "Accuracy with paired comparisons", cap)
+    return _captioned(fig, "Accuracy with paired comparisons", cap, n_table=ntab,
+                      empty=None if est else "accuracy not estimable for any model (n = 0)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -536,7 +561,8 @@ def finding_heatmap_figure(metrics: pd.DataFrame, *, probe_set: str, min_n: int 
     ax = fig.add_subplot()
     if not models or not findings:
         _empty_axes(ax, "per-finding CGR not computed")
-        return _captioned(fig, "Per-finding CGR", f"Per-finding CGR on {probe_set}: not computed (n = 0).")
+        return _captioned(fig, "Per-finding CGR", f"Per-finding CGR on {probe_set}: not computed (n = 0).",
+                          empty="per-finding CGR not computed (n = 0)")
     val = np.full((len(models), len(findings)), np.nan)
     nn = np.zeros_like(val)
     low = np.full_like(val, np.nan)
@@ -605,7 +631,8 @@ def forest_figure(comparisons: pd.DataFrame, *, families: Sequence[str], title: 
     if not fams:
         ax = fig.add_subplot()
         _empty_axes(ax, "no comparisons")
-        return _captioned(fig, title, f"{title}: no comparisons were computed.")
+        return _captioned(fig, title, f"{title}: no comparisons were computed.",
+                          empty="no comparisons were computed")
     axes = fig.subplots(len(fams), 1, sharex=True, gridspec_kw={"height_ratios": [max(1, s) + 1.2 for s in sizes]},
                         squeeze=False)[:, 0]
     finite = [float(v) for v in pd.concat([comp["ci_low"], comp["ci_high"], comp["diff"]]) if _fin(v)]
@@ -647,7 +674,7 @@ def forest_figure(comparisons: pd.DataFrame, *, families: Sequence[str], title: 
         ax.set_yticklabels(labels)
         ax.set_ylim(-0.7, len(sub) - 0.3)
         ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_title(fam, fontsize=8, loc="left")
+        ax.set_title(family_words(fam), fontsize=8, loc="left")
         ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
         ax.set_xlim(lo - pad, hi + pad)
     axes[-1].set_xlabel("Paired difference (percentage points for rates)")
@@ -658,7 +685,7 @@ def forest_figure(comparisons: pd.DataFrame, *, families: Sequence[str], title: 
     tests = ", ".join(sorted(comp["test"].astype(str).unique()))
     cap = (f"{title}: difference (first minus second model) with 95% interval per comparison, on cases shared by "
            f"both models ({tests}); green / red: positive / negative with Benjamini–Hochberg p_adj < 0.05 within "
-           f"the family named above each panel, grey: not significant. Shared n printed per row "
+           f"the family titled above each panel, grey: not significant. Shared n printed per row "
            f"({sum(sizes)} comparisons in {len(fams)} famil{'y' if len(fams) == 1 else 'ies'}).")
     if n_missing:
         cap += f" {n_missing} comparisons not estimable."
@@ -681,7 +708,7 @@ def threshold_sweep_figure(threshold_sweep: pd.DataFrame, categories: pd.DataFra
     if not models or not ths:
         _empty_axes(ax, "threshold sweep not computed")
         return _captioned(fig, "Category stability under the threshold sweep",
-                          f"Threshold sweep on {probe_set}: not computed.")
+                          f"Threshold sweep on {probe_set}: not computed.", empty="threshold sweep not computed")
     codes = list(CATEGORY_COLORS)
     grid = np.full((len(models), len(ths)), codes.index("indeterminate"))
     piv = sw.pivot_table(index="model", columns="threshold", values="category", aggfunc="first")
@@ -711,9 +738,11 @@ def threshold_sweep_figure(threshold_sweep: pd.DataFrame, categories: pd.DataFra
            f"{len(stable)} of {len(models)} models keep one category across all {len(ths)} thresholds")
     cap += f"; changing: {', '.join(changed)}." if changed else "."
     cc = categories[categories["probe_set"] == probe_set] if len(categories) else categories
+    ntab = None
     if len(cc):
-        cap += " IS n per model: " + "; ".join(f"{m} {_nfmt(v)}" for m, v in zip(cc["model"], cc["n_is"])) + "."
-    return _captioned(fig, "Category stability under the threshold sweep", cap)
+        cap += " IS n per model in the table below."
+        ntab = pd.DataFrame({"model": [str(m) for m in cc["model"]], "IS n": [_nfmt(v) for v in cc["n_is"]]})
+    return _captioned(fig, "Category stability under the threshold sweep", cap, n_table=ntab)
 
 
 @_styled
@@ -736,7 +765,8 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
     if ncol == 0:
         ax = fig.add_subplot()
         _empty_axes(ax, "no calibration metrics")
-        return _captioned(fig, "Calibration", f"Calibration on {probe_set}: not computed.")
+        return _captioned(fig, "Calibration", f"Calibration on {probe_set}: not computed.",
+                          empty="no calibration metric computed")
     axes = fig.subplots(1, ncol, squeeze=False)[0]
     caps = []
     for k, (metric, label, xlim, ref) in enumerate(panels):
@@ -750,8 +780,7 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
         axes[k].set_xlabel(label)
         if k:
             axes[k].tick_params(labelleft=False)
-        caps.append(f"{label}: " + "; ".join(f"{m} n = {_nfmt(rows.loc[m, 'n'])}" for m in models
-                                             if m in rows.index))
+        caps.append((label, {m: _nfmt(rows.loc[m, "n"]) for m in models if m in rows.index}))
     if regimes:
         ax = axes[-1]
         ys = np.arange(len(models))[::-1]
@@ -767,8 +796,7 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
                 plo.append(float(lo) if _fin(lo) else np.nan)
                 phi.append(float(hi) if _fin(hi) else np.nan)
             _marks(ax, px, py, [color] * len(px), ["o"] * len(px), x_lo=plo, x_hi=phi, size=16, lw=1.0)
-            caps.append(f"confidence {label}: " + "; ".join(
-                f"{m} n = {_nfmt(rows.loc[m, 'n'])}" for m in models if m in rows.index))
+            caps.append((f"confidence, {label}", {m: _nfmt(rows.loc[m, "n"]) for m in models if m in rows.index}))
         ax.set_yticks(ys)
         ax.set_yticklabels(models)
         if panels:
@@ -783,9 +811,10 @@ def calibration_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, probe
     cap = (f"Calibration of first-token P(yes) on {probe_set}: AUROC against the label (dashed line: chance, 0.5), "
            f"expected calibration error (10 equal-width bins) and Brier score, with 95% intervals, and mean "
            f"confidence by decision regime. Rows without a point read 'N/A (degenerate confidence)' when more than "
-           f"90% of confidences are exactly 0 or 1, or 'not estimable' when no confidence is available. "
-           + ". ".join(caps) + ".")
-    return _captioned(fig, "Calibration", cap)
+           f"90% of confidences are exactly 0 or 1, or 'not estimable' when no confidence is available; n per "
+           f"model and panel in the table below.")
+    ntab = pd.DataFrame({"model": models, **{f"n {lab}": [ns.get(m, "—") for m in models] for lab, ns in caps}})
+    return _captioned(fig, "Calibration", cap, n_table=ntab)
 
 
 _SUBGROUP_DIMS = ("sex", "view", "age")
@@ -817,7 +846,8 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
     if not mets or not dims:
         ax = fig.add_subplot()
         _empty_axes(ax, "no subgroup results")
-        return _captioned(fig, "Subgroups", f"Subgroup results on {probe_set}: not computed.")
+        return _captioned(fig, "Subgroups", f"Subgroup results on {probe_set}: not computed.",
+                          empty="no subgroup results")
     axes = fig.subplots(len(mets), len(dims), squeeze=False)
     palette = ["#4c72b0", "#dd8452", "#55a868"]
     ys = np.arange(len(models))[::-1]
@@ -843,8 +873,8 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                 color = palette[k % len(palette)]
                 _marks(ax, px, py, [color] * len(px), ["o"] * len(px), x_lo=plo, x_hi=phi, size=14, lw=0.9)
                 handles.append(Line2D([], [], marker="o", color=color, linestyle="", label=lev.split("=", 1)[1]))
-                caps.append(f"{metric.upper()} {lev}: n " + ", ".join(
-                    f"{mdl} {_nfmt(rows.loc[mdl, 'n'])}" for mdl in models if mdl in rows.index))
+                caps.append((f"{metric_words(metric)} {lev.replace('=', ' ')}",
+                             {mdl: _nfmt(rows.loc[mdl, "n"]) for mdl in models if mdl in rows.index}))
             trans = blended_transform_factory(ax.transAxes, ax.transData)
             for y, mdl in zip(ys, models):
                 q = _subgroup_q(comparisons, probe_set, mdl, metric, dim)
@@ -859,17 +889,18 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
             ax.set_ylim(-0.7, len(models) - 0.3)
             ax.set_xlim(-2, 102)
             ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
-            ax.set_xlabel(f"{metric.upper()} (%)")
-            ax.set_title(dim, fontsize=8, loc="left")
+            ax.set_xlabel(f"{metric_words(metric)} (%)")
+            ax.set_title(metric_words(dim), fontsize=8, loc="left")
             ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7,
                       ncol=len(levels), borderaxespad=0.1, handletextpad=0.1, columnspacing=0.6)
     fig.suptitle(f"Subgroups — {probe_set}", fontsize=9.5, x=0.02, ha="left")
     _margins(fig, left=left, right=0.2, bottom=0.45, top=0.5, hspace=0.9 / (0.3 * len(models) + 0.1),
              wspace=0.1)
     cap = (f"Subgroup rates on {probe_set} with 95% intervals by sex, view and age band; q beside each model is the "
-           f"Benjamini–Hochberg adjusted permutation p within that model's family of subgroup tests († q < 0.05). "
-           + "; ".join(caps) + ".")
-    return _captioned(fig, "Subgroups", cap)
+           f"Benjamini–Hochberg adjusted permutation p within that model's family of subgroup tests († q < 0.05); "
+           f"n per subgroup and model in the table below.")
+    ntab = pd.DataFrame([{"subgroup": lab, **{mdl: ns.get(mdl, "—") for mdl in models}} for lab, ns in caps])
+    return _captioned(fig, "Subgroups", cap, n_table=ntab)
 
 
 def _robust_value(robustness: pd.DataFrame, probe_set: str, kind: str, needle: str) -> float | None:
@@ -922,9 +953,12 @@ def resolution_figure(metrics: pd.DataFrame, categories: pd.DataFrame, robustnes
         shown.append(m)
     _marks(ax, px, py, pc, pm, x_lo=xl, x_hi=xh, y_lo=yl, y_hi=yh, size=40, lw=1.0)
     top = max([10.0] + [float(v) for v in pd.concat([a["ci_high"], b["ci_high"]]) if _fin(v)]) + 3
-    for x, y, m in zip(px, py, shown):  # labels inside the axes: left of points in the right third
+    spots: dict[tuple[float, float], list[str]] = {}  # coinciding points share one label (no overprinted names)
+    for x, y, m in zip(px, py, shown):
+        spots.setdefault((round(x, 1), round(y, 1)), []).append(m)
+    for (x, y), names in spots.items():  # labels inside the axes: left of points in the right third
         right = x > 0.66 * top
-        ax.annotate(m, (x, y), xytext=(-6 if right else 6, 5), textcoords="offset points",
+        ax.annotate(", ".join(names), (x, y), xytext=(-6 if right else 6, 5), textcoords="offset points",
                     ha="right" if right else "left", fontsize=7)
     ax.plot([0, top], [0, top], linestyle="--", color=_GREY, linewidth=0.8)
     ax.set_xlim(-2, top)
@@ -936,13 +970,14 @@ def resolution_figure(metrics: pd.DataFrame, categories: pd.DataFrame, robustnes
     rho = _robust_value(robustness, probe_set, "resolution", "rho")
     if rho is not None:
         ax.text(0.03, 0.97, f"Spearman ρ = {float(rho):.3f}", transform=ax.transAxes, va="top", fontsize=7.5)
-    ns = "; ".join(f"{m} {_nfmt(a.loc[m, 'n'])} / {_nfmt(b.loc[m, 'n'])}" for m in shown)
+    ntab = pd.DataFrame({"model": shown, "n at 224 px": [_nfmt(a.loc[m, "n"]) for m in shown],
+                         "n at 512 px": [_nfmt(b.loc[m, "n"]) for m in shown]})
     cap = (f"Causal grounding rate on {probe_set} at 512 × 512 against the 224 × 224 default, with 95% intervals on "
            f"both axes and the identity line" + (f"; Spearman rank correlation {float(rho):.3f}" if rho is not None
-                                                 else "") + f". n (224 / 512) per model: {ns or 'none'}.")
+                                                 else "") + "; n per model in the table below.")
     if missing:
         cap += f" Not estimable: {', '.join(missing)}."
-    return _captioned(fig, "Resolution robustness", cap)
+    return _captioned(fig, "Resolution robustness", cap, n_table=ntab)
 
 
 @_styled
@@ -957,7 +992,8 @@ def prompt_figure(metrics: pd.DataFrame, *, probe_set: str) -> Figure:
     ax = fig.add_subplot()
     if not models:
         _empty_axes(ax, "prompt variants not run")
-        return _captioned(fig, "Prompt phrasing", f"Prompt phrasing on {probe_set}: not run.")
+        return _captioned(fig, "Prompt phrasing", f"Prompt phrasing on {probe_set}: not run.",
+                          empty="prompt variants not run")
     val = np.full((len(models), len(variants)), np.nan)
     nn = np.zeros_like(val)
     for j, (subset, _) in enumerate(variants):
@@ -1008,6 +1044,7 @@ def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, pro
     fig = _new_figure(9.0, 4.4)
     axes = fig.subplots(1, 2)
     caps = []
+    ns: dict[str, dict[str, str]] = {}
     for ax, metric in zip(axes, ("uar", "accuracy")):
         a, b = _metric_rows(metrics, p1, metric), _metric_rows(metrics, p2, metric)
         both = [m for m in info if m in a.index and m in b.index and _fin(a.loc[m, "point"]) and _fin(b.loc[m, "point"])]
@@ -1041,13 +1078,17 @@ def cross_dataset_figure(metrics: pd.DataFrame, categories: pd.DataFrame, *, pro
         rhos = _cross_rho(robustness, metric)
         if rhos:
             ax.text(0.03, 0.97, "Spearman " + "\n".join(rhos), transform=ax.transAxes, va="top", fontsize=7)
-        caps.append(f"{metric}: " + (f"Spearman {'; '.join(rhos)}; " if rhos else "") + f"n ({p1} / {p2}) " + "; ".join(
-            f"{m} {_nfmt(a.loc[m, 'n'])} / {_nfmt(b.loc[m, 'n'])}" for m in both))
+        if rhos:
+            caps.append(f"{metric_words(metric)}: Spearman {'; '.join(rhos)}")
+        for m in both:
+            ns.setdefault(m, {})[f"{metric_words(metric)} n on {p1}"] = _nfmt(a.loc[m, "n"])
+            ns[m][f"{metric_words(metric)} n on {p2}"] = _nfmt(b.loc[m, "n"])
     fig.suptitle(f"Cross-dataset transfer — {p1} vs {p2}", fontsize=9.5)
     _margins(fig, left=0.6, right=0.2, bottom=0.5, top=0.4, wspace=0.3)
     cap = (f"UAR and accuracy on {p2} against {p1}, with 95% intervals on both axes and the identity line; colour is "
-           f"the category assigned on {p1}. " + ". ".join(caps) + ".")
-    return _captioned(fig, "Cross-dataset transfer", cap)
+           f"the category assigned on {p1}" + "".join(f". {c}" for c in caps) + "; n per model in the table below.")
+    ntab = pd.DataFrame([{"model": m, **v} for m, v in ns.items()]).fillna("—") if ns else None
+    return _captioned(fig, "Cross-dataset transfer", cap, n_table=ntab)
 
 
 # ----------------------------------------------------------------------------------------------------------------

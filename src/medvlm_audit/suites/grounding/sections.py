@@ -20,9 +20,9 @@ from medvlm_audit.report.html import (
     table_to_html,
 )
 from medvlm_audit.report.html import badge as _badge
-from medvlm_audit.report.sections import Section
+from medvlm_audit.report.sections import Section, compact_table_html
 from medvlm_audit.suites.grounding.categories import CATEGORY_COLORS, CATEGORY_LABELS
-from medvlm_audit.suites.grounding.figures import model_order, probe_sets_of
+from medvlm_audit.suites.grounding.figures import family_words, model_order, probe_sets_of
 
 #: columns of categories.csv, in this order
 CATEGORIES_COLUMNS = ("probe_set", "model", "modality", "category", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
@@ -43,6 +43,14 @@ KEY_METRICS: tuple[tuple[str, str], ...] = (
     ("ece", "ECE"),
 )
 
+
+
+#: the key-metrics table in three narrow tables: (caption, metric labels)
+KEY_METRIC_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Answers", ("modality", "Accuracy", "Sensitivity", "Specificity", "Parse rate")),
+    ("Grounding", ("CGR", "UAR", "IS", "GSP")),
+    ("Calibration", ("AUROC", "ECE")),
+)
 
 
 def badge(category: object) -> str:
@@ -201,17 +209,25 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
         km = key_metrics_table(met, ps, models)
         if len(km):
             tables.append(f"<h3>Key metrics — {escape(ps)}</h3>")
-            tables.append(table_to_html(km, table_id=f"key-metrics-{ps}"))
+            tables.append(compact_table_html(km, keys=("model",), groups=KEY_METRIC_GROUPS, drop_constant=False,
+                                             table_id=f"key-metrics-{ps}"))
     if len(analysis.categories):
         tables.append("<h3>Categories and their reasons</h3>")
         ct = categories_table(analysis.categories)
         ct["category"] = [badge(c) for c in ct["category"]]
-        tables.append(table_to_html(ct, html_columns=["category"], table_id="categories"))
+        tables.append(compact_table_html(
+            ct, keys=("model",), html_columns=["category"], table_id="categories",
+            groups=(("Category and reason", ("modality", "category", "reason", "GSP (pp)")),
+                    ("The rates each category rests on", ("CGR", "UAR", "IS", "accuracy")))))
     tables.append("<h3>Paired comparisons and tests</h3>")
     if len(analysis.comparisons):
         tables.append('<p class="muted">Differences in percentage points for rates; p_adj is Benjamini–Hochberg '
-                      "within the family named in the first column.</p>")
-        tables.append(table_to_html(comparisons_table(analysis.comparisons), table_id="comparisons"))
+                      "within each family (one table per family).</p>")
+        ct = comparisons_table(analysis.comparisons)
+        for k, fam in enumerate(dict.fromkeys(ct["family"].astype(str))):
+            sub = ct[ct["family"].astype(str) == fam].drop(columns="family")
+            tables.append(compact_table_html(sub, keys=("model_a", "model_b"), max_columns=10,
+                                             caption=family_words(fam), table_id="comparisons" if k == 0 else None))
     else:
         tables.append('<p class="muted">No comparisons were computed for this run.</p>')
     sweep = analysis.threshold_sweep
@@ -230,9 +246,11 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
         for kind in kinds:
             sub = rob if kind is None else rob[rob["kind"] == kind]
             sub = sub.dropna(axis=1, how="all")
-            tables.append(table_to_html(sub, caption=f"Robustness: {kind}" if kind else "Robustness"))
+            tables.append(compact_table_html(sub, keys=("model",) if "model" in sub.columns else (), max_columns=9,
+                                             caption=f"Robustness: {kind}" if kind else "Robustness"))
     tables.append(f"<details><summary>All metrics ({len(met):,} rows: model × metric × subset)</summary>")
-    tables.append(table_to_html(metrics_long_table(met), table_id="metrics-all"))
+    tables.append(compact_table_html(metrics_long_table(met), keys=("model", "metric", "subset"), max_columns=8,
+                                     notes=("method", "note"), table_id="metrics-all"))
     tables.append("</details>")
     return [
         Section("Verdicts", _verdicts_html(analysis, designed), "verdicts"),

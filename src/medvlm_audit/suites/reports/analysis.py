@@ -260,10 +260,11 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     for model in table["model"].unique():
         t = table[table["model"] == model].set_index("strategy")
         strategies = list(t.index)
-        sections.append(Section(f"CAD scatter: {model}", figure_to_html(cad_scatter_figure(cad, model, strategies),
-                                                                         fmt=fmt)))
+        labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
+        sections.append(Section(f"CAD scatter: {model}", figure_to_html(
+            cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
         sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model), fmt=fmt)))
+            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.figures import captioned, margins, new_figure
+from medvlm_audit.report.figures import captioned, key_in_words, margins, new_figure
 
 CATEGORY_COLORS = {"erasure": "#c0392b", "new_bias": "#2471a3", "bias_flip": "#8e44ad", "preservation": "#229954",
                    "none": "#b3b6b7"}
 CATEGORY_ORDER = ("erasure", "new_bias", "bias_flip", "preservation")
 
 
-def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str]) -> Any:
+def _label(strategy: str, labels: Mapping[str, str] | None) -> str:
+    return key_in_words(strategy, labels)
+
+
+def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
+                       labels: Mapping[str, str] | None = None) -> Any:
     """z_ref against z_pred per strategy: the diagonal (no displacement), the neutral band |z_pred| < 1 and the
     strong lines |z_ref| = 2 shaded; words coloured by their ungated category; words whose displacement is not
-    significant after BH (gated category ``stable``) drawn hollow."""
+    significant after BH (gated category ``stable``) drawn hollow. ``labels``: strategy key -> words (panel
+    titles); the words per panel are attached as the figure's counts table."""
     n = len(strategies)
     cols = min(3, n)
     rows = int(np.ceil(n / cols))
@@ -46,24 +53,28 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str]) -> 
                        label=cat.replace("_", " ") if i == 0 else None)
         ax.set_xlim(-lim, lim)
         ax.set_ylim(-lim, lim)
-        ax.set_title(s, fontsize=8)
+        ax.set_title(_label(s, labels), fontsize=8)
         if i % cols == 0:
             ax.set_ylabel("z_pred (F +, M -)")
         ax.set_xlabel("z_ref")
-    handles, labels = fig.axes[0].get_legend_handles_labels()
+    handles, names = fig.axes[0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncols=5, fontsize=7, frameon=False)
+        fig.legend(handles, names, loc="lower center", ncols=5, fontsize=7, frameon=False)
+    counts = pd.DataFrame({"strategy": [_label(s, labels) for s in strategies],
+                           "words (n)": [f"{int((sub['strategy'] == s).sum()):,}" for s in strategies]})
     return captioned(fig, f"CAD per word, {model}",
                      "Each dot is a vocabulary word: its sex association in the reference (z_ref) against the "
                      "model's reports (z_pred). Grey band: neutral |z_pred| < 1; dotted: |z_ref| = 2; diagonal: "
-                     "no displacement. Colour: ungated category; hollow: not significant after BH (gated 'stable').")
+                     "no displacement. Colour: ungated category; hollow: not significant after BH (gated 'stable'). "
+                     "n: the words in each panel, in the table below.", n_table=counts)
 
 
-def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, model: str) -> Any:
+def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, model: str,
+                                 labels: Mapping[str, str] | None = None) -> Any:
     """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
     counts (ungated, solid; gated, hatched)."""
     d = table[table["model"] == model]
-    strategies = d["strategy"].tolist()
+    strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
     fig = new_figure(min(9.0, max(6.0, 1.5 * len(strategies))), 3.0)
     margins(fig, left=0.65, right=0.1, bottom=0.75, top=0.35, wspace=0.35)
