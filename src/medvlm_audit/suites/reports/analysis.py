@@ -193,7 +193,7 @@ def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
     cap = ("Similarity of each report to its image's reference report: corpus BLEU, mean ROUGE and BERTScore with "
            "95% cluster-bootstrap intervals over reference reports.")
     if isinstance(bs, str):
-        cap += " " + bs.split(";")[0].removeprefix("mean ") + "."
+        cap += " " + bs.split("; percentile")[0].removeprefix("mean ") + "."
     return table_to_html(pd.DataFrame(out), caption=cap)
 
 
