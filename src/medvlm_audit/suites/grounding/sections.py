@@ -74,6 +74,13 @@ INTRO = (
 )
 
 
+#: one number format per robustness column: rates in percent with one decimal, rho and p with three
+_ROBUSTNESS_FORMAT = {
+    **{c: (lambda v: format_number(v, "%")) for c in ("point", "ci_low", "ci_high", "parse_rate", "reference_point")},
+    **{c: (lambda v: format_number(v, "prob")) for c in ("rho", "p")},
+}
+
+
 def _verdicts_html(analysis: Any, designed: Mapping[str, str] | None = None) -> str:
     cats = analysis.categories
     designed = dict(designed or {})
@@ -247,7 +254,8 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
             sub = rob if kind is None else rob[rob["kind"] == kind]
             sub = sub.dropna(axis=1, how="all")
             tables.append(compact_table_html(sub, keys=("model",) if "model" in sub.columns else (), max_columns=9,
-                                             caption=f"Robustness: {kind}" if kind else "Robustness"))
+                                             caption=f"Robustness: {kind}" if kind else "Robustness",
+                                             formatters=_ROBUSTNESS_FORMAT))
     tables.append(f"<details><summary>All metrics ({len(met):,} rows: model × metric × subset)</summary>")
     tables.append(compact_table_html(metrics_long_table(met), keys=("model", "metric", "subset"), max_columns=8,
                                      notes=("method", "note"), table_id="metrics-all"))
