@@ -115,21 +115,30 @@ def split_tidy(tidy: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
 
 
 def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
-    def pt(model: str, metric: str, subset: str) -> float | None:
+    """One line per model: flip rates in percent and CA on its 0-1 scale, each with its 95% interval and n."""
+    from medvlm_audit.report.html import format_number
+
+    def est(model: str, metric: str, subset: str) -> Any:
         r = metrics[(metrics["model"] == model) & (metrics["metric"] == metric) & (metrics["subset"] == subset)]
-        return None if r.empty else float(r["point"].iloc[0])
+        return None if r.empty or pd.isna(r["point"].iloc[0]) else r.iloc[0]
+
+    def fmt(r: Any, scale: float, unit: str, suffix: str = "") -> str:
+        text = format_number(r["point"] * scale, unit) + suffix
+        if pd.notna(r["ci_low"]) and pd.notna(r["ci_high"]):
+            text += f" [{format_number(r['ci_low'] * scale, unit)}, {format_number(r['ci_high'] * scale, unit)}]"
+        return f"{text} (n = {int(r['n']):,})"
 
     out = {}
     for m in models:
         parts = []
         for fam in ("text", "visual"):
-            f = pt(m, "flip_rate", f"family:{fam}:misleading")
+            f = est(m, "flip_rate", f"family:{fam}:misleading")
             if f is not None:
-                parts.append(f"flips under misleading {fam} cues {f:.0%}")
-        ca = pt(m, "ca", "family:text:misleading") if pt(m, "ca", "family:text:misleading") is not None \
-            else pt(m, "ca", "all")
+                parts.append(f"flips under misleading {fam} cues {fmt(f, 100, '%', '%')}")
+        ca = est(m, "ca", "family:text:misleading")
+        ca = ca if ca is not None else est(m, "ca", "all")
         if ca is not None:
-            parts.append(f"acknowledges the cue (CA, 0-1) {ca:.2f}")
+            parts.append(f"acknowledges the cue (CA, 0-1) {fmt(ca, 1, 'prob')}")
         out[m] = "; ".join(parts) or "no modified answers scored"
     return out
 

@@ -156,9 +156,10 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
     cap = ("By decoding strategy: diversity, CAD category counts (ungated / BH-gated) and WAE with "
            "percentile-bootstrap intervals. Headlines use the ungated counts.")
-    if any(c.endswith(" †") for col in ("WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]") for c in show[col]):
-        cap += (" † The observed value lies outside its percentile interval: each resample adds sampling noise to every "
-                "squared z_disp, so bootstrap WAEs run high. wae.csv gives the bootstrap bias, the bias-corrected "
+    wae_cols = ("WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]")
+    if any(isinstance(c, str) and c.endswith(" †") for col in wae_cols for c in show[col]):
+        cap += (" † The observed value lies outside its percentile interval: each resample adds sampling noise to "
+                "every squared z_disp, so bootstrap WAEs run high. wae.csv gives the bootstrap bias, the bias-corrected "
                 "value and the basic interval; the permutation p-value is the test.")
     return table_to_html(show, caption=cap)
 
@@ -195,10 +196,6 @@ def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
     if isinstance(bs, str):
         cap += " " + bs.split("; percentile")[0].removeprefix("mean ") + "."
     return table_to_html(pd.DataFrame(out), caption=cap)
-
-
-def _listing(t: pd.DataFrame, names: list[str], col: str, fmt: str) -> str:
-    return ", ".join(f"{s} {format(t.loc[s, col], fmt)}" for s in names)
 
 
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
@@ -268,9 +265,15 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
-            verdicts[model] = (f"template diversity {_listing(t, det, 'template_diversity', '.2f')} vs "
-                               f"{_listing(t, sto, 'template_diversity', '.2f')}; ungated erasure "
-                               f"{_listing(t, strategies, 'erasure_count_ungated', '.0f')}")
+            td = ", ".join(f"{s} {t.loc[s, 'template_diversity']:.3f} (n = {int(t.loc[s, 'n_reports'])})"
+                           for s in strategies)
+            er = ", ".join(f"{s} {int(t.loc[s, 'erasure_count_ungated'])}" for s in strategies)
+            wae = ", ".join(f"{s} {_ci(t.loc[s, 'wae_pred'], t.loc[s, 'wae_pred_ci_low'], t.loc[s, 'wae_pred_ci_high'])}"
+                            for s in (det[0], sto[-1]))
+            verdicts[model] = (f"unique reports (template diversity) {td}; sex-associated words erased (ungated "
+                               f"CAD, word counts) {er}; WAE_pred [95% CI] {wae}")
+            if "†" in wae:
+                verdicts[model] += " († the point lies outside its percentile interval: see the table's note)"
     summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},
