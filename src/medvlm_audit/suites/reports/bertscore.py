@@ -91,8 +91,11 @@ def _scorer(path: Path, layer: int) -> Any:
 
 
 def bertscore(hypotheses: Sequence[str], references: Sequence[str], model: str | Path | None = None,
-              num_layers: int | None = None, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-pair BERTScore precision, recall and F1 (float arrays) of ``hypotheses[i]`` against ``references[i]``."""
+              num_layers: int | None = None, batch_size: int = 16) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-pair BERTScore precision, recall and F1 (float arrays) of ``hypotheses[i]`` against ``references[i]``.
+
+    ``batch_size`` 16: the library pads a batch to its longest report, so attention memory grows with the batch
+    (on the embedded default's 560 pairs, 16 vs 64: 6.6 vs 10.7 s and 0.27 vs 0.57 GB above the loaded model)."""
     h = [str(x) for x in hypotheses]
     r = [str(x) for x in references]
     if len(h) != len(r):
