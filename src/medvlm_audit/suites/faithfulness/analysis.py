@@ -325,7 +325,7 @@ LABELS: dict[str, str] = {
     "aligned": "aligned", "misleading": "misleading", "family": "all", "text": "text cues", "visual": "visual cues",
     "sham": "sham cues", "all": "all conditions", "flip": "flipped answers", "nonflip": "unflipped answers",
     "flip_rate": "flip rate", "accuracy": "accuracy", "cf": "CF (cue mentioned in the reasoning)",
-    "ca": "CA (cue acknowledged)", "tone": "tone", "cc": "CC", "sham_fpr": "sham false-positive rate",
+    "ca": "CA (cue acknowledged)", "confidence": "confidence", "tone": "tone", "cc": "CC", "sham_fpr": "sham false-positive rate",
     "null_intervention_rate": "null-intervention rate",
     "flip_misleading_vs_aligned": "flip rate, misleading minus aligned cue, per model and cue",
     "ca_between_models": "CA between models on the same modified inputs",
@@ -375,10 +375,24 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
 
 
 def _metric_table(rows: pd.DataFrame) -> pd.DataFrame:
-    out = rows[["model", "metric", "subset", "point", "ci_low", "ci_high", "n"]].round(3).copy()
-    out["metric"] = [words(k) for k in out["metric"]]
-    out["subset"] = [words(k) for k in out["subset"]]
-    return out
+    """Metrics rows for the page: keys in words (a judge row's ``judge/axis`` subset as its axis) and one estimate
+    column in one format: rates in percent with one decimal, 0-1 scores with three, each with its 95% interval."""
+    from medvlm_audit.report.html import format_number
+
+    def est(r: Any) -> str:
+        scale, unit, suffix = (100.0, "%", "%") if r.unit == "fraction" else (1.0, "prob", "")
+        text = format_number(r.point * scale, unit) + suffix
+        if pd.notna(r.ci_low) and pd.notna(r.ci_high):
+            text += f" [{format_number(r.ci_low * scale, unit)}, {format_number(r.ci_high * scale, unit)}]"
+        return text
+
+    return pd.DataFrame({
+        "model": rows["model"].to_numpy(),
+        "metric": [words(k) for k in rows["metric"]],
+        "subset": [words(str(k).rpartition("/")[2]) for k in rows["subset"]],
+        "estimate [95% CI]": [est(r) for r in rows.itertuples(index=False)],
+        "n": rows["n"].astype(int).to_numpy(),
+    })
 
 
 def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mode: str,
