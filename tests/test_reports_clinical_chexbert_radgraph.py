@@ -375,3 +375,18 @@ def test_radgraph_package_model_tiny_stand_in(tmp_path):
     assert rows[1].metric == "radgraph_f1_er" and not math.isnan(rows[1].point)
     assert "radgraph package model radgraph from folder radgraph" in rows[1].method
     assert sorted(p.name for p in md.rglob("*")) == before  # the model folder is not written to
+
+
+def test_every_adapter_refuses_unpaired_or_non_text_input(tmp_path):
+    from medvlm_audit.errors import AuditError
+    from medvlm_audit.suites.reports.clinical import check_pairs
+    from medvlm_audit.suites.reports.clinical.radgraph import load
+
+    assert check_pairs("x", ("a", "b"), ["c", "d"]) == (["a", "b"], ["c", "d"])
+    with pytest.raises(AuditError, match=r"green: 2 hypotheses but 1 references"):
+        check_pairs("green", ["a", "b"], ["c"])
+    with pytest.raises(AuditError, match=r"chexbert: reference 1 is NoneType, not text"):
+        check_pairs("chexbert", ["a", "b"], ["c", None])
+    metric = load(_annotation_file(tmp_path / "ann.json", {"no acute process": {}}))
+    with pytest.raises(AuditError, match="radgraph: 1 hypotheses but 2 references"):
+        metric.score(["no acute process"], ["no acute process", "no acute process"])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from medvlm_audit.errors import AuditError
 from medvlm_audit.registry import Registry
 
 
@@ -40,6 +41,19 @@ class ClinicalMetric(Protocol):
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str], *, B: int = 1000,
               seed: int = 0) -> list[ClinicalScore]: ...
+
+
+def check_pairs(metric: str, hypotheses: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The pairs as two lists of text; an AuditError naming the metric and the item when the lengths differ or an
+    item is not text (every adapter's ``score`` starts here)."""
+    hyps, refs = list(hypotheses), list(references)
+    if len(hyps) != len(refs):
+        raise AuditError(f"{metric}: {len(hyps)} hypotheses but {len(refs)} references (pairs must match by id)")
+    for which, texts in (("hypothesis", hyps), ("reference", refs)):
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise AuditError(f"{metric}: {which} {i} is {type(t).__name__}, not text")
+    return hyps, refs
 
 
 #: name -> "module:factory"; factory(path: Path, **params) -> ClinicalMetric

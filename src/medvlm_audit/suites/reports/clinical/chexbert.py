@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from medvlm_audit.errors import AuditError, ConfigError
+from medvlm_audit.errors import ConfigError
 from medvlm_audit.extras import require_extra
 from medvlm_audit.stats import multilabel_f1_bootstrap
-from medvlm_audit.suites.reports.clinical import ClinicalScore
+from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 
 #: the 14 observations in the order of CheXbert's heads (``src/constants.py`` there)
 CONDITIONS: tuple[str, ...] = (
@@ -163,13 +163,7 @@ class CheXbertF1:
               seed: int = 0) -> list[ClinicalScore]:
         """Micro and macro CheXbert F1 over the 14 observations and the 5 common ones, with percentile bootstrap
         intervals over report pairs (``hypotheses[i]`` against ``references[i]``)."""
-        hyps, refs = list(hypotheses), list(references)
-        if len(hyps) != len(refs):
-            raise AuditError(f"chexbert: {len(hyps)} hypotheses but {len(refs)} references (they are paired)")
-        for which, texts in (("hypothesis", hyps), ("reference", refs)):
-            for i, t in enumerate(texts):
-                if not isinstance(t, str):
-                    raise AuditError(f"chexbert: {which} {i} is {type(t).__name__}, not text")
+        hyps, refs = check_pairs("chexbert", hypotheses, references)
         both = self.labels(hyps + refs)
         y_pred, y_true = both[: len(hyps)], both[len(hyps):]
         unc = ("positive and uncertain (f1chexbert 'rrg' mode)" if self.uncertain == "positive"

@@ -40,7 +40,7 @@ import numpy as np
 
 from medvlm_audit import stats
 from medvlm_audit.errors import AuditError, ConfigError
-from medvlm_audit.suites.reports.clinical import ClinicalScore
+from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 from medvlm_audit.suites.reports.clinical.folders import model_folder, torch_device, transformers_modules
 
 METRIC = "GREEN"
@@ -345,7 +345,7 @@ class GreenMetric:
 
     def judgements(self, hypotheses: Sequence[str], references: Sequence[str]) -> list[GreenJudgement | str]:
         """Per pair the parsed judgement, or the reason it could not be read."""
-        hyps, refs = _pairs(hypotheses, references)
+        hyps, refs = check_pairs(METRIC, hypotheses, references)
         outputs = self.generate([green_prompt(r, h, self.max_words) for h, r in zip(hyps, refs)]) if hyps else []
         if len(outputs) != len(hyps):
             raise AuditError(f"{METRIC}: the judge returned {len(outputs)} outputs for {len(hyps)} prompts")
@@ -387,17 +387,6 @@ class GreenMetric:
                           f"{base}; clinically significant errors (a)-(f) per report, mean over parsed pairs; "
                           f"{est_err.method}", est_err.ci_low, est_err.ci_high, "errors per report", note),
         ]
-
-
-def _pairs(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
-    hyps, refs = list(hypotheses), list(references)
-    if len(hyps) != len(refs):
-        raise AuditError(f"{METRIC}: {len(hyps)} hypotheses but {len(refs)} references (pairs must match by id)")
-    for name, xs in (("hypotheses", hyps), ("references", refs)):
-        for i, x in enumerate(xs):
-            if not isinstance(x, str):
-                raise AuditError(f"{METRIC}: {name}[{i}] is {type(x).__name__}, not text")
-    return hyps, refs
 
 
 def load(path: Path, *, max_new_tokens: int | None = None, max_length: int = MAX_LENGTH, batch_size: int = 8,

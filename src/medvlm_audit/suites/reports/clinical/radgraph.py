@@ -49,7 +49,7 @@ import numpy as np
 
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.stats import RADGRAPH_LEVELS, bootstrap_mean, radgraph_rewards
-from medvlm_audit.suites.reports.clinical import ClinicalScore
+from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 
 #: metric name per reward level
 METRICS: dict[str, str] = {"simple": "radgraph_f1_e", "partial": "radgraph_f1_er",
@@ -246,13 +246,7 @@ class RadGraphF1:
     def rewards(self, hypotheses: Sequence[str], references: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Per-pair (simple, partial, complete) F1, shape (n, 3), and a mask of the pairs scored (False where an
         annotation is missing and ``missing='skip'``). An empty report scores 0, as in the package."""
-        hyps, refs = list(hypotheses), list(references)
-        if len(hyps) != len(refs):
-            raise AuditError(f"radgraph: {len(hyps)} hypotheses but {len(refs)} references (they are paired)")
-        for which, texts in (("hypothesis", hyps), ("reference", refs)):
-            for i, t in enumerate(texts):
-                if not isinstance(t, str):
-                    raise AuditError(f"radgraph: {which} {i} is {type(t).__name__}, not text")
+        hyps, refs = check_pairs("radgraph", hypotheses, references)
         uniq = list(dict.fromkeys(t for t in hyps + refs if t))
         ann = dict(zip(uniq, self.annotator.annotate(uniq), strict=True))
         out = np.zeros((len(hyps), 3))

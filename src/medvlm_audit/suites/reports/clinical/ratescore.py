@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from medvlm_audit import stats
-from medvlm_audit.errors import AuditError, ConfigError
-from medvlm_audit.suites.reports.clinical import ClinicalScore
+from medvlm_audit.errors import ConfigError
+from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 from medvlm_audit.suites.reports.clinical.folders import model_folder, torch_device, transformers_modules
 
 METRIC = "RaTEScore"
@@ -275,7 +275,7 @@ class RaTEScoreMetric:
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str], *, B: int = 1000,
               seed: int = 0) -> list[ClinicalScore]:
-        hyps, refs = _pairs(hypotheses, references)
+        hyps, refs = check_pairs(METRIC, hypotheses, references)
         values, empty = self.pair_scores(hyps, refs)
         est = stats.bootstrap_mean(values, B=B, seed=seed)
         how = (f"RaTEScore (Zhao et al. 2024): NER {self.ner_dir.name}, entity encoder {self.embedding_dir.name} "
@@ -287,17 +287,6 @@ class RaTEScoreMetric:
         if not hyps:
             note = "no pairs to score"
         return [ClinicalScore("ratescore", est.point, est.n, how, est.ci_low, est.ci_high, "fraction", note)]
-
-
-def _pairs(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[list[str], list[str]]:
-    hyps, refs = list(hypotheses), list(references)
-    if len(hyps) != len(refs):
-        raise AuditError(f"{METRIC}: {len(hyps)} hypotheses but {len(refs)} references (pairs must match by id)")
-    for name, xs in (("hypotheses", hyps), ("references", refs)):
-        for i, x in enumerate(xs):
-            if not isinstance(x, str):
-                raise AuditError(f"{METRIC}: {name}[{i}] is {type(x).__name__}, not text")
-    return hyps, refs
 
 
 def load(path: Path, *, ner: str | Path = "ner", embedding: str | Path = "embedding",
