@@ -154,10 +154,6 @@ def paired_reports(reference: Corpus, predictions: Corpus, reference_ids: Sequen
     return hyp, refs, rid
 
 
-def _interval(values: np.ndarray, clusters: list[str], B: int, seed: int) -> stats.Estimate:
-    return stats.mean_estimate(values, B=B, seed=seed, clusters=clusters)
-
-
 def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None = 1000, seed: int = 0,
                   reference_ids: Sequence[str] | None = None, bertscore: bool = False,
                   bertscore_model: str | Path | None = None, bertscore_layers: int | None = None,
@@ -183,7 +179,7 @@ def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None 
              **base, "method": "corpus BLEU (sacrebleu 13a, exp smoothing), one reference each" + sample}]
     per = stats.rouge_pair_scores(hyp, refs)
     for name, label in (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L")):
-        e = _interval(per[name], rid, B, seed)
+        e = stats.mean_estimate(per[name], B=B, seed=seed, clusters=rid)
         rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
                      "method": f"mean {label} F (rouge-score, stemmed); {e.method}{sample}"})
     if bertscore:
@@ -192,7 +188,7 @@ def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None 
         P, R, F = bs.bertscore(hyp, refs, bertscore_model, bertscore_layers)
         what = bs.describe(bertscore_model, bertscore_layers)
         for name, v in (("bertscore_precision", P), ("bertscore_recall", R), ("bertscore_f1", F)):
-            e = _interval(v, rid, B, seed)
+            e = stats.mean_estimate(v, B=B, seed=seed, clusters=rid)
             rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
                          "method": f"mean {what}; {e.method}{sample}"})
     return pd.DataFrame(rows)
