@@ -116,6 +116,13 @@ def test_a_clinical_metric_scores_each_strategy_against_the_paired_reports(tmp_p
     bad.update(clinical_metrics=[{"name": "chexbrt", "path": str(tmp_path)}])
     with pytest.raises(ConfigError, match="did you mean chexbert"):
         api.run(bad, progress=False)
+    bad.update(clinical_metrics=[{"name": "chexbert", "path": str(tmp_path / "nowhere")}])
+    with pytest.raises(ConfigError, match=r"option 'clinical_metrics' \(chexbert\): .*nowhere does not exist"):
+        api.run(bad, progress=False)
+    bad.update(clinical_metrics=[], bertscore_model=str(tmp_path))
+    with pytest.raises(ConfigError, match="option 'bertscore_model': .* holds no config.json"):
+        api.run(bad, progress=False)
+    assert not (tmp_path / "run2" / "run.sqlite").exists()  # refused before anything was written
 
 
 def test_cli_exposes_corpus_audit_and_build_iu_reports() -> None:

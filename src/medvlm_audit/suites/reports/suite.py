@@ -148,6 +148,12 @@ def check_stage(ctx: StageContext, models: list[Any]) -> None:
     require_extra("reports", "the reports suite")
 
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
+    for c in opts.clinical_metrics:  # loaded by the analysis; a wrong path must not wait for the whole run
+        if not Path(c.path).expanduser().exists():
+            raise ConfigError(f"option 'clinical_metrics' ({c.name}): {c.path} does not exist")
+    if opts.bertscore_model is not None and not (Path(opts.bertscore_model).expanduser() / "config.json").is_file():
+        raise ConfigError(f"option 'bertscore_model': {opts.bertscore_model} holds no config.json (a local Hugging "
+                          "Face encoder folder is needed)")
     try:
         check_models(models, _strategies(opts))
     except ConfigError as e:
