@@ -19,9 +19,10 @@ import time
 
 import numpy as np
 
-from medvlm_audit import stats
 from medvlm_audit.suites.reports.audit import _semantic, corpus_audit
 from medvlm_audit.suites.reports.corpus import Corpus, CorpusError, iu_reference_corpus
+from medvlm_audit.suites.reports.terms import report_count_matrices
+from medvlm_audit.suites.reports.wae import corpus_resample_wae
 
 
 def sentences() -> list[str]:
@@ -60,9 +61,9 @@ def main() -> None:
     print(f"{a.n} + {a.n} reports, {words:.1f} words per report, {len(pool)} distinct sentences")
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        (A, Bm), vocab = stats.report_count_matrices(ref.texts, pred.texts)
+        (A, Bm), vocab = report_count_matrices(ref.texts, pred.texts)
         t1 = time.perf_counter()
-        stats.corpus_resample_wae(A, ref.female, Bm, pred.female, B=a.B, n_perm=a.perm, workers=a.workers)
+        corpus_resample_wae(A, ref.female, Bm, pred.female, B=a.B, n_perm=a.perm, workers=a.workers)
         t2 = time.perf_counter()
         res = corpus_audit(ref, pred, d, B=a.B, n_perm=a.perm, semantic=False, bertscore=False, workers=a.workers)
         t3 = time.perf_counter()

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from medvlm_audit.cli import app
 from medvlm_audit.export import tidy
-from medvlm_audit.suites.grounding.import_results import MANIFEST_COLUMNS, ResultsImportError, import_results
 from medvlm_audit.store import RunStore
+from medvlm_audit.suites.grounding.import_results import MANIFEST_COLUMNS, ResultsImportError, import_results
 
 
 def _manifest(tmp: Path, rexerr_clean: bool = False) -> Path:

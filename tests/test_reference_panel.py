@@ -12,15 +12,15 @@ from PIL import Image
 
 from medvlm_audit.findings import DISPLAY_NAMES, MS_CXR_FINDINGS
 from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
+from medvlm_audit.phantom import PHANTOM_FINDINGS, build_phantom
+from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.prompt_parsing import finding_from_prompt, parse_prompt
 from medvlm_audit.suites.grounding.reference import (
     REFERENCE_KINDS,
     fit_reference_panel,
     make_reference_model,
     yes_no_response,
 )
-from medvlm_audit.phantom import PHANTOM_FINDINGS, build_phantom
-from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.suites.grounding.prompt_parsing import finding_from_prompt, parse_prompt
 
 # the paper's phrasings (Supplementary Note 1), written out here so the parser is tested against the text itself
 FINDING_PROMPTS = {

@@ -13,9 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medvlm_audit import stats
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.suites.reports.clinical import CLINICAL_METRICS, load_clinical_metric
+from medvlm_audit.suites.reports.clinical.formulas import (
+    multilabel_f1,
+    multilabel_f1_bootstrap,
+    radgraph_rewards,
+    set_f1,
+)
 
 WORDS = ["no", "pleural", "effusion", "cardiomegaly", "edema", "atelectasis", "consolidation", "normal", "heart", "size", "mild", "acute", "stable", "left", "right", "lung", "a", "b", "1", "2", ".", ","]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
@@ -39,14 +44,14 @@ def test_multilabel_f1_hand_computed():
     t = [[1, 0, 0], [1, 1, 0], [0, 0, 0]]
     p = [[1, 1, 0], [0, 1, 0], [0, 1, 0]]
     # a: TP 1 FN 1 -> 2/3; b: TP 1 FP 2 -> 1/2; c: never positive -> 0 (sklearn's zero_division default)
-    assert stats.multilabel_f1(t, p, "micro") == pytest.approx(4 / 7)
-    assert stats.multilabel_f1(t, p, "macro") == pytest.approx((2 / 3 + 1 / 2 + 0) / 3)
-    assert stats.multilabel_f1(t, p, "macro", zero_division=1.0) == pytest.approx((2 / 3 + 1 / 2 + 1) / 3)
-    est = stats.multilabel_f1_bootstrap(t, p, B=500, seed=1)
+    assert multilabel_f1(t, p, "micro") == pytest.approx(4 / 7)
+    assert multilabel_f1(t, p, "macro") == pytest.approx((2 / 3 + 1 / 2 + 0) / 3)
+    assert multilabel_f1(t, p, "macro", zero_division=1.0) == pytest.approx((2 / 3 + 1 / 2 + 1) / 3)
+    est = multilabel_f1_bootstrap(t, p, B=500, seed=1)
     assert est["micro"].point == pytest.approx(4 / 7) and est["micro"].n == 3
     assert est["micro"].ci_low <= 4 / 7 <= est["micro"].ci_high
     with pytest.raises(ValueError, match="row 1, column 2"):
-        stats.multilabel_f1([[0, 0, 0], [0, 0, 2]], [[0, 0, 0], [0, 0, 0]])
+        multilabel_f1([[0, 0, 0], [0, 0, 2]], [[0, 0, 0], [0, 0, 0]])
 
 
 def test_multilabel_f1_matches_sklearn_and_bootstrap_draws():
@@ -57,10 +62,10 @@ def test_multilabel_f1_matches_sklearn_and_bootstrap_draws():
     t[:, 5] = 0
     p[:, 5] = 0  # an observation positive in neither: counts 0 in the macro mean, as sklearn
     for avg in ("micro", "macro"):
-        assert stats.multilabel_f1(t, p, avg) == pytest.approx(
+        assert multilabel_f1(t, p, avg) == pytest.approx(
             metrics.f1_score(t, p, average=avg, zero_division=0))
     # the bootstrap draws are the F1 of resampled rows: check one resample by index mode against sklearn
-    est = stats.multilabel_f1_bootstrap(t, p, B=2000, seed=0, mode="index")
+    est = multilabel_f1_bootstrap(t, p, B=2000, seed=0, mode="index")
     idx = np.random.RandomState(0).randint(0, 40, size=(2000, 40))
     draws = [metrics.f1_score(t[i], p[i], average="micro", zero_division=0) for i in idx]
     lo, hi = np.percentile(draws, [2.5, 97.5])
@@ -81,17 +86,17 @@ REF = {"1": _ent("effusion", "OBS-DP", ("located_at", "2")), "2": _ent("pleural"
 def test_radgraph_rewards_hand_computed():
     # simple: {effusion, pleural} shared of 3 each -> 2/3; partial: (effusion, has relation), pleural -> 2/3;
     # complete: effusion->lung vs effusion->pleural differ, only pleural shared -> 1/3
-    assert stats.radgraph_rewards(HYP, REF) == pytest.approx((2 / 3, 2 / 3, 1 / 3))
+    assert radgraph_rewards(HYP, REF) == pytest.approx((2 / 3, 2 / 3, 1 / 3))
     # the hypothesis drops effusion's relation: partial and complete lose it, simple keeps it
     h2 = {"1": _ent("effusion", "OBS-DP"), "2": _ent("pleural", "ANAT-DP")}
     # simple: P 2/2, R 2/3 -> 0.8; partial: only pleural shared: P 1/2, R 1/3 -> 0.4; complete: same -> 0.4
-    assert stats.radgraph_rewards(h2, REF) == pytest.approx((0.8, 0.4, 0.4))
-    assert stats.radgraph_rewards({}, REF) == (0.0, 0.0, 0.0)
-    assert stats.set_f1(set(), set()) == 0.0
+    assert radgraph_rewards(h2, REF) == pytest.approx((0.8, 0.4, 0.4))
+    assert radgraph_rewards({}, REF) == (0.0, 0.0, 0.0)
+    assert set_f1(set(), set()) == 0.0
     # complete level lower-cases the tokens of related entities only (as the package)
     a = {"1": _ent("Effusion", "OBS-DP", ("located_at", "2")), "2": _ent("Pleural", "ANAT-DP")}
     b = {"1": _ent("effusion", "OBS-DP", ("located_at", "2")), "2": _ent("pleural", "ANAT-DP")}
-    assert stats.radgraph_rewards(a, b) == pytest.approx((0.0, 0.0, 0.5))
+    assert radgraph_rewards(a, b) == pytest.approx((0.0, 0.0, 0.5))
 
 
 # ------------------------------------------------------------------------------------------- CheXbert
@@ -367,8 +372,8 @@ def test_radgraph_package_model_tiny_stand_in(tmp_path):
     ann = metric.annotator.annotate(texts)
     assert all(a is not None and a["entities"] for a in ann)  # the random model tags some spans
     vals, _ = metric.rewards(texts, texts[::-1])
-    want = [stats.radgraph_rewards(ann[0]["entities"], ann[1]["entities"]),
-            stats.radgraph_rewards(ann[1]["entities"], ann[0]["entities"])]
+    want = [radgraph_rewards(ann[0]["entities"], ann[1]["entities"]),
+            radgraph_rewards(ann[1]["entities"], ann[0]["entities"])]
     np.testing.assert_allclose(vals, want)
     np.testing.assert_allclose(metric.rewards(texts, texts)[0], np.ones((2, 3)))
     rows = metric.score(texts, texts[::-1], B=50)

@@ -11,9 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from medvlm_audit import stats
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.suites.reports.clinical import CLINICAL_METRICS, load_clinical_metric
+from medvlm_audit.suites.reports.clinical.formulas import (
+    RATESCORE_TYPES,
+    green_scores,
+    ratescore,
+    ratescore_match,
+    ratescore_penalty,
+)
 from medvlm_audit.suites.reports.clinical.green import (
     GREEN_CHAT_TEMPLATE,
     GreenJudgement,
@@ -32,28 +38,28 @@ def test_ratescore_formula_hand_computed() -> None:
     # ref -> hyp: (.6*.2*.8 + .8*.2*.8) / (.2 + .2) = .56; hyp -> ref: best (0,1): .8*.4*.8 / .4 = .64
     # RaTEScore = 2 * .56 * .64 / 1.2 = .597333...
     W = np.array([[0.5, 0.2], [0.4, 0.1]])
-    P = stats.ratescore_penalty(["ABNORMALITY", "NON-ABNORMALITY"], 0.8)
+    P = ratescore_penalty(["ABNORMALITY", "NON-ABNORMALITY"], 0.8)
     assert P.tolist() == [[1.0, 0.8], [0.8, 1.0]]
-    got = stats.ratescore([[3, 4]], [1], [[1, 0], [0, 1]], [0, 0], W, P)
+    got = ratescore([[3, 4]], [1], [[1, 0], [0, 1]], [0, 0], W, P)
     assert got == pytest.approx(2 * 0.56 * 0.64 / 1.2, abs=1e-12)
-    assert stats.ratescore_match([[1, 0], [0, 1]], [0, 0], [[3, 4]], [1], W, P) == pytest.approx(0.56)
+    assert ratescore_match([[1, 0], [0, 1]], [0, 0], [[3, 4]], [1], W, P) == pytest.approx(0.56)
     # same entities and types on both sides: every entity matches itself, similarity 1 -> 1
     E = np.array([[1.0, 2.0], [-3.0, 0.5], [0.2, 0.2]])
-    assert stats.ratescore(E, [0, 1, 0], E, [0, 1, 0], W, P) == pytest.approx(1.0)
+    assert ratescore(E, [0, 1, 0], E, [0, 1, 0], W, P) == pytest.approx(1.0)
     # empty side: the released 0.5; zero weights on the matched type pairs: 0
-    assert stats.ratescore(np.zeros((0, 2)), [], E, [0, 1, 0], W, P) == 0.5
-    assert stats.ratescore([[1, 0]], [0], [[1, 0]], [0], np.zeros((2, 2)), P) == 0.0
+    assert ratescore(np.zeros((0, 2)), [], E, [0, 1, 0], W, P) == 0.5
+    assert ratescore([[1, 0]], [0], [[1, 0]], [0], np.zeros((2, 2)), P) == 0.0
     with pytest.raises(ValueError, match="types\\[0\\] = 5"):
-        stats.ratescore([[1, 0]], [5], [[1, 0]], [0], W, P)
+        ratescore([[1, 0]], [5], [[1, 0]], [0], W, P)
 
 
 def test_green_formula_hand_computed() -> None:
     # 3 matched, 1 significant error -> 3/4; nothing matched -> 0 (released rule, even with no error);
     # 2 matched, errors spread over (b) and (d): 2 / (2 + 3)
-    got = stats.green_scores([3, 0, 0, 2], [[1, 0, 0, 0, 0, 0], [0] * 6, [2, 0, 0, 0, 0, 0], [0, 1, 0, 2, 0, 0]])
+    got = green_scores([3, 0, 0, 2], [[1, 0, 0, 0, 0, 0], [0] * 6, [2, 0, 0, 0, 0, 0], [0, 1, 0, 2, 0, 0]])
     assert got.tolist() == [0.75, 0.0, 0.0, 0.4]
     with pytest.raises(ValueError, match="significant\\[0\\]"):
-        stats.green_scores([1], [-1])
+        green_scores([1], [-1])
 
 
 # --------------------------------------------------------------------------------------------- GREEN parser
@@ -245,7 +251,7 @@ def test_green_missing_folder_names_path(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- RaTEScore
 
-NER_LABELS = ["O"] + [f"{p}-{t}" for t in stats.RATESCORE_TYPES for p in ("B", "I")]
+NER_LABELS = ["O"] + [f"{p}-{t}" for t in RATESCORE_TYPES for p in ("B", "I")]
 NER_WORDS = {"effusion": "B-ABNORMALITY", "opacity": "B-ABNORMALITY", "pneumonia": "B-DISEASE",
              "cardiomegaly": "B-DISEASE", "clear": "B-NON-ABNORMALITY", "unremarkable": "B-NON-DISEASE",
              "left": "B-ANATOMY", "right": "B-ANATOMY", "lung": "I-ANATOMY", "heart": "B-ANATOMY"}
@@ -296,7 +302,7 @@ def _tiny_encoder(folder: Path) -> None:
 
 
 AFFINITY = {f"{a.lower()}_{b.lower()}": round(0.1 + 0.03 * i + 0.01 * j, 2)
-            for i, a in enumerate(stats.RATESCORE_TYPES) for j, b in enumerate(stats.RATESCORE_TYPES)}
+            for i, a in enumerate(RATESCORE_TYPES) for j, b in enumerate(RATESCORE_TYPES)}
 AFFINITY["neg_weight"] = 0.5
 
 
@@ -329,7 +335,7 @@ def test_ratescore_end_to_end_on_tiny_models(ratescore_folder: Path) -> None:
     # pair 1 by hand from the encoder's vectors: entities right lung / ANATOMY, clear / NON-ABNORMALITY against
     # right lung / ANATOMY, opacity / ABNORMALITY (negated vs positive finding -> penalty .5)
     E = metric.embed(["Right lung", "clear", "opacity"])
-    types = list(stats.RATESCORE_TYPES)
+    types = list(RATESCORE_TYPES)
     W = np.array([[AFFINITY[f"{a.lower()}_{b.lower()}"] for b in types] for a in types])
     cos = (E / np.linalg.norm(E, axis=1, keepdims=True)) @ (E / np.linalg.norm(E, axis=1, keepdims=True)).T
     an, na, ab = types.index("ANATOMY"), types.index("NON-ABNORMALITY"), types.index("ABNORMALITY")
@@ -379,7 +385,7 @@ def test_released_affinity_is_read_not_imported(tmp_path: Path) -> None:
         assert "RaTEScore package, which is not installed" in str(e)
     else:  # the RaTEScore 0.6.0 package: 5 x 5 type pairs and the negation weight
         types, W, neg = affinity_matrices(installed, "long")
-        assert types == stats.RATESCORE_TYPES and W.shape == (5, 5) and 0 < neg < 1
+        assert types == RATESCORE_TYPES and W.shape == (5, 5) and 0 < neg < 1
 
 
 def test_bio_spans_rules() -> None:
@@ -391,11 +397,12 @@ def test_bio_spans_rules() -> None:
 def test_docstring_worked_examples() -> None:
     import doctest
 
-    from medvlm_audit.suites.reports.clinical import green, ratescore
+    from medvlm_audit.suites.reports.clinical import formulas, green
+    from medvlm_audit.suites.reports.clinical import ratescore as ratescore_mod
 
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    for module, obj in ((stats, stats.ratescore_penalty), (stats, stats.ratescore_match), (stats, stats.ratescore),
-                        (stats, stats.green_scores), (green, green.parse_green), (ratescore, ratescore.bio_spans)):
+    for module, obj in ((formulas, ratescore_penalty), (formulas, ratescore_match), (formulas, ratescore),
+                        (formulas, green_scores), (green, green.parse_green), (ratescore_mod, ratescore_mod.bio_spans)):
         for t in doctest.DocTestFinder().find(obj, globs=dict(vars(module))):
             runner.run(t)
     assert runner.tries >= 10 and runner.failures == 0

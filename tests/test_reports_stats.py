@@ -8,16 +8,27 @@ import numpy as np
 import pytest
 
 from medvlm_audit import stats
+from medvlm_audit.suites.reports.baselines import male_female_token_ratio, weat
+from medvlm_audit.suites.reports.cad import cad, cad_category
+from medvlm_audit.suites.reports.diversity import (
+    self_bleu,
+    semantic_diversity,
+    template_diversity,
+    type_token_ratio,
+)
+from medvlm_audit.suites.reports.surface import corpus_bleu, rouge_scores
+from medvlm_audit.suites.reports.terms import report_count_matrices, report_tokens
+from medvlm_audit.suites.reports.wae import corpus_resample_wae, wae, wae_table
 
 
 def test_tokens_drop_stop_words_and_keep_hyphenated_words():
-    assert stats.report_tokens("There is NO pleural effusion; the x-ray is clear.") == [
+    assert report_tokens("There is NO pleural effusion; the x-ray is clear.") == [
         "pleural", "effusion", "x-ray", "clear"]
-    assert stats.report_tokens("The heart", stop_words=None) == ["the", "heart"]
+    assert report_tokens("The heart", stop_words=None) == ["the", "heart"]
 
 
 def test_count_matrices_share_a_sorted_vocabulary():
-    (A, B), vocab = stats.report_count_matrices(["effusion and effusion", "heart"], ["mastectomy heart"])
+    (A, B), vocab = report_count_matrices(["effusion and effusion", "heart"], ["mastectomy heart"])
     assert vocab == ["effusion", "heart", "mastectomy"]
     assert A.toarray().tolist() == [[2, 0, 0], [0, 1, 0]]
     assert B.toarray().tolist() == [[0, 1, 1]]
@@ -31,7 +42,7 @@ def test_word_association_and_cad_equal_hand_computation():
     v_ref0 = 1 / (4 + a) + 1 / (1 + a)
     s_pred0 = math.log((2 + a) / (4 + 2 * a)) - math.log((2 + a) / (4 + 2 * a))  # = 0
     v_pred0 = 2 / (2 + a)
-    out = stats.cad([4, 1], [1, 3], [2, 2], [2, 2], alpha=a)
+    out = cad([4, 1], [1, 3], [2, 2], [2, 2], alpha=a)
     assert out["s_ref"][0] == pytest.approx(s_ref0)
     assert out["z_ref"][0] == pytest.approx(s_ref0 / math.sqrt(v_ref0))
     assert out["z_pred"][0] == pytest.approx(0.0)
@@ -47,13 +58,13 @@ def test_word_association_and_cad_equal_hand_computation():
 def test_categories_are_the_four_disjoint_rules():
     z_ref = [2.5, -2.5, 0.5, 0.0, 1.2, -1.5, 1.5, 1.5, 2.0]
     z_pred = [0.9, 0.0, 1.0, -3.0, -1.0, -1.0, 1.0, 0.5, 0.5]
-    assert stats.cad_category(z_ref, z_pred).tolist() == [
+    assert cad_category(z_ref, z_pred).tolist() == [
         "erasure", "erasure", "new_bias", "new_bias", "bias_flip", "preservation", "preservation", "none",
         "none"]  # last: |z_ref| = 2 is not > z_strong
 
 
 def test_gate_marks_stable_words():
-    out = stats.cad([50, 50], [5, 50], [0, 5], [0, 5], alpha=0.1)
+    out = cad([50, 50], [5, 50], [0, 5], [0, 5], alpha=0.1)
     assert out["category_ungated"][0] == "erasure"
     assert out["category"][0] == "stable"  # never written: |z_disp| < 0.9, so q >= 0.05
     assert abs(out["z_disp"][0]) < 0.9
@@ -61,15 +72,15 @@ def test_gate_marks_stable_words():
 
 def test_wae_hand_computed():
     zd = np.array([1.0, -2.0, 3.0])
-    assert stats.wae(zd, [2, 1, 1]) == pytest.approx((2 * 1 + 4 + 9) / 4)
-    assert stats.wae(zd, [2, 1, 1], mask=[False, True, True]) == pytest.approx((4 + 9) / 2)
-    assert math.isnan(stats.wae(zd, [0, 0, 0]))
+    assert wae(zd, [2, 1, 1]) == pytest.approx((2 * 1 + 4 + 9) / 4)
+    assert wae(zd, [2, 1, 1], mask=[False, True, True]) == pytest.approx((4 + 9) / 2)
+    assert math.isnan(wae(zd, [0, 0, 0]))
 
 
 def test_wae_table_groups_follow_reference_sign():
     cf_r, cm_r, cf_p, cm_p = [30, 2, 10], [2, 30, 10], [10, 10, 10], [10, 10, 10]
-    t = stats.wae_table(cf_r, cm_r, cf_p, cm_p, alpha=0.1)
-    out = stats.cad(cf_r, cm_r, cf_p, cm_p, alpha=0.1)
+    t = wae_table(cf_r, cm_r, cf_p, cm_p, alpha=0.1)
+    out = cad(cf_r, cm_r, cf_p, cm_p, alpha=0.1)
     zd, zr = out["z_disp"], out["z_ref"]
     w_pred = np.array([20, 20, 20.0])
     assert t["pred_all"] == pytest.approx(float((w_pred * zd**2).sum() / w_pred.sum()))
@@ -83,11 +94,11 @@ def test_wae_table_groups_follow_reference_sign():
 
 def test_diversity_hand_computed():
     texts = ["No acute disease.", "no acute  disease.", "Small left effusion.", "Heart is normal."]
-    assert stats.template_diversity(texts) == pytest.approx(3 / 4)
+    assert template_diversity(texts) == pytest.approx(3 / 4)
     # tokens: no acute disease no acute disease small left effusion heart is normal -> 12 tokens, 9 types
-    assert stats.type_token_ratio(texts) == pytest.approx(9 / 12)
-    assert stats.semantic_diversity(np.eye(3)) == pytest.approx(1.0)
-    assert stats.semantic_diversity([[1.0, 0.0]], weights=[5]) == pytest.approx(0.0)
+    assert type_token_ratio(texts) == pytest.approx(9 / 12)
+    assert semantic_diversity(np.eye(3)) == pytest.approx(1.0)
+    assert semantic_diversity([[1.0, 0.0]], weights=[5]) == pytest.approx(0.0)
 
 
 def test_self_bleu_equals_sacrebleu_sentence_scores():
@@ -97,23 +108,23 @@ def test_self_bleu_equals_sacrebleu_sentence_scores():
              "the heart is normal in size", "small left pleural effusion", "lungs are clear"]
     b = BLEU(effective_order=True)
     expected = np.mean([b.sentence_score(h, texts[:i] + texts[i + 1:]).score for i, h in enumerate(texts)]) / 100
-    assert stats.self_bleu(texts) == pytest.approx(expected, abs=1e-12)
-    assert stats.self_bleu(["only one"]) != stats.self_bleu(["only one"])  # nan
+    assert self_bleu(texts) == pytest.approx(expected, abs=1e-12)
+    assert self_bleu(["only one"]) != self_bleu(["only one"])  # nan
 
 
 def test_surface_metrics():
-    assert stats.corpus_bleu(["the heart is normal"], ["the heart is normal"]) == pytest.approx(1.0)
-    r = stats.rouge_scores(["heart normal"], ["heart size normal"])
+    assert corpus_bleu(["the heart is normal"], ["the heart is normal"]) == pytest.approx(1.0)
+    r = rouge_scores(["heart normal"], ["heart size normal"])
     assert r["rouge1"] == pytest.approx(2 * 1 * (2 / 3) / (1 + 2 / 3))
     assert r["rougeL"] == pytest.approx(0.8)
 
 
 def test_weat_and_token_ratio_hand_computed():
-    S, es = stats.weat([[1, 0], [1, 1]], [[0, 1]], [[1, 0]], [[0, 1]])
+    S, es = weat([[1, 0], [1, 1]], [[0, 1]], [[1, 0]], [[0, 1]])
     s = [1.0, 0.0, -1.0]  # s(x1), s(x2) (cos 45 deg to both), s(y)
     assert S == pytest.approx(s[0] + s[1] - s[2])
     assert es == pytest.approx((0.5 - (-1.0)) / np.std(s, ddof=1))
-    assert stats.male_female_token_ratio([10, 20, 30, 10], [True, True, False, False]) == pytest.approx(20 / 15)
+    assert male_female_token_ratio([10, 20, 30, 10], [True, True, False, False]) == pytest.approx(20 / 15)
 
 
 def _planted(n_per_group: int, rng: np.random.Generator):
@@ -139,9 +150,9 @@ def _planted(n_per_group: int, rng: np.random.Generator):
 
 
 def _audit(ref_texts, ref_f, pred_texts, pred_f):
-    (A, B), vocab = stats.report_count_matrices(ref_texts, pred_texts)
+    (A, B), vocab = report_count_matrices(ref_texts, pred_texts)
     cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()
-    out = stats.cad(cf(A, ref_f), cf(A, ~ref_f), cf(B, pred_f), cf(B, ~pred_f))
+    out = cad(cf(A, ref_f), cf(A, ~ref_f), cf(B, pred_f), cf(B, ~pred_f))
     return vocab, out, (A, B)
 
 
@@ -189,14 +200,14 @@ def test_resampling_is_counts_based_deterministic_and_thread_independent():
     rng = np.random.default_rng(3)
     ref, rf, _ = _planted(120, rng)
     pred = ["heart size normal lungs clear", "heart size normal mastectomy aicd"] * 120  # sex-blind templates
-    (A, B), _ = stats.report_count_matrices(ref, pred)
-    d1 = stats.corpus_resample_wae(A, rf, B, rf, B=200, n_perm=200, seed=0, workers=1)
-    d2 = stats.corpus_resample_wae(A, rf, B, rf, B=200, n_perm=200, seed=0, workers=2)
+    (A, B), _ = report_count_matrices(ref, pred)
+    d1 = corpus_resample_wae(A, rf, B, rf, B=200, n_perm=200, seed=0, workers=1)
+    d2 = corpus_resample_wae(A, rf, B, rf, B=200, n_perm=200, seed=0, workers=2)
     for kind in ("bootstrap", "permutation"):
         for k in d1[kind]:
             np.testing.assert_array_equal(d1[kind][k], d2[kind][k])
     cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()
-    point = stats.wae_table(cf(A, rf), cf(A, ~rf), cf(B, rf), cf(B, ~rf))
+    point = wae_table(cf(A, rf), cf(A, ~rf), cf(B, rf), cf(B, ~rf))
     # the planted associations are real and the templates erase them: WAE_ref lies above the label-permuted null
     assert stats.permutation_p_upper(point["ref_all"], d1["permutation"]["ref_all"]) < 0.05
     lo, hi = stats.percentile_interval(d1["bootstrap"]["ref_all"])
@@ -208,8 +219,8 @@ def test_bootstrap_draw_equals_the_statistic_of_resampled_reports():
     rng = np.random.default_rng(4)
     ref, rf, _ = _planted(40, rng)
     pred = [ref[i] if i % 3 else "heart size normal" for i in range(len(ref))]
-    (A, B), vocab = stats.report_count_matrices(ref, pred)
-    draws = stats.corpus_resample_wae(A, rf, B, rf, B=1, n_perm=1, seed=7, workers=1)
+    (A, B), vocab = report_count_matrices(ref, pred)
+    draws = corpus_resample_wae(A, rf, B, rf, B=1, n_perm=1, seed=7, workers=1)
     # replay the kernel's draws: block 0 of SeedSequence(7), F then M of the reference, then of the predictions
     g = np.random.default_rng(np.random.SeedSequence(7).spawn(1)[0])
     picks = []
@@ -220,12 +231,12 @@ def test_bootstrap_draw_equals_the_statistic_of_resampled_reports():
     p_idx = np.r_[picks[2], picks[3]]
     ref_b = [ref[i] for i in r_idx]
     pred_b = [pred[i] for i in p_idx]
-    (A2, B2), vocab2 = stats.report_count_matrices(ref_b + ref + pred, pred_b)  # same vocabulary
+    (A2, B2), vocab2 = report_count_matrices(ref_b + ref + pred, pred_b)  # same vocabulary
     A2 = A2[: len(ref_b)]
     assert vocab2 == vocab
     rf_b, pf_b = rf[r_idx], rf[p_idx]
     cf = lambda C, f: np.asarray(C[np.flatnonzero(f)].sum(0)).ravel()
-    t = stats.wae_table(cf(A2, rf_b), cf(A2, ~rf_b), cf(B2, pf_b), cf(B2, ~pf_b))
+    t = wae_table(cf(A2, rf_b), cf(A2, ~rf_b), cf(B2, pf_b), cf(B2, ~pf_b))
     for k, v in t.items():
         assert draws["bootstrap"][k][0] == pytest.approx(v, nan_ok=True)
 

@@ -90,7 +90,7 @@ def _naive_boot(values: np.ndarray, B: int, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("chunk_elems", [1000, 1 << 20])
 def test_index_mode_bit_identical_to_one_shot(monkeypatch, n, p, chunk_elems):
     # chunk_elems=1000: 1000 // n rows per chunk, which does not divide B=3000 for n = 7, 101, 333
-    monkeypatch.setattr(S, "_CHUNK_ELEMS", chunk_elems)
+    monkeypatch.setattr(S.kernels, "_CHUNK_ELEMS", chunk_elems)
     B = 3000
     x = _binary(n, p, seed=n)
     boot = _naive_boot(x, B)
@@ -102,7 +102,7 @@ def test_index_mode_bit_identical_to_one_shot(monkeypatch, n, p, chunk_elems):
 
 @pytest.mark.parametrize("n", [5, 101, 400])
 def test_paired_index_mode_bit_identical_to_released_algorithm(monkeypatch, n):
-    monkeypatch.setattr(S, "_CHUNK_ELEMS", 1000)
+    monkeypatch.setattr(S.kernels, "_CHUNK_ELEMS", 1000)
     B = 2000
     a, b = _binary(n, 0.6, seed=1), _binary(n, 0.5, seed=2)
     rng = np.random.RandomState(0)
@@ -120,7 +120,7 @@ def test_paired_index_mode_bit_identical_to_released_algorithm(monkeypatch, n):
 
 
 def test_real_valued_index_mode_bit_identical(monkeypatch):
-    monkeypatch.setattr(S, "_CHUNK_ELEMS", 777)
+    monkeypatch.setattr(S.kernels, "_CHUNK_ELEMS", 777)
     B = 1500
     rng = np.random.default_rng(3)
     v, w = rng.normal(size=123), rng.normal(0.2, 1, size=123)
@@ -137,7 +137,7 @@ def test_real_valued_index_mode_bit_identical(monkeypatch):
 
 
 def test_cluster_index_mode_matches_released_cluster_bootstrap(monkeypatch):
-    monkeypatch.setattr(S, "_CHUNK_ELEMS", 500)
+    monkeypatch.setattr(S.kernels, "_CHUNK_ELEMS", 500)
     B = 1200
     x = _binary(90, 0.4, seed=4)
     y = _binary(90, 0.6, seed=5)
@@ -423,7 +423,7 @@ def test_auroc_interval_bootstrap():
 
 
 def test_auroc_interval_equals_naive_per_resample_loop(monkeypatch):
-    monkeypatch.setattr(S, "_CHUNK_ELEMS", 300)
+    monkeypatch.setattr(S.kernels, "_CHUNK_ELEMS", 300)
     rng = np.random.default_rng(4)
     n, B = 25, 400
     y = (rng.random(n) < 0.3).astype(int)
@@ -451,9 +451,9 @@ def test_auroc_multiplicity_kernel_equals_per_resample_auroc():
         d = rng.integers(0, n, size=(300, n))
         W = np.zeros((300, n + 1), np.float32)
         W[:, :n] = np.bincount((d + (np.arange(300) * n)[:, None]).ravel(), minlength=300 * n).reshape(300, n)
-        plan = S._rank_plan(s, y, np.float32)
+        plan = S.ranking._rank_plan(s, y, np.float32)
         work = tuple(np.empty((300, plan.order.shape[0]), np.float32) for _ in range(3))
-        got = S._auroc_from_multiplicities(W, plan, work)
+        got = S.ranking._auroc_from_multiplicities(W, plan, work)
         ref = _resampled_aurocs(s, y, d)
         assert np.array_equal(np.isnan(got), np.isnan(ref))  # resamples lacking a class
         ok = ~np.isnan(ref)
@@ -465,7 +465,7 @@ def test_auroc_cell_count_kernel_equals_auroc_of_the_counted_resample():
     cells_s, cells_y = np.array([0.2, 0.2, 0.5, 0.9]), np.array([0, 1, 0, 1])
     level = np.array([0, 0, 1, 2])
     C = np.array([[1, 1, 1, 1], [2, 0, 1, 1], [0, 3, 0, 1], [2, 2, 0, 0]], dtype=float)  # rows sum to n = 4
-    got = S._auroc_cells_counts(C, level, cells_y, 3, 4)
+    got = S.ranking._auroc_cells_counts(C, level, cells_y, 3, 4)
     for row, g in zip(C.astype(int), got):
         ref = S.auroc(np.repeat(cells_s, row), np.repeat(cells_y, row))
         assert (math.isnan(g) and math.isnan(ref)) or g == pytest.approx(ref, abs=1e-12)
@@ -476,7 +476,7 @@ def test_auroc_cell_count_kernel_equals_auroc_of_the_counted_resample():
 def _documented_draws(n: int, B: int, seed: int = 0) -> np.ndarray:
     """The exact-counts case draws as documented in stats.case_bootstrap: fixed blocks of 500 resamples, block i
     from default_rng(SeedSequence(seed).spawn(...)[i]), int16 chunks of min(500, 2**17 // n) rows."""
-    rows = S._chunk_rows(n)
+    rows = S.kernels._chunk_rows(n)
     blocks = range(0, B, 500)
     out = []
     for lo, ss in zip(blocks, np.random.SeedSequence(seed).spawn(len(blocks))):
@@ -500,7 +500,7 @@ def test_auroc_exact_counts_same_for_any_thread_count_and_documented_draws():
     # several score columns share the resampled cases: each equals its own call, and the ratios ride along
     s2 = rng.random(n)
     auc, rat = S.case_bootstrap(n, B=1200, scores=np.stack([s, s2], axis=1), labels=y, num=s2[:, None])
-    assert np.array_equal(auc[:, 0], S._auroc_counts_boot(s.astype(float), y, 1200, 0))
+    assert np.array_equal(auc[:, 0], S.ranking._auroc_counts_boot(s.astype(float), y, 1200, 0))
     assert np.allclose(auc[:, 1], _resampled_aurocs(s2, y, _documented_draws(n, 1200)), rtol=0, atol=1e-12)
     assert np.allclose(rat[:, 0], s2[_documented_draws(n, 1200)].mean(axis=1), rtol=0, atol=1e-12)
 
@@ -534,7 +534,7 @@ def test_bootstrap_mean_hand_computed():
 
 
 def test_case_bootstrap_ratios_index_mode_is_the_released_index_matrix(monkeypatch):
-    monkeypatch.setattr(S, "_CHUNK_ELEMS", 700)  # several chunks
+    monkeypatch.setattr(S.kernels, "_CHUNK_ELEMS", 700)  # several chunks
     rng = np.random.default_rng(2)
     n, B = 90, 300
     v = rng.random(n)

@@ -16,6 +16,8 @@ from sklearn.linear_model import LogisticRegression
 
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
+from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.scorers.yesno import p_yes
 from medvlm_audit.suites.grounding.vision_probe import (
     ImageEncoder,
     RoutedVisionProbe,
@@ -25,8 +27,6 @@ from medvlm_audit.suites.grounding.vision_probe import (
     finding_of,
     working_image,
 )
-from medvlm_audit.probeset import ProbeSet
-from medvlm_audit.scorers.yesno import p_yes
 from medvlm_audit.testing.tiny_models import build_tiny_vit
 
 NAMES = {"pleural_effusion": "pleural effusion", "pneumothorax": "pneumothorax"}

@@ -104,8 +104,8 @@ def test_probe_fitted_on_it_answers_the_normal_studies(mimic_train, tree, tmp_pa
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from medvlm_audit.models.base import Decoding, Message, ModelInput
-    from medvlm_audit.suites.grounding.vision_probe import VisionProbe, working_image
     from medvlm_audit.suites.grounding.prompts import grounding_prompt
+    from medvlm_audit.suites.grounding.vision_probe import VisionProbe, working_image
     from medvlm_audit.testing.tiny_models import build_tiny_vit
 
     enc = build_tiny_vit(tmp_path / "enc")

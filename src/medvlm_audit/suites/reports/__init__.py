@@ -2,7 +2,7 @@
 
 Flow: corpora (:mod:`.corpus`: JSONL {id, text, group}, released layouts, the IU X-ray reference from
 torchxrayvision) -> :func:`.audit.corpus_audit` (CAD per word gated and ungated, WAE with bootstrap and
-permutation null, diversity, surface metrics, WEAT and ΔDIR baselines; statistics in ``stats.py``) ->
+permutation null, diversity, surface metrics, WEAT and ΔDIR baselines; the paper's formulas in ``terms.py``, ``cad.py``, ``wae.py``, ``diversity.py``, ``surface.py``, ``baselines.py``, ``clinical/formulas.py``) ->
 decoding strategies (:mod:`.decoding`) for report-generation runs. CLI command functions in :mod:`.commands`.
 """
 

@@ -2,7 +2,7 @@
 baselines for one reference and one prediction corpus (DESIGN.md "Report audit"; paper 002).
 
 Everything association-based works on one sparse report x word count matrix per corpus, built once
-(:func:`medvlm_audit.stats.report_count_matrices`); resamples reweight its rows (counts-based), nothing is
+(:func:`medvlm_audit.suites.reports.terms.report_count_matrices`); resamples reweight its rows (counts-based), nothing is
 re-tokenised. Files are written together, atomically:
 
 * ``cad.csv``: word, z_ref, z_pred, z_disp, p, q, category (BH-gated: ``stable`` where q >= p*), category_ungated,
@@ -35,7 +35,19 @@ import pandas as pd
 
 from medvlm_audit import stats
 from medvlm_audit.atomic import csv_bytes, write_files_atomic
+from medvlm_audit.suites.reports.baselines import male_female_token_ratio, weat
+from medvlm_audit.suites.reports.cad import CAD_CATEGORIES, cad
 from medvlm_audit.suites.reports.corpus import Corpus, CorpusError, read_corpus
+from medvlm_audit.suites.reports.diversity import (
+    _sample_indices,
+    self_bleu,
+    semantic_diversity,
+    template_diversity,
+    type_token_ratio,
+)
+from medvlm_audit.suites.reports.surface import corpus_bleu, rouge_pair_scores
+from medvlm_audit.suites.reports.terms import report_count_matrices
+from medvlm_audit.suites.reports.wae import corpus_resample_wae, wae_table
 
 WEAT_FEMALE = ("woman", "female", "she", "her", "mother", "girl", "lady", "wife")
 WEAT_MALE = ("man", "male", "he", "his", "father", "boy", "gentleman", "husband")
@@ -55,7 +67,7 @@ class CorpusAudit:
     def category_counts(self, gated: bool) -> dict[str, int]:
         col = "category" if gated else "category_ungated"
         vc = self.cad[col].value_counts()
-        return {c: int(vc.get(c, 0)) for c in stats.CAD_CATEGORIES}
+        return {c: int(vc.get(c, 0)) for c in CAD_CATEGORIES}
 
 
 def _as_corpus(x: Corpus | str | Path, what: str) -> Corpus:
@@ -76,7 +88,7 @@ def _group_counts(C: Any, female: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def cad_frame(vocab: list[str], cf_r: np.ndarray, cm_r: np.ndarray, cf_p: np.ndarray, cm_p: np.ndarray,
               alpha: float = 0.1, p_star: float = 0.05) -> pd.DataFrame:
     """One CAD row per vocabulary word (sorted by |z_disp|, largest first)."""
-    out = stats.cad(cf_r, cm_r, cf_p, cm_p, alpha=alpha, p_star=p_star)
+    out = cad(cf_r, cm_r, cf_p, cm_p, alpha=alpha, p_star=p_star)
     df = pd.DataFrame({
         "word": vocab, "z_ref": out["z_ref"], "z_pred": out["z_pred"], "z_disp": out["z_disp"], "p": out["p"],
         "q": out["q"], "category": out["category"].astype(str), "category_ungated": out["category_ungated"].astype(str),
@@ -122,15 +134,15 @@ def _semantic(texts: tuple[str, ...], max_texts: int, seed: int) -> tuple[float,
         uniq, counts = np.unique(np.asarray([norm[i] for i in idx], dtype=object), return_counts=True)
         note += f"; seeded sample of {max_texts} reports"
     E = embeddings.embed([str(u) for u in uniq])
-    return stats.semantic_diversity(E, counts), note
+    return semantic_diversity(E, counts), note
 
 
 def diversity_row(name: str, corpus: Corpus, vocab_size: int, semantic: bool, self_bleu_max: int,
                   semantic_max: int, seed: int) -> dict[str, Any]:
-    sb = stats.self_bleu(corpus.texts, max_n=self_bleu_max, seed=seed)
+    sb = self_bleu(corpus.texts, max_n=self_bleu_max, seed=seed)
     sem, note = _semantic(corpus.texts, semantic_max, seed) if semantic else (math.nan, "not computed (semantic=False)")
-    return {"corpus": name, "n_reports": len(corpus), "template_diversity": stats.template_diversity(corpus.texts),
-            "ttr": stats.type_token_ratio(corpus.texts), "one_minus_self_bleu": max(0.0, 1.0 - sb),
+    return {"corpus": name, "n_reports": len(corpus), "template_diversity": template_diversity(corpus.texts),
+            "ttr": type_token_ratio(corpus.texts), "one_minus_self_bleu": max(0.0, 1.0 - sb),
             "semantic_diversity": sem, "vocabulary_size": vocab_size,
             "self_bleu_sample": min(len(corpus), self_bleu_max), "semantic_note": note}
 
@@ -170,14 +182,14 @@ def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None 
     if not hyp:
         return None
     n_all = len(hyp)
-    idx = stats._sample_indices(n_all, max_pairs, seed)
+    idx = _sample_indices(n_all, max_pairs, seed)
     hyp, refs, rid = [hyp[i] for i in idx], [refs[i] for i in idx], [rid[i] for i in idx]
     n_ref = len(set(rid))
     base = {"n_pairs": n_all, "n_scored": len(hyp), "n_references": n_ref}
     sample = f"; seeded sample of {len(hyp)} of {n_all} pairs" if len(hyp) < n_all else ""
-    rows = [{"metric": "bleu", "value": stats.corpus_bleu(hyp, refs), "ci_low": math.nan, "ci_high": math.nan,
+    rows = [{"metric": "bleu", "value": corpus_bleu(hyp, refs), "ci_low": math.nan, "ci_high": math.nan,
              **base, "method": "corpus BLEU (sacrebleu 13a, exp smoothing), one reference each" + sample}]
-    per = stats.rouge_pair_scores(hyp, refs)
+    per = rouge_pair_scores(hyp, refs)
     for name, label in (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L")):
         e = stats.mean_estimate(per[name], B=B, seed=seed, clusters=rid)
         rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
@@ -204,7 +216,7 @@ def clinical_frame(metrics: Sequence[Any], reference: Corpus, predictions: Corpu
     hyp, refs, _ = paired_reports(reference, predictions, reference_ids)
     if not hyp:
         return None
-    idx = stats._sample_indices(len(hyp), max_pairs, seed)
+    idx = _sample_indices(len(hyp), max_pairs, seed)
     hyp, refs = [hyp[i] for i in idx], [refs[i] for i in idx]
     rows = []
     for m in metrics:
@@ -227,7 +239,7 @@ def _weat_for(z: np.ndarray, vocab: list[str], k: int = 8) -> tuple[float, float
         return math.nan, math.nan, "no word with |z| > 2 in one of the groups"
     E = embeddings.embed(X + Y + list(WEAT_FEMALE) + list(WEAT_MALE))
     nx, ny, nf = len(X), len(Y), len(WEAT_FEMALE)
-    S, es = stats.weat(E[:nx], E[nx:nx + ny], E[nx + ny:nx + ny + nf], E[nx + ny + nf:])
+    S, es = weat(E[:nx], E[nx:nx + ny], E[nx + ny:nx + ny + nf], E[nx + ny + nf:])
     return S, es, f"targets: top {k} words with z > 2 (F) and z < -2 (M); attributes: gendered words; {embeddings.BACKBONE}"
 
 
@@ -235,8 +247,8 @@ def baselines_frame(C_ref: Any, fr: np.ndarray, C_pred: Any, fp: np.ndarray, cad
                     weat_on: bool) -> pd.DataFrame:
     lr = np.asarray(C_ref.sum(axis=1)).ravel()
     lp = np.asarray(C_pred.sum(axis=1)).ravel()
-    d_ref = stats.male_female_token_ratio(lr, fr)
-    d_pred = stats.male_female_token_ratio(lp, fp)
+    d_ref = male_female_token_ratio(lr, fr)
+    d_pred = male_female_token_ratio(lp, fp)
     rows = [{"metric": "dir", "corpus": "reference", "value": d_ref, "note": "mean tokens per M report / per F report"},
             {"metric": "dir", "corpus": "predictions", "value": d_pred, "note": "mean tokens per M report / per F report"},
             {"metric": "delta_dir", "corpus": "predictions", "value": d_pred - d_ref, "note": "DIR(pred) - DIR(ref)"}]
@@ -286,15 +298,15 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
             raise CorpusError(f"semantic diversity was required but {why}")
     sem_on = semantic is True or (semantic == "auto")
     bs_on = _bertscore_on(bertscore, bertscore_model)
-    (C_ref, C_pred), vocab = stats.report_count_matrices(ref.texts, pred.texts)
+    (C_ref, C_pred), vocab = report_count_matrices(ref.texts, pred.texts)
     if not vocab:
         raise CorpusError(f"{ref.source} and {pred.source}: no word left after stop-word removal")
     fr, fp = ref.female, pred.female
     cf_r, cm_r = _group_counts(C_ref, fr)
     cf_p, cm_p = _group_counts(C_pred, fp)
     cadf = cad_frame(vocab, cf_r, cm_r, cf_p, cm_p, alpha, p_star)
-    point = stats.wae_table(cf_r, cm_r, cf_p, cm_p, alpha)
-    draws = stats.corpus_resample_wae(C_ref, fr, C_pred, fp, B=B, n_perm=n_perm, seed=seed, alpha=alpha,
+    point = wae_table(cf_r, cm_r, cf_p, cm_p, alpha)
+    draws = corpus_resample_wae(C_ref, fr, C_pred, fp, B=B, n_perm=n_perm, seed=seed, alpha=alpha,
                                       workers=workers)
     waef = wae_frame(point, draws)
     used_ref = int((np.asarray(C_ref.sum(axis=0)).ravel() > 0).sum())
@@ -317,7 +329,7 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         "headline_rule": HEADLINE_RULE,
         "headline_note": ("erasure counts use the ungated rule: a word the model never writes has "
                           "|z_disp| < ~0.9 at alpha = 0.1, so the BH gate cannot flag its erasure"),
-        "stop_words": "NLTK English list (stats.REPORT_STOP_WORDS)",
+        "stop_words": "NLTK English list (REPORT_STOP_WORDS)",
     }
     if out_dir is not None:
         write_audit(res, out_dir)

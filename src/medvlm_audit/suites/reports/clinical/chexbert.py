@@ -16,7 +16,7 @@ nothing is fetched from a model hub (``local_files_only=True``):
 * F1 as scikit-learn's ``classification_report`` there: micro (pooled TP/FP/FN) and macro (unweighted mean of
   the per-observation F1, an observation positive in neither labelling counting 0) over the 14 observations and
   over Atelectasis, Cardiomegaly, Consolidation, Edema and Pleural Effusion; intervals are percentile bootstraps
-  over report pairs (:func:`medvlm_audit.stats.multilabel_f1_bootstrap`).
+  over report pairs (:func:`medvlm_audit.multilabel_f1_bootstrap`).
 
 Local layout: a folder holding ``chexbert.pth`` (the released checkpoint: a dict whose ``model_state_dict`` has
 keys prefixed ``module.``), the BERT ``config.json`` of bert-base-uncased and its tokenizer files
@@ -35,8 +35,8 @@ import numpy as np
 
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.extras import require_extra
-from medvlm_audit.stats import multilabel_f1_bootstrap
 from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
+from medvlm_audit.suites.reports.clinical.formulas import multilabel_f1_bootstrap
 
 #: the 14 observations in the order of CheXbert's heads (``src/constants.py`` there)
 CONDITIONS: tuple[str, ...] = (

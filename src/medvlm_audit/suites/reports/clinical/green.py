@@ -7,7 +7,7 @@ significant and insignificant errors and the number of matched findings; per pai
 
     GREEN = matched / (matched + clinically significant errors),  0 when no finding is matched
 
-(:func:`medvlm_audit.stats.green_scores`), averaged over the pairs whose judgement could be read.
+(:func:`medvlm_audit.suites.reports.clinical.formulas.green_scores`), averaged over the pairs whose judgement could be read.
 
 The prompt (:data:`GREEN_PROMPT`, each report cut to its first 300 words), the chat template
 (:data:`GREEN_CHAT_TEMPLATE`, with the tokenizer's end-of-sequence token as padding, left padding and
@@ -42,6 +42,7 @@ from medvlm_audit import stats
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 from medvlm_audit.suites.reports.clinical.folders import model_folder, torch_device, transformers_modules
+from medvlm_audit.suites.reports.clinical.formulas import green_scores
 
 METRIC = "GREEN"
 SOURCE = "Stanford-AIMI/GREEN@d72c1951e69683b93405968901fd4f14cc6c27b0"
@@ -368,7 +369,7 @@ class GreenMetric:
         bad = Counter(g for g in got if isinstance(g, str))
         matched = np.array([g.matched for g in ok], dtype=np.int64)
         sig = np.array([g.significant for g in ok], dtype=np.int64).reshape(len(ok), 6)
-        values = stats.green_scores(matched, sig)
+        values = green_scores(matched, sig)
         est = stats.bootstrap_mean(values, B=B, seed=seed)
         est_err = stats.bootstrap_mean(sig.sum(axis=1).astype(np.float64), B=B, seed=seed)
         note = ""

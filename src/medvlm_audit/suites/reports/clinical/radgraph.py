@@ -1,14 +1,14 @@
 """RadGraph F1 (Delbrouck et al. 2022, "Improving the factual correctness of radiology report generation with
 semantic rewards"; the ``radgraph`` PyPI package 0.1.18, ``F1RadGraph``): the entities and relations a RadGraph
 model extracts from the hypothesis and from the reference report are compared as sets, per report pair, at
-three levels (:func:`medvlm_audit.stats.radgraph_items`):
+three levels (:func:`medvlm_audit.suites.reports.clinical.formulas.radgraph_items`):
 
 * ``radgraph_f1_e`` (RG_E, the package's ``simple``): entity tokens and label;
 * ``radgraph_f1_er`` (RG_ER, ``partial``): entity tokens, label and whether it has a relation (the "RadGraph F1"
   most report-generation papers quote);
 * ``radgraph_f1_er_complete`` (RG_ER-bar, ``complete``): each relation as (tokens, label, type, target tokens).
 
-A pair's F1 is :func:`medvlm_audit.stats.radgraph_rewards` (0 when either report is empty or has no entity,
+A pair's F1 is :func:`medvlm_audit.suites.reports.clinical.formulas.radgraph_rewards` (0 when either report is empty or has no entity,
 as in the package); the corpus value is the mean over pairs with a percentile bootstrap interval over pairs.
 
 Where the annotations come from (an :class:`Annotator`, text -> RadGraph JSON ``{"entities": {id: {"tokens",
@@ -48,8 +48,9 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from medvlm_audit.errors import AuditError, ConfigError
-from medvlm_audit.stats import RADGRAPH_LEVELS, bootstrap_mean, radgraph_rewards
+from medvlm_audit.stats import bootstrap_mean
 from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
+from medvlm_audit.suites.reports.clinical.formulas import RADGRAPH_LEVELS, radgraph_rewards
 
 #: metric name per reward level
 METRICS: dict[str, str] = {"simple": "radgraph_f1_e", "partial": "radgraph_f1_er",

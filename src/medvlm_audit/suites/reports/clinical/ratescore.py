@@ -8,7 +8,7 @@ Method (the paper and the released ``RaTEScore`` 0.6.0 package, re-implemented h
    and the I- tokens after it (its type is the B- token's; an I- with no open entity is dropped, as released);
 2. every entity's text is embedded by a synonym-aware encoder (the [CLS] hidden state, as released;
    ``pooling="mean"`` for an encoder trained with mean pooling); entity texts are cut at 30 tokens;
-3. per pair, :func:`medvlm_audit.stats.ratescore`: each entity is matched to its most similar entity on the
+3. per pair, :func:`medvlm_audit.suites.reports.clinical.formulas.ratescore`: each entity is matched to its most similar entity on the
    other side, similarities weighted by a type-pair affinity matrix, a negated-against-positive finding match
    penalised, both directions combined by their harmonic mean; a report with no entity gives 0.5.
 
@@ -40,6 +40,7 @@ from medvlm_audit import stats
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 from medvlm_audit.suites.reports.clinical.folders import model_folder, torch_device, transformers_modules
+from medvlm_audit.suites.reports.clinical.formulas import RATESCORE_TYPES, ratescore, ratescore_penalty
 
 METRIC = "RaTEScore"
 RELEASED_MATRICES = {"long": "DEFAULT_MATRIX_LONG", "short": "DEFAULT_MATRIX_SHORT"}
@@ -100,7 +101,7 @@ def affinity_matrices(mapping: Mapping[str, float], where: str) -> tuple[tuple[s
     if neg is None:
         raise ConfigError(f"{METRIC}: affinity {where} has no 'neg_weight'")
     named = {t for pair in weights for t in pair}
-    types = tuple(t for t in stats.RATESCORE_TYPES if t in named) + tuple(sorted(named - set(stats.RATESCORE_TYPES)))
+    types = tuple(t for t in RATESCORE_TYPES if t in named) + tuple(sorted(named - set(RATESCORE_TYPES)))
     W = np.zeros((len(types), len(types)))
     for i, a in enumerate(types):
         for j, b in enumerate(types):
@@ -181,7 +182,7 @@ class RaTEScoreMetric:
         self._torch = torch
         self.ner_dir, self.embedding_dir = ner_dir, embedding_dir
         self.types, self.weights, self.neg_weight = types, weights, float(neg_weight)
-        self.penalty = stats.ratescore_penalty(types, neg_weight)
+        self.penalty = ratescore_penalty(types, neg_weight)
         self.affinity_label = affinity_label
         self.device, self.batch_size, self.pooling, self.empty = device, int(batch_size), pooling, float(empty)
         try:
@@ -270,7 +271,7 @@ class RaTEScoreMetric:
         for i, (eh, er) in enumerate(zip(ents_h, ents_r)):
             if not eh or not er:
                 empty += 1
-            scores[i] = stats.ratescore(*side(eh), *side(er), self.weights, self.penalty, empty=self.empty)
+            scores[i] = ratescore(*side(eh), *side(er), self.weights, self.penalty, empty=self.empty)
         return scores, empty
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str], *, B: int = 1000,

@@ -1,0 +1,155 @@
+"""Rates: one proportion with its interval, the Wilson interval, binomial and chance tests."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from scipy import special as _special
+from scipy import stats as _sstats
+
+from medvlm_audit.stats.kernels import _cluster_index_means, _cluster_type_counts, _index_binary_means
+from medvlm_audit.stats.types import _NAN, NOT_ESTIMABLE_N0, Estimate, Mode
+from medvlm_audit.stats.validation import (
+    _as_binary,
+    _as_real,
+    _check_alpha,
+    _check_B,
+    _check_mode,
+    _cluster_inverse,
+    _pct,
+    _percentiles,
+    _sd,
+)
+
+__all__ = ['binomial_test', 'chance_test', 'poisson_binomial_sf', 'proportion', 'wilson_interval']
+
+
+def wilson_interval(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials; (nan, nan) when n == 0.
+
+    The paper uses it for per-finding cells with fewer than 30 cases, where the percentile bootstrap undercovers.
+    """
+    alpha = _check_alpha(alpha)
+    k, n = int(k), int(n)
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"wilson_interval: need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return _NAN, _NAN
+    z = float(_special.ndtri(1.0 - alpha / 2.0))
+    p = k / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (p + z2 / (2.0 * n)) / denom
+    half = z * math.sqrt(p * (1.0 - p) / n + z2 / (4.0 * n * n)) / denom
+    lo = 0.0 if k == 0 else max(0.0, center - half)  # exactly 0 / 1 at the edges (float rounding aside)
+    hi = 1.0 if k == n else min(1.0, center + half)
+    return lo, hi
+
+
+def proportion(x: Any, B: int = 10_000, seed: int = 0, mode: Mode = "exact-counts", clusters: Any = None,
+               alpha: float = 0.05, wilson_below: int = 0) -> Estimate:
+    """Proportion of 1s: mean, analytic SE sqrt(p(1-p)/n), percentile bootstrap interval, n.
+
+    ``mode="exact-counts"``: k* ~ Binomial(n, p_hat) (same distribution as index resampling, O(B)).
+    ``mode="index"``: the released code's ``RandomState(seed).randint(0, n, (B, n))``, chunked; bit-identical draws
+    (the released interval of the same vector in the same order).
+    ``clusters``: patient ids; resample whole clusters (ratio of sums). The SE is then the cluster-robust
+    (linearised ratio) SE sqrt(sum_c (s_c - p m_c)^2) / n, which equals sqrt(p(1-p)/n) when every cluster is one
+    case. ``wilson_below``: if n < wilson_below, the interval is Wilson's instead (paper: 30 for per-finding cells).
+    """
+    B = _check_B(B)
+    alpha = _check_alpha(alpha)
+    _check_mode(mode)
+    xb = _as_binary(x, "x")
+    n = int(xb.shape[0])
+    if n == 0:
+        return Estimate(_NAN, _NAN, _NAN, _NAN, 0, NOT_ESTIMABLE_N0)
+    k = int(xb.sum(dtype=np.int64))
+    p = k / n
+    inverse = None
+    if clusters is not None:
+        inverse, K = _cluster_inverse(clusters, n)
+        s_c = np.bincount(inverse, weights=xb, minlength=K)
+        m_c = np.bincount(inverse, minlength=K)
+        se = float(math.sqrt(float(np.sum((s_c - p * m_c) ** 2))) / n)
+        se_txt = f"cluster-robust analytic SE ({K} clusters)"
+    else:
+        se = math.sqrt(p * (1.0 - p) / n)
+        se_txt = "analytic SE sqrt(p(1-p)/n)"
+
+    if inverse is not None:
+        if mode == "index":
+            (boot,) = _cluster_index_means([xb], inverse, K, B, seed)
+        else:
+            sums, tot = _cluster_type_counts([xb], inverse, K, B, seed)
+            boot = sums[:, 0] / tot
+        how = f"cluster bootstrap ({K} clusters, {mode}, B={B}, seed={seed})"
+    elif mode == "index":
+        (boot,) = _index_binary_means([xb], B, seed)
+        how = f"bootstrap ({mode}, B={B}, seed={seed})"
+    else:
+        rng = np.random.default_rng(seed)
+        boot = rng.binomial(n, p, size=B) / n
+        how = f"bootstrap ({mode}, B={B}, seed={seed})"
+    boot_sd = _sd(boot)
+    if n < wilson_below:
+        lo, hi = wilson_interval(k, n, alpha)
+        method = f"Wilson {_pct(alpha)} interval (n = {n} < {wilson_below}); {se_txt}; boot_sd from {how}"
+    else:
+        lo, hi = _percentiles(boot, alpha)
+        method = f"percentile {how} {_pct(alpha)} interval; {se_txt}"
+        if k == 0 or k == n:
+            method += f"; all outcomes are {int(k == n)}: bootstrap interval degenerate, consider Wilson"
+    return Estimate(p, se, lo, hi, n, method, boot_sd)
+
+
+def binomial_test(k: int, n: int, p0: float, alternative: str = "greater") -> float:
+    """Exact binomial test p-value (``scipy.stats.binomtest``); nan when n == 0."""
+    k, n = int(k), int(n)
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"binomial_test: need 0 <= k <= n, got k={k}, n={n}")
+    if not (0.0 <= float(p0) <= 1.0):
+        raise ValueError(f"binomial_test: p0 must lie in [0, 1], got {p0!r}")
+    if alternative not in ("greater", "less", "two-sided"):
+        raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
+    if n == 0:
+        return _NAN
+    return float(_sstats.binomtest(k, n, float(p0), alternative=alternative).pvalue)
+
+
+def poisson_binomial_sf(k: int, probs: Any) -> float:
+    """P(X >= k) for X a sum of independent Bernoulli(probs[i]) (exact, dynamic programming over the count)."""
+    pv = _as_real(probs, "probs")
+    if ((pv < 0) | (pv > 1)).any():
+        i = int(np.flatnonzero((pv < 0) | (pv > 1))[0])
+        raise ValueError(f"probs[{i}] = {pv[i]!r}: probabilities must lie in [0, 1]")
+    k = int(k)
+    if k <= 0:
+        return 1.0
+    if k > pv.shape[0]:
+        return 0.0
+    dist = np.zeros(pv.shape[0] + 1)
+    dist[0] = 1.0
+    for i, p in enumerate(pv, 1):
+        dist[1 : i + 1] = dist[1 : i + 1] * (1.0 - p) + dist[0:i] * p
+        dist[0] *= 1.0 - p
+    return float(min(1.0, dist[k:].sum()))
+
+
+def chance_test(k: int, probs: Any) -> float:
+    """Exact one-sided p that k or more of n items are right when item i is right with chance probs[i] (1/k_i).
+
+    The binomial test when all chances are equal, the Poisson-binomial tail otherwise; nan when n == 0.
+    """
+    pv = _as_real(probs, "probs")
+    n = int(pv.shape[0])
+    if n == 0:
+        return _NAN
+    if np.all(pv == pv[0]):
+        return binomial_test(k, n, float(pv[0]), alternative="greater")
+    if not 0 <= int(k) <= n:
+        raise ValueError(f"chance_test: need 0 <= k <= n, got k={k}, n={n}")
+    return poisson_binomial_sf(k, pv)
+
