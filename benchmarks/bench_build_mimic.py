@@ -23,8 +23,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "datasets"))
 import dsfixtures as F
 
-from medvlm_audit.datasets.mimic import build_mimic
-from medvlm_audit.datasets.probe_train import build_probe_train
+from medvlm_audit.suites.grounding.datasets.mimic import build_mimic
+from medvlm_audit.suites.grounding.datasets.probe_train import build_probe_train
 
 
 def main() -> None:

@@ -63,7 +63,7 @@ def radiograph_like(w: int, h: int, seed: int, grain: float) -> np.ndarray:
 
 
 def phantom_sources(folder: Path, n: int) -> list[Path]:
-    from medvlm_audit.phantom import build_phantom
+    from medvlm_audit.suites.grounding.phantom_probeset import build_phantom
 
     test, _ = build_phantom(folder, n_cases=60, n_train=60)
     return [test.resolve(p) for p in test.df["image_path"].drop_duplicates()[:n]]

@@ -38,8 +38,9 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=1500)
     args = ap.parse_args()
 
-    from medvlm_audit.phantom import build_phantom, render_study
+    from medvlm_audit.phantom import render_study
     from medvlm_audit.phantom.anatomy import encode_png
+    from medvlm_audit.suites.grounding.phantom_probeset import build_phantom
 
     print(f"phantom benchmark: {args.cases} test cases, {args.train} training cases; python {sys.version.split()[0]}")
     # --- PNG encoding: Pillow vs the phantom encoder on a 512 phantom image

@@ -29,8 +29,8 @@ from PIL import Image
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from medvlm_audit.models.base import ImageData
-from medvlm_audit.probeset import ProbeSet
 from medvlm_audit.suites.grounding import vision_probe as vp
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.vision_probe import (
     PATH_INDEX,
     FeatureCache,

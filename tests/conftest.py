@@ -12,7 +12,7 @@ from PIL import Image
 
 from medvlm_audit.boxes import irrelevant_box, working_box
 from medvlm_audit.models.base import LocalModel, ModelInput, Response
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 
 def make_tiny_probeset(folder: Path, n: int = 12, seed: int = 0) -> ProbeSet:

@@ -13,7 +13,7 @@ from medvlm_audit import api
 from medvlm_audit.cli import app
 from medvlm_audit.config import load_config
 from medvlm_audit.errors import ConfigError, ProbeSetError
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 
 @pytest.mark.parametrize(

@@ -161,7 +161,7 @@ def test_build_phantom(tmp_path: Path) -> None:
     res = _invoke("build", "phantom", "--out", str(out), "--n-cases", "60", "--n-train", "60")
     assert res.exit_code == 0, res.output
     assert "60 cases" in res.output
-    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     assert len(ProbeSet.load(out / "probeset")) == 60 and len(ProbeSet.load(out / "train")) == 60
     res = _invoke("build", "phantom", "--out", str(tmp_path / "x"), "--n-cases", "10")

@@ -107,7 +107,7 @@ def test_tiny_probe_set_mask_boxes_have_equal_size(tiny_probeset, res) -> None:
 
 def test_boxes_at_512_from_the_source_box() -> None:
     """A box whose 224 rounding would put the 512 sides 1 px apart: both 512 boxes keep one size."""
-    from medvlm_audit.case import Case
+    from medvlm_audit.suites.grounding.case import Case
     from medvlm_audit.suites.grounding.conditions import boxes_at
 
     src = (10.3, 10.0, 221.0, 230.7)  # source pixels of a 1000 x 900 image

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from medvlm_audit.datasets.folder import build_folder
-from medvlm_audit.phantom import build_phantom
+from medvlm_audit.suites.grounding.datasets.folder import build_folder
+from medvlm_audit.suites.grounding.phantom_probeset import build_phantom
 
 
 def _images(folder: Path, n: int = 6) -> list[str]:
@@ -140,7 +140,7 @@ def test_images_outside_the_root_are_refused_naming_the_row(tmp_path: Path, whic
 
 def test_allow_outside_root_is_explicit_said_in_the_summary_and_checked_at_run_time(tmp_path: Path) -> None:
     from medvlm_audit.errors import ProbeSetError
-    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     rows, secret = _outside_layout(tmp_path)
     res = build_folder(tmp_path / "imgs", _csv(tmp_path / "cases.csv", rows), tmp_path / "out", verbose=False,

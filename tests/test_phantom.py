@@ -14,12 +14,12 @@ from PIL import Image
 from medvlm_audit import __version__
 from medvlm_audit.boxes import irrelevant_box, working_box
 from medvlm_audit.findings import MS_CXR_FINDINGS
-from medvlm_audit.phantom import PHANTOM_FINDINGS, build_phantom, render_study
+from medvlm_audit.phantom import PHANTOM_FINDINGS, render_study
 from medvlm_audit.phantom.anatomy import MIN_PIXEL, encode_png
-from medvlm_audit.phantom.build import STAMP, _draw
 from medvlm_audit.phantom.cohort import inject_error, make_cohort
-from medvlm_audit.probeset import ProbeSet
 from medvlm_audit.suites.grounding.conditions import Condition
+from medvlm_audit.suites.grounding.phantom_probeset import STAMP, _draw, build_phantom
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 N_CASES, N_TRAIN = 200, 400
 

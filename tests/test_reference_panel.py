@@ -12,8 +12,9 @@ from PIL import Image
 
 from medvlm_audit.findings import DISPLAY_NAMES, MS_CXR_FINDINGS
 from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
-from medvlm_audit.phantom import PHANTOM_FINDINGS, build_phantom
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.phantom import PHANTOM_FINDINGS
+from medvlm_audit.suites.grounding.phantom_probeset import build_phantom
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.prompt_parsing import finding_from_prompt, parse_prompt
 from medvlm_audit.suites.grounding.reference import (
     REFERENCE_KINDS,

@@ -150,7 +150,7 @@ def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> No
 def test_runner_completes_through_transient_faults_without_duplicates(tmp_path: Path) -> None:
     """429 (Retry-After), 500/503, dropped connections, malformed JSON, empty content and missing logprobs:
     every input ends with one stored answer, none duplicated, none lost."""
-    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     ps = make_tiny_probeset(tmp_path / "data", n=40)
     df = ps.df.assign(kind="report_error", sentence=[f"There is a small opacity in zone {i}." for i in range(40)])

@@ -75,7 +75,7 @@ def test_skipped_conditions_are_counted_not_faked(tmp_path: Path, tiny_probeset)
     df.loc[0, "swap_image_path"] = None
     for c in ("tbox_x0", "tbox_y0", "tbox_x1", "tbox_y1"):
         df.loc[1, c] = None
-    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     ps = ProbeSet(df, tiny_probeset.image_root, name="tiny2")
     plan = plan_grounding([ps], GroundingOptions())
@@ -187,7 +187,7 @@ def test_corrupt_image_fails_before_any_model_call(tmp_path: Path, tiny_probeset
 def test_two_probe_sets_in_one_run_for_cross_dataset_analysis(tmp_path: Path) -> None:
     from conftest import make_tiny_probeset
 
-    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     a = make_tiny_probeset(tmp_path / "a", n=8)
     b0 = make_tiny_probeset(tmp_path / "b", n=6, seed=1)

@@ -244,8 +244,8 @@ def test_core_imports_no_suite_internals_and_no_dataset_builder() -> None:
         for t in ts:
             if t.startswith("medvlm_audit.suites.") and t not in allowed_suite:
                 bad.append(f"{m} -> {t}")
-            if t.startswith("medvlm_audit.datasets") and not m.startswith(
-                    ("medvlm_audit.datasets", "medvlm_audit.cli", "medvlm_audit.api")):
+            if t.startswith("medvlm_audit.suites.grounding.datasets") and not m.startswith(
+                    ("medvlm_audit.suites.grounding.datasets", "medvlm_audit.cli", "medvlm_audit.api")):
                 bad.append(f"{m} -> {t}")
     assert not bad, bad
 

@@ -16,8 +16,8 @@ from sklearn.linear_model import LogisticRegression
 
 from medvlm_audit.errors import ConfigError, ProbeSetError
 from medvlm_audit.models.base import Decoding, ImageData, Message, ModelInput
-from medvlm_audit.probeset import ProbeSet
 from medvlm_audit.scorers.yesno import p_yes
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.vision_probe import (
     ImageEncoder,
     RoutedVisionProbe,

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 from test_vision_probe import make_probeset
 
 from medvlm_audit.errors import ProbeSetError
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.vision_probe import (
     ImageEncoder,
     VisionProbe,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from medvlm_audit.case import Box, IntBox
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 (xyxy), source pixels
+IntBox = tuple[int, int, int, int]
 
 
 def _round_half_up(x: float) -> int:

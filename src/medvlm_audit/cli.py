@@ -61,7 +61,7 @@ def build_phantom_cmd(
     seed: Annotated[int, typer.Option(help="Construction seed.")] = 42,
 ) -> None:
     """Build the embedded synthetic chest-radiograph probe set (deterministic)."""
-    from medvlm_audit.phantom import build_phantom
+    from medvlm_audit.suites.grounding.phantom_probeset import build_phantom
 
     try:
         test, train = build_phantom(out, n_cases=n_cases, n_train=n_train, seed=seed)
@@ -113,7 +113,7 @@ def build_mimic_cmd(
     name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "mimic",
 ) -> None:
     """The paper's primary probe set from MIMIC-CXR-JPG + MS-CXR + ReXErr-v1 + MIMIC-IV (2,575 cases)."""
-    from medvlm_audit.datasets.mimic import build_mimic
+    from medvlm_audit.suites.grounding.datasets.mimic import build_mimic
 
     try:
         _built(build_mimic(mimic_root, ms_cxr_root, rexerr_root, mimic_iv_root, out, per_finding=per_finding,
@@ -145,7 +145,7 @@ def build_chexpert_cmd(
     name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "chexpert",
 ) -> None:
     """The CheXpert generalization set (original and swap conditions; 1,380 cases)."""
-    from medvlm_audit.datasets.chexpert import build_chexpert
+    from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert
 
     try:
         _built(build_chexpert(chexpert_root, out, labels_csv=labels_csv, demographics_csv=demographics_csv,
@@ -176,7 +176,7 @@ def build_nih_cmd(
     name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "nih",
 ) -> None:
     """An open probe set with boxes from NIH ChestX-ray14 (all conditions, masks included)."""
-    from medvlm_audit.datasets.nih import build_nih
+    from medvlm_audit.suites.grounding.datasets.nih import build_nih
 
     try:
         _built(build_nih(nih_root, out, metadata_from=metadata_from, split=split, per_finding=per_finding,
@@ -206,7 +206,7 @@ def build_vindr_cmd(
     name: Annotated[str, Opt(help="Name of the probe set (how runs and reports refer to it).")] = "vindr",
 ) -> None:
     """An open probe set with radiologist boxes from VinDr-CXR."""
-    from medvlm_audit.datasets.vindr import build_vindr
+    from medvlm_audit.suites.grounding.datasets.vindr import build_vindr
 
     try:
         _built(build_vindr(vindr_root, out, split=split, n_absent=n_absent, n_normal=n_normal, box_cap=box_cap,
@@ -234,7 +234,7 @@ def build_folder_cmd(
     allow_outside_root: Annotated[bool, Opt("--allow-outside-root", help="Accept image paths outside --images (absolute, '..', symlinks out); the summary counts them.")] = False,
 ) -> None:
     """A probe set from any folder of images plus a CSV of findings, labels and boxes."""
-    from medvlm_audit.datasets.folder import build_folder
+    from medvlm_audit.suites.grounding.datasets.folder import build_folder
 
     try:
         _built(build_folder(images, csv, out, frontal_only=frontal_only, require_demographics=require_demographics,
@@ -266,7 +266,7 @@ def build_probe_train_cmd(
     name: Annotated[str | None, Opt(help="Name of the probe set (how runs and reports refer to it).")] = None,
 ) -> None:
     """The vision-only probe's training set: every labelled frontal study of the given splits (no cap)."""
-    from medvlm_audit.datasets.probe_train import build_probe_train
+    from medvlm_audit.suites.grounding.datasets.probe_train import build_probe_train
 
     try:
         _built(build_probe_train(source, out, mimic_root=mimic_root, mimic_iv_root=mimic_iv_root,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from medvlm_audit.errors import ConfigError
 
@@ -56,3 +57,11 @@ def extra_for_missing(backend: str, exc: ImportError) -> MissingExtraError | Non
     if extra is None or (module and module not in EXTRA_MODULES.get(extra, ()) and not owners):
         return None
     return missing_extra(extra, f"backend {backend!r}", module or None)
+
+def torchxrayvision_data_dir() -> Path | None:
+    """Folder of the CSVs bundled with the torchxrayvision package, found without importing it (or None)."""
+    spec = importlib.util.find_spec("torchxrayvision")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    d = Path(next(iter(spec.submodule_search_locations))) / "data"
+    return d if d.is_dir() else None

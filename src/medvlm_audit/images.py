@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from medvlm_audit.boxes import IntBox
 from medvlm_audit.cache import LRU
-from medvlm_audit.case import IntBox
 from medvlm_audit.errors import ImageError
 from medvlm_audit.registry import Registry
 

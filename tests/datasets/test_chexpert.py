@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
-from medvlm_audit.datasets.chexpert import build_chexpert, chexpert_patient_split
-from medvlm_audit.datasets.common import DatasetError
+from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert, chexpert_patient_split
+from medvlm_audit.suites.grounding.datasets.common import DatasetError
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from medvlm_audit import api
 from medvlm_audit.cli import app
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import BrightSpotModel

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from medvlm_audit.datasets.common import (
+from medvlm_audit.suites.grounding.datasets.common import (
     BLANK,
     NEG,
     POS,
@@ -138,8 +138,8 @@ def test_assign_swaps_matches_key_other_patient_and_logs_impossible(tmp_path):
 
 
 def test_builder_registry():
-    from medvlm_audit.datasets import BUILDERS, get_builder
-    from medvlm_audit.datasets.mimic import build_mimic
+    from medvlm_audit.suites.grounding.datasets import BUILDERS, get_builder
+    from medvlm_audit.suites.grounding.datasets.mimic import build_mimic
 
     assert get_builder("mimic") is build_mimic
     assert set(BUILDERS) == {"mimic", "chexpert", "nih", "vindr", "folder", "probe_train"}
@@ -148,7 +148,7 @@ def test_builder_registry():
 
 
 def test_duplicate_case_ids_across_sources_stop_the_build(tmp_path):
-    from medvlm_audit.datasets.common import finalize
+    from medvlm_audit.suites.grounding.datasets.common import finalize
 
     m = pd.DataFrame({"case_id": ["a-1", "b-1", "a-1"], "kind": "finding_presence", "label": [1, 0, 1],
                       "finding": "edema", "source": ["ms_cxr", "mimic_cxr", "rexerr"]})

@@ -14,9 +14,9 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
-from medvlm_audit.datasets.chexpert import build_chexpert
-from medvlm_audit.datasets.common import DatasetError, top_exclusion_reasons
-from medvlm_audit.datasets.folder import build_folder
+from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert
+from medvlm_audit.suites.grounding.datasets.common import DatasetError, top_exclusion_reasons
+from medvlm_audit.suites.grounding.datasets.folder import build_folder
 
 
 def test_chexpert_labels_whose_paths_do_not_match_the_image_folder(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from medvlm_audit.boxes import working_box
-from medvlm_audit.datasets.common import DatasetError
-from medvlm_audit.datasets.folder import build_folder
+from medvlm_audit.suites.grounding.datasets.common import DatasetError
+from medvlm_audit.suites.grounding.datasets.folder import build_folder
 
 
 @pytest.fixture()

@@ -11,9 +11,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
-from medvlm_audit.datasets.chexpert import build_chexpert
-from medvlm_audit.datasets.common import ExclusionLog, Shortfall, reconcile_strata
-from medvlm_audit.datasets.mimic import build_mimic
+from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert
+from medvlm_audit.suites.grounding.datasets.common import ExclusionLog, Shortfall, reconcile_strata
+from medvlm_audit.suites.grounding.datasets.mimic import build_mimic
 
 #: a metadata tree whose swap pool (every split) is much larger than its test split, as in MIMIC
 TREE = {"n_subjects": 1200, "n_studies": 3000, "n_images": 5000, "test_every": 20, "n_rexerr": 300,
@@ -121,8 +121,8 @@ def test_no_loss_keeps_strata_as_sampled():
 
 def test_nih_and_vindr_counts_agree(tmp_path, capsys):
     """The same bookkeeping on the open builders (boxed strata have a cap, so their target is min(cap, available))."""
-    from medvlm_audit.datasets.nih import build_nih
-    from medvlm_audit.datasets.vindr import build_vindr
+    from medvlm_audit.suites.grounding.datasets.nih import build_nih
+    from medvlm_audit.suites.grounding.datasets.vindr import build_vindr
 
     nih = F.make_nih_tree(tmp_path / "nih", n_images=300, n_boxes=30, images=False)
     res = build_nih(nih, tmp_path / "o1", per_finding=5, n_normal=5, check_images=False, verbose=True,

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
 from medvlm_audit.boxes import irrelevant_box, working_box
-from medvlm_audit.datasets.common import EXCLUSION_COLUMNS, DatasetError
-from medvlm_audit.datasets.mimic import build_mimic
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.datasets.common import EXCLUSION_COLUMNS, DatasetError
+from medvlm_audit.suites.grounding.datasets.mimic import build_mimic
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 SMALL = {"n_subjects": 60, "n_studies": 150, "n_images": 220, "test_every": 2, "n_rexerr": 200,
          "ms_eligible": dict.fromkeys(F.MS_CATS, 3), "ms_ineligible_per_cat": 2, "size": (256, 320), "gz": True}
@@ -69,7 +69,7 @@ def test_cases_follow_the_protocol(small_build):
     assert len(nrm) > 0 and (nrm.label == 0).all()
     # swaps are label-matched on the queried finding, from the CheXpert labels of the partner's study
     lab = _labels(tree).set_index("study_id")
-    col = {v: k for k, v in __import__("medvlm_audit.datasets.common", fromlist=["x"]).CHEXPERT_COLUMNS.items()}
+    col = {v: k for k, v in __import__("medvlm_audit.suites.grounding.datasets.common", fromlist=["x"]).CHEXPERT_COLUMNS.items()}
     mim = df[df.source != "rexerr"]
     for r in mim.itertuples():
         partner_study = int(Path(r.swap_image_path).parent.name[1:])

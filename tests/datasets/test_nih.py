@@ -12,9 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
 from medvlm_audit.boxes import working_box
-from medvlm_audit.datasets import nih
-from medvlm_audit.datasets.common import DatasetError
-from medvlm_audit.datasets.nih import build_nih
+from medvlm_audit.suites.grounding.datasets import nih
+from medvlm_audit.suites.grounding.datasets.common import DatasetError
+from medvlm_audit.suites.grounding.datasets.nih import build_nih
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
-from medvlm_audit.datasets.chexpert import build_chexpert
-from medvlm_audit.datasets.common import CHEXPERT_COLUMNS, CHEXPERT_FINDINGS, DatasetError
-from medvlm_audit.datasets.mimic import build_mimic
-from medvlm_audit.datasets.probe_train import build_probe_train
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert
+from medvlm_audit.suites.grounding.datasets.common import CHEXPERT_COLUMNS, CHEXPERT_FINDINGS, DatasetError
+from medvlm_audit.suites.grounding.datasets.mimic import build_mimic
+from medvlm_audit.suites.grounding.datasets.probe_train import build_probe_train
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 SMALL = {"n_subjects": 60, "n_studies": 150, "n_images": 220, "test_every": 2, "n_rexerr": 200,
          "ms_eligible": dict.fromkeys(F.MS_CATS, 3), "ms_ineligible_per_cat": 2, "size": (96, 112), "gz": True}

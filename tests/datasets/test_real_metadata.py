@@ -12,8 +12,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from medvlm_audit.datasets.nih import build_nih, torchxrayvision_data_dir
-from medvlm_audit.datasets.vindr import VINDR_CLASSES
+from medvlm_audit.extras import torchxrayvision_data_dir
+from medvlm_audit.suites.grounding.datasets.nih import build_nih
+from medvlm_audit.suites.grounding.datasets.vindr import VINDR_CLASSES
 
 DATA = torchxrayvision_data_dir()
 pytestmark = pytest.mark.skipif(DATA is None, reason="torchxrayvision is not installed")
@@ -31,7 +32,7 @@ def test_nih_real_csvs(tmp_path):
 
 
 def test_chexpert_real_train_csv_reproduces_table9_total(tmp_path):
-    from medvlm_audit.datasets.chexpert import build_chexpert
+    from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert
 
     root = tmp_path / "CheXpert-v1.0-small"
     root.mkdir()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.subsample import balanced_allocation, prompt_sensitivity_subsample
 
 

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 
 from medvlm_audit.boxes import working_box
-from medvlm_audit.datasets.common import DatasetError
-from medvlm_audit.datasets.vindr import build_vindr
+from medvlm_audit.suites.grounding.datasets.common import DatasetError
+from medvlm_audit.suites.grounding.datasets.vindr import build_vindr
 
 
 @pytest.fixture(scope="module")

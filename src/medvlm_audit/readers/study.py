@@ -439,8 +439,8 @@ def _expected_sha(tidy: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 def _items_finding_presence(run_dir: Path, n: int, seed: int, probe_set: str | None, boxed_only: bool,
                             resolution: int) -> list[dict[str, Any]]:
-    from medvlm_audit.probeset import row_to_case
     from medvlm_audit.readers.support import reader_support
+    from medvlm_audit.suites.grounding.probeset import row_to_case
 
     Condition = reader_support(run_dir).Condition  # noqa: N806 (the suite's condition class)
 
@@ -489,7 +489,7 @@ def _recipe_dict(recipe: Any) -> dict[str, Any]:
 
 
 def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | None) -> list[dict[str, Any]]:
-    from medvlm_audit.probeset import row_to_case
+    from medvlm_audit.suites.grounding.probeset import row_to_case
 
     tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
     cases, sets = _run_cases(run_dir)
@@ -530,7 +530,7 @@ def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | Non
 
 def _items_failure_modes(run_dir: Path, n: int, seed: int, probe_set: str | None,
                          models: Sequence[str] | None) -> list[dict[str, Any]]:
-    from medvlm_audit.probeset import row_to_case
+    from medvlm_audit.suites.grounding.probeset import row_to_case
 
     tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
     cases, sets = _run_cases(run_dir)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from medvlm_audit.boxes import corner_box, flush_corner, irrelevant_box, rescale_box, working_box
-from medvlm_audit.case import Case, IntBox
 from medvlm_audit.images import ImageRecipe
+from medvlm_audit.suites.grounding.case import Case, IntBox
 from medvlm_audit.suites.grounding.prompts import PROMPT_VARIANTS
 
 IMAGE_OPS: tuple[str, ...] = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")

@@ -47,7 +47,7 @@ def prepare_demo(
 ) -> dict[str, Any]:
     """Build the phantom probe set (and a tiny ViT for the vision probe) under ``out``; return the run config."""
     from medvlm_audit.extras import require_extra
-    from medvlm_audit.phantom import build_phantom
+    from medvlm_audit.suites.grounding.phantom_probeset import build_phantom
 
     out = Path(out)
     if gemma:  # before anything is built: one line naming the extra

@@ -27,8 +27,8 @@ import pandas as pd
 
 from medvlm_audit.errors import AuditError
 from medvlm_audit.findings import normalize_finding
-from medvlm_audit.probeset import ProbeSet
 from medvlm_audit.store import STORE_FILE, RunStore
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 MANIFEST_COLUMNS = (
     "case_id", "source", "image_path", "report_path", "dicom_id", "subject_id", "study_id", "view", "age", "gender",

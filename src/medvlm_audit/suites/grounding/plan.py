@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit.models.base import Message
-from medvlm_audit.probeset import ProbeSet
 from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.prompts import grounding_prompt
 
 DEFAULT_CONDITIONS: tuple[str, ...] = ("original", "swap", "target_mask", "irrelevant_mask", "no_image")

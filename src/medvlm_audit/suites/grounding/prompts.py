@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from medvlm_audit.case import Case
 from medvlm_audit.findings import display_name
+from medvlm_audit.suites.grounding.case import Case
 
 PROMPT_VARIANTS: tuple[str, ...] = ("default", "terse", "radiologist")
 

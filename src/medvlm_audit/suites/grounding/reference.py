@@ -36,7 +36,7 @@ from PIL import Image
 from medvlm_audit.cache import LRU
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.models.base import LocalModel, Modality, ModelInput, Response
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 from medvlm_audit.suites.grounding.prompt_parsing import ParsedPrompt, parse_prompt
 
 REFERENCE_VERSION = "1"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from medvlm_audit.datasets.common import SEED, allocate_balanced, stratum_rng
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.datasets.common import SEED, allocate_balanced, stratum_rng
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 
 def balanced_allocation(df: pd.DataFrame, n: int) -> dict[tuple[str, int], int]:

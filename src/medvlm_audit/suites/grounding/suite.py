@@ -68,8 +68,8 @@ def plan_stage(ctx: StageContext) -> Plan:
 
     The non-default prompt variants run on ``prompt_subsample`` balanced cases of the first (primary) probe
     set; ``prompt_subsample_from: all`` draws that many from every probe set, a list names the sets."""
-    from medvlm_audit.probeset import ProbeSet
     from medvlm_audit.suites.grounding.plan import GroundingOptions, plan_grounding
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     opts: GroundingRunOptions = ctx.options  # type: ignore[assignment]
     cfg = ctx.config

@@ -54,7 +54,7 @@ from medvlm_audit.models.base import (
     pixel_sha256,
 )
 from medvlm_audit.models.hf import WEIGHT_SUFFIXES, fingerprint, import_torch_transformers, resolve_device
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 WORKING_RES = 224
 TRAIN_SPLITS = ("train",)
@@ -953,7 +953,7 @@ def build_vision_probe(name: str, params: dict[str, Any], context: dict[str, Any
     ``cache_dir``, ``findings``, ``C``, ``device``, ``splits``, ``max_iter``, ``workers``, ``on_overlap``).
     ``audited``: probe-set folder(s) the probe is audited on (the grounding suite fills in the run's probe
     sets); training images or patients among them are refused, or reported with ``on_overlap: report``."""
-    from medvlm_audit.probeset import ProbeSet
+    from medvlm_audit.suites.grounding.probeset import ProbeSet
 
     params = dict(params)
     train = params.pop("train", None)

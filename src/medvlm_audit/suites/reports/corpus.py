@@ -373,7 +373,7 @@ def load_iu_xray(source: str | Path) -> Corpus:
 
 def torchxrayvision_iu_reports() -> Path:
     """The OpenI reports archive inside the installed torchxrayvision package (found without importing it)."""
-    from medvlm_audit.datasets.nih import torchxrayvision_data_dir
+    from medvlm_audit.extras import torchxrayvision_data_dir
 
     d = torchxrayvision_data_dir()
     if d is None:

@@ -1,7 +1,7 @@
 """Shared pieces of the dataset builders: input discovery, label/view/sex encodings, the exclusion log,
 per-stratum sampling with shortfall reports, swap partners, working/irrelevant boxes, image checks, saving.
 
-Every builder turns a local copy of a dataset into a :class:`~medvlm_audit.probeset.ProbeSet` plus an
+Every builder turns a local copy of a dataset into a :class:`~medvlm_audit.suites.grounding.probeset.ProbeSet` plus an
 ``exclusions.csv`` (one row per excluded record: id, source, stage, reason) and a shortfall report
 (requested vs obtained per stratum), so no record is ever dropped silently.
 """
@@ -24,7 +24,7 @@ from medvlm_audit.atomic import write_bytes_atomic
 from medvlm_audit.boxes import irrelevant_box, working_box
 from medvlm_audit.errors import AuditError
 from medvlm_audit.images import load_dicom_gray, read_image_header  # noqa: F401  (re-exported for builders)
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 SEED = 42
 EXCLUSIONS_FILE = "exclusions.csv"
@@ -811,7 +811,7 @@ def _empty_build(builder: str, out_dir: Path, image_root: Path, excl: pd.DataFra
     The exclusions go to ``out_dir/exclusions.csv`` with no probe set beside them (the image-check cache and any
     earlier shortfalls.csv of a failed build are removed); a probe set already saved in ``out_dir`` is left as it was
     and the exclusions go beside the folder (``<out_dir>.exclusions.csv``)."""
-    from medvlm_audit.probeset import MANIFEST
+    from medvlm_audit.suites.grounding.probeset import MANIFEST
 
     if (out_dir / MANIFEST).exists():
         target = out_dir.with_name(f"{out_dir.name}.{EXCLUSIONS_FILE}")

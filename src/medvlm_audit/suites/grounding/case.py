@@ -8,8 +8,7 @@ from typing import Any, Literal
 Kind = Literal["finding_presence", "report_error", "mcq", "ordinal", "comparative", "spatial", "report"]
 KINDS: tuple[str, ...] = ("finding_presence", "report_error", "mcq", "ordinal", "comparative", "spatial", "report")
 
-Box = tuple[float, float, float, float]  # x0, y0, x1, y1 (xyxy)
-IntBox = tuple[int, int, int, int]
+from medvlm_audit.boxes import Box, IntBox
 
 
 @dataclass(frozen=True, slots=True)

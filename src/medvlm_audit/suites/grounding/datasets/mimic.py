@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.datasets.common import (
+from medvlm_audit.findings import MS_CXR_FINDINGS
+from medvlm_audit.suites.grounding.datasets.common import (
     BLANK,
     CHEXPERT_COLUMNS,
     CHEXPERT_FINDINGS,
@@ -49,7 +50,6 @@ from medvlm_audit.datasets.common import (
     vanishing_box_reason,
     view_reasons,
 )
-from medvlm_audit.findings import MS_CXR_FINDINGS
 
 METADATA = "mimic-cxr-2.0.0-metadata.csv"
 CHEXPERT = "mimic-cxr-2.0.0-chexpert.csv"

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.datasets.common import (
+from medvlm_audit.suites.grounding.datasets.common import (
     BLANK,
     CHEXPERT_FINDINGS,
     NEG,
@@ -42,7 +42,7 @@ from medvlm_audit.datasets.common import (
     isin,
     one_image_per_study,
 )
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 TRAIN_SOURCES = ("mimic", "chexpert")
 DEFAULT_SPLITS = {"mimic": ("train", "validate"), "chexpert": ("train",)}
@@ -97,7 +97,7 @@ def build_probe_train(
     fingerprint_inputs: bool = True,
 ) -> BuildResult:
     """The vision probe's training set from MIMIC-CXR-JPG (``splits`` default train + validate) or CheXpert
-    (default train: the rows :func:`~medvlm_audit.datasets.chexpert.chexpert_patient_split` does not hold out
+    (default train: the rows :func:`~medvlm_audit.suites.grounding.datasets.chexpert.chexpert_patient_split` does not hold out
     for the CheXpert probe set, with the same ``test_fraction`` and seed)."""
     if source not in TRAIN_SOURCES:
         raise ValueError(f"source={source!r}; choose one of {TRAIN_SOURCES}")
@@ -108,7 +108,11 @@ def build_probe_train(
     log = ExclusionLog()
     tag = f"{source}_train"
     if source == "mimic":
-        from medvlm_audit.datasets.mimic import load_mimic_images, log_missing_split, mimic_image_path
+        from medvlm_audit.suites.grounding.datasets.mimic import (
+            load_mimic_images,
+            log_missing_split,
+            mimic_image_path,
+        )
 
         if mimic_root is None:
             raise DatasetError("probe-train mimic: mimic_root (the MIMIC-CXR-JPG folder) is required")
@@ -117,7 +121,7 @@ def build_probe_train(
         image_root = Path(mimic_root)
         img, inputs = load_mimic_images(image_root, None if mimic_iv_root is None else Path(mimic_iv_root))
         img["image_path"] = mimic_image_path(img["subject_id"], img["study_id"], img["dicom_id"])
-        from medvlm_audit.datasets.common import view_reasons
+        from medvlm_audit.suites.grounding.datasets.common import view_reasons
 
         img["vreason"] = view_reasons(img["view"])
         img["study_id"] = img["study_id"].astype(str)
@@ -126,7 +130,7 @@ def build_probe_train(
                                  index=img.index)
         tiebreak = "dicom_id"
     else:
-        from medvlm_audit.datasets.chexpert import (
+        from medvlm_audit.suites.grounding.datasets.chexpert import (
             chexpert_patient_split,
             chexpert_view_reasons,
             load_chexpert_labels,

@@ -22,7 +22,7 @@ from medvlm_audit import __version__
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.phantom.anatomy import RenderTask, atomic_write, write_study_png
 from medvlm_audit.phantom.cohort import Study, assign_swaps, attach_boxes, make_cohort, select_cases
-from medvlm_audit.probeset import ProbeSet
+from medvlm_audit.suites.grounding.probeset import ProbeSet
 
 PHANTOM_VERSION = "2"  # 2: nodule among the boxed findings
 TEST_SIZE = 512

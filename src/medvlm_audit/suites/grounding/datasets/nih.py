@@ -8,7 +8,6 @@ user's copy (``images/`` or the Kaggle-style ``images_0NN/images/`` folders of 1
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.datasets.common import (
+from medvlm_audit.extras import torchxrayvision_data_dir
+from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
     SEED,
@@ -74,13 +74,6 @@ SEX_COLUMNS = ("Patient Gender", "Patient Sex")
 BBOX_NAME = "BBox_List_2017.csv"
 
 
-def torchxrayvision_data_dir() -> Path | None:
-    """Folder of the CSVs bundled with the torchxrayvision package, found without importing it (or None)."""
-    spec = importlib.util.find_spec("torchxrayvision")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    d = Path(next(iter(spec.submodule_search_locations))) / "data"
-    return d if d.is_dir() else None
 
 
 def _locate(nih_root: Path, names: tuple[str, ...], metadata_from: str) -> Path:

@@ -8,16 +8,16 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from medvlm_audit.datasets.common import BuildResult, DatasetError, Shortfall
+from medvlm_audit.suites.grounding.datasets.common import BuildResult, DatasetError, Shortfall
 
 #: builder name -> "module:function" (imported lazily so ``import medvlm_audit`` stays light)
 BUILDERS: dict[str, str] = {
-    "mimic": "medvlm_audit.datasets.mimic:build_mimic",
-    "chexpert": "medvlm_audit.datasets.chexpert:build_chexpert",
-    "nih": "medvlm_audit.datasets.nih:build_nih",
-    "vindr": "medvlm_audit.datasets.vindr:build_vindr",
-    "folder": "medvlm_audit.datasets.folder:build_folder",
-    "probe_train": "medvlm_audit.datasets.probe_train:build_probe_train",
+    "mimic": "medvlm_audit.suites.grounding.datasets.mimic:build_mimic",
+    "chexpert": "medvlm_audit.suites.grounding.datasets.chexpert:build_chexpert",
+    "nih": "medvlm_audit.suites.grounding.datasets.nih:build_nih",
+    "vindr": "medvlm_audit.suites.grounding.datasets.vindr:build_vindr",
+    "folder": "medvlm_audit.suites.grounding.datasets.folder:build_folder",
+    "probe_train": "medvlm_audit.suites.grounding.datasets.probe_train:build_probe_train",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.datasets.common import (
+from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
     SEED,

@@ -23,9 +23,9 @@ import pandas as pd
 
 from medvlm_audit import __version__
 from medvlm_audit.atomic import mkdtemp_shared
-from medvlm_audit.case import KINDS, Case
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
+from medvlm_audit.suites.grounding.case import KINDS, Case
 
 MANIFEST = "manifest.parquet"
 PROVENANCE = "probeset.json"

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.datasets.common import (
+from medvlm_audit.findings import normalize_finding
+from medvlm_audit.suites.grounding.datasets.common import (
     SEED,
     BuildResult,
     DatasetError,
@@ -34,8 +35,7 @@ from medvlm_audit.datasets.common import (
     vanishing_box_reason,
     view_reasons,
 )
-from medvlm_audit.findings import normalize_finding
-from medvlm_audit.probeset import outside_root
+from medvlm_audit.suites.grounding.probeset import outside_root
 
 LABEL_VALUES = {
     "1": 1, "1.0": 1, "yes": 1, "true": 1, "present": 1, "positive": 1,
