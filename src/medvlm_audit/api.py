@@ -30,7 +30,7 @@ from medvlm_audit.registry import did_you_mean
 from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
-from medvlm_audit.suites.base import Plan, StageContext
+from medvlm_audit.plan import Plan, StageContext
 
 
 @dataclass

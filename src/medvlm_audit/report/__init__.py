@@ -1,6 +1,6 @@
 """Reports: one page template, one stylesheet and one writer for every suite.
 
-A suite's analysis returns a :class:`~medvlm_audit.suites.base.SuiteResult` (metrics in the shared long schema,
+A suite's analysis returns a :class:`~medvlm_audit.results.SuiteResult` (metrics in the shared long schema,
 comparisons, ``Section(title, html)`` blocks built with :func:`figure_to_html` / :func:`table_to_html`, extra
 tables, a summary); :func:`write_report` renders it to a self-contained report.html (inline figures, no
 network) plus the tables and summary.json.

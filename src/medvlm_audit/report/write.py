@@ -1,4 +1,4 @@
-"""The one report writer: a suite's :class:`~medvlm_audit.suites.base.SuiteResult` -> a report folder.
+"""The one report writer: a suite's :class:`~medvlm_audit.results.SuiteResult` -> a report folder.
 
 Writes ``metrics.parquet`` / ``metrics.csv`` (the shared long schema, one row per model x metric x subset),
 ``comparisons.csv`` (family, raw and BH-adjusted p), one ``NAME.csv`` (and ``NAME.parquet`` when asked) per extra
@@ -19,7 +19,7 @@ import pandas as pd
 from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_folder_atomic
 from medvlm_audit.report.html import _jsonable, render_page, verdict_list
 from medvlm_audit.report.sections import Section
-from medvlm_audit.suites.base import COMPARISONS_COLUMNS, METRICS_COLUMNS, SuiteResult
+from medvlm_audit.results import COMPARISONS_COLUMNS, METRICS_COLUMNS, SuiteResult
 
 __all__ = ["COMPARISONS_COLUMNS", "METRICS_COLUMNS", "report_files", "validate_result", "write_report"]
 
