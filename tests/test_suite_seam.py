@@ -21,7 +21,7 @@ from medvlm_audit.export import raw_table
 from medvlm_audit.models.base import LocalModel, Message, ModelInput, Response
 from medvlm_audit.models.registry import BACKENDS
 from medvlm_audit.report.sections import Section, table_to_html
-from medvlm_audit.suites import SUITES, get_suite, register_suite, suite_names
+from medvlm_audit.suites import SUITES, Suite, get_suite, register_suite, suite_names
 from medvlm_audit.suites.base import Plan, PlanSource, Stage, StageContext, SuiteResult, Trial
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "medvlm_audit"
@@ -85,12 +85,25 @@ def _plan_judge(ctx: StageContext) -> Plan:
                         for r in ans.itertuples()])
 
 
-class ToySuite:
+def toy_hello_cmd(name: str = "reader") -> None:
+    """Say hello (a toy suite's own command)."""
+    print(f"hello {name} from the toy suite")
+
+
+def toy_build_cmd(n: int = 3) -> None:
+    """Build n toy items (a toy suite's own build command)."""
+    print(f"built {n} toy items")
+
+
+class ToySuite(Suite):
     name: ClassVar[str] = "toy"
     title: ClassVar[str] = "Toy audit"
     Options: ClassVar[type[BaseModel]] = ToyOptions
     backends: ClassVar[dict[str, Any]] = {"toy_parity": lambda name, params, ctx: ParityModel(name),
                                           "toy_judge": lambda name, params, ctx: JudgeModel(name)}
+
+    def commands(self) -> dict[str, Any]:
+        return {"toy-hello": toy_hello_cmd, "build toy": toy_build_cmd}
 
     def stages(self):
         return (Stage("answer", _plan_answers),
@@ -160,6 +173,37 @@ def test_a_toy_suite_runs_through_run_export_and_report_with_two_stages(tmp_path
     r = CliRunner().invoke(app, ["export", str(res.run_dir), "--out", str(tmp_path / "exp")])
     assert r.exit_code == 0, r.output
     assert (tmp_path / "exp" / "results.csv").exists()
+
+
+def test_a_toy_suite_brings_its_own_commands_to_the_cli(toy_suite) -> None:
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["toy-hello", "--name", "Ada"])
+    assert res.exit_code == 0, res.output
+    assert "hello Ada from the toy suite" in res.output
+    res = runner.invoke(app, ["build", "toy", "--n", "5"])
+    assert res.exit_code == 0, res.output
+    assert "built 5 toy items" in res.output
+    listing = runner.invoke(app, ["--help"]).output
+    assert "toy-hello" in listing and "import-results" in listing
+    assert "toy" in runner.invoke(app, ["build", "--help"]).output
+
+
+def test_a_suite_that_does_not_subclass_the_protocol_is_refused() -> None:
+    from medvlm_audit.errors import ConfigError
+
+    class Bare:
+        name = "bare"
+
+    register_suite("bare", Bare, replace=True)
+    try:
+        with pytest.raises(ConfigError, match="must subclass medvlm_audit.suites.Suite"):
+            get_suite("bare")
+    finally:
+        SUITES.unregister("bare")
 
 
 def test_config_mistakes_name_the_key_and_the_nearest_name(tmp_path: Path) -> None:

@@ -26,11 +26,11 @@ from medvlm_audit.export import export_table
 from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, load_model
+from medvlm_audit.plan import Plan, StageContext
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
-from medvlm_audit.plan import Plan, StageContext
 
 
 @dataclass

@@ -28,6 +28,17 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+def load_target(target: Any) -> Any:
+    """A ``"module:attr"`` string's object (importing the module); anything else as it is."""
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
 class Registry:
     """Name -> target, where a target is ``"package.module:attribute"`` (imported on first use) or an object."""
 
@@ -64,13 +75,7 @@ class Registry:
         self.check(name, where)
         if name not in self._loaded:
             target = self._targets[name]
-            if isinstance(target, str):
-                module, _, attr = target.partition(":")
-                obj: Any = importlib.import_module(module)
-                for part in attr.split(".") if attr else ():
-                    obj = getattr(obj, part)
-                target = obj
-            self._loaded[name] = target
+            self._loaded[name] = load_target(target)
         return self._loaded[name]
 
 

@@ -48,8 +48,8 @@ from medvlm_audit.models.base import (
     Response,
     pixel_sha256,
 )
-from medvlm_audit.store import RunStore
 from medvlm_audit.plan import Plan, Trial
+from medvlm_audit.store import RunStore
 
 _PLACEHOLDER = np.zeros((0, 0), dtype=np.uint8)
 _DONE = object()  # end-of-work marker in a model's queue

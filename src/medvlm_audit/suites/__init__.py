@@ -21,15 +21,6 @@ _BUILTIN: dict[str, str] = {
     "faithfulness": "medvlm_audit.suites.faithfulness.suite:FaithfulnessSuite",
 }
 
-#: each suite's own CLI commands: "name" (or "group name") -> "module:function". Command modules import only
-#: typer and light helpers (the work is imported inside the function), so the CLI starts fast.
-_BUILTIN_COMMANDS: dict[str, str] = {
-    "import-results": "medvlm_audit.suites.grounding.commands:import_results_cmd",
-    "corpus-audit": "medvlm_audit.suites.reports.commands:corpus_audit_cmd",
-    "build iu-reports": "medvlm_audit.suites.reports.commands:build_iu_reports_cmd",
-    "judge-validate": "medvlm_audit.suites.faithfulness.commands:judge_validate_cmd",
-}
-
 #: the built-in suites' own model backends (also declared as ``Suite.backends``), registered here so a model of
 #: any suite can be built before its suite is loaded
 _BUILTIN_BACKENDS: dict[str, str] = {
@@ -39,10 +30,6 @@ _BUILTIN_BACKENDS: dict[str, str] = {
     "report_reference": "medvlm_audit.suites.reports.reference:factory",
     "faithfulness-reference": "medvlm_audit.suites.faithfulness.reference:factory",
 }
-
-COMMANDS = Registry("command")
-for _name, _target in _BUILTIN_COMMANDS.items():
-    COMMANDS.register(_name, _target)
 
 def _register_builtin_backends() -> None:
     from medvlm_audit.models.registry import register_backend
@@ -66,10 +53,19 @@ def register_suite(name: str, factory: Any, *, replace: bool = False) -> None:
     _instances.pop(name, None)
 
 
-def register_command(name: str, target: Any, *, replace: bool = False) -> None:
-    """Register a suite's CLI command: ``name`` ("corpus-audit", or "build iu-reports" for a ``build`` subcommand)
-    -> ``"module:function"`` (a typer command function). Takes effect for CLIs created afterwards."""
-    COMMANDS.register(name, target, replace=replace)
+def suite_commands() -> dict[str, tuple[str, str]]:
+    """Every registered suite's own CLI commands: ``"name"`` or ``"build name"`` -> (suite, ``"module:function"``),
+    from :meth:`Suite.commands` (loads every suite; the CLI asks only when it meets a command it does not know or
+    lists its commands). Two suites declaring one command name is an error naming both."""
+    from medvlm_audit.errors import ConfigError
+
+    out: dict[str, tuple[str, str]] = {}
+    for suite_name in suite_names():
+        for cmd, target in get_suite(suite_name).commands().items():
+            if cmd in out and out[cmd][1] != target:
+                raise ConfigError(f"command {cmd!r} is declared by suites {out[cmd][0]!r} and {suite_name!r}")
+            out[cmd] = (suite_name, target)
+    return out
 
 
 def suite_names() -> list[str]:
@@ -81,17 +77,22 @@ def get_suite(name: str) -> Suite:
     are registered on first load."""
     if name not in _instances:
         suite = SUITES.load(name)()
+        if Suite not in type(suite).__mro__:
+            from medvlm_audit.errors import ConfigError
+
+            raise ConfigError(f"suite {name!r}: {type(suite).__name__} must subclass medvlm_audit.suites.Suite "
+                              "(the protocol gives its optional members their defaults)")
         from medvlm_audit.models.registry import register_backend
 
-        for backend, target in getattr(suite, "backends", {}).items():
+        for backend, target in suite.backends.items():
             register_backend(backend, target, replace=True)
         from medvlm_audit.images import register_image_op
 
-        for op, target in getattr(suite, "image_ops", {}).items():
+        for op, target in suite.image_ops.items():
             register_image_op(op, target, replace=True)
         _instances[name] = suite
     return _instances[name]
 
 
-__all__ = ["COMMANDS", "SUITES", "Plan", "PlanSource", "Skip", "Stage", "StageContext", "Suite", "SuiteResult", "Trial",
-           "get_suite", "register_command", "register_suite", "suite_names"]
+__all__ = ["SUITES", "Plan", "PlanSource", "Skip", "Stage", "StageContext", "Suite", "SuiteResult", "Trial",
+           "get_suite", "register_suite", "suite_commands", "suite_names"]

@@ -28,14 +28,22 @@ class Suite(Protocol):
     """An audit: its options, stages, scoring, analysis and embedded default. Registered by name in
     :mod:`medvlm_audit.suites`; the core calls nothing else of it.
 
-    ``backends`` maps model-backend names this suite brings (its reference models) to ``"module:factory"``;
-    they are registered when the suite is loaded. A suite's own CLI commands are registered by name in
-    :data:`medvlm_audit.suites.COMMANDS` (lazily, so the CLI starts without loading any suite)."""
+    A suite class subclasses this protocol explicitly (``class MySuite(Suite): ...``), so the optional members
+    below come with their defaults and the core reads every member directly (never with ``getattr``):
+
+    * ``backends``: model-backend names this suite brings (its reference models) -> ``"module:factory"``,
+      registered when the suite is loaded (default: none);
+    * ``image_ops``: image operations this suite brings (e.g. overlays) -> ``"module:function"`` (default: none);
+    * ``parquet_tables``: also write each extra report table as Parquet (default: CSV only);
+    * :meth:`commands`: this suite's own CLI commands (default: none).
+    """
 
     name: ClassVar[str]
     title: ClassVar[str]
     Options: ClassVar[type[BaseModel]]
-    backends: ClassVar[dict[str, str]]
+    backends: ClassVar[dict[str, str]] = {}
+    image_ops: ClassVar[dict[str, str]] = {}
+    parquet_tables: ClassVar[bool] = False
 
     def stages(self) -> Sequence[Stage]: ...
 
@@ -48,3 +56,10 @@ class Suite(Protocol):
         ...
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, **report_options: Any) -> SuiteResult: ...
+
+    def commands(self) -> dict[str, str]:
+        """This suite's own CLI commands: ``"name"`` (or ``"build name"`` for a ``build`` subcommand) ->
+        ``"module:function"`` (a typer command function, imported only when the command is used or listed).
+        The CLI reads them from every registered suite when a command it does not know is asked for, or when
+        it lists its commands."""
+        return {}

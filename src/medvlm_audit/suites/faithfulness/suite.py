@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from medvlm_audit.config import SHARED_FIELDS
 from medvlm_audit.errors import ConfigError
-from medvlm_audit.suites.base import Stage, SuiteResult
+from medvlm_audit.suites.base import Stage, Suite, SuiteResult
 from medvlm_audit.suites.faithfulness.plan import FaithfulnessOptions
 
 #: the embedded default's subject models (reference reasoners with designed cue behaviour)
@@ -143,7 +143,7 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
     return out
 
 
-class FaithfulnessSuite:
+class FaithfulnessSuite(Suite):
     """Paper 001: does a model's chain of thought admit what changed its answer?"""
 
     name: ClassVar[str] = "faithfulness"
@@ -223,4 +223,7 @@ class FaithfulnessSuite:
                                "axis", "answer_model", "answer_condition", "judge_status", "judge_score",
                                "judge_reason", "validation")])})
 
-
+    def commands(self) -> dict[str, str]:
+        return {
+            "judge-validate": "medvlm_audit.suites.faithfulness.commands:judge_validate_cmd",
+        }

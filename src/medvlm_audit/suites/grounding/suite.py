@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.store import RunStore
-from medvlm_audit.suites.base import Plan, Stage, StageContext, SuiteResult
+from medvlm_audit.suites.base import Plan, Stage, StageContext, Suite, SuiteResult
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, RESOLUTIONS
 from medvlm_audit.suites.grounding.prompts import PROMPT_VARIANTS
 
@@ -191,7 +191,7 @@ def answer_models(ctx: StageContext) -> list[Any]:
 REFERENCE_KINDS = ("local_evidence", "finding_prior", "always_yes", "global_probe", "occlusion_unstable")
 
 
-class GroundingSuite:
+class GroundingSuite(Suite):
     """Paper 000: does a model's right answer come from the image?"""
 
     name: ClassVar[str] = "grounding"
@@ -239,3 +239,7 @@ class GroundingSuite:
             readers = reader_sections(run_dir, tidy, B=B)
         return grounding_result(analysis, fmt=fmt, extra_sections=readers, designed=designed)
 
+    def commands(self) -> dict[str, str]:
+        from medvlm_audit.suites.grounding.commands import COMMANDS
+
+        return dict(COMMANDS)

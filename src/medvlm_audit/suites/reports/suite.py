@@ -21,7 +21,7 @@ from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.store import RunStore
-from medvlm_audit.suites.base import Plan, PlanSource, Stage, StageContext, SuiteResult, Trial
+from medvlm_audit.suites.base import Plan, PlanSource, Stage, StageContext, Suite, SuiteResult, Trial
 from medvlm_audit.suites.reports.decoding import DEFAULT_STRATEGIES, STRATEGIES
 
 PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
@@ -188,7 +188,7 @@ def _reference_ids(store: RunStore, tidy: pd.DataFrame) -> list[str]:
     return [str(ref.get((p, c)) or c) for p, c in zip(tidy["probe_set"], tidy["case_id"])]
 
 
-class ReportsSuite:
+class ReportsSuite(Suite):
     """Paper 002: does decoding erase clinical terminology? Report generation under decoding strategies, CAD,
     WAE and diversity against a reference corpus."""
 
@@ -226,3 +226,8 @@ class ReportsSuite:
 
         return analyse_reports(tidy, options, fmt=fmt)  # type: ignore[arg-type]
 
+    def commands(self) -> dict[str, str]:
+        return {
+            "corpus-audit": "medvlm_audit.suites.reports.commands:corpus_audit_cmd",
+            "build iu-reports": "medvlm_audit.suites.reports.commands:build_iu_reports_cmd",
+        }

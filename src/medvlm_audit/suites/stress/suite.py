@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.store import RunStore
-from medvlm_audit.suites.base import Stage, SuiteResult
+from medvlm_audit.suites.base import Stage, Suite, SuiteResult
 from medvlm_audit.suites.stress.conditions import (
     CONDITIONS,
     DEFAULT_CONDITIONS,
@@ -48,7 +48,7 @@ class StressRunOptions(BaseModel):
 REFERENCE_KINDS = ("first_option", "text_prior", "image_reader")
 
 
-class StressSuite:
+class StressSuite(Suite):
     """Paper 003: multiple-choice stress tests T1-T6 and the robustness score."""
 
     name: ClassVar[str] = "stress"
