@@ -60,11 +60,11 @@ def test_unreadable_and_invalid_configs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
     wrong = tmp_path / "wrong.yaml"
-    wrong.write_text("probe_sets: [x]\nmodels:\n  - {name: a, backend: carrier-pigeon}\nrepeats: many\n")
+    wrong.write_text("suite: grounding\nprobe_sets: [x]\nmodels:\n  - {name: a, backend: carrier-pigeon}\nrepeats: many\n")
     with pytest.raises(ConfigError, match=r"wrong.yaml: invalid run config:\n.*key 'repeats'"):
         load_config(wrong)
     dup = tmp_path / "dup.yaml"
-    dup.write_text("probe_sets: [x]\nmodels:\n  - {name: a, backend: openai}\n  - {name: a, backend: openai}\n")
+    dup.write_text("suite: grounding\nprobe_sets: [x]\nmodels:\n  - {name: a, backend: openai}\n  - {name: a, backend: openai}\n")
     with pytest.raises(ConfigError, match=r"repeated: \['a'\]"):
         load_config(dup)
 
@@ -75,7 +75,7 @@ def test_bad_probe_set_fails_before_any_model_and_writes_nothing(tmp_path: Path)
     df.loc[2, "label"] = 7
     ProbeSet(df, ps.image_root, name="tiny").save(tmp_path / "t" / "probeset")
     m = BrightSpotModel()
-    cfg = {"probe_sets": [str(tmp_path / "t" / "probeset")], "run_dir": str(tmp_path / "run"),
+    cfg = {"suite": "grounding", "probe_sets": [str(tmp_path / "t" / "probeset")], "run_dir": str(tmp_path / "run"),
            "models": [{"name": "x", "backend": "openai", "model": "m", "base_urls": "http://127.0.0.1:9"}]}
     with pytest.raises(ProbeSetError, match="c002"):
         api.run(cfg, models=[m], progress=False)
@@ -85,7 +85,7 @@ def test_bad_probe_set_fails_before_any_model_and_writes_nothing(tmp_path: Path)
 
 def test_cli_prints_clear_error_without_traceback(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("probe_sets: [does/not/exist]\nmodels:\n  - {name: a, backend: openai, model: m}\n")
+    cfg.write_text("suite: grounding\nprobe_sets: [does/not/exist]\nmodels:\n  - {name: a, backend: openai, model: m}\n")
     res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress"])
     assert res.exit_code == 2
     assert "manifest not found" in res.output and "Traceback" not in res.output

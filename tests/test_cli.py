@@ -54,7 +54,7 @@ def test_version() -> None:
 
 def test_run_from_flags_alone(tmp_path: Path, probeset: Path, server) -> None:
     run_dir = tmp_path / "run"
-    res = _invoke("run", "--probe-set", str(probeset),
+    res = _invoke("run", "--suite", "grounding", "--probe-set", str(probeset),
                   "--model", f"name=vlm,backend=openai,model=fake-vlm,base_urls={server.base_url},max_concurrency=2",
                   "--model", f"name=vlm-text,backend=openai,model=fake-vlm,base_urls={server.base_url},text_only=true",
                   "--conditions", "original,no_image", "--run-dir", str(run_dir), "--no-progress", "--no-report")
@@ -72,7 +72,7 @@ def test_run_from_flags_alone(tmp_path: Path, probeset: Path, server) -> None:
 def test_flags_override_the_config_file(tmp_path: Path, probeset: Path, server) -> None:
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(yaml.safe_dump({
-        "probe_sets": ["does/not/exist"],  # replaced by --probe-set
+        "suite": "grounding", "probe_sets": ["does/not/exist"],  # replaced by --probe-set
         "run_dir": str(tmp_path / "from-file"),
         "models": [{"name": "file-model", "backend": "openai", "model": "fake-vlm", "base_urls": server.base_url}],
         "conditions": ["original", "swap", "target_mask", "irrelevant_mask", "no_image"],
@@ -97,6 +97,7 @@ def test_toml_config_then_export(tmp_path: Path, probeset: Path, server) -> None
     run_dir = tmp_path / "run"
     toml = tmp_path / "c.toml"
     toml.write_text(
+        'suite = "grounding"\n'
         f'probe_sets = ["{probeset.relative_to(tmp_path).as_posix()}"]\n'  # relative to the config file
         f'run_dir = "{run_dir.as_posix()}"\n'
         'conditions = ["original", "target_mask"]\n'
@@ -122,9 +123,9 @@ def test_toml_config_then_export(tmp_path: Path, probeset: Path, server) -> None
 
 
 def test_run_flag_errors_are_clear(tmp_path: Path, probeset: Path) -> None:
-    res = _invoke("run", "--probe-set", str(probeset), "--model", "name=x,model=m", "--no-progress")
+    res = _invoke("run", "--suite", "grounding", "--probe-set", str(probeset), "--model", "name=x,model=m", "--no-progress")
     assert res.exit_code == 2 and "names no backend" in res.text and "Traceback" not in res.output
-    res = _invoke("run", "--probe-set", str(probeset), "--no-progress")  # no model at all
+    res = _invoke("run", "--suite", "grounding", "--probe-set", str(probeset), "--no-progress")  # no model at all
     assert res.exit_code == 2 and "key 'models'" in res.text
     res = _invoke("run", "--no-progress")
     assert res.exit_code == 2 and "--probe-set and --model" in res.text

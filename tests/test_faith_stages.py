@@ -83,6 +83,7 @@ def test_judge_stage_resumes_after_a_kill_without_reasking_stage_one(tmp_path: P
     total = per["reference-judge"]["distinct_inputs"]
     assert 0 < per["reference-judge"]["asked"] == total - stored  # only the judge inputs not stored yet
     df = pd.read_parquet(res.results_parquet)
+    assert not {"has_box", "ibox_overlaps", "imported_parsed", "imported_confidence"} & set(df.columns)  # no grounding column
     judged = df[df.stage == "judge"]
     n_modified = int(((df.stage == "answer") & (df.condition != "baseline")).sum())
     assert len(judged) == 2 * n_modified and set(judged["judge_status"]) == {"valid"}

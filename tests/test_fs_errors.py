@@ -23,7 +23,7 @@ from medvlm_audit.testing.fake_openai import ThreadedFakeServer
 
 def _make_run(tmp: Path) -> Path:
     ps = make_tiny_probeset(tmp / "data", n=6)
-    cfg = {"probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp / "run"),
+    cfg = {"suite": "grounding", "probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp / "run"),
            "conditions": ["original", "no_image"],
            "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://127.0.0.1:9/v1"}]}
     api.run(cfg, models=[BrightSpotModel()], progress=False)
@@ -72,7 +72,7 @@ def test_disk_full_and_read_only_folders_in_every_command(tmp_path: Path) -> Non
         for name, rd in (("ro", ro / "run"), ("full", full / "run")):
             cfgs[name] = tmp_path / f"{name}.yaml"
             cfgs[name].write_text(yaml.safe_dump({
-                "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(rd), "conditions": ["original"],
+                "suite": "grounding", "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(rd), "conditions": ["original"],
                 "models": [{"name": "vlm", "backend": "openai", "model": "m", "base_urls": [srv.base_url]}]}))
         steps = {
             "export-ro": f"{py} export {run_dir} --out {ro}/out",

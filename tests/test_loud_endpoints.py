@@ -31,7 +31,7 @@ def probeset(tmp_path: Path) -> Path:
 
 def _config(tmp: Path, probeset: Path, base_url: str, **model_kw) -> Path:
     cfg = {
-        "probe_sets": [str(probeset)],
+        "suite": "grounding", "probe_sets": [str(probeset)],
         "run_dir": str(tmp / "run"),
         "conditions": ["original", "no_image"],
         "models": [{"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [base_url],

@@ -57,7 +57,7 @@ def test_hf_backend_without_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     (tmp_path / "weights" / "config.json").write_text("{}")
     cfg = tmp_path / "run.yaml"
     cfg.write_text(yaml.safe_dump({
-        "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(tmp_path / "run"),
+        "suite": "grounding", "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(tmp_path / "run"),
         "models": [{"name": "local-vlm", "backend": "hf", "path": str(tmp_path / "weights")}]}))
     _hide(monkeypatch, hidden)
     res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress"])

@@ -104,7 +104,7 @@ def test_decompression_bomb_fails_like_an_unreadable_image(tmp_path: Path) -> No
     with ThreadedFakeServer() as srv:
         cfg = tmp_path / "run.yaml"
         cfg.write_text(yaml.safe_dump({
-            "probe_sets": [str(tmp_path / "ps")], "run_dir": str(tmp_path / "run"), "conditions": ["original"],
+            "suite": "grounding", "probe_sets": [str(tmp_path / "ps")], "run_dir": str(tmp_path / "run"), "conditions": ["original"],
             "models": [{"name": "vlm", "backend": "openai", "model": "m", "base_urls": [srv.base_url]}]}))
         res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress"])
         asked = srv.stats.paths.get("/v1/chat/completions", 0)

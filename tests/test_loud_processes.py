@@ -38,7 +38,7 @@ def big_probeset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tmp: Path, probeset: Path, base_url: str, **extra) -> Path:
-    cfg = {"probe_sets": [str(probeset)], "run_dir": str(tmp / "run"), "conditions": ["original"],
+    cfg = {"suite": "grounding", "probe_sets": [str(probeset)], "run_dir": str(tmp / "run"), "conditions": ["original"],
            "render_in": "processes", "workers": 2,
            "models": [{"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [base_url],
                        "max_concurrency": 2}], **extra}

@@ -24,7 +24,7 @@ def _config(tmp: Path, base_url: str) -> Path:
     scheme, rest = base_url.split("://", 1)
     root = base_url.removesuffix("/v1")
     cfg = {
-        "probe_sets": [str(tmp / "data" / "probeset")], "run_dir": str(tmp / "run"), "conditions": ["original"],
+        "suite": "grounding", "probe_sets": [str(tmp / "data" / "probeset")], "run_dir": str(tmp / "run"), "conditions": ["original"],
         "models": [
             {"name": "bearer", "backend": "openai", "model": "m", "base_urls": [base_url],
              "api_key_env": "MEDVLM_T_BEARER"},

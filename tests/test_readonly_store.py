@@ -24,7 +24,7 @@ PENDING = "ANSWER-ONLY-IN-THE-WAL"
 
 def _make_run(tmp: Path) -> Path:
     ps = make_tiny_probeset(tmp / "data", n=6)
-    cfg = {"probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp / "run"),
+    cfg = {"suite": "grounding", "probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp / "run"),
            "conditions": ["original", "no_image"],
            "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://127.0.0.1:9/v1"}]}
     api.run(cfg, models=[BrightSpotModel()], progress=False)

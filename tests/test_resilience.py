@@ -22,7 +22,7 @@ SECRET = "sk-test-4f7c2a9e-DO-NOT-LEAK"
 
 def _config(tmp: Path, probeset: Path, base_url: str, run_dir: Path, **model_kw) -> Path:
     cfg = {
-        "probe_sets": [str(probeset)],
+        "suite": "grounding", "probe_sets": [str(probeset)],
         "run_dir": str(run_dir),
         "models": [
             {"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [base_url],

@@ -53,7 +53,7 @@ def test_a_second_run_on_the_same_directory_refuses_and_a_crashed_holder_is_take
     with ThreadedFakeServer(delay_ms=60, record_bodies=True) as srv:
         cfg = tmp_path / "cfg.yaml"
         cfg.write_text(yaml.safe_dump({
-            "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(run_dir),
+            "suite": "grounding", "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(run_dir),
             "models": [{"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [srv.base_url],
                         "max_concurrency": 1, "timeout_s": 5}]}))
         cmd = [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"]

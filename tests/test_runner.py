@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import BrightSpotModel, PromptLengthModel
 
-from medvlm_audit.export import tidy
+from medvlm_audit.suites.grounding.suite import tidy_grounding as tidy  # these stores are grounding runs made by the runner alone
 from medvlm_audit.models.base import LocalModel, TextOnly
 from medvlm_audit.runner import execute
 from medvlm_audit.store import RunStore
@@ -204,7 +204,7 @@ def test_per_model_decoding_override(tmp_path: Path, tiny_probeset) -> None:
 
     from medvlm_audit import api
 
-    cfg = {"probe_sets": [str(tiny_probeset.image_root / "probeset")], "run_dir": str(tmp_path / "r"),
+    cfg = {"suite": "grounding", "probe_sets": [str(tiny_probeset.image_root / "probeset")], "run_dir": str(tmp_path / "r"),
            "conditions": ["original"],
            "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://x"},
                       {"name": "prompt-only", "backend": "openai", "model": "y", "base_urls": "http://y",

@@ -15,7 +15,7 @@ from conftest import BrightSpotModel, make_tiny_probeset
 
 from medvlm_audit import api, runner
 from medvlm_audit.errors import ImageError
-from medvlm_audit.export import tidy
+from medvlm_audit.suites.grounding.suite import tidy_grounding as tidy  # these stores are grounding runs made by the runner alone
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.models.encoding import decode_data_url
 from medvlm_audit.models.openai_compat import OpenAIChatModel
@@ -65,7 +65,7 @@ def test_damaged_pixels_stop_the_run_naming_the_case_and_keep_finished_answers(t
 def test_api_run_with_an_unreadable_image_writes_nothing(tmp_path: Path) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=6)
     (ps.image_root / "images" / "img004.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    cfg = {"probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),
+    cfg = {"suite": "grounding", "probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),
            "conditions": ["original"], "models": [{"name": "bright-spot", "backend": "openai", "model": "x",
                                                    "base_urls": "http://127.0.0.1:9/v1"}]}
     m = BrightSpotModel()
@@ -240,7 +240,7 @@ def test_run_config_render_in_reaches_the_runner(tmp_path: Path, monkeypatch) ->
         return real(recipes, workers, cache, pixels, encoders, processes, want_pixels)
 
     monkeypatch.setattr(runner, "_render_stream", spy)
-    cfg = {"probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),
+    cfg = {"suite": "grounding", "probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),
            "conditions": ["original"], "render_in": "processes",
            "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://127.0.0.1:9/v1"}]}
     m = BrightSpotModel()

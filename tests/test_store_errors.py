@@ -168,7 +168,7 @@ def test_transaction_keeps_the_original_error_when_sqlite_already_rolled_back(tm
 # ---- through the command line --------------------------------------------------------------------------------
 
 def _config(tmp: Path, base_url: str, run_dir: Path, **extra) -> Path:
-    cfg = {"probe_sets": [str(tmp / "data" / "probeset")], "run_dir": str(run_dir), **extra,
+    cfg = {"suite": "grounding", "probe_sets": [str(tmp / "data" / "probeset")], "run_dir": str(run_dir), **extra,
            "models": [{"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [base_url],
                        "max_concurrency": 2, "timeout_s": 5}]}
     p = tmp / "cfg.yaml"

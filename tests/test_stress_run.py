@@ -96,6 +96,7 @@ def test_cli_run_suite_stress_embedded_default(cli_default: Path) -> None:
     df = pd.read_parquet(cli_default / "results.parquet")
     assert {"first-option", "text-prior", "image-reader"} == set(df["model"])
     assert df["item_id"].nunique() == 120
+    assert not {"has_box", "ibox_overlaps", "imported_parsed", "imported_confidence"} & set(df.columns)  # no grounding column
     assert (cli_default / "report" / "report.html").exists()
     # chain-of-thought trials were asked with the longer decoding budget recorded in their request
     db = sqlite3.connect(cli_default / "run.sqlite")

@@ -207,7 +207,7 @@ def test_a_suite_that_does_not_subclass_the_protocol_is_refused() -> None:
 
 
 def test_config_mistakes_name_the_key_and_the_nearest_name(tmp_path: Path) -> None:
-    base = {"run_dir": str(tmp_path / "r"), "probe_sets": ["x"], "models": [{"name": "m", "backend": "openai"}]}
+    base = {"run_dir": str(tmp_path / "r"), "suite": "grounding", "probe_sets": ["x"], "models": [{"name": "m", "backend": "openai"}]}
     with pytest.raises(ConfigError, match=r"unknown suite 'grounding2' \(did you mean grounding\?\); registered: "
                                           r".*grounding.*stress"):
         api.resolve_config({**base, "suite": "grounding2"})
@@ -317,3 +317,21 @@ def test_no_suite_name_switch_outside_suites() -> None:
                     isinstance(c, ast.Constant) and c.value in names for c in node.comparators):
                 bad.append(f"{p.relative_to(SRC)}:{node.lineno}")
     assert not bad, bad
+
+
+def test_a_config_without_a_suite_is_refused_by_name(tmp_path: Path) -> None:
+    cfg = {"run_dir": str(tmp_path / "r"), "probe_sets": ["x"], "models": [{"name": "m", "backend": "openai"}]}
+    with pytest.raises(ConfigError, match="key 'suite' is missing"):
+        api.resolve_config(cfg)
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_core_tidy_columns_name_no_grounding_column() -> None:
+    """raw_table gives every suite the engine's trial columns and the shared case vocabulary; grounding's box
+    columns and the imported answers are added only when a suite asks (grounding does)."""
+    import inspect
+
+    from medvlm_audit import export
+
+    src = inspect.getsource(export.raw_table)
+    assert "has_box" not in src and "ibox_overlaps" not in src and "tbox" not in src

@@ -92,7 +92,7 @@ def test_cli_summary_shows_store_totals_and_retry_recovers_missing_logprobs(tmp_
     with ThreadedFakeServer(fault_rates={"nologprobs": 0.4}, max_faults_per_key=1, seed=1) as srv:
         cfg = tmp_path / "cfg.yaml"
         cfg.write_text(yaml.safe_dump({
-            "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(run_dir),
+            "suite": "grounding", "probe_sets": [str(tmp_path / "data" / "probeset")], "run_dir": str(run_dir),
             "models": [{"name": "vlm", "backend": "openai", "model": "fake-vlm", "base_urls": [srv.base_url]}]}))
         cmd = [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"]
         first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)

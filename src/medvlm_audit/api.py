@@ -189,8 +189,17 @@ def _open(run_dir: str | Path) -> RunStore:
     return RunStore.open_dir(run_dir, readonly=True)
 
 
+def _suite_name(meta: dict[str, Any]) -> str:
+    """The suite recorded in a run store's metadata (every run store records one)."""
+    name = meta.get("suite")
+    if not name:
+        raise AuditError("the run store records no suite: it was not written by `medvlm-audit run` "
+                         "(re-run it, or import it with the command of its suite)")
+    return str(name)
+
+
 def _suite_of(meta: dict[str, Any]) -> Suite:
-    return get_suite(meta.get("suite", "grounding"))
+    return get_suite(_suite_name(meta))
 
 
 def tidy(run_dir: str | Path) -> pd.DataFrame:
@@ -208,7 +217,7 @@ def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     cfg = meta.get("config") or {}
     return {
         "run_id": meta.get("run_id", run_dir.name),
-        "suite": meta.get("suite", "grounding"),
+        "suite": _suite_name(meta),
         "package_version": meta.get("package_version", __version__),
         "report_version": __version__,
         "seeds": meta.get("seeds"),
@@ -251,11 +260,11 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
     title = f"{suite.title}: {meta.get('run_id', run_dir.name)}"
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
-                        run_info=_run_info(meta, run_dir), parquet_tables=getattr(suite, "parquet_tables", False))
+                        run_info=_run_info(meta, run_dir), parquet_tables=suite.parquet_tables)
 
 
 def demo(
-    suite: str = "grounding",
+    suite: str,
     out: str | Path = "demo-run",
     *,
     progress: bool = True,

@@ -104,9 +104,10 @@ def run_cmd(
     probe_set: Annotated[list[Path] | None, typer.Option("--probe-set", help="Probe-set folder (repeatable; replaces the config's probe_sets).")] = None,
     model: Annotated[list[str] | None, typer.Option("--model", help="Model as key=value pairs, e.g. name=vlm,backend=openai,model=M,base_urls=http://127.0.0.1:8000/v1 (repeatable; replaces the config's models).")] = None,
     models_yaml: Annotated[Path | None, typer.Option("--models-yaml", help="YAML/TOML file with a list of model entries (replaces the config's models).")] = None,
-    conditions: Annotated[list[str] | None, typer.Option("--conditions", help="Image conditions, comma-separated or repeated.")] = None,
-    resolutions: Annotated[list[str] | None, typer.Option("--resolutions", help="Working resolutions, e.g. 224,512.")] = None,
-    prompt_variants: Annotated[list[str] | None, typer.Option("--prompt-variants", help="default, terse, radiologist (comma-separated or repeated).")] = None,
+    conditions: Annotated[list[str] | None, typer.Option("--conditions", help="The suite's conditions to run, comma-separated or repeated.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="A suite option as KEY=VALUE (VALUE read as YAML; repeatable), e.g. --set resolutions=[224,512]; overrides the config file.")] = None,
+    resolutions: Annotated[list[str] | None, typer.Option("--resolutions", hidden=True, help="Deprecated: --set resolutions=[224,512].")] = None,
+    prompt_variants: Annotated[list[str] | None, typer.Option("--prompt-variants", hidden=True, help="Deprecated: --set prompt_variants=[default,terse].")] = None,
     repeats: Annotated[int | None, typer.Option(help="Samples per input.")] = None,
     workers: Annotated[int | None, typer.Option(help="Image render workers.")] = None,
     seed: Annotated[int | None, typer.Option(help="Construction seed (prompt subsample).")] = None,
@@ -128,6 +129,7 @@ def run_cmd(
         flags = flag_overrides(suite=suite, run_dir=run_dir, probe_sets=probe_set, models=model,
                                models_file=models_yaml, conditions=conditions, resolutions=resolutions,
                                prompt_variants=prompt_variants, repeats=repeats, workers=workers, seed=seed)
+        flags.update(_settings(set_))
         if config is not None:
             cfg = load_config(config, flags)
         elif set(flags) - {"suite", "run_dir"}:
@@ -200,6 +202,22 @@ def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
     return path
 
 
+def _settings(values: list[str] | None, flag: str = "--set") -> dict[str, Any]:
+    """``--set KEY=VALUE`` pairs (repeatable) -> a dict; VALUE is read as YAML (``3``, ``true``, ``[a, b]``)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in values or ():
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise AuditError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} n_cases=200")
+        try:
+            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            out[key.strip()] = raw
+    return out
+
+
 class ResamplingMode(str, Enum):
     """Bootstrap resampling of the analysis (stats module)."""
 
@@ -223,23 +241,21 @@ def report_cmd(
     run_dir: Annotated[Path, typer.Argument(help="Run directory.")],
     out: Annotated[Path | None, typer.Option(help="Output folder (default: RUN/report).")] = None,
     B: Annotated[int, typer.Option("--B", min=1, help="Bootstrap resamples per interval.")] = 10_000,
-    mode: Annotated[ResamplingMode, typer.Option(
-        help="exact-counts: count-based resampling (fast, same distribution); index: the released code's "
-             "RandomState index draws in the released files' row order, bootstrap interval at every n, AUROC as "
-             "released: its intervals equal the released code's (tested on a released-layout fixture).")] = ResamplingMode.exact_counts,
-    is_denominator: Annotated[ISDenominator, typer.Option(
-        help="IS over correct-on-original boxed cases (default, paper Table 1) or over all boxed cases parsed "
-             "under both conditions (all-parsed, Eq. 8); the report labels which.")] = ISDenominator.default,
-    cluster_by_patient: Annotated[bool, typer.Option(
-        "--cluster-by-patient", help="Resample whole patients instead of cases.")] = False,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="An analysis option of the run's suite as KEY=VALUE (VALUE read as YAML; repeatable); the suite's docs list them.")] = None,
+    mode: Annotated[ResamplingMode | None, typer.Option(hidden=True, help="Deprecated: --set mode=index.")] = None,
+    is_denominator: Annotated[ISDenominator | None, typer.Option(hidden=True, help="Deprecated: --set is_denominator=all.")] = None,
+    cluster_by_patient: Annotated[bool, typer.Option("--cluster-by-patient", hidden=True, help="Deprecated: --set cluster_by_patient=true.")] = False,
 ) -> None:
-    """Analyse a run and write report.html, metrics.parquet/csv, comparisons.csv and summary.json.
-
-    B applies to every suite; --mode, --is-denominator and --cluster-by-patient to grounding runs.
-    """
+    """Analyse a run and write report.html, metrics.parquet/csv, comparisons.csv and summary.json."""
     try:
-        _report(run_dir, out, B=B, mode=mode.value, is_denominator=_IS_DENOMINATOR[is_denominator],
-                cluster_by_patient=cluster_by_patient)
+        options = _settings(set_)
+        if mode is not None:
+            options.setdefault("mode", mode.value)
+        if is_denominator is not None:
+            options.setdefault("is_denominator", _IS_DENOMINATOR[is_denominator])
+        if cluster_by_patient:
+            options.setdefault("cluster_by_patient", True)
+        _report(run_dir, out, B=B, **options)
     except AuditError as e:
         _fail(e)
 
@@ -247,18 +263,20 @@ def report_cmd(
 @app.command("demo")
 def demo_cmd(
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("demo-run"),
-    suite: Annotated[str, typer.Option(help="The suite whose embedded default runs (grounding, stress, ...).")] = "grounding",
-    n_cases: Annotated[int, typer.Option(help="Phantom test cases (grounding).")] = 800,
-    gemma: Annotated[bool, typer.Option("--gemma", help="Add Gemma 3 270M as a text-only baseline (grounding; extra 'gemma').")] = False,
-    vision_probe: Annotated[bool, typer.Option("--vision-probe", help="Add the encoder + logistic-head vision probe on a small random ViT (grounding; extra 'hf').")] = False,
+    suite: Annotated[str, typer.Option(help="The suite whose embedded default runs (a registered suite).")] = "grounding",
+    set_: Annotated[list[str] | None, typer.Option("--set", help="An option of the suite's embedded default as KEY=VALUE (VALUE read as YAML; repeatable), e.g. --set n_cases=200.")] = None,
+    n_cases: Annotated[int | None, typer.Option(hidden=True, help="Deprecated: --set n_cases=N.")] = None,
+    gemma: Annotated[bool, typer.Option("--gemma", hidden=True, help="Deprecated: --set gemma=true.")] = False,
+    vision_probe: Annotated[bool, typer.Option("--vision-probe", hidden=True, help="Deprecated: --set vision_probe=true.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Run a suite's embedded default offline: build its phantom data, fit its reference models, run, export and report."""
     from medvlm_audit import api
 
-    flags: dict[str, Any] = {k: v for k, v, d in (("n_cases", n_cases, 800), ("gemma", gemma, False),
-                                                  ("vision_probe", vision_probe, False)) if v != d}
     try:
+        flags: dict[str, Any] = {k: v for k, v, d in (("n_cases", n_cases, None), ("gemma", gemma, False),
+                                                      ("vision_probe", vision_probe, False)) if v != d}
+        flags.update(_settings(set_))
         res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
     except AuditError as e:
         _fail(e)

@@ -55,7 +55,8 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    suite: str = "grounding"
+    #: the audit to run (a registered suite); required: no suite is the default
+    suite: str
     run_dir: str = "runs/run"
     #: probe sets or item sources (folders, item files, ``phantom``, ``<benchmark>:<folder>``)
     probe_sets: list[str] = Field(min_length=1)
@@ -251,6 +252,9 @@ def validate_config(data: dict[str, Any], source: str = "config") -> RunConfig:
 
     The suite's options and the models' backends are checked against the registries by
     :func:`medvlm_audit.api.resolve_config`, which every run goes through."""
+    if isinstance(data, dict) and "suite" not in data:
+        raise ConfigError(f"{source}: key 'suite' is missing: name the audit to run, e.g. 'suite: stress' "
+                          "(`medvlm-audit run --suite ?` lists the registered suites)")
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as e:

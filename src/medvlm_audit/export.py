@@ -19,8 +19,12 @@ from medvlm_audit.store import RunStore
 CASE_COLUMNS = ("kind", "finding", "label", "source", "patient_id", "study_id", "age", "sex", "view", "split")
 
 
-def raw_table(store: RunStore) -> pd.DataFrame:
-    """Trials joined with answers, models and case metadata (answers not yet scored)."""
+def raw_table(store: RunStore, *, case_fields: tuple[str, ...] = (), imported: bool = False) -> pd.DataFrame:
+    """Trials joined with answers, models and case metadata (answers not yet scored): the engine's trial columns,
+    the shared case vocabulary (``CASE_COLUMNS``) and ``case_order`` (the probe set's own row order), plus the
+    fields of the stored case rows a suite asks for in ``case_fields`` (None where a row lacks one), plus
+    ``imported_parsed`` / ``imported_confidence`` when ``imported`` (answers imported from released result files,
+    which the engine stores beside the asked ones)."""
     df = store.frame(
         """
         SELECT t.model, m.modality, t.probe_set, t.case_id, t.condition, t.sample_index, t.key, t.image_sha256,
@@ -35,18 +39,19 @@ def raw_table(store: RunStore) -> pd.DataFrame:
     )
     missing = df["answer_text"].isna() & df["error_kind"].isna() & df["imported_parsed"].isna()
     df.loc[missing, "error_kind"] = "not_asked"
+    if not imported:
+        df = df.drop(columns=["imported_parsed", "imported_confidence"])
     df["top_logprobs"] = [json.loads(x) if isinstance(x, str) else None for x in df["top_logprobs"]]
     cases = store.frame("SELECT probe_set, case_id, row FROM cases ORDER BY rowid")
     rows = [json.loads(r) for r in cases["row"]]
     meta = pd.DataFrame(rows)
     meta.insert(0, "probe_set", cases["probe_set"].to_numpy())
     meta["case_order"] = np.arange(len(meta))  # the probe set's own row order (index mode resamples in it)
-    for col in CASE_COLUMNS:
+    extra = [c for c in case_fields if c not in CASE_COLUMNS]
+    for col in (*CASE_COLUMNS, *extra):
         if col not in meta:
             meta[col] = None
-    meta["has_box"] = meta["tbox_x0"].notna() if "tbox_x0" in meta else False
-    meta["ibox_overlaps"] = meta["ibox_overlaps"].fillna(False).astype(bool) if "ibox_overlaps" in meta else False
-    keep = ["probe_set", "case_id", *CASE_COLUMNS, "has_box", "ibox_overlaps", "case_order"]
+    keep = ["probe_set", "case_id", *CASE_COLUMNS, *extra, "case_order"]
     df = df.merge(meta[keep], on=["probe_set", "case_id"], how="left")
     df["age"] = pd.to_numeric(df["age"], errors="coerce").astype(float)
     run_id = store.meta().get("run_id", store.path.parent.name)
@@ -76,9 +81,13 @@ def export_table(df: pd.DataFrame, out: Path) -> tuple[Path, Path]:
 
 def tidy(store: RunStore) -> pd.DataFrame:
     """The scored tidy table of a run store, by the suite recorded in it (through the suite registry)."""
+    from medvlm_audit.errors import AuditError
     from medvlm_audit.suites import get_suite
 
-    return get_suite(store.meta().get("suite", "grounding")).tidy(store)
+    name = store.meta().get("suite")
+    if not name:
+        raise AuditError("the run store records no suite: it was not written by `medvlm-audit run`")
+    return get_suite(name).tidy(store)
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:

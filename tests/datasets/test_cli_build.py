@@ -33,7 +33,7 @@ def test_build_mimic_cli_reports_shortfalls_and_runs(tmp_path: Path) -> None:
     assert {"finding_presence", "report_error"} <= set(ps.df["kind"])
     # the built probe set runs under every grounding condition; masks only where boxes exist
     m = BrightSpotModel()
-    result = api.run({"probe_sets": [str(out)], "run_dir": str(tmp_path / "run"),
+    result = api.run({"suite": "grounding", "probe_sets": [str(out)], "run_dir": str(tmp_path / "run"),
                       "models": [{"name": "bright-spot", "backend": "openai", "model": "x", "base_urls": "http://x"}]},
                      models=[m], progress=False)
     import pandas as pd

@@ -78,7 +78,7 @@ def test_cross_dataset_run_draws_the_prompt_subsample_from_the_primary_set(tmp_p
     b = make_tiny_probeset(tmp_path / "b", n=12, seed=1)
     ProbeSet(b.df.assign(case_id="chx-" + b.df.case_id), b.image_root, name="chexpert").save(tmp_path / "pb")
     cfg = validate_config({
-        "probe_sets": [str(tmp_path / "pa"), str(tmp_path / "pb")], "run_dir": str(tmp_path / "run"),
+        "suite": "grounding", "probe_sets": [str(tmp_path / "pa"), str(tmp_path / "pb")], "run_dir": str(tmp_path / "run"),
         "models": [{"name": "m", "backend": "openai", "model": "x", "base_urls": "http://x"}],
         "conditions": ["original"], "prompt_variants": ["default", "terse"], "prompt_subsample": 4,
     })

@@ -112,7 +112,11 @@ def tidy_grounding(store: RunStore) -> pd.DataFrame:
     from medvlm_audit.export import raw_table
     from medvlm_audit.suites.grounding.plan import score_grounding
 
-    raw = raw_table(store)
+    raw = raw_table(store, case_fields=("tbox_x0", "ibox_overlaps"), imported=True)
+    # grounding's case columns: a case is boxed when it has a target box; its irrelevant box may overlap it
+    raw["has_box"] = raw["tbox_x0"].notna()
+    raw["ibox_overlaps"] = raw["ibox_overlaps"].astype("boolean").fillna(False).astype(bool)
+    raw = raw.drop(columns=["tbox_x0"])
     cond = raw["condition"].str.partition("|prompt=")
     base = cond[0].str.partition("@")
     raw["image_condition"] = base[0]
