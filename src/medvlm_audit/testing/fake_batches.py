@@ -1,5 +1,4 @@
-"""The OpenAI files and batches endpoints for the fake server, and an offline runner standing in for vLLM's
-``run_batch``: every batch path of the harness is tested offline.
+"""The OpenAI files and batches endpoints for the fake server: every batch path of the harness is tested offline.
 
 Mounted by :class:`~medvlm_audit.testing.fake_openai.FakeOpenAIServer` (``/v1/files``, ``/v1/batches`` and their
 Azure twins under ``/openai/``). A batch's lines are answered by the server's own chat logic (the same body gets
@@ -16,26 +15,23 @@ finished at once. :class:`BatchFaults` injects the provider's failure modes:
 The server counts uploads, created batches and polls (:class:`BatchStats`): a resumed run that polls its old
 batch instead of submitting a new one shows ``created == 1``.
 
-Offline: ``python -m medvlm_audit.testing.fake_batches -i requests.jsonl -o results.jsonl`` writes vLLM
-``run_batch``-style output lines (``{"id", "custom_id", "response": {"status_code", "request_id", "body"},
-"error"}``) with the fake server's answers.
+The offline runner standing in for vLLM's ``run_batch`` is :mod:`medvlm_audit.testing.run_batch`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from medvlm_audit.testing.fake_openai import FakeOpenAIServer
+#: answers one request body with a chat completion (the fake server's own chat logic)
+Complete = Callable[[dict[str, Any]], dict[str, Any]]
 
 TERMINAL = ("completed", "failed", "expired", "cancelled")
 
@@ -65,14 +61,6 @@ class BatchStats:
                 "lines": self.lines}
 
 
-def _completion(server: FakeOpenAIServer | None, body: dict[str, Any]) -> dict[str, Any]:
-    from medvlm_audit.testing.fake_openai import completion_body, prompt_key
-
-    key = prompt_key(body)
-    answer_fn = server.answer_fn if server is not None else None
-    return completion_body(body, key, answer_fn=answer_fn, model_name=server.model_name if server else "fake-vlm")
-
-
 def _error_line(custom_id: str, n: int, status: int, message: str) -> dict[str, Any]:
     return {"id": f"batch_req_{n:06d}", "custom_id": custom_id,
             "response": {"status_code": status, "request_id": f"req_{n:06d}",
@@ -80,9 +68,9 @@ def _error_line(custom_id: str, n: int, status: int, message: str) -> dict[str, 
             "error": None}
 
 
-def answer_lines(lines: Iterable[dict[str, Any]], server: FakeOpenAIServer | None = None,
-                 faults: BatchFaults | None = None, prefix: str = "batch_req") -> tuple[list[dict], list[dict], str]:
-    """Answer request lines: (output lines, error lines, final status) under ``faults``."""
+def answer_lines(lines: Iterable[dict[str, Any]], complete: Complete, faults: BatchFaults | None = None,
+                 prefix: str = "batch_req") -> tuple[list[dict], list[dict], str]:
+    """Answer request lines with ``complete``: (output lines, error lines, final status) under ``faults``."""
     f = faults or BatchFaults()
     out: list[dict] = []
     err: list[dict] = []
@@ -100,13 +88,11 @@ def answer_lines(lines: Iterable[dict[str, Any]], server: FakeOpenAIServer | Non
                         "error": {"code": "batch_expired",
                                   "message": "This request could not be executed before the completion window expired."}})
             continue
-        from medvlm_audit.testing.fake_openai import prompt_key
-
-        if f.fail_match and f.fail_match in prompt_key(body):
+        if f.fail_match and f.fail_match in json.dumps(body):
             err.append(_error_line(cid, n, f.fail_status, f"injected batch line failure {f.fail_status}"))
             continue
         out.append({"id": f"{prefix}_{n:06d}", "custom_id": cid,
-                    "response": {"status_code": 200, "request_id": f"req_{n:06d}", "body": _completion(server, body)},
+                    "response": {"status_code": 200, "request_id": f"req_{n:06d}", "body": complete(body)},
                     "error": None})
     return out, err, status
 
@@ -118,8 +104,8 @@ def _jsonl(rows: Sequence[dict]) -> bytes:
 class FakeBatchAPI:
     """Files and batches state of one fake server."""
 
-    def __init__(self, server: FakeOpenAIServer | None = None, faults: BatchFaults | None = None) -> None:
-        self.server = server
+    def __init__(self, complete: Complete, faults: BatchFaults | None = None) -> None:
+        self.complete = complete
         self.faults = faults or BatchFaults()
         self.stats = BatchStats()
         self.files: dict[str, dict[str, Any]] = {}
@@ -207,7 +193,7 @@ class FakeBatchAPI:
             return
         lines = [json.loads(x) for x in self.contents[b["input_file_id"]].splitlines() if x.strip()]
         self.stats.lines += len(lines)
-        out, err, status = answer_lines(lines, self.server, self.faults)
+        out, err, status = answer_lines(lines, self.complete, self.faults)
         now = int(time.time())
         if status == "failed":
             b.update(status="failed", failed_at=now, errors={"object": "list", "data": [
@@ -256,31 +242,3 @@ class FakeBatchAPI:
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats.as_json())
-
-
-def run_batch(input_path: str | Path, output_path: str | Path, faults: BatchFaults | None = None,
-              answer_fn: Any = None) -> int:
-    """The offline runner (stands in for ``python -m vllm.entrypoints.openai.run_batch -i IN -o OUT``):
-    answers every request line of ``input_path`` with the fake server's logic; returns the number of lines."""
-    from medvlm_audit.testing.fake_openai import FakeOpenAIServer
-
-    server = FakeOpenAIServer(answer_fn=answer_fn)
-    lines = [json.loads(x) for x in Path(input_path).read_text().splitlines() if x.strip()]
-    out, err, _ = answer_lines(lines, server, faults, prefix="vllm")
-    Path(output_path).write_bytes(_jsonl(out + err))  # vLLM writes failures to the same file
-    return len(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m medvlm_audit.testing.fake_batches",
-                                 description="Offline batch runner standing in for vLLM's run_batch.")
-    ap.add_argument("-i", "--input-file", required=True)
-    ap.add_argument("-o", "--output-file", required=True)
-    ap.add_argument("--drop-every", type=int, default=0, help="leave every n-th line out (partial output)")
-    args = ap.parse_args(argv)
-    n = run_batch(args.input_file, args.output_file, BatchFaults(drop_every=args.drop_every))
-    print(f"{n} requests -> {args.output_file}")
-
-
-if __name__ == "__main__":
-    main()

@@ -61,6 +61,8 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from medvlm_audit.testing.fake_batches import BatchFaults, FakeBatchAPI
+
 FAULT_NAMES = ("hang", "drop", "disconnect", "malformed", "empty", "nologprobs", "echo_auth", "echo_request")
 _MARKER = re.compile(r"\[\[fault:([a-z_]+|\d{3})(?::(\d+|always|\*))?(?::([0-9.]+))?\]\]")
 
@@ -233,13 +235,11 @@ class FakeOpenAIServer:
         record_bodies: bool = False,
         model_name: str = "fake-vlm",
         api_key: str | None = None,
-        batch: Any = None,
+        batch: BatchFaults | None = None,
     ) -> None:
-        from medvlm_audit.testing.fake_batches import FakeBatchAPI
-
         self.delay_s = delay_ms / 1000.0
         #: the files and batches endpoints (``batch``: their :class:`~medvlm_audit.testing.fake_batches.BatchFaults`)
-        self.batches = FakeBatchAPI(self, batch)
+        self.batches = FakeBatchAPI(self._complete_line, batch)
         self.api_key = api_key
         self.rules = list(rules)
         self.fault_rates = dict(fault_rates or {})
@@ -419,6 +419,10 @@ class FakeOpenAIServer:
             return resp
         raise AssertionError(f"unhandled fault kind {kind}")  # _check_kind prevents this
 
+    def _complete_line(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A batch line's completion: the same answer as online for the same body."""
+        return completion_body(body, prompt_key(body), answer_fn=self.answer_fn, model_name=self.model_name)
+
     def _answer(self, body: Mapping[str, Any], key: str, st: ServerStats, *, empty: bool = False,
                 logprobs: bool = True) -> web.Response:
         out = completion_body(body, key, answer_fn=self.answer_fn, model_name=self.model_name, empty=empty,
@@ -582,12 +586,6 @@ def spawn_fake_server(delay_ms: float = 0.0, extra_args: Sequence[str] = ()) -> 
     return srv
 
 
-def _batch_faults(delay_s: float) -> Any:
-    from medvlm_audit.testing.fake_batches import BatchFaults
-
-    return BatchFaults(delay_s=delay_s)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """Command-line entry: serve until interrupted; prints the base URL on its first line."""
     ap = argparse.ArgumentParser(prog="python -m medvlm_audit.testing.fake_openai", description=__doc__,
@@ -618,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
                                   seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name,
                                   api_key=args.api_key, answer_fn=ANSWER_MODES[args.answers],
-                                  batch=_batch_faults(args.batch_delay_s))
+                                  batch=BatchFaults(delay_s=args.batch_delay_s))
     except ValueError as exc:
         ap.error(str(exc))
 
