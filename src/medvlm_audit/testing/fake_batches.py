@@ -7,8 +7,8 @@ finished at once. :class:`BatchFaults` injects the provider's failure modes:
 
 - ``expire_after``: the batch ends ``expired`` after answering this many lines; every other line goes to the
   error file with code ``batch_expired`` (as OpenAI does when its 24 h window closes);
-- ``fail_match`` / ``fail_status``: a line whose prompt contains ``fail_match`` gets an error response with
-  that HTTP status in the error file;
+- ``fail_match`` / ``fail_every`` / ``fail_status``: a line whose body contains ``fail_match``, and every
+  ``fail_every``-th line, gets an error response with that HTTP status in the error file;
 - ``drop_every``: partial output: every n-th line is in neither file;
 - ``failed``: the whole batch fails validation (status ``failed``, no output file).
 
@@ -44,6 +44,7 @@ class BatchFaults:
     expire_after: int | None = None
     fail_match: str = "[[batch:fail]]"
     fail_status: int = 400
+    fail_every: int = 0
     drop_every: int = 0
     failed: bool = False
 
@@ -88,7 +89,7 @@ def answer_lines(lines: Iterable[dict[str, Any]], complete: Complete, faults: Ba
                         "error": {"code": "batch_expired",
                                   "message": "This request could not be executed before the completion window expired."}})
             continue
-        if f.fail_match and f.fail_match in json.dumps(body):
+        if (f.fail_every and n % f.fail_every == 0) or (f.fail_match and f.fail_match in json.dumps(body)):
             err.append(_error_line(cid, n, f.fail_status, f"injected batch line failure {f.fail_status}"))
             continue
         out.append({"id": f"{prefix}_{n:06d}", "custom_id": cid,
