@@ -155,7 +155,7 @@ def test_export_offline_runner_ingest_equals_online_and_ingest_twice_is_a_noop(d
 def test_ingest_refuses_unknown_and_repeated_ids_before_writing(data: Path) -> None:
     cfg_path = data / "offline.yaml"
     cfg_path.write_text(yaml.safe_dump(_cfg(data, "http://127.0.0.1:9/v1", "offline", False)))
-    (path,), n = offline.export(cfg_path, "vlm", data / "req.jsonl")
+    (path,), _ = offline.export(cfg_path, "vlm", data / "req.jsonl")
     run_batch(path, data / "out.jsonl")
     lines = (data / "out.jsonl").read_text().splitlines()
     bad = [json.loads(x) for x in lines]
@@ -177,7 +177,8 @@ def test_cli_dry_run_counts_missing_inputs(data: Path, online: Path) -> None:
     cfg_path = data / "fresh.yaml"
     cfg_path.write_text(yaml.safe_dump(_cfg(data, "http://127.0.0.1:9/v1", "fresh", False)))
     out = subprocess.run([sys.executable, "-m", "medvlm_audit", "batch", "export", str(cfg_path), "--dry-run"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+                         check=False)
     assert out.returncode == 0, out.stderr
     n = len(_responses(online))
     assert f"vlm: {n} of {n} inputs missing" in out.stderr
@@ -251,7 +252,7 @@ def test_sigkill_while_polling_then_rerun_creates_no_second_batch(data: Path, on
         proc.wait()
         assert len(ids) == 1 and srv.server.batches.stats.created == 1
         assert srv.server.batches.stats.polls >= 1 and not _responses(data / "killed")
-        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, check=False)
         assert out.returncode == 0, out.stdout + out.stderr
         assert f"resuming batch {ids[0]}" in out.stderr
         assert srv.server.batches.stats.created == 1  # polled the same batch, submitted none
@@ -271,7 +272,7 @@ def test_a_batch_created_just_before_a_kill_is_found_by_its_nonce(data: Path, on
     with ThreadedFakeServer(api_key=SECRET, batch=BatchFaults()) as srv:
         cfg_path = data / "lost.yaml"
         cfg_path.write_text(yaml.safe_dump(_cfg(data, srv.base_url, "lost", False)))
-        (path,), n = offline.export(cfg_path, "vlm", data / "req.jsonl")
+        (path,), _ = offline.export(cfg_path, "vlm", data / "req.jsonl")
         keys = [json.loads(x)["custom_id"] for x in path.read_text().splitlines()]
         cfg = _cfg(data, srv.base_url, "lost", True)
         served = OpenAIChatModel("vlm", "fake-vlm", srv.base_url, api_key_env="MEDVLM_BATCH_KEY")

@@ -59,10 +59,10 @@ class BatchClient:
             headers, secrets = self._auth()
             payload = data() if callable(data) else data  # a multipart body can be sent only once
             try:
-                async with aiohttp.ClientSession(timeout=self.timeout, trust_env=False,
-                                                 cookie_jar=aiohttp.DummyCookieJar()) as session:
-                    async with session.request(method, url, headers=headers, json=json_body, data=payload) as resp:
-                        status, body = resp.status, await resp.read()
+                async with (aiohttp.ClientSession(timeout=self.timeout, trust_env=False,
+                                                  cookie_jar=aiohttp.DummyCookieJar()) as session,
+                            session.request(method, url, headers=headers, json=json_body, data=payload) as resp):
+                    status, body = resp.status, await resp.read()
             except (aiohttp.ClientError, OSError, TimeoutError) as e:
                 status, body = None, f"{type(e).__name__}: {e}".encode()
             if status is not None and status < 400:

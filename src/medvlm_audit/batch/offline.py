@@ -74,7 +74,14 @@ def plan_models(cfg: RunConfig, names: Collection[str] | None = None, *, retry_e
     and their pending inputs (images rendered lazily), keyed exactly as the runner keys them."""
     from medvlm_audit.api import resolve_config
     from medvlm_audit.images import SourceCache
-    from medvlm_audit.runner import ModelWork, TrialIndex, _materialise, check_sources, group_by_source, render_sources
+    from medvlm_audit.runner import (
+        ModelWork,
+        TrialIndex,
+        _materialise,
+        check_sources,
+        group_by_source,
+        render_sources,
+    )
     from medvlm_audit.suites.base import StageContext
 
     cfg, suite, opts = resolve_config(cfg)
@@ -176,8 +183,7 @@ def export(run: str | Path, model: str, out: str | Path, *, retry_errors: bool =
         for i, part in enumerate(chunks(lines, max_lines, max_bytes), 1):
             t = out.with_name(f".{out.name}.part{i:03d}.tmp")
             with open(t, "wb") as f:
-                for _, line in part:
-                    f.write(line)
+                f.writelines(line for _, line in part)
             tmp.append(t)
             n += len(part)
         paths = part_paths(out, len(tmp)) if tmp else []
