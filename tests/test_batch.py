@@ -107,6 +107,18 @@ def test_chunks_respect_line_and_byte_limits() -> None:
         list(chunks([("k", b"y" * 100)], max_bytes=50))
 
 
+def test_export_files_split_like_chunks(tmp_path: Path) -> None:
+    lines = [(str(i), f"{i:02d}".encode() * 5 + b"\n") for i in range(23)]
+    for kw in ({"max_lines": 10}, {"max_bytes": 55}, {}):
+        out = tmp_path / f"r{len(kw)}{next(iter(kw), 'x')}.jsonl"
+        paths, n = offline.write_parts(iter(lines), out, **kw)
+        parts = list(chunks(lines, **kw))
+        assert n == 23 and len(paths) == len(parts)
+        assert [p.read_bytes() for p in paths] == [b"".join(ln for _, ln in c) for c in parts]
+        assert paths[0] == out if len(parts) == 1 else paths[0].name.endswith("-001.jsonl")
+    assert not list(tmp_path.glob(".*tmp"))
+
+
 def test_batch_run_equals_online_run(data: Path, online: Path) -> None:
     """Same store keys, same parsed answers, same metrics, one batch per model, no chat request."""
     with ThreadedFakeServer(api_key=SECRET, batch=BatchFaults(delay_s=0.2)) as srv:
@@ -225,6 +237,24 @@ def test_max_wait_leaves_the_batch_to_the_next_run(data: Path, online: Path) -> 
         api.run(cfg, progress=False)
         assert srv.server.batches.stats.created == 1  # the second run polled the same batch
     assert _responses(data / "waiting") == _responses(online)
+
+
+def test_a_provider_failure_stores_no_errors_and_the_next_run_resumes(
+        data: Path, online: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The batch API refusing the key (its 401 message echoes the credential) stores nothing and logs no key:
+    the inputs are not asked, and the next run asks them."""
+    with ThreadedFakeServer(api_key="another-key-entirely", batch=BatchFaults()) as srv:
+        cfg = _cfg(data, srv.base_url, "refused", True)
+        with monkeypatch.context() as m:
+            m.setattr(api, "check_endpoints", lambda models, warn=None: None)  # let the run reach the batch API
+            res = api.run(cfg, progress=False)
+        err = capsys.readouterr().err
+        assert "HTTP 401" in err and "[REDACTED]" in err and SECRET not in err
+        assert res.summary.per_model["vlm"]["not_asked"] == 25 and not _responses(data / "refused")
+        srv.server.api_key = SECRET
+        api.run(cfg, progress=False)
+        assert srv.server.batches.stats.created == 1
+    assert _responses(data / "refused") == _responses(online)
 
 
 def _store_batch_ids(run_dir: Path) -> list[str]:

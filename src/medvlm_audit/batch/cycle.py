@@ -95,6 +95,11 @@ class BatchModel(Model):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    def check_decoding(self, d: Any) -> None:
+        check = getattr(self.inner, "check_decoding", None)
+        if check is not None:
+            check(d)
+
     def check_credentials(self) -> None:
         check = getattr(self.inner, "check_credentials", None)
         if check is not None:
@@ -116,15 +121,18 @@ class BatchModel(Model):
         ident = self.identity()
         keys = [input_key(ident, inp) for inp in inputs]  # the runner's keys: same identity, same input
         store = RunStore.open_dir(self.run_dir)
+        why = f"model {self.name!r}: no batch answer yet; run again to ask it"
         try:
             answers = await self._cycle(store, dict(zip(keys, inputs)))
+        except BatchError as e:  # the provider's API failed: nothing is stored as an answer, a rerun resumes
+            self.log(f"{self.name}: {e}; every recorded submission is kept: run again to resume")
+            answers, why = {}, f"not asked: {e}"
         finally:
             store.close()
         out = []
         for k in keys:
             r = answers.get(k)
-            out.append(r if r is not None else Response(None, error=ErrorInfo(
-                NOT_ASKED, f"model {self.name!r}: no batch answer yet; run again to ask it", 1, True)))
+            out.append(r if r is not None else Response(None, error=ErrorInfo(NOT_ASKED, why, 1, True)))
         return out
 
     async def _cycle(self, store: Any, want: dict[str, ModelInput]) -> dict[str, Response]:

@@ -62,9 +62,7 @@ def chunks(lines: Iterable[tuple[str, bytes]], max_lines: int = MAX_LINES, max_b
     part: list[tuple[str, bytes]] = []
     size = 0
     for key, line in lines:
-        if len(line) > max_bytes:
-            raise BatchError(f"request {key[:12]} is {len(line):,} bytes, more than a batch file may hold "
-                             f"({max_bytes:,}); lower the image resolution or ask it online")
+        check_size(key, line, max_bytes)
         if part and (len(part) >= max_lines or size + len(line) > max_bytes):
             yield part
             part, size = [], 0
@@ -72,6 +70,13 @@ def chunks(lines: Iterable[tuple[str, bytes]], max_lines: int = MAX_LINES, max_b
         size += len(line)
     if part:
         yield part
+
+
+def check_size(key: str, line: bytes, max_bytes: int) -> None:
+    """Refuse a single request larger than a batch file may be."""
+    if len(line) > max_bytes:
+        raise BatchError(f"request {key[:12]} is {len(line):,} bytes, more than a batch file may hold "
+                         f"({max_bytes:,}); lower the image resolution or ask it online")
 
 
 def part_paths(out: Path, n: int) -> list[Path]:

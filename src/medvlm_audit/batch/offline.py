@@ -14,7 +14,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from medvlm_audit.batch.lines import (
     MAX_BYTES,
     MAX_LINES,
     BatchError,
-    chunks,
+    check_size,
     part_paths,
     read_output,
     request_line,
@@ -177,22 +177,41 @@ def export(run: str | Path, model: str, out: str | Path, *, retry_errors: bool =
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = ((k, request_line(planned.model, k, inp)) for k, inp in planned.pending)
+    return write_parts(lines, out, max_lines, max_bytes)
+
+
+def write_parts(lines: Iterable[tuple[str, bytes]], out: Path, max_lines: int = MAX_LINES,
+                max_bytes: int = MAX_BYTES) -> tuple[list[Path], int]:
+    """Stream request lines into files within the limits (one line in memory at a time); each file is written
+    under a temporary name and renamed once all are complete. Returns (files, lines)."""
+    if max_lines < 1 or max_bytes < 1:
+        raise ConfigError("batch limits must be positive (max_lines >= 1, max_bytes >= 1)")
     tmp: list[Path] = []
-    n = 0
+    f = None
+    count = size = n = 0
     try:
-        for i, part in enumerate(chunks(lines, max_lines, max_bytes), 1):
-            t = out.with_name(f".{out.name}.part{i:03d}.tmp")
-            with open(t, "wb") as f:
-                f.writelines(line for _, line in part)
-            tmp.append(t)
-            n += len(part)
+        for key, line in lines:
+            check_size(key, line, max_bytes)
+            if f is None or count >= max_lines or size + len(line) > max_bytes:
+                if f is not None:
+                    f.close()
+                tmp.append(out.with_name(f".{out.name}.part{len(tmp) + 1:03d}.tmp"))
+                f = open(tmp[-1], "wb")  # noqa: SIM115  closed when the part is full or below
+                count = size = 0
+            f.write(line)
+            count, size, n = count + 1, size + len(line), n + 1
+        if f is not None:
+            f.close()
+            f = None
         paths = part_paths(out, len(tmp)) if tmp else []
         for t, p in zip(tmp, paths):
             os.replace(t, p)
+        return paths, n
     finally:
+        if f is not None:
+            f.close()
         for t in tmp:
             t.unlink(missing_ok=True)
-    return paths, n
 
 
 # -- ingest ------------------------------------------------------------------------------------------
