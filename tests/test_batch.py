@@ -195,6 +195,10 @@ def test_cli_dry_run_counts_missing_inputs(data: Path, online: Path) -> None:
     n = len(_responses(online))
     assert f"vlm: {n} of {n} inputs missing" in out.stderr
     assert "prompt tokens (estimated)" in out.stderr and not (data / "fresh").exists()
+    same = subprocess.run([sys.executable, "-m", "medvlm_audit", "run", str(cfg_path), "--dry-run"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert same.returncode == 0 and f"vlm: {n} of {n} inputs missing" in same.stderr, same.stderr
+    assert not (data / "fresh").exists()
 
 
 def test_errored_and_expired_lines_are_stored_as_errors_and_reasked_by_retry_errors(data: Path, online: Path) -> None:

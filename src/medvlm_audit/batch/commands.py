@@ -35,11 +35,8 @@ def export_cmd(
 
     try:
         if dry_run:
-            rows = offline.dry_run(run, model or None, retry_errors=retry_errors)
-            for r in rows:
-                console.print(f"{r['model']}: {r['missing']:,} of {r['inputs']:,} inputs missing; "
-                              f"~{r['prompt_tokens_est']:,} prompt tokens (estimated), at most "
-                              f"{r['max_output_tokens']:,} output tokens", markup=False, highlight=False)
+            for line in offline.dry_run_lines(offline.dry_run(run, model or None, retry_errors=retry_errors)):
+                console.print(line, markup=False, highlight=False)
             return
         if not model or len(model) != 1 or out is None:
             raise AuditError("batch export needs one --model NAME and --out FILE.jsonl (or --dry-run)")

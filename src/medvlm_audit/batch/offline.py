@@ -10,7 +10,6 @@ with a model that answers from the files: the same trials, keys, stored rows and
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
@@ -35,8 +34,10 @@ from medvlm_audit.models.base import NOT_ASKED, ErrorInfo, Model, ModelInput, Re
 from medvlm_audit.store import STORE_FILE, RunStore
 
 
-def run_config(run: str | Path) -> RunConfig:
+def run_config(run: str | Path | RunConfig) -> RunConfig:
     """The config of a run directory (as recorded in its store; its run_dir is this directory) or a config file."""
+    if isinstance(run, RunConfig):
+        return run
     p = Path(run)
     if p.is_dir():
         if not (p / STORE_FILE).exists():
@@ -154,7 +155,7 @@ def estimate_tokens(inp: ModelInput, image_hw: tuple[int, int] | None) -> int:
     return tokens
 
 
-def dry_run(run: str | Path, models: Sequence[str] | None = None, *, retry_errors: bool = False) -> list[dict]:
+def dry_run(run: str | Path | RunConfig, models: Sequence[str] | None = None, *, retry_errors: bool = False) -> list[dict]:
     """Per model: inputs the store does not hold yet, prompt tokens estimated and the output-token ceiling."""
     cfg = run_config(run)
     rows = []
@@ -307,5 +308,7 @@ def ingest(run: str | Path, files: Sequence[str | Path], *, models: Sequence[str
     return IngestResult(len(answers), committed, len(answers) - len(used), dict(errors))
 
 
-def summary_line(rows: list[dict]) -> list[str]:
-    return [json.dumps(r) for r in rows]
+def dry_run_lines(rows: list[dict]) -> list[str]:
+    """The ``--dry-run`` report, one line per model."""
+    return [f"{r['model']}: {r['missing']:,} of {r['inputs']:,} inputs missing; ~{r['prompt_tokens_est']:,} prompt "
+            f"tokens (estimated), at most {r['max_output_tokens']:,} output tokens" for r in rows]
