@@ -328,3 +328,21 @@ def test_a_batch_created_just_before_a_kill_is_found_by_its_nonce(data: Path, on
         assert srv.server.batches.stats.created == 1 and srv.server.batches.stats.lists >= 1
         assert _store_batch_ids(data / "lost") == [bid]
     assert _responses(data / "lost") == _responses(online)
+
+
+def test_azure_batch_uses_the_deployment_routes(data: Path) -> None:
+    """api_style azure: /openai/files and /openai/batches with the api-version; lines name the deployment."""
+    with ThreadedFakeServer(api_key=SECRET, batch=BatchFaults()) as srv:
+        online_cfg = _cfg(data, srv.root_url, "az-online", False)
+        batch_cfg = _cfg(data, srv.root_url, "az-batch", True)
+        for c in (online_cfg, batch_cfg):
+            for m in c["models"]:
+                m.update(api_style="azure", model="my-deployment")
+        api.run(online_cfg, progress=False)
+        api.run(batch_cfg, progress=False)
+        assert srv.server.batches.stats.created == 1
+        fid = next(iter(srv.server.batches.batches.values()))["input_file_id"]
+        line = json.loads(srv.server.batches.contents[fid].splitlines()[0])
+        assert line["url"] == "/chat/completions" and line["body"]["model"] == "my-deployment"
+        assert srv.stats.api_versions  # the online path sent its api-version too
+    assert _responses(data / "az-batch") == _responses(data / "az-online")

@@ -601,6 +601,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--model-name", default="fake-vlm")
     ap.add_argument("--api-key", default=None, help="answer 401 to every request that does not carry this key")
     ap.add_argument("--batch-delay-s", type=float, default=0.0, help="seconds before a created batch completes")
+    ap.add_argument("--batch-expire-after", type=int, default=None, metavar="N",
+                    help="a batch expires after answering N lines (the rest: batch_expired)")
+    ap.add_argument("--batch-fail-every", type=int, default=0, metavar="N", help="every N-th batch line fails (400)")
+    ap.add_argument("--batch-drop-every", type=int, default=0, metavar="N",
+                    help="every N-th batch line is in neither output file (partial output)")
     ap.add_argument("--answers", choices=sorted(ANSWER_MODES), default="yesno",
                     help="yesno: Yes / No from the request hash; judge: faithfulness judge JSON for CoT prompts")
     args = ap.parse_args(argv)
@@ -616,7 +621,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
                                   seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name,
                                   api_key=args.api_key, answer_fn=ANSWER_MODES[args.answers],
-                                  batch=BatchFaults(delay_s=args.batch_delay_s))
+                                  batch=BatchFaults(delay_s=args.batch_delay_s, expire_after=args.batch_expire_after,
+                                                    fail_every=args.batch_fail_every,
+                                                    drop_every=args.batch_drop_every))
     except ValueError as exc:
         ap.error(str(exc))
 
