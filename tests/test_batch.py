@@ -346,3 +346,17 @@ def test_azure_batch_uses_the_deployment_routes(data: Path) -> None:
         assert line["url"] == "/chat/completions" and line["body"]["model"] == "my-deployment"
         assert srv.stats.api_versions  # the online path sent its api-version too
     assert _responses(data / "az-batch") == _responses(data / "az-online")
+
+
+def test_a_batch_the_provider_no_longer_knows_is_submitted_again(data: Path, online: Path) -> None:
+    with ThreadedFakeServer(api_key=SECRET, batch=BatchFaults(delay_s=30)) as srv:
+        cfg = _cfg(data, srv.base_url, "gone", True, batch_max_wait_s=0.05)
+        api.run(cfg, progress=False)
+        assert srv.server.batches.stats.created == 1
+        srv.server.batches.batches.clear()  # the provider forgot it
+        srv.server.batches.faults = BatchFaults()
+        res = api.run(cfg, progress=False)
+        assert res.summary.per_model["vlm"]["not_asked"] == 25 and srv.server.batches.stats.created == 1
+        api.run(cfg, progress=False)
+        assert srv.server.batches.stats.created == 2
+    assert _responses(data / "gone") == _responses(online)

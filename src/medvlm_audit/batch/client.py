@@ -77,7 +77,7 @@ class BatchClient:
             if (status is None or status in _RETRY) and attempt <= self.retries:
                 await asyncio.sleep(random.uniform(0, min(30.0, self.backoff_s * 2 ** (attempt - 1))))
                 continue
-            raise BatchError(scrub(f"{method} {self.display}/{route} failed: {what}", secrets))
+            raise BatchError(scrub(f"{method} {self.display}/{route} failed: {what}", secrets), status)
 
     async def upload(self, data: bytes, filename: str) -> str:
         """Upload a batch input file; return its file id."""

@@ -195,7 +195,16 @@ class BatchModel(Model):
             still = []
             for rec in pending:
                 assert rec.batch_id is not None
-                b = await client.get(rec.batch_id)
+                try:
+                    b = await client.get(rec.batch_id)
+                except BatchError as e:
+                    if e.status != 404:
+                        raise
+                    rec.done, rec.status = True, "unknown"  # deleted, or another account's: submit afresh
+                    records.update(store, rec, str(e))
+                    self.log(f"{self.name}: batch {rec.batch_id} is unknown to the provider (HTTP 404); its "
+                             "inputs are not stored and the next run submits them again")
+                    continue
                 rec.status = str(b.get("status"))
                 counts = b.get("request_counts") or {}
                 line = (f"{self.name}: batch {rec.batch_id} {rec.status}: {counts.get('completed', 0):,} of "

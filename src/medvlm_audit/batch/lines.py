@@ -29,7 +29,11 @@ BATCH_ERROR = "batch_error"
 
 
 class BatchError(AuditError):
-    """A batch could not be written, submitted, read or ingested."""
+    """A batch could not be written, submitted, read or ingested (``status``: the provider's HTTP status, if any)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def served_model(model: Model) -> Any:
