@@ -360,3 +360,27 @@ def test_a_batch_the_provider_no_longer_knows_is_submitted_again(data: Path, onl
         api.run(cfg, progress=False)
         assert srv.server.batches.stats.created == 2
     assert _responses(data / "gone") == _responses(online)
+
+
+def test_a_recorded_file_the_provider_refuses_is_uploaded_again(data: Path, online: Path) -> None:
+    """Killed between upload and create, and the file is gone by the next run (the create answers 400): that
+    submission is closed as abandoned and its inputs go out in a new file, in the same run."""
+    from medvlm_audit.batch import records
+    from medvlm_audit.store import RunStore
+
+    with ThreadedFakeServer(api_key=SECRET, batch=BatchFaults()) as srv:
+        cfg_path = data / "stale.yaml"
+        cfg_path.write_text(yaml.safe_dump(_cfg(data, srv.base_url, "stale", False)))
+        (path,), _ = offline.export(cfg_path, "vlm", data / "req.jsonl")
+        keys = [json.loads(x)["custom_id"] for x in path.read_text().splitlines()]
+        store = RunStore.open_dir(data / "stale")
+        try:
+            records.ensure(store)
+            records.add(store, records.BatchRecord("nonce-2", "vlm", keys, "file-long-gone", None, "uploaded"))
+        finally:
+            store.close()
+        api.run(_cfg(data, srv.base_url, "stale", True), progress=False)
+        assert srv.server.batches.stats.created == 1 and srv.server.batches.stats.uploads == 1
+    with RunStore.open_dir(data / "stale", readonly=True) as store:
+        assert [(r["status"], r["done"]) for r in records.all_records(store)] == [("abandoned", 1), ("completed", 1)]
+    assert _responses(data / "stale") == _responses(online)

@@ -38,6 +38,7 @@ from medvlm_audit.batch.lines import (
     chunks,
     read_output,
     request_line,
+    served_model,
 )
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import NOT_ASKED, ErrorInfo, Model, ModelInput, Response, input_key
@@ -136,7 +137,7 @@ class BatchModel(Model):
         return out
 
     async def _cycle(self, store: Any, want: dict[str, ModelInput]) -> dict[str, Response]:
-        client = BatchClient(self.inner if hasattr(self.inner, "request_body") else self.inner.inner)
+        client = BatchClient(served_model(self))
         answers: dict[str, Response] = {}
         tracked: list[records.BatchRecord] = []
         covered: set[str] = set()
@@ -152,7 +153,14 @@ class BatchModel(Model):
                     records.update(store, rec)
                     self.log(f"{self.name}: found batch {rec.batch_id} of an interrupted submission")
                 elif rec.input_file is not None:
-                    await self._create(client, store, rec)
+                    try:
+                        await self._create(client, store, rec)
+                    except BatchError as e:  # e.g. the uploaded file is gone: upload its inputs afresh
+                        if e.status is None or e.status == 429 or e.status >= 500:
+                            raise
+                        rec.done, rec.status = True, "abandoned"
+                        records.update(store, rec, str(e))
+                        continue
                 else:  # killed before its upload finished: submit its inputs afresh
                     rec.done, rec.status = True, "abandoned"
                     records.update(store, rec, "killed before the upload finished")
