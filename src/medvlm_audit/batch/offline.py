@@ -299,12 +299,10 @@ def ingest(run: str | Path, files: Sequence[str | Path], *, models: Sequence[str
         raise BatchError(f"{len(unknown):,} of {len(answers):,} custom_ids are not inputs of model(s) "
                          f"{', '.join(names)} in this run (e.g. {unknown[0][:16]}); nothing was ingested")
     replay = [FileAnswers(p.model, answers) for p in planned.values()]
-    res = api.run(cfg, models=replay, only_models=[m.name for m in replay], retry_errors=retry_errors,
-                  progress=progress)
+    api.run(cfg, models=replay, only_models=[m.name for m in replay], retry_errors=retry_errors, progress=progress)
     committed = {m.name: len(m.used) for m in replay}
     used = set().union(*(m.used for m in replay))
     errors = Counter(r.error.kind for k, r in answers.items() if k in used and r.error is not None)
-    del res
     return IngestResult(len(answers), committed, len(answers) - len(used), dict(errors))
 
 
