@@ -11,7 +11,7 @@ import asyncio
 import platform
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,19 +120,24 @@ def run(
     progress: bool = True,
     max_error_rate: float = 0.05,
     retry_missing_logprobs: bool = False,
+    only_models: Collection[str] | None = None,
+    batch_poll_s: float | None = None,
+    batch_max_wait_s: float | None = None,
 ) -> RunResult:
     """Execute (or resume) a run: every stage of its suite plans, asks every pending input and commits each
     answer as it arrives; then the tidy table is exported.
 
     ``models`` overrides the config's models of the same name with already-built Model objects;
-    ``max_error_rate`` is recorded in the summary (:func:`medvlm_audit.health.failing_models` judges by it)."""
+    ``max_error_rate`` is recorded in the summary (:func:`medvlm_audit.health.failing_models` judges by it);
+    ``only_models``: ask only these models (a stage with none of them is skipped); ``batch_poll_s`` /
+    ``batch_max_wait_s`` override those options of every ``batch: true`` model (:mod:`medvlm_audit.batch`)."""
     cfg, suite, opts = resolve_config(config)
     run_dir = Path(cfg.run_dir)
     override = {m.name: m for m in models or ()}
-    context: dict[str, Any] = {}
+    context: dict[str, Any] = {"run_dir": run_dir, "batch_poll_s": batch_poll_s, "batch_max_wait_s": batch_max_wait_s}
 
     def build(ctx: StageContext, stage: Any) -> tuple[list[Model], dict]:
-        specs = stage.models(ctx)
+        specs = [s for s in stage.models(ctx) if only_models is None or s.name in only_models]
         built = [override.get(s.name) or load_model(s, context=context) for s in specs]
         check_models(built)
         check = getattr(stage, "check", None)
@@ -169,10 +174,14 @@ def run(
                     continue
                 built, per_model = build(ctx, stage)
                 source_keys = check_sources(TrialIndex(plan.trials))
+            if not built:  # none of ``only_models`` answers in this stage
+                continue
             summaries.append(asyncio.run(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
                 retry_missing_logprobs=retry_missing_logprobs,
                 workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
+        if not summaries:
+            raise AuditError(f"none of the models {sorted(only_models or ())} answers in any stage of this run")
         summary = _merge(summaries)
         summary.max_error_rate = max_error_rate
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())

@@ -116,6 +116,9 @@ def run_cmd(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Write the HTML report after the run.")] = True,
     max_error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="Exit non-zero (1) when a model got no answer or more than this share of its inputs failed.")] = 0.05,
+    batch_poll_s: Annotated[float | None, typer.Option("--batch-poll-s", min=0.001, help="batch: true models: first wait between polls of a batch (then x1.5).")] = None,
+    batch_max_wait_s: Annotated[float | None, typer.Option("--batch-max-wait-s", min=0.0, help="batch: true models: stop polling after this long (run again to resume the same batch).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print per model the inputs the store does not hold yet and the prompt tokens estimated; ask nothing, write nothing to the run store.")] = False,
 ) -> None:
     """Execute a suite (resumes an existing run directory: only missing answers are asked).
 
@@ -139,8 +142,16 @@ def run_cmd(
                              "for a suite's embedded default (e.g. --suite stress)")
         else:
             cfg = api.embedded_config(suite, run_dir or Path(f"runs/{suite}-default"), log=console.print)
+        if dry_run:
+            from medvlm_audit.batch.offline import dry_run as count_missing
+            from medvlm_audit.batch.offline import dry_run_lines
+
+            for line in dry_run_lines(count_missing(cfg, retry_errors=retry_errors)):
+                console.print(line, markup=False, highlight=False)
+            return
         res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress,
-                      retry_missing_logprobs=retry_missing_logprobs)
+                      retry_missing_logprobs=retry_missing_logprobs, batch_poll_s=batch_poll_s,
+                      batch_max_wait_s=batch_max_wait_s)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -295,6 +306,15 @@ def _add_readers() -> None:
 
 
 _add_readers()
+
+
+def _add_batch() -> None:
+    from medvlm_audit.batch.commands import batch_app
+
+    app.add_typer(batch_app, name="batch")
+
+
+_add_batch()
 
 
 def main() -> None:  # pragma: no cover

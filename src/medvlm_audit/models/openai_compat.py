@@ -359,10 +359,16 @@ class OpenAIChatModel(Model):
     def _images_of(self, inp: ModelInput) -> tuple[ImageData, ...]:
         return inp.images if self.modality != "text_only" else ()
 
+    def request_body(self, model_input: ModelInput) -> dict[str, Any]:
+        """Exactly the JSON body the online path sends for one input (decoding contract included; images as
+        data URLs before the text of the first user message): :meth:`encode_payload` is its serialisation,
+        and a batch request line (:mod:`medvlm_audit.batch`) carries it as its ``body``."""
+        urls = [self._images.get(im).decode("ascii") for im in self._images_of(model_input)]
+        return self._body(model_input, urls)
+
     def build_body(self, inp: ModelInput) -> dict[str, Any]:
-        """The JSON body for one input: images as data URLs before the text of the first user message."""
-        urls = [self._images.get(im).decode("ascii") for im in self._images_of(inp)]
-        return self._body(inp, urls)
+        """The JSON body for one input (:meth:`request_body`)."""
+        return self.request_body(inp)
 
     def encode_payload(self, inp: ModelInput) -> bytes:
         """The exact request bytes: ``build_body`` serialised, with the (already JSON-safe) base64 image

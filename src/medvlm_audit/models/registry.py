@@ -54,7 +54,13 @@ def load_model(spec: Any, *, context: dict[str, Any] | None = None) -> Model:
 def _openai(name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:
     from medvlm_audit.models.openai_compat import OpenAIChatModel
 
-    return OpenAIChatModel(name=name, **params)
+    batch = {k: params.pop(k) for k in list(params) if k == "batch" or k.startswith("batch_")}
+    model = OpenAIChatModel(name=name, **params)
+    if batch.pop("batch", False):  # asked through the provider's batch API (medvlm_audit.batch)
+        from medvlm_audit.batch.cycle import batch_factory
+
+        return batch_factory(model, batch, context)
+    return model
 
 
 def _hf(name: str, params: dict[str, Any], context: dict[str, Any]) -> Model:

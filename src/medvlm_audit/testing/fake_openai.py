@@ -35,6 +35,8 @@ hostile or careless server might).
 key (``Authorization: Bearer KEY``, ``api-key: KEY`` or ``Basic`` with password KEY), like a real server
 given a wrong or missing key; its message repeats the credential it got (to test scrubbing).
 
+The files and batches endpoints (``/v1/files``, ``/v1/batches``) come from :mod:`medvlm_audit.testing.fake_batches`.
+
 The server counts requests, answers and faults per prompt key, records the Authorization / api-key
 headers it saw, the peak number of requests in flight, and optionally every request body.
 """
@@ -58,6 +60,8 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from aiohttp import web
+
+from medvlm_audit.testing.fake_batches import BatchFaults, FakeBatchAPI
 
 FAULT_NAMES = ("hang", "drop", "disconnect", "malformed", "empty", "nologprobs", "echo_auth", "echo_request")
 _MARKER = re.compile(r"\[\[fault:([a-z_]+|\d{3})(?::(\d+|always|\*))?(?::([0-9.]+))?\]\]")
@@ -231,8 +235,11 @@ class FakeOpenAIServer:
         record_bodies: bool = False,
         model_name: str = "fake-vlm",
         api_key: str | None = None,
+        batch: BatchFaults | None = None,
     ) -> None:
         self.delay_s = delay_ms / 1000.0
+        #: the files and batches endpoints (``batch``: their :class:`~medvlm_audit.testing.fake_batches.BatchFaults`)
+        self.batches = FakeBatchAPI(self._complete_line, batch)
         self.api_key = api_key
         self.rules = list(rules)
         self.fault_rates = dict(fault_rates or {})
@@ -260,6 +267,7 @@ class FakeOpenAIServer:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/_fake/stats", self._stats)
         app.router.add_post("/_fake/reset", self._reset)
+        self.batches.mount(app)  # /v1/files, /v1/batches (testing/fake_batches.py)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -411,37 +419,48 @@ class FakeOpenAIServer:
             return resp
         raise AssertionError(f"unhandled fault kind {kind}")  # _check_kind prevents this
 
+    def _complete_line(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A batch line's completion: the same answer as online for the same body."""
+        return completion_body(body, prompt_key(body), answer_fn=self.answer_fn, model_name=self.model_name)
+
     def _answer(self, body: Mapping[str, Any], key: str, st: ServerStats, *, empty: bool = False,
                 logprobs: bool = True) -> web.Response:
-        if self.answer_fn is not None:
-            text, alts = self.answer_fn(body), None
-        else:
-            text, alts = yes_no_answer(body)
-        if empty:
-            text, alts = "", None
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": None, "finish_reason": "stop"}
-        if logprobs and body.get("logprobs") and alts is not None:
-            k = int(body.get("top_logprobs") or 0)
-            top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in alts[:k]]
-            choice["logprobs"] = {"content": [{"token": alts[0][0], "logprob": alts[0][1],
-                                               "bytes": list(alts[0][0].encode()), "top_logprobs": top}]}
-        n_images = sum(
-            1 for m in body.get("messages", ()) if isinstance(m.get("content"), list)
-            for p in m["content"] if p.get("type") == "image_url"
-        )
-        out = {
-            "id": "chatcmpl-" + hashlib.sha1(key.encode()).hexdigest()[:16],
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", self.model_name),
-            "choices": [choice],
-            "usage": {"prompt_tokens": len(key.split()) + 256 * n_images, "completion_tokens": 1 if text else 0,
-                      "total_tokens": len(key.split()) + 256 * n_images + (1 if text else 0)},
-        }
+        out = completion_body(body, key, answer_fn=self.answer_fn, model_name=self.model_name, empty=empty,
+                              logprobs=logprobs)
         if not empty:
             st.answers[key] += 1
         return web.Response(body=json.dumps(out).encode(), content_type="application/json")
+
+
+def completion_body(body: Mapping[str, Any], key: str, *, answer_fn: Callable[[Mapping[str, Any]], str] | None = None,
+                    model_name: str = "fake-vlm", empty: bool = False, logprobs: bool = True) -> dict[str, Any]:
+    """The chat completion the server answers to ``body`` (online, and for each line of a batch)."""
+    if answer_fn is not None:
+        text, alts = answer_fn(body), None
+    else:
+        text, alts = yes_no_answer(body)
+    if empty:
+        text, alts = "", None
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                              "logprobs": None, "finish_reason": "stop"}
+    if logprobs and body.get("logprobs") and alts is not None:
+        k = int(body.get("top_logprobs") or 0)
+        top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in alts[:k]]
+        choice["logprobs"] = {"content": [{"token": alts[0][0], "logprob": alts[0][1],
+                                           "bytes": list(alts[0][0].encode()), "top_logprobs": top}]}
+    n_images = sum(
+        1 for m in body.get("messages", ()) if isinstance(m.get("content"), list)
+        for p in m["content"] if p.get("type") == "image_url"
+    )
+    return {
+        "id": "chatcmpl-" + hashlib.sha1(key.encode()).hexdigest()[:16],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", model_name),
+        "choices": [choice],
+        "usage": {"prompt_tokens": len(key.split()) + 256 * n_images, "completion_tokens": 1 if text else 0,
+                  "total_tokens": len(key.split()) + 256 * n_images + (1 if text else 0)},
+    }
 
 
 class ThreadedFakeServer:
@@ -581,6 +600,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-name", default="fake-vlm")
     ap.add_argument("--api-key", default=None, help="answer 401 to every request that does not carry this key")
+    ap.add_argument("--batch-delay-s", type=float, default=0.0, help="seconds before a created batch completes")
+    ap.add_argument("--batch-expire-after", type=int, default=None, metavar="N",
+                    help="a batch expires after answering N lines (the rest: batch_expired)")
+    ap.add_argument("--batch-fail-every", type=int, default=0, metavar="N", help="every N-th batch line fails (400)")
+    ap.add_argument("--batch-drop-every", type=int, default=0, metavar="N",
+                    help="every N-th batch line is in neither output file (partial output)")
     ap.add_argument("--answers", choices=sorted(ANSWER_MODES), default="yesno",
                     help="yesno: Yes / No from the request hash; judge: faithfulness judge JSON for CoT prompts")
     args = ap.parse_args(argv)
@@ -595,7 +620,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         server = FakeOpenAIServer(delay_ms=args.delay_ms, fault_rates=rates, max_faults_per_key=args.max_faults_per_key,
                                   seed=args.seed, retry_after_s=args.retry_after, model_name=args.model_name,
-                                  api_key=args.api_key, answer_fn=ANSWER_MODES[args.answers])
+                                  api_key=args.api_key, answer_fn=ANSWER_MODES[args.answers],
+                                  batch=BatchFaults(delay_s=args.batch_delay_s, expire_after=args.batch_expire_after,
+                                                    fail_every=args.batch_fail_every,
+                                                    drop_every=args.batch_drop_every))
     except ValueError as exc:
         ap.error(str(exc))
 
