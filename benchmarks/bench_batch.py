@@ -64,7 +64,7 @@ def main() -> None:
             if batch:
                 m.update(batch=True, batch_poll_s=0.1)
             shutil.rmtree(work / name, ignore_errors=True)
-            return {"probe_sets": [str(ph / "probeset")], "run_dir": str(work / name), "resolutions": [224, 512],
+            return {"suite": "grounding", "probe_sets": [str(ph / "probeset")], "run_dir": str(work / name), "resolutions": [224, 512],
                     "models": [{"name": "vlm", **m}, {"name": "vlm-text", **m, "text_only": True}]}
 
         timed("online run (baseline)", lambda: api.run(cfg("online", False), progress=False), rows)

@@ -33,7 +33,7 @@ def _cfg(tmp: Path, base_url: str, run_dir: str, batch: bool, **kw) -> dict:
               "timeout_s": 5, "backoff_base_s": 0.01}
     if batch:
         common.update(batch=True, batch_poll_s=0.02, **kw)
-    return {"probe_sets": [str(tmp / "data" / "probeset")], "run_dir": str(tmp / run_dir),
+    return {"suite": "grounding", "probe_sets": [str(tmp / "data" / "probeset")], "run_dir": str(tmp / run_dir),
             "models": [{"name": "vlm", **common}, {"name": "vlm-text", **common, "text_only": True}]}
 
 

@@ -83,7 +83,7 @@ def plan_models(cfg: RunConfig, names: Collection[str] | None = None, *, retry_e
         group_by_source,
         render_sources,
     )
-    from medvlm_audit.suites.base import StageContext
+    from medvlm_audit.plan import StageContext
 
     cfg, suite, opts = resolve_config(cfg)
     run_dir = Path(cfg.run_dir)
