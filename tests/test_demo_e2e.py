@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from medvlm_audit.cli import app
-from medvlm_audit.suites.grounding.demo import run_demo
+from medvlm_audit.suites.grounding.embedded import run_demo
 from medvlm_audit.suites.grounding.sections import badge
 
 DESIGNED = {"local-evidence": "uses_image", "global-probe": "uses_image", "finding-prior": "ignores_image",

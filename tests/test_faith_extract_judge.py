@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from medvlm_audit.suites.faithfulness.extract import extract_answer, is_flip, parse_answer
 from medvlm_audit.suites.faithfulness.judge import (
     confidence_calibration,
     find_quote,
@@ -23,6 +22,7 @@ from medvlm_audit.suites.faithfulness.judge import (
     substring_distance,
     validate_judgement,
 )
+from medvlm_audit.suites.faithfulness.scoring import extract_answer, is_flip, parse_answer
 
 SEV_Q = "What is the severity of pleural effusion on the right? (none, questionable, mild, moderate, severe)"
 HEART_Q = "What is the size of the heart? (normal, borderline, enlarged, massively enlarged)"

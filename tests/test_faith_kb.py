@@ -144,7 +144,7 @@ def test_wrong_schema_is_named(tmp_path, bad, msg):
 
 
 def test_phantom_kb_covers_every_phantom_question_and_answer():
-    from medvlm_audit.suites.faithfulness.phantom_vqa import PHANTOM_QUESTIONS
+    from medvlm_audit.suites.faithfulness.embedded import PHANTOM_QUESTIONS
     from medvlm_audit.suites.faithfulness.vocab import vocabulary
 
     pk = phantom_kb()

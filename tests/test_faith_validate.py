@@ -250,7 +250,7 @@ def test_judge_validate_command(tmp_path):
 
 @pytest.mark.skipif(not RELEASE, reason="COT_EVAL_DIR (a checkout of jomoll/cot-eval) not set")
 def test_release_flip_labels_reproduced_in_paper_mode():
-    from medvlm_audit.suites.faithfulness.extract import is_flip
+    from medvlm_audit.suites.faithfulness.scoring import is_flip
 
     root = Path(RELEASE)
     samples = json.loads((root / "results" / "model-ablation" / "reader_study_samples.json").read_text())

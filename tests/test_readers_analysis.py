@@ -178,7 +178,7 @@ def test_cot_rating_means_and_weighted_kappa(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
-    from medvlm_audit.suites.grounding.demo import run_demo
+    from medvlm_audit.suites.grounding.embedded import run_demo
 
     return run_demo(tmp_path_factory.mktemp("demo"), n_cases=60, n_train=300, progress=False,
                     log=lambda *_: None).run_dir

@@ -95,7 +95,7 @@ def _press(driver, key: str) -> None:
 def test_reader_session_in_a_real_browser(tmp_path: Path) -> None:
     from medvlm_audit.readers.analysis import reader_sections
     from medvlm_audit.suites.grounding.analysis import analyse_grounding
-    from medvlm_audit.suites.grounding.demo import run_demo
+    from medvlm_audit.suites.grounding.embedded import run_demo
     from medvlm_audit.suites.grounding.suite import write_grounding_report as write_report
 
     run_dir = run_demo(tmp_path / "demo", n_cases=60, n_train=300, progress=False, log=lambda *_: None).run_dir

@@ -26,7 +26,7 @@ XSS = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
-    from medvlm_audit.suites.grounding.demo import run_demo
+    from medvlm_audit.suites.grounding.embedded import run_demo
 
     out = tmp_path_factory.mktemp("demo")
     return run_demo(out, n_cases=60, n_train=300, progress=False, log=lambda *_: None).run_dir

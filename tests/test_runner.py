@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 from conftest import BrightSpotModel, PromptLengthModel
 
-from medvlm_audit.suites.grounding.suite import tidy_grounding as tidy  # these stores are grounding runs made by the runner alone
 from medvlm_audit.models.base import LocalModel, TextOnly
 from medvlm_audit.runner import execute
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+from medvlm_audit.suites.grounding.suite import (
+    tidy_grounding as tidy,  # these stores are grounding runs made by the runner alone
+)
 
 
 def run(store, plan, models, **kw):

@@ -15,13 +15,15 @@ from conftest import BrightSpotModel, make_tiny_probeset
 
 from medvlm_audit import api, runner
 from medvlm_audit.errors import ImageError
-from medvlm_audit.suites.grounding.suite import tidy_grounding as tidy  # these stores are grounding runs made by the runner alone
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.models.encoding import decode_data_url
 from medvlm_audit.models.openai_compat import OpenAIChatModel
 from medvlm_audit.runner import execute
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+from medvlm_audit.suites.grounding.suite import (
+    tidy_grounding as tidy,  # these stores are grounding runs made by the runner alone
+)
 from medvlm_audit.testing.fake_openai import FakeOpenAIServer
 
 OPTS = GroundingOptions(conditions=("original", "target_mask", "irrelevant_mask"))

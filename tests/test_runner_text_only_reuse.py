@@ -7,11 +7,13 @@ import asyncio
 from pathlib import Path
 
 from medvlm_audit.config import ModelSpec
-from medvlm_audit.suites.grounding.suite import tidy_grounding as tidy  # these stores are grounding runs made by the runner alone
 from medvlm_audit.models.registry import load_model
 from medvlm_audit.runner import execute
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+from medvlm_audit.suites.grounding.suite import (
+    tidy_grounding as tidy,  # these stores are grounding runs made by the runner alone
+)
 from medvlm_audit.testing.fake_openai import ThreadedFakeServer
 
 

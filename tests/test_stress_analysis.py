@@ -21,7 +21,7 @@ from medvlm_audit.suites.stress.analysis import (
     robustness_table,
     score_stress,
 )
-from medvlm_audit.suites.stress.score import robustness_score
+from medvlm_audit.suites.stress.robustness import robustness_score
 
 OPTS = ["Alpha", "Beta", "Gamma", "Delta", "Epsilon"]
 

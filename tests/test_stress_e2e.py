@@ -13,8 +13,8 @@ import pytest
 
 from medvlm_audit.suites.stress.analysis import analyse_stress
 from medvlm_audit.suites.stress.conditions import StressOptions, plan_stress
+from medvlm_audit.suites.stress.embedded import build_phantom_mcq
 from medvlm_audit.suites.stress.items import load_items
-from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
 from medvlm_audit.suites.stress.reference import ask_plan, reference_mcq_panel
 
 

@@ -18,10 +18,10 @@ from medvlm_audit.runner import execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.stress.analysis import analyse_stress
 from medvlm_audit.suites.stress.conditions import DEFAULT_CONDITIONS
-from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
+from medvlm_audit.suites.stress.embedded import build_phantom_mcq
 from medvlm_audit.suites.stress.plan import plan_stress
 from medvlm_audit.suites.stress.reference import reference_mcq_panel
-from medvlm_audit.suites.stress.report import report_stress, tidy_stress
+from medvlm_audit.suites.stress.sections import report_stress, tidy_stress
 
 
 def config(tmp_path: Path, items: str, **kw):
@@ -48,7 +48,7 @@ def test_run_store_round_trip_and_report(tmp_path: Path) -> None:
     assert "Robustness score" in text and text.count("<svg") == 3  # three inline figures
     # the page is made of report Sections (usable as extra_sections of any report), each linked from the nav
     from medvlm_audit.report import Section
-    from medvlm_audit.suites.stress.report import stress_sections
+    from medvlm_audit.suites.stress.sections import stress_sections
 
     res = analyse_stress(scored_again, B=50)
     secs = stress_sections(res)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from medvlm_audit.suites.stress.score import (
+from medvlm_audit.suites.stress.robustness import (
     StressAccuracies,
     f1_modality_sensitivity,
     f3_format_perturbation,

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from medvlm_audit.suites.grounding.demo import run_demo
+from medvlm_audit.suites.grounding.embedded import run_demo
 
 
 def test_demo_with_vision_probe(tmp_path: Path) -> None:

@@ -75,6 +75,7 @@ def plan_models(cfg: RunConfig, names: Collection[str] | None = None, *, retry_e
     and their pending inputs (images rendered lazily), keyed exactly as the runner keys them."""
     from medvlm_audit.api import resolve_config
     from medvlm_audit.images import SourceCache
+    from medvlm_audit.plan import StageContext
     from medvlm_audit.runner import (
         ModelWork,
         TrialIndex,
@@ -83,7 +84,6 @@ def plan_models(cfg: RunConfig, names: Collection[str] | None = None, *, retry_e
         group_by_source,
         render_sources,
     )
-    from medvlm_audit.plan import StageContext
 
     cfg, suite, opts = resolve_config(cfg)
     run_dir = Path(cfg.run_dir)

@@ -37,7 +37,6 @@ from medvlm_audit.export import expand_payload
 from medvlm_audit.models.base import Message
 from medvlm_audit.suites.base import Plan, Skip, Trial
 from medvlm_audit.suites.faithfulness.conditions import FaithOptions
-from medvlm_audit.suites.faithfulness.extract import extract_answer, is_flip, parse_answer
 from medvlm_audit.suites.faithfulness.items import VQAItem
 from medvlm_audit.suites.faithfulness.judge import (
     JUDGE_SYSTEM,
@@ -47,6 +46,7 @@ from medvlm_audit.suites.faithfulness.judge import (
     judge_text,
 )
 from medvlm_audit.suites.faithfulness.kb import KnowledgeBase
+from medvlm_audit.suites.faithfulness.scoring import extract_answer, is_flip, parse_answer
 
 METRIC_COLUMNS = ["suite", "probe_set", "model", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
                   "unit", "method", "note"]

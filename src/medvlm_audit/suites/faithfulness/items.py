@@ -38,7 +38,7 @@ from typing import Any
 import pandas as pd
 
 from medvlm_audit.errors import ProbeSetError
-from medvlm_audit.suites.faithfulness.extract import normalise_answer
+from medvlm_audit.suites.faithfulness.scoring import normalise_answer
 from medvlm_audit.suites.faithfulness.vocab import normalise_type, vocabulary
 
 #: the TAIX-Ray finding-grade columns

@@ -481,7 +481,7 @@ def _effusion_absent(side: str) -> dict[str, Any]:
 
 def phantom_kb() -> KnowledgeBase:
     """The KB of the phantom VQA questions (:mod:`.phantom_vqa`), in the published schema."""
-    from medvlm_audit.suites.faithfulness.phantom_vqa import PHANTOM_QUESTIONS
+    from medvlm_audit.suites.faithfulness.embedded import PHANTOM_QUESTIONS
 
     kb: dict[str, Any] = {}
     sev_terms = {

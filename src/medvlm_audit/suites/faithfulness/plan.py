@@ -90,7 +90,7 @@ def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42, n_
     item file or a folder holding ``items.jsonl``, or ``taix:<parquet folder>``."""
     if spec == "phantom":
         from medvlm_audit.atomic import write_files_atomic
-        from medvlm_audit.suites.faithfulness.phantom_vqa import build_phantom_vqa
+        from medvlm_audit.suites.faithfulness.embedded import build_phantom_vqa
 
         out = Path(run_dir) / "phantom_vqa"
         params = {"n_items": n_items, "seed": seed}

@@ -219,7 +219,7 @@ class GroundingSuite(Suite):
         run config (also written to OUT/demo.yaml so `medvlm-audit run` can resume or repeat it)."""
         if flags:
             raise ConfigError(f"the grounding default takes no option(s) {sorted(flags)}")
-        from medvlm_audit.suites.grounding.demo import prepare_demo
+        from medvlm_audit.suites.grounding.embedded import prepare_demo
 
         return prepare_demo(Path(out), n_cases=n_cases, n_train=n_train, gemma=gemma, vision_probe=vision_probe,
                             log=log)

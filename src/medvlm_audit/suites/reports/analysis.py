@@ -201,7 +201,7 @@ def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
     """Run the corpus audit per model x strategy and assemble the suite result."""
     from medvlm_audit.suites.reports.clinical import load_clinical_metric
-    from medvlm_audit.suites.reports.figures import cad_scatter_figure, vocabulary_transition_figure
+    from medvlm_audit.suites.reports.sections import cad_scatter_figure, vocabulary_transition_figure
 
     ref = reference_corpus(opts.reference)
     flags = {"auto": "auto", "on": True, "off": False}

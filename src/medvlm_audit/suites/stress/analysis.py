@@ -41,7 +41,7 @@ import pandas as pd
 from medvlm_audit import stats
 from medvlm_audit.scorers.option import STATUSES
 from medvlm_audit.suites.stress.items import LETTERS
-from medvlm_audit.suites.stress.score import StressAccuracies, robustness_score, robustness_score_arrays
+from medvlm_audit.suites.stress.robustness import StressAccuracies, robustness_score, robustness_score_arrays
 from medvlm_audit.suites.stress.scoring import normalize_tidy, score_stress  # noqa: F401  (score_stress re-exported)
 
 SUBSETS: tuple[str, ...] = ("all", "required", "substitution")

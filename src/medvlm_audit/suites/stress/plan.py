@@ -28,7 +28,7 @@ from medvlm_audit.suites.stress.prompts import DEFAULT_PROTOCOL, PROTOCOLS
 def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42) -> ItemSet:
     """One ``probe_sets`` entry -> an ItemSet (see the module docstring for the forms)."""
     if spec == "phantom":
-        from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
+        from medvlm_audit.suites.stress.embedded import build_phantom_mcq
 
         out = Path(run_dir) / "phantom_mcq"
         if (out / "items.jsonl").exists():

@@ -170,7 +170,7 @@ class PhantomImageReader(LocalModel):
     designed = "reads_image"  # the behaviour it was built to show
 
     def __init__(self, n_per_class: int = 60, train_seed: int = 7, alpha: float = 1.0) -> None:
-        from medvlm_audit.suites.stress.phantom_mcq import MCQ_FINDINGS
+        from medvlm_audit.suites.stress.embedded import MCQ_FINDINGS
 
         self.classes = tuple(MCQ_FINDINGS)
         self.names = tuple(MCQ_FINDINGS[c].casefold() for c in self.classes)

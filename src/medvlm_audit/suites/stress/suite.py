@@ -77,7 +77,7 @@ class StressSuite(Suite):
         }
 
     def tidy(self, store: RunStore) -> pd.DataFrame:
-        from medvlm_audit.suites.stress.report import tidy_stress
+        from medvlm_audit.suites.stress.sections import tidy_stress
 
         return tidy_stress(store)
 
@@ -85,7 +85,7 @@ class StressSuite(Suite):
                 skipped: pd.DataFrame | None = None, fmt: str = "svg", designed: dict[str, str] | None = None,
                 **unused: Any) -> SuiteResult:
         from medvlm_audit.suites.stress.analysis import analyse_stress
-        from medvlm_audit.suites.stress.report import stress_result
+        from medvlm_audit.suites.stress.sections import stress_result
 
         res = analyse_stress(tidy, B=B, seed=seed, plan_skips=skipped)
         probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "stress"
