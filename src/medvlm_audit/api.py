@@ -27,7 +27,7 @@ from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, load_model
 from medvlm_audit.plan import Plan, StageContext
-from medvlm_audit.registry import did_you_mean
+from medvlm_audit.registry import check_known
 from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
@@ -67,10 +67,8 @@ def resolve_config(config: RunConfig | dict[str, Any] | str | Path) -> tuple[Run
         raise ConfigError(f"{source}: invalid options for suite {cfg.suite!r}:\n  "
                           + "\n  ".join(_error_lines(e, known))) from None
     for i, m in enumerate(cfg.models):  # a later stage's models (e.g. judges) are checked when it is built
-        if m.backend not in BACKENDS:
-            raise ConfigError(f"{source}: key 'models[{i}].backend' (model {m.name!r}): unknown backend "
-                              f"{m.backend!r}{did_you_mean(m.backend, BACKENDS.names())}; registered: "
-                              f"{', '.join(BACKENDS.names())}")
+        check_known("backend", [m.backend], BACKENDS.names(), listed_as="registered", exc=ConfigError,
+                    where=f"{source}: key 'models[{i}].backend' (model {m.name!r}): ")
     return cfg, suite, opts
 
 

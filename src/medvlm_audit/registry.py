@@ -28,6 +28,23 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
+def check_known(what: str, values: Iterable[str], known: Iterable[str], *, listed_as: str = "known",
+                where: str = "", exc: type[Exception] = ValueError) -> None:
+    """Raise ``exc("WHERE unknown WHAT 'x' (did you mean y?); known: a, b, ...")`` for the first value not in ``known``:
+    the one message every name check gives (conditions, strategies, metrics, backends, ...).
+
+    >>> check_known("condition", ["original"], ["original", "swap"])
+    >>> check_known("condition", ["swapp"], ["original", "swap"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown condition 'swapp' (did you mean swap?); known: original, swap
+    """
+    choices = [str(k) for k in known]
+    for v in values:
+        if v not in choices:
+            raise exc(f"{where}unknown {what} {v!r}{did_you_mean(v, choices)}; {listed_as}: {', '.join(choices)}")
+
+
 def load_target(target: Any) -> Any:
     """A ``"module:attr"`` string's object (importing the module); anything else as it is."""
     if not isinstance(target, str):

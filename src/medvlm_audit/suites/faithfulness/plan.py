@@ -50,14 +50,12 @@ class FaithfulnessOptions(FaithOptions):
     @classmethod
     def _judge_backends(cls, v: list[ModelSpec]) -> list[ModelSpec]:
         from medvlm_audit.models.registry import BACKENDS
-        from medvlm_audit.registry import did_you_mean
+        from medvlm_audit.registry import check_known
 
         names = [m.name for m in v]
         for i, m in enumerate(v):
-            if m.backend not in BACKENDS:
-                raise ValueError(f"judges[{i}] (model {m.name!r}): unknown backend {m.backend!r}"
-                                 f"{did_you_mean(m.backend, BACKENDS.names())}; registered: "
-                                 f"{', '.join(BACKENDS.names())}")
+            check_known("backend", [m.backend], BACKENDS.names(), listed_as="registered",
+                        where=f"judges[{i}] (model {m.name!r}): ")
             if names.count(m.name) > 1:
                 raise ValueError(f"judges[{i}]: judge name {m.name!r} given twice")
         return v

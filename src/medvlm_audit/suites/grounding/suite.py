@@ -12,7 +12,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from medvlm_audit.errors import AuditError, ConfigError
-from medvlm_audit.registry import did_you_mean
+from medvlm_audit.registry import check_known
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Plan, Stage, StageContext, Suite, SuiteResult
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, RESOLUTIONS
@@ -39,10 +39,7 @@ class GroundingRunOptions(BaseModel):
     @field_validator("conditions")
     @classmethod
     def _known_conditions(cls, v: list[str]) -> list[str]:
-        for c in v:
-            if c not in IMAGE_OPS:
-                raise ValueError(f"unknown grounding condition {c!r}{did_you_mean(c, IMAGE_OPS)}; known: "
-                                 f"{', '.join(IMAGE_OPS)}")
+        check_known("grounding condition", v, IMAGE_OPS)
         return v
 
     @field_validator("resolutions")
@@ -56,10 +53,7 @@ class GroundingRunOptions(BaseModel):
     @field_validator("prompt_variants")
     @classmethod
     def _known_variants(cls, v: list[str]) -> list[str]:
-        for p in v:
-            if p not in PROMPT_VARIANTS:
-                raise ValueError(f"unknown prompt variant {p!r}{did_you_mean(p, PROMPT_VARIANTS)}; known: "
-                                 f"{', '.join(PROMPT_VARIANTS)}")
+        check_known("prompt variant", v, PROMPT_VARIANTS)
         return v
 
 

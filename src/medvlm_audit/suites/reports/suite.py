@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
-from medvlm_audit.registry import did_you_mean
+from medvlm_audit.registry import check_known
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Plan, PlanSource, Stage, StageContext, Suite, SuiteResult, Trial
 from medvlm_audit.suites.reports.decoding import DEFAULT_STRATEGIES, STRATEGIES
@@ -44,9 +44,7 @@ class ClinicalMetricSpec(BaseModel):
     def _registered(cls, v: str) -> str:
         from medvlm_audit.suites.reports.clinical import CLINICAL_METRICS
 
-        if v not in CLINICAL_METRICS:
-            raise ValueError(f"unknown clinical metric {v!r}{did_you_mean(v, CLINICAL_METRICS.names())}; "
-                             f"registered: {', '.join(CLINICAL_METRICS.names())}")
+        check_known("clinical metric", [v], CLINICAL_METRICS.names(), listed_as="registered")
         return v
 
 
@@ -85,10 +83,7 @@ class ReportsOptions(BaseModel):
     @field_validator("strategies")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        for s in v:
-            if s not in STRATEGIES:
-                raise ValueError(f"unknown decoding strategy {s!r}{did_you_mean(s, STRATEGIES)}; known: "
-                                 f"{', '.join(STRATEGIES)}")
+        check_known("decoding strategy", v, STRATEGIES)
         if len(set(v)) != len(v):
             raise ValueError(f"strategies repeat: {v}")
         return v or list(DEFAULT_STRATEGIES)

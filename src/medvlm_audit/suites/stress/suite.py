@@ -11,7 +11,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from medvlm_audit.errors import ConfigError
-from medvlm_audit.registry import did_you_mean
+from medvlm_audit.registry import check_known
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Stage, Suite, SuiteResult
 from medvlm_audit.suites.stress.conditions import (
@@ -38,10 +38,7 @@ class StressRunOptions(BaseModel):
     @field_validator("conditions")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        for c in v:
-            if c not in CONDITIONS:
-                raise ValueError(f"unknown stress condition {c!r}{did_you_mean(c, CONDITIONS)}; known: "
-                                 f"{', '.join(CONDITIONS)}")
+        check_known("stress condition", v, CONDITIONS)
         return v or list(DEFAULT_CONDITIONS)
 
 
