@@ -21,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from medvlm_audit.suites.stress.items import ItemSet, MCQItem, save_items, validate_items
 
@@ -70,10 +69,12 @@ def _question(age: int, sex: str, complaint: str) -> str:
 
 
 def _save_png(pixels: np.ndarray, path: Path) -> None:
+    """The phantom's one PNG encoder, written by the one atomic writer."""
+    from medvlm_audit.atomic import write_bytes_atomic
+    from medvlm_audit.phantom.anatomy import encode_png
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    Image.fromarray(pixels).save(tmp, format="PNG")
-    tmp.replace(path)
+    write_bytes_atomic(path, encode_png(pixels))
 
 
 def build_phantom_mcq(
