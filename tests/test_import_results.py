@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from medvlm_audit.api import tidy_store as tidy
 from medvlm_audit.cli import app
-from medvlm_audit.export import tidy
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding.import_results import MANIFEST_COLUMNS, ResultsImportError, import_results
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from medvlm_audit import stats
-from medvlm_audit.export import tidy
+from medvlm_audit.api import tidy_store as tidy
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding.analysis import analyse_grounding
 from medvlm_audit.suites.grounding.import_results import MANIFEST_COLUMNS, import_results

@@ -23,7 +23,6 @@ from medvlm_audit import __version__
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.export import export_table
-from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, load_model
 from medvlm_audit.plan import Plan, StageContext
@@ -209,10 +208,15 @@ def _suite_of(meta: dict[str, Any]) -> Suite:
     return get_suite(_suite_name(meta))
 
 
+def tidy_store(store: RunStore) -> pd.DataFrame:
+    """The scored tidy table of an open run store, by the suite recorded in it (through the suite registry)."""
+    return _suite_of(store.meta()).tidy(store)
+
+
 def tidy(run_dir: str | Path) -> pd.DataFrame:
     """The scored tidy table of a run (one row per model x case x condition x sample), by its suite."""
     with _open(run_dir) as store:
-        return _tidy(store)
+        return tidy_store(store)
 
 
 def export(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:

@@ -1,8 +1,8 @@
 """Tidy export of a run: one row per model x case x condition x sample, with the scored answer.
 
 :func:`raw_table` joins the store's trials with answers, models and case metadata (suite-agnostic); each suite
-scores it into its tidy table (``Suite.tidy``); :func:`export_table` writes Parquet and CSV atomically. The
-columns are documented in docs/tidy-schema.md.
+scores it into its tidy table (``Suite.tidy``, dispatched by :func:`medvlm_audit.api.tidy`); :func:`export_table`
+writes Parquet and CSV atomically. The columns are documented in docs/tidy-schema.md.
 """
 
 from __future__ import annotations
@@ -77,22 +77,3 @@ def export_table(df: pd.DataFrame, out: Path) -> tuple[Path, Path]:
     """Write a tidy table as results.parquet and results.csv in ``out`` (atomically); returns both paths."""
     write_files_atomic(out, [("results.parquet", parquet_bytes(df)), ("results.csv", csv_bytes(df))])
     return out / "results.parquet", out / "results.csv"
-
-
-def tidy(store: RunStore) -> pd.DataFrame:
-    """The scored tidy table of a run store, by the suite recorded in it (through the suite registry)."""
-    from medvlm_audit.errors import AuditError
-    from medvlm_audit.suites import get_suite
-
-    name = store.meta().get("suite")
-    if not name:
-        raise AuditError("the run store records no suite: it was not written by `medvlm-audit run`")
-    return get_suite(name).tidy(store)
-
-
-def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Write results.parquet and results.csv (tidy) for a run directory; returns both paths."""
-    run_dir = Path(run_dir)
-    with RunStore.open_dir(run_dir, readonly=True) as store:
-        df = tidy(store)
-    return export_table(df, Path(out_dir) if out_dir else run_dir)

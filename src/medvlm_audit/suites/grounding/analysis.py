@@ -105,7 +105,7 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                       mode: Literal["exact-counts", "index"] = "exact-counts",
                       is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
                       baselines: list[str] | None = None, workers: int | None = None) -> GroundingAnalysis:
-    """Run the full grounding analysis on a tidy run table (schema of ``medvlm_audit.export.tidy``).
+    """Run the full grounding analysis on a tidy run table (schema of ``medvlm_audit.api.tidy``).
 
     ``mode``: bootstrap resampling ("exact-counts", or "index": the released code's draws over the cases in the
     probe set's own row order, its bootstrap interval at every n and its AUROC, so the intervals equal the

@@ -4,7 +4,7 @@ Each synthetic model is described by exact rates (share of correct boxed answers
 mask, share of correct answers flipped by the swap, ...). The generator flips exactly
 ``round(rate * n_eligible)`` answers, so the analysis must recover the designed metric values exactly
 (when every answer parses) and each model lands in a known category. The output follows the tidy run
-table schema produced by ``medvlm_audit.export.tidy``.
+table schema produced by ``medvlm_audit.api.tidy``.
 """
 
 from __future__ import annotations
