@@ -17,8 +17,6 @@ __all__ = ["readers_app"]
 
 readers_app = typer.Typer(no_args_is_help=True, help="Reader study: blinded clinician reads beside the models.")
 console = Console(stderr=True)
-TASK_NAMES = ("finding-presence", "box-validation", "failure-modes", "cot-rating", "visual-necessity",
-              "benchmark-profile")
 
 
 def _fail(e: Exception) -> None:
@@ -50,7 +48,8 @@ def _parse_axes(axes: list[str] | None) -> list[tuple[str, str]] | None:
 @readers_app.command("create")
 def create_cmd(
     run_dir: Annotated[Path | None, typer.Argument(help="The run to sample from (results.parquet + run.sqlite).")] = None,
-    task: Annotated[str, typer.Option(help="|".join(TASK_NAMES))] = "finding-presence",
+    task: Annotated[str, typer.Option(help="A reading task a suite declares (Suite.reader_tasks(); an unknown "
+                                           "name lists them).")] = "finding-presence",
     n: Annotated[int, typer.Option("--n", help="Cases (finding-presence), boxes per finding (box-validation), "
                                                "errors per model (failure-modes), items (cot-rating, "
                                                "visual-necessity) or sample items per benchmark.")] = 80,
@@ -72,10 +71,12 @@ def create_cmd(
     port: Annotated[int, typer.Option(help="Port used in the printed links.")] = 8765,
 ) -> None:
     """Create a study: a seeded sample, a study store, invitations.csv and an admin link."""
+    from medvlm_audit.readers.catalog import reader_tasks
     from medvlm_audit.readers.study import create_study
 
-    if task not in TASK_NAMES:
-        _fail(AuditError(f"--task must be one of {', '.join(TASK_NAMES)}; got {task!r}"))
+    names = sorted(reader_tasks())
+    if task not in names:
+        _fail(AuditError(f"--task must be one of {', '.join(names)}; got {task!r}"))
     try:
         res = create_study(run_dir, task, n, reader, seed, out, items=items, probe_set=probe_set,
                            models=model or None, boxed_only=boxed_only, resolution=resolution,

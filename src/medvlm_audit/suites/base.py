@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
     from medvlm_audit.config import ModelSpec, RunConfig
+    from medvlm_audit.readers.tasks import ReaderTask
     from medvlm_audit.report.sections import Section
     from medvlm_audit.store import RunStore
 
@@ -158,3 +159,9 @@ class Suite(Protocol):
         ...
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, **report_options: Any) -> SuiteResult: ...
+
+    def reader_tasks(self) -> Sequence[ReaderTask]:
+        """The reading tasks this suite brings to the reader study (:class:`~medvlm_audit.readers.tasks.ReaderTask`:
+        the answer scales, a sampler of items from a run or an items file, the analysis of the exported reads).
+        Task names are unique across suites. Default: none."""
+        return ()
