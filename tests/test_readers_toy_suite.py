@@ -1,0 +1,160 @@
+"""A suite defined only in this test brings its own reader task (Suite.reader_tasks()): the study is created
+from its sampler, the reader app serves the task's scales, the export carries the task's own file and the
+analysis is the task's, without touching a core file. Task names are unique across suites."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pandas as pd
+import pytest
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+from starlette.testclient import TestClient
+
+from medvlm_audit.readers.agreement import metric_row
+from medvlm_audit.readers.analysis import analyse_exports, write_analysis
+from medvlm_audit.readers.app import create_app
+from medvlm_audit.readers.catalog import reader_task, reader_tasks
+from medvlm_audit.readers.export import export_study
+from medvlm_audit.readers.sampling import item_id, need_columns
+from medvlm_audit.readers.study import Study, StudyError, create_study
+from medvlm_audit.readers.tasks import (
+    AnalysisRequest,
+    Choice,
+    ReaderAnalysis,
+    ReaderTask,
+    SampleRequest,
+    Scale,
+    TaskSpec,
+)
+from medvlm_audit.suites import SUITES, get_suite, register_suite
+from medvlm_audit.suites.base import Stage, SuiteResult
+
+LEGIBILITY = (Choice("clear", "Clear", "c"), Choice("smudged", "Smudged", "s"), Choice("unreadable", "Unreadable", "u"))
+
+
+def _sample(req: SampleRequest) -> list[dict[str, Any]]:
+    assert req.items is not None
+    need_columns(req.items, ["item_id", "text"], "toy items")
+    return [{"item_id": item_id(req.seed, "toy", r.item_id), "unit": str(r.item_id),
+             "view": {"question": f"How legible is the label {r.text!r}?", "n_images": 0},
+             "source": {"item_id": str(r.item_id), "images": []}}
+            for r in req.items.head(req.n).itertuples(index=False)]
+
+
+def _analyse(req: AnalysisRequest, out: ReaderAnalysis) -> None:
+    a = req.answers
+    rows = [metric_row("toy", f"reader:{rd}", "clear_share", "all", 100.0 * (g["answer"] == "clear").mean(), float("nan"),
+                       float("nan"), float("nan"), len(g), "%", "share of labels rated clear")
+            for rd, g in a.groupby("reader")]
+    out.metrics = pd.concat([out.metrics, pd.DataFrame(rows)], ignore_index=True)
+
+
+def _export(study: Any) -> list[tuple[str, bytes]]:
+    return [("toy-legibility.txt", f"{study.task}: {len(study.answer_table())} answers\n".encode())]
+
+
+TOY_TASK = ReaderTask(TaskSpec("label-legibility", "Label legibility", "Rate how legible the printed label is.",
+                               (Scale("answer", "", LEGIBILITY),), shows_image=False),
+                      sample=_sample, analyse=_analyse, export=_export)
+
+
+class ToyReaderSuite:
+    name: ClassVar[str] = "toy-readers"
+    title: ClassVar[str] = "Toy audit with a reader task"
+    Options: ClassVar[type[BaseModel]] = BaseModel
+    backends: ClassVar[dict[str, str]] = {}
+
+    def stages(self):
+        return (Stage("answer", lambda ctx: None),)  # never run here
+
+    def embedded_config(self, out: Path, **flags: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def tidy(self, store) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def analyse(self, tidy: pd.DataFrame, options: BaseModel, **kw: Any) -> SuiteResult:
+        raise NotImplementedError
+
+    def reader_tasks(self):
+        return (TOY_TASK,)
+
+
+class ClashingSuite(ToyReaderSuite):
+    name: ClassVar[str] = "toy-clash"
+
+    def reader_tasks(self):
+        return (ReaderTask(TaskSpec("label-legibility", "Other", "", (Scale("answer", "", LEGIBILITY),)),
+                           sample=_sample, analyse=_analyse),)
+
+
+@pytest.fixture
+def toy_suite():
+    register_suite("toy-readers", ToyReaderSuite, replace=True)
+    yield get_suite("toy-readers")
+    SUITES.unregister("toy-readers")
+
+
+def test_a_toy_suites_reader_task_is_created_served_exported_and_analysed(tmp_path: Path, toy_suite) -> None:
+    assert reader_task("label-legibility") is TOY_TASK
+    assert {"finding-presence", "cot-rating", "visual-necessity"} <= set(reader_tasks())  # the built-in ones too
+    items = pd.DataFrame({"item_id": ["a", "b", "c"], "text": ["ASPIRIN", "<b>saline</b>", "heparin"]})
+    res = create_study(None, "label-legibility", 3, ["ana", "ben"], seed=1, out=tmp_path / "study", items=items)
+    assert res["n_items"] == 3
+    st = Study(tmp_path / "study")
+    assert st.spec is TOY_TASK.spec and [s.name for s in st.spec.scales] == ["answer"]
+
+    client = TestClient(create_app(tmp_path / "study"), base_url="http://127.0.0.1")
+    token = res["tokens"]["ana"]
+    page = client.get(f"/r/{token}?i=1")
+    assert page.status_code == 200
+    assert "Label legibility" in page.text and "Rate how legible the printed label is." in page.text
+    assert "Smudged" in page.text and "Unreadable" in page.text  # the task's own choices
+    assert "<b>saline</b>" not in page.text  # escaped like every other task's text
+    csrf = page.text.split('data-csrf="')[1].split('"')[0]
+    for k, iid in enumerate(st.order(st.readers()[0])):
+        r = client.post(f"/r/{token}/answer", data={"csrf": csrf, "item_id": iid, "scale": "answer",
+                                                    "value": ["clear", "smudged", "clear"][k], "elapsed_ms": "900"})
+        assert r.status_code == 200 and r.json()["ok"] and r.json()["complete"]
+    r = client.post(f"/r/{token}/answer", data={"csrf": csrf, "item_id": iid, "scale": "answer", "value": "blurry"})
+    assert r.status_code == 400  # not one of the task's choices
+    assert client.get(f"/r/{token}", follow_redirects=False).status_code == 303  # every item answered
+
+    files = export_study(tmp_path / "study", tmp_path / "export")
+    assert files["toy-legibility.txt"].read_text() == "label-legibility: 3 answers\n"
+    man = json.loads(files["readers_export.json"].read_text())
+    assert man["task"] == "label-legibility" and "toy-legibility.txt" in man["files"]
+    res = analyse_exports([tmp_path / "export"], B=50)
+    row = res.metrics.set_index(["model", "metric"]).loc[("reader:ana", "clear_share")]
+    assert row["point"] == pytest.approx(200 / 3) and row["n"] == 3
+    assert (write_analysis(res, tmp_path / "out")["readers-report.html"]).exists()
+
+
+def test_the_cli_creates_a_study_of_a_toy_suites_task(tmp_path: Path, toy_suite) -> None:
+    from medvlm_audit.readers.commands import readers_app
+
+    pd.DataFrame({"item_id": ["a", "b"], "text": ["x", "y"]}).to_csv(tmp_path / "items.csv", index=False)
+    cli = CliRunner()
+    r = cli.invoke(readers_app, ["create", "--task", "label-legibility", "--items", str(tmp_path / "items.csv"),
+                                 "--n", "2", "--reader", "ana", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert Study(tmp_path / "s").task == "label-legibility"
+    r = cli.invoke(readers_app, ["create", "--task", "label-legibilty", "--reader", "ana", "--out", str(tmp_path / "t")])
+    assert r.exit_code == 2 and "label-legibility" in " ".join(r.output.split())  # the known tasks are listed
+
+
+def test_a_task_name_two_suites_declare_is_refused(toy_suite) -> None:
+    register_suite("toy-clash", ClashingSuite, replace=True)
+    try:
+        with pytest.raises(StudyError, match="label-legibility.*declared by suites"):
+            reader_tasks()
+    finally:
+        SUITES.unregister("toy-clash")
+    assert reader_task("label-legibility") is TOY_TASK
