@@ -129,6 +129,9 @@ def test_a_toy_suites_reader_task_is_created_served_exported_and_analysed(tmp_pa
 
     files = export_study(tmp_path / "study", tmp_path / "export")
     assert files["toy-legibility.txt"].read_text() == "label-legibility: 3 answers\n"
+    assert list(pd.read_parquet(files["answers.parquet"]).columns) == [
+        "reader", "item_id", "task", "probe_set", "case_id", "condition", "model", "scale", "answer", "time_s",
+        "answered_at", "revisions", "position"]  # no other suite's columns (finding, benchmark)
     man = json.loads(files["readers_export.json"].read_text())
     assert man["task"] == "label-legibility" and "toy-legibility.txt" in man["files"]
     res = analyse_exports([tmp_path / "export"], B=50)
@@ -158,3 +161,22 @@ def test_a_task_name_two_suites_declare_is_refused(toy_suite) -> None:
     finally:
         SUITES.unregister("toy-clash")
     assert reader_task("label-legibility") is TOY_TASK
+
+
+def test_exported_answers_carry_the_tasks_own_fields(tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    img = tmp_path / "img.png"
+    Image.fromarray(np.full((8, 8, 3), 90, np.uint8)).save(img)
+    items = pd.DataFrame([{"item_id": f"q{i}", "question": f"Q{i}?", "options": ["a", "b"], "images": [str(img)],
+                           "benchmark": "nejm" if i < 2 else "vqa", "finding": "edema"} for i in range(4)])
+    create_study(None, "visual-necessity", 4, ["ana"], out=tmp_path / "vn", items=items)
+    st = Study(tmp_path / "vn")
+    rd = st.readers()[0]
+    for iid in st.order(rd):
+        st.save_answer(rd, iid, "answer", "no", 1.0)
+    ans = pd.read_parquet(export_study(tmp_path / "vn", tmp_path / "exp")["answers.parquet"])
+    assert "benchmark" in ans.columns and "finding" not in ans.columns  # stress's task groups by benchmark
+    assert list(ans.columns).index("benchmark") == list(ans.columns).index("model") + 1
+    assert sorted(ans["benchmark"]) == ["nejm", "nejm", "vqa", "vqa"]

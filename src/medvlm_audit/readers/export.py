@@ -16,24 +16,29 @@ from medvlm_audit.readers.study import Study
 __all__ = ["ANSWER_COLUMNS", "EXPORT_MANIFEST", "answers_frame", "export_study", "run_suite"]
 
 EXPORT_MANIFEST = "readers_export.json"
-ANSWER_COLUMNS = ["reader", "item_id", "task", "probe_set", "case_id", "condition", "model", "finding", "benchmark",
-                  "scale", "answer", "time_s", "answered_at", "revisions", "position"]
+#: the answers table of every task; the task's own ``answer_fields`` (e.g. a finding) come after ``model``
+ANSWER_COLUMNS = ["reader", "item_id", "task", "probe_set", "case_id", "condition", "model", "scale", "answer",
+                  "time_s", "answered_at", "revisions", "position"]
 
 
 def answers_frame(study: Study) -> pd.DataFrame:
-    """One row per reader x item x scale: the current answer, its time on the item and its source fields."""
+    """One row per reader x item x scale: the current answer, its time on the item and its source fields (the
+    engine's item identity and the task's ``answer_fields``)."""
     raw = study.answer_table()
+    fields = list(study.reader_task.answer_fields)
+    at = ANSWER_COLUMNS.index("scale")
+    columns = ANSWER_COLUMNS[:at] + fields + ANSWER_COLUMNS[at:]
     rows = []
     for r in raw.itertuples(index=False):
         src = json.loads(r.source)
         rows.append({"reader": r.reader, "item_id": r.item_id, "task": study.task,
                      "probe_set": src.get("probe_set"), "case_id": src.get("case_id") or src.get("source_item_id")
                      or src.get("item_id"), "condition": src.get("condition"), "model": src.get("model"),
-                     "finding": src.get("finding"), "benchmark": src.get("benchmark"), "scale": r.scale,
+                     **{f: src.get(f) for f in fields}, "scale": r.scale,
                      "answer": r.answer, "time_s": r.elapsed_s,
                      "answered_at": pd.Timestamp(r.answered_at, unit="s", tz="UTC").isoformat(),
                      "revisions": int(r.revisions), "position": int(r.position) + 1})
-    return pd.DataFrame(rows, columns=ANSWER_COLUMNS)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def run_suite(run_dir: str | Path) -> str:
@@ -50,7 +55,7 @@ def run_suite(run_dir: str | Path) -> str:
 
 
 def export_study(study_dir: str | Path, out: str | Path) -> dict[str, Path]:
-    """Write answers.csv/.parquet, reads.csv/.parquet (finding-presence), ratings.jsonl (cot-rating) and
+    """Write answers.csv/.parquet, the task's own files (e.g. reads.csv/.parquet, ratings.jsonl) and
     readers_export.json into ``out``, atomically; returns the written paths by name."""
     study = Study(study_dir)
     out = Path(out)

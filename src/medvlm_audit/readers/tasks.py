@@ -133,7 +133,9 @@ class ReaderTask:
     ``images`` are image recipes the app renders). ``analyse`` adds one export's metric rows (and figures,
     tables) to a :class:`ReaderAnalysis`; ``finish`` runs once after every export is analysed; ``export`` gives
     extra export files of a study of this task as (name, bytes) pairs. ``axis_choices``: the choices of a
-    rubric axis given at creation (``--axis``); ``None`` when the task takes no axes."""
+    rubric axis given at creation (``--axis``); ``None`` when the task takes no axes. ``answer_fields``: fields
+    of an item's source copied into the exported answers table (after ``model``), e.g. a finding or benchmark
+    the task's analysis groups by."""
 
     spec: TaskSpec
     sample: Callable[[SampleRequest], list[dict[str, Any]]]
@@ -141,6 +143,7 @@ class ReaderTask:
     finish: Callable[[ReaderAnalysis], None] | None = None
     export: Callable[[Any], list[tuple[str, bytes]]] | None = None
     axis_choices: tuple[Choice, ...] | None = None
+    answer_fields: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

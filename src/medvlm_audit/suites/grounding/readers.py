@@ -554,14 +554,16 @@ FINDING_PRESENCE = ReaderTask(
              "Answer whether the finding is present in the radiograph. Parts of some images may be blacked out; "
              "answer from what you see.",
              (Scale("answer", "", YES_NO),)),
-    sample=_sample_finding_presence, analyse=_analyse_finding_presence, export=_export_reads)
+    sample=_sample_finding_presence, analyse=_analyse_finding_presence, export=_export_reads,
+    answer_fields=("finding",))
 BOX_VALIDATION = ReaderTask(
     TaskSpec("box-validation", "Region validation",
              "Rate whether the marked region contains the visual evidence for the named finding.",
              (Scale("answer", "", numbered([("accurate", "Accurate"), ("partial", "Partial"),
                                             ("inaccurate", "Inaccurate"), ("not_assessable", "Not assessable")]),
                     ordinal=False),)),
-    sample=_sample_box_validation, analyse=_analyse_box_validation, finish=_finish_box_validation)
+    sample=_sample_box_validation, analyse=_analyse_box_validation, finish=_finish_box_validation,
+    answer_fields=("finding",))
 FAILURE_MODE_TASK = ReaderTask(
     TaskSpec("failure-modes", "Error review",
              "A system answered this question wrongly. Classify the error.",
@@ -569,7 +571,7 @@ FAILURE_MODE_TASK = ReaderTask(
                                             ("poor_image_quality", "Poor image quality"),
                                             ("plausible_confounder", "Plausible image confounder"),
                                             ("clear_model_failure", "Clear model failure"), ("other", "Other")])),)),
-    sample=_sample_failure_modes, analyse=_analyse_failure_modes)
+    sample=_sample_failure_modes, analyse=_analyse_failure_modes, answer_fields=("finding",))
 
 #: grounding's reader tasks (``GroundingSuite.reader_tasks()``)
 READER_TASKS: tuple[ReaderTask, ...] = (FINDING_PRESENCE, BOX_VALIDATION, FAILURE_MODE_TASK)
