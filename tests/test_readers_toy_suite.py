@@ -42,8 +42,9 @@ LEGIBILITY = (Choice("clear", "Clear", "c"), Choice("smudged", "Smudged", "s"), 
 def _sample(req: SampleRequest) -> list[dict[str, Any]]:
     assert req.items is not None
     need_columns(req.items, ["item_id", "text"], "toy items")
+    shout = str.upper if req.options["shout"] else str
     return [{"item_id": item_id(req.seed, "toy", r.item_id), "unit": str(r.item_id),
-             "view": {"question": f"How legible is the label {r.text!r}?", "n_images": 0},
+             "view": {"question": shout(f"How legible is the label {r.text!r}?"), "n_images": 0},
              "source": {"item_id": str(r.item_id), "images": []}}
             for r in req.items.head(req.n).itertuples(index=False)]
 
@@ -62,7 +63,7 @@ def _export(study: Any) -> list[tuple[str, bytes]]:
 
 TOY_TASK = ReaderTask(TaskSpec("label-legibility", "Label legibility", "Rate how legible the printed label is.",
                                (Scale("answer", "", LEGIBILITY),), shows_image=False),
-                      sample=_sample, analyse=_analyse, export=_export)
+                      sample=_sample, analyse=_analyse, export=_export, options={"shout": False})
 
 
 class ToyReaderSuite:
@@ -146,9 +147,21 @@ def test_the_cli_creates_a_study_of_a_toy_suites_task(tmp_path: Path, toy_suite)
     pd.DataFrame({"item_id": ["a", "b"], "text": ["x", "y"]}).to_csv(tmp_path / "items.csv", index=False)
     cli = CliRunner()
     r = cli.invoke(readers_app, ["create", "--task", "label-legibility", "--items", str(tmp_path / "items.csv"),
-                                 "--n", "2", "--reader", "ana", "--out", str(tmp_path / "s")])
+                                 "--n", "2", "--reader", "ana", "--out", str(tmp_path / "s"), "--option", "shout=yes"])
     assert r.exit_code == 0, r.output
-    assert Study(tmp_path / "s").task == "label-legibility"
+    st = Study(tmp_path / "s")
+    assert st.task == "label-legibility" and st.meta()["options"] == {"shout": True}
+    assert all(json.loads(v)["question"].startswith("HOW LEGIBLE") for v in st.all_items()["view"])
+    r = cli.invoke(readers_app, ["tasks"])
+    assert r.exit_code == 0 and "label-legibility\ttoy-readers\tLabel legibility" in r.stdout
+    assert "options: shout=False" in r.stdout and "finding-presence\tgrounding" in r.stdout
+    r = cli.invoke(readers_app, ["create", "--task", "label-legibility", "--items", str(tmp_path / "items.csv"),
+                                 "--reader", "ana", "--out", str(tmp_path / "u"), "--option", "shout=loud"])
+    assert r.exit_code == 2 and "shout takes a bool" in " ".join(r.output.split())
+    r = cli.invoke(readers_app, ["create", "--task", "label-legibility", "--items", str(tmp_path / "items.csv"),
+                                 "--reader", "ana", "--out", str(tmp_path / "v"), "--option", "shoot=1"])
+    assert r.exit_code == 2 and "unknown option 'shoot' (did you mean shout?)" in " ".join(r.output.split())
+    assert not (tmp_path / "v").exists() and not (tmp_path / "u").exists()
     r = cli.invoke(readers_app, ["create", "--task", "label-legibilty", "--reader", "ana", "--out", str(tmp_path / "t")])
     assert r.exit_code == 2 and "label-legibility" in " ".join(r.output.split())  # the known tasks are listed
 

@@ -215,7 +215,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
                          "percent": f"{r.percent:.0f}", "last_seen": seen})
         return page("admin.html", title="Study progress", rows=rows, task=spec.title,
                     n_items=meta.get("n_items"), meta_json=json.dumps({k: meta.get(k) for k in (
-                        "task", "n", "seed", "resolution", "n_items")}))
+                        "task", "n", "seed", "options", "n_items")}))
 
     routes = [
         Route("/", index),

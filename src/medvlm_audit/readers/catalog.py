@@ -6,11 +6,10 @@ from __future__ import annotations
 from medvlm_audit.readers.tasks import ReaderTask, StudyError
 from medvlm_audit.registry import did_you_mean
 
-__all__ = ["reader_task", "reader_tasks"]
+__all__ = ["reader_task", "reader_tasks", "task_suites"]
 
 
-def reader_tasks() -> dict[str, ReaderTask]:
-    """Task name -> task, over the registered suites (in registry order); a name two suites declare is refused."""
+def _scan() -> tuple[dict[str, ReaderTask], dict[str, str]]:
     from medvlm_audit.suites import get_suite, suite_names
 
     out: dict[str, ReaderTask] = {}
@@ -21,7 +20,17 @@ def reader_tasks() -> dict[str, ReaderTask]:
                 raise StudyError(f"reader task {task.name!r} is declared by suites {owner[task.name]!r} and {name!r}")
             out[task.name] = task
             owner[task.name] = name
-    return out
+    return out, owner
+
+
+def reader_tasks() -> dict[str, ReaderTask]:
+    """Task name -> task, over the registered suites (in registry order); a name two suites declare is refused."""
+    return _scan()[0]
+
+
+def task_suites() -> dict[str, str]:
+    """Task name -> the name of the suite that declares it."""
+    return _scan()[1]
 
 
 def reader_task(name: str) -> ReaderTask:

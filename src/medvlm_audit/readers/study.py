@@ -338,24 +338,28 @@ def create_study(
     items: pd.DataFrame | str | Path | None = None,
     probe_set: str | None = None,
     models: Sequence[str] | None = None,
-    boxed_only: bool = False,
-    resolution: int = 224,
     axes: Sequence[tuple[str, str]] | None = None,
     copy_images: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
     """Create a study folder: ``study.sqlite``, ``invitations.csv`` (reader, token_path) and ``admin-token.txt``.
 
-    ``n``: cases for finding-presence (each boxed case gives three items: original, target mask, irrelevant
-    mask), boxes per finding for box-validation, errors per model for failure-modes, items for cot-rating and
-    visual-necessity, sample items shown per benchmark for benchmark-profile. ``items``: a DataFrame or file
-    of CoT texts (cot-rating: item_id, question, cot_text, ...) or of multiple-choice items (visual-necessity,
-    benchmark-profile: item_id, question, options, images, benchmark); the latter default to the run's items.
-    Returns {"study_dir", "tokens": {reader: token}, "admin_token", "n_items"}: the only time tokens exist in
-    clear (invitations.csv holds the reader paths for the lead).
+    ``task``: a reader task a suite declares (``Suite.reader_tasks()``); its sampler builds the items from the
+    run (``run_dir``) or from ``items`` (a DataFrame or a CSV / JSONL / Parquet file), and ``n`` is what the
+    task counts (``ReaderTask.n_means``). ``options``: the task's own options (``ReaderTask.options``, e.g.
+    grounding's ``boxed_only`` and ``resolution``); an unknown one is refused. ``axes``: the rubric axes of a
+    task whose axes are chosen per study. Returns {"study_dir", "tokens": {reader: token}, "admin_token",
+    "n_items"}: the only time tokens exist in clear (invitations.csv holds the reader paths for the lead).
     """
     from medvlm_audit.readers.catalog import reader_task
+    from medvlm_audit.registry import did_you_mean
 
     rtask = reader_task(task)
+    unknown = sorted(set(options) - set(rtask.options))
+    if unknown:
+        raise StudyError(f"task {task}: unknown option {unknown[0]!r}{did_you_mean(unknown[0], rtask.options)}; "
+                         f"known: {', '.join(sorted(rtask.options)) or 'none'}")
+    options = {**rtask.options, **options}
     names = [str(r).strip() for r in readers]
     if not names or any(not r for r in names):
         raise StudyError("name at least one reader (--reader NAME), no empty names")
@@ -368,8 +372,7 @@ def create_study(
         raise StudyError(f"{out}: a study already exists there; choose another --out")
     run = Path(run_dir) if run_dir is not None else None
     items_df = _load_items_file(items) if isinstance(items, (str, Path)) else items
-    built = rtask.sample(SampleRequest(task, run, n, seed, items_df, probe_set, models,
-                                       {"boxed_only": boxed_only, "resolution": resolution}))
+    built = rtask.sample(SampleRequest(task, run, n, seed, items_df, probe_set, models, options))
     spec = rtask.spec_for(list(axes) if axes else None)
     _check_images(built)
 
@@ -385,7 +388,7 @@ def create_study(
         con.execute("BEGIN")
         meta = {"task": task, "run_dir": str(run.resolve()) if run else None, "n": n, "seed": seed,
                 "created_at": time.time(), "package_version": __version__, "secret": secrets.token_hex(32),
-                "admin_token_hash": hash_token(admin), "probe_set": probe_set, "resolution": resolution,
+                "admin_token_hash": hash_token(admin), "probe_set": probe_set, "options": options,
                 "axes": [list(a) for a in axes] if axes else None, "copy_images": copy_images,
                 "scales": [s.name for s in spec.scales], "n_items": len(built)}
         con.executemany("INSERT INTO meta VALUES(?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])

@@ -135,7 +135,9 @@ class ReaderTask:
     extra export files of a study of this task as (name, bytes) pairs. ``axis_choices``: the choices of a
     rubric axis given at creation (``--axis``); ``None`` when the task takes no axes. ``answer_fields``: fields
     of an item's source copied into the exported answers table (after ``model``), e.g. a finding or benchmark
-    the task's analysis groups by."""
+    the task's analysis groups by. ``options``: the task's creation options and their defaults (given as
+    ``create_study(..., NAME=value)`` or ``readers create --option NAME=VALUE``; the type of the default is the
+    type of the option). ``n_means``: what the sampler's ``n`` counts (shown by ``readers tasks``)."""
 
     spec: TaskSpec
     sample: Callable[[SampleRequest], list[dict[str, Any]]]
@@ -144,6 +146,8 @@ class ReaderTask:
     export: Callable[[Any], list[tuple[str, bytes]]] | None = None
     axis_choices: tuple[Choice, ...] | None = None
     answer_fields: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    n_means: str = "items"
 
     @property
     def name(self) -> str:

@@ -107,7 +107,8 @@ COT_RATING = ReaderTask(
              "Read the reasoning and rate it on each scale (1 = lowest, 5 = highest).",
              tuple(Scale(name, prompt, likert("low", "high"), ordinal=True) for name, prompt in COT_AXES),
              shows_image=False),
-    sample=_sample_cot, analyse=_analyse_cot, export=_export_ratings)
+    sample=_sample_cot, analyse=_analyse_cot, export=_export_ratings,
+    n_means="chains of thought (--items: item_id, question, cot_text, ...; default the run's cot_items.parquet)")
 
 #: the faithfulness suite's reader tasks (``FaithfulnessSuite.reader_tasks()``)
 READER_TASKS: tuple[ReaderTask, ...] = (COT_RATING,)

@@ -509,8 +509,8 @@ def _num(v: Any) -> float:
 
 
 def _sample_finding_presence(req: SampleRequest) -> list[dict[str, Any]]:
-    return _items_finding_presence(req.need_run(), req.n, req.seed, req.probe_set,
-                                   bool(req.options.get("boxed_only", False)), int(req.options.get("resolution", 224)))
+    return _items_finding_presence(req.need_run(), req.n, req.seed, req.probe_set, bool(req.options["boxed_only"]),
+                                   int(req.options["resolution"]))
 
 
 def _sample_box_validation(req: SampleRequest) -> list[dict[str, Any]]:
@@ -555,7 +555,10 @@ FINDING_PRESENCE = ReaderTask(
              "answer from what you see.",
              (Scale("answer", "", YES_NO),)),
     sample=_sample_finding_presence, analyse=_analyse_finding_presence, export=_export_reads,
-    answer_fields=("finding",))
+    answer_fields=("finding",),
+    #: boxed_only: sample only cases with a target box; resolution: image size shown (224 = the models' pixels)
+    options={"boxed_only": False, "resolution": 224},
+    n_means="cases (a boxed case gives three items: original, target mask, irrelevant mask)")
 BOX_VALIDATION = ReaderTask(
     TaskSpec("box-validation", "Region validation",
              "Rate whether the marked region contains the visual evidence for the named finding.",
@@ -563,7 +566,7 @@ BOX_VALIDATION = ReaderTask(
                                             ("inaccurate", "Inaccurate"), ("not_assessable", "Not assessable")]),
                     ordinal=False),)),
     sample=_sample_box_validation, analyse=_analyse_box_validation, finish=_finish_box_validation,
-    answer_fields=("finding",))
+    answer_fields=("finding",), n_means="boxes per finding")
 FAILURE_MODE_TASK = ReaderTask(
     TaskSpec("failure-modes", "Error review",
              "A system answered this question wrongly. Classify the error.",
@@ -571,7 +574,8 @@ FAILURE_MODE_TASK = ReaderTask(
                                             ("poor_image_quality", "Poor image quality"),
                                             ("plausible_confounder", "Plausible image confounder"),
                                             ("clear_model_failure", "Clear model failure"), ("other", "Other")])),)),
-    sample=_sample_failure_modes, analyse=_analyse_failure_modes, answer_fields=("finding",))
+    sample=_sample_failure_modes, analyse=_analyse_failure_modes, answer_fields=("finding",),
+    n_means="errors per model (--model: whose; default every model that sees the image)")
 
 #: grounding's reader tasks (``GroundingSuite.reader_tasks()``)
 READER_TASKS: tuple[ReaderTask, ...] = (FINDING_PRESENCE, BOX_VALIDATION, FAILURE_MODE_TASK)

@@ -253,14 +253,16 @@ VISUAL_NECESSITY = ReaderTask(
                     (Choice("yes", "Yes, answerable without the image", "y"),
                      Choice("no", "No, the image is required", "n"))),)),
     sample=_sample_visual_necessity, analyse=_analyse_visual_necessity, finish=_finish_visual_necessity,
-    answer_fields=("benchmark",))
+    answer_fields=("benchmark",),
+    n_means="multiple-choice items (--items: item_id, question, options, images, benchmark; default the run's)")
 BENCHMARK_PROFILE = ReaderTask(
     TaskSpec("benchmark-profile", "Benchmark profile",
              "Look at the sample items of this benchmark, then rate the benchmark on each axis (1 low, 2 medium, "
              "3 high).",
              benchmark_scales(), shows_image=False),
     sample=_sample_benchmark_profile, analyse=_analyse_benchmark_profile, axis_choices=THREE_POINT,
-    answer_fields=("benchmark",))
+    answer_fields=("benchmark",),
+    n_means="sample items shown per benchmark (--axis: the rubric; default the ten axes of paper 003)")
 
 #: the stress suite's reader tasks (``StressSuite.reader_tasks()``)
 READER_TASKS: tuple[ReaderTask, ...] = (VISUAL_NECESSITY, BENCHMARK_PROFILE)
