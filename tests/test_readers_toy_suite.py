@@ -193,3 +193,23 @@ def test_exported_answers_carry_the_tasks_own_fields(tmp_path: Path) -> None:
     assert "benchmark" in ans.columns and "finding" not in ans.columns  # stress's task groups by benchmark
     assert list(ans.columns).index("benchmark") == list(ans.columns).index("model") + 1
     assert sorted(ans["benchmark"]) == ["nejm", "nejm", "vqa", "vqa"]
+
+
+def test_a_passage_is_shown_verbatim_and_old_studies_still_render(tmp_path: Path) -> None:
+    import sqlite3
+
+    items = pd.DataFrame({"item_id": ["u1"], "question": ["Why?"], "cot_text": ["Step 1: look <here>."]})
+    res = create_study(None, "cot-rating", 1, ["ana"], out=tmp_path / "s", items=items)
+    st = Study(tmp_path / "s")
+    iid = st.all_items()["item_id"].iloc[0]
+    assert json.loads(st.all_items()["view"].iloc[0])["text"] == "Step 1: look <here>."
+    client = TestClient(create_app(tmp_path / "s"), base_url="http://127.0.0.1")
+    page = client.get(f"/r/{res['tokens']['ana']}?i=1").text
+    assert 'id="passage">Step 1: look &lt;here&gt;.</div>' in page
+    con = sqlite3.connect(tmp_path / "s" / "study.sqlite")  # a study made when the slot was called cot_text
+    con.execute("UPDATE items SET view = ? WHERE item_id = ?",
+                (json.dumps({"question": "Why?", "cot_text": "Old passage", "n_images": 0}), iid))
+    con.commit()
+    con.close()
+    page = client.get(f"/r/{res['tokens']['ana']}?i=1").text
+    assert 'id="passage">Old passage</div>' in page

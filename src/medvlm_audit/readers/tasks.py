@@ -129,7 +129,9 @@ class ReaderTask:
     """A reading task a suite brings to the reader study.
 
     ``sample`` builds the study's items: dicts with ``item_id`` (opaque), ``unit`` (items of one unit are never
-    shown back to back), ``view`` (exactly what the reader sees) and ``source`` (what the reader never sees; its
+    shown back to back), ``view`` (exactly what the reader sees, in the reading view's slots: ``question``,
+    ``options`` (letter, text) pairs, ``facts`` (label, value) pairs, ``text`` (a passage shown verbatim),
+    ``samples``, ``box`` (drawn on the image), ``n_images``) and ``source`` (what the reader never sees; its
     ``images`` are image recipes the app renders). ``analyse`` adds one export's metric rows (and figures,
     tables) to a :class:`ReaderAnalysis`; ``finish`` runs once after every export is analysed; ``export`` gives
     extra export files of a study of this task as (name, bytes) pairs. ``axis_choices``: the choices of a

@@ -57,7 +57,7 @@ def _items_cot(items_df: pd.DataFrame, n: int, seed: int) -> list[dict[str, Any]
         src = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.to_dict().items()}
         src = json.loads(json.dumps(src, default=str))
         src["source_item_id"] = str(r["item_id"])
-        view = {"question": str(r["question"]), "cot_text": str(r["cot_text"]), "n_images": 0}
+        view = {"question": str(r["question"]), "text": str(r["cot_text"]), "n_images": 0}
         out.append({"item_id": item_id(seed, "cot", r["item_id"]), "unit": str(r["item_id"]), "view": view,
                     "source": src})
     return out
