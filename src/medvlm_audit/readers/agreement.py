@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from medvlm_audit import stats
-from medvlm_audit.readers.tasks import ReaderAnalysis
+if TYPE_CHECKING:  # pragma: no cover
+    from medvlm_audit import stats
+    from medvlm_audit.readers.tasks import ReaderAnalysis
 
 __all__ = ["COMPARISON_COLUMNS", "METRIC_COLUMNS", "agreement_figure", "agreement_rows", "estimate_row",
            "fleiss_row", "metric_row", "new_figure", "ordinal_ratings", "wilson_row"]
@@ -33,6 +34,8 @@ def metric_row(probe_set: str, model: str, metric: str, subset: str, point: floa
 
 def wilson_row(ps: str, model: str, metric: str, subset: str, k: int, n: int, note: str = "") -> dict[str, Any]:
     """A share k/n in percent with its analytic SE and Wilson 95% interval."""
+    from medvlm_audit import stats
+
     if n == 0:
         return metric_row(ps, model, metric, subset, np.nan, np.nan, np.nan, np.nan, 0, "%", "",
                           "not estimable (n = 0)")
@@ -53,6 +56,8 @@ def estimate_row(ps: str, model: str, metric: str, subset: str, est: stats.Estim
 def agreement_rows(ps: str, label: str, wide: pd.DataFrame, *, weights: str | None, categories: Sequence[Any] | None,
                    B: int) -> list[dict[str, Any]]:
     """Pairwise Cohen's kappa and percent agreement between readers (columns of ``wide``: one row per judgment)."""
+    from medvlm_audit import stats
+
     rows = []
     readers = list(wide.columns)
     for a, b in combinations(readers, 2):
@@ -76,6 +81,8 @@ def agreement_rows(ps: str, label: str, wide: pd.DataFrame, *, weights: str | No
 
 def fleiss_row(ps: str, label: str, wide: pd.DataFrame, categories: Sequence[Any], B: int) -> dict[str, Any]:
     """Fleiss' kappa over the readers (columns of ``wide``) with a bootstrap interval."""
+    from medvlm_audit import stats
+
     counts, _ = stats.ratings_to_counts(wide.astype(object).where(wide.notna(), None).to_numpy().tolist(),
                                         categories)
     est = stats.fleiss_kappa_interval(counts, B=B)
@@ -86,6 +93,8 @@ def ordinal_ratings(ans: pd.DataFrame, man: dict[str, Any], task: str, B: int, o
                     categories: list[str]) -> None:
     """Ratings on ordinal scales: the mean per scale and reader, and between readers quadratic-weighted kappa,
     percent agreement and Fleiss' kappa per scale."""
+    from medvlm_audit import stats
+
     rows = []
     readers = sorted(ans["reader"].unique())
     for scale in man["scales"]:

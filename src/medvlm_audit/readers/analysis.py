@@ -59,7 +59,7 @@ def analyse_exports(export_dirs: Sequence[str | Path], *, run_dir: str | Path | 
             continue
         from medvlm_audit.readers.catalog import reader_task
 
-        rtask = reader_task(task)
+        rtask = reader_task(task, man.get("task_suite"))
         rtask.analyse(AnalysisRequest(man, ans, reads, tidy, B, {"min_readers": min_readers, "landscape": landscape}),
                       out)
         if all(t is not rtask for t in analysed):

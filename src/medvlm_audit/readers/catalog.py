@@ -33,8 +33,15 @@ def task_suites() -> dict[str, str]:
     return _scan()[1]
 
 
-def reader_task(name: str) -> ReaderTask:
-    """The task called ``name``; a StudyError naming the known tasks otherwise."""
+def reader_task(name: str, suite: str | None = None) -> ReaderTask:
+    """The task called ``name``; a StudyError naming the known tasks otherwise. ``suite``: the suite recorded as
+    declaring it (a study's or an export's), looked at first so that no other suite is loaded."""
+    from medvlm_audit.suites import SUITES, get_suite
+
+    if suite and suite in SUITES:
+        for task in get_suite(suite).reader_tasks():
+            if task.name == name:
+                return task
     tasks = reader_tasks()
     if name not in tasks:
         raise StudyError(f"unknown task {name!r}{did_you_mean(name, tasks)}; known: {sorted(tasks)}")

@@ -66,7 +66,7 @@ def export_study(study_dir: str | Path, out: str | Path) -> dict[str, Path]:
     meta = study.public_meta()
     prog = study.progress()
     run_dir = meta.get("run_dir")
-    manifest = {"task": study.task, "study_dir": str(study.dir.resolve()), "run_dir": run_dir,
+    manifest = {"task": study.task, "task_suite": study.task_suite, "study_dir": str(study.dir.resolve()), "run_dir": run_dir,
                 "suite": run_suite(run_dir) if run_dir and Path(run_dir).exists() else None,
                 "scales": [s.name for s in study.spec.scales], "ordinal": [s.ordinal for s in study.spec.scales],
                 "n_items": meta.get("n_items"), "seed": meta.get("seed"),

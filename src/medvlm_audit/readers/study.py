@@ -96,7 +96,8 @@ class Study:
         self.task: str = meta["task"]
         from medvlm_audit.readers.catalog import reader_task
 
-        self.reader_task = reader_task(self.task)  # the suite's task: its scales, sampler, analysis, export
+        self.task_suite: str | None = meta.get("task_suite")  # the suite that declares the task
+        self.reader_task = reader_task(self.task, self.task_suite)  # its scales, sampler, analysis, export
         self.spec: TaskSpec = self.reader_task.spec_for([tuple(a) for a in meta.get("axes") or []] or None)
         self._secret = bytes.fromhex(meta["secret"])
 
@@ -351,10 +352,11 @@ def create_study(
     task whose axes are chosen per study. Returns {"study_dir", "tokens": {reader: token}, "admin_token",
     "n_items"}: the only time tokens exist in clear (invitations.csv holds the reader paths for the lead).
     """
-    from medvlm_audit.readers.catalog import reader_task
+    from medvlm_audit.readers.catalog import reader_task, task_suites
     from medvlm_audit.registry import did_you_mean
 
     rtask = reader_task(task)
+    task_suite = task_suites()[task]
     unknown = sorted(set(options) - set(rtask.options))
     if unknown:
         raise StudyError(f"task {task}: unknown option {unknown[0]!r}{did_you_mean(unknown[0], rtask.options)}; "
@@ -386,7 +388,7 @@ def create_study(
     try:
         con.executescript(SCHEMA)
         con.execute("BEGIN")
-        meta = {"task": task, "run_dir": str(run.resolve()) if run else None, "n": n, "seed": seed,
+        meta = {"task": task, "task_suite": task_suite, "run_dir": str(run.resolve()) if run else None, "n": n, "seed": seed,
                 "created_at": time.time(), "package_version": __version__, "secret": secrets.token_hex(32),
                 "admin_token_hash": hash_token(admin), "probe_set": probe_set, "options": options,
                 "axes": [list(a) for a in axes] if axes else None, "copy_images": copy_images,

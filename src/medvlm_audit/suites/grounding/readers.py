@@ -35,9 +35,7 @@ from medvlm_audit.readers.tasks import (
     TaskSpec,
     numbered,
 )
-from medvlm_audit.suites.grounding.comparisons import adjust_families, paired_row
 from medvlm_audit.suites.grounding.conditions import Condition
-from medvlm_audit.suites.grounding.metrics import Options, build_panels, model_vectors, rate_row
 from medvlm_audit.suites.grounding.probeset import row_to_case
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -225,6 +223,9 @@ def _items_failure_modes(run_dir: Path, n: int, seed: int, probe_set: str | None
 
 def _finding_presence(reads: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int,
                       out: ReaderAnalysis) -> None:
+    from medvlm_audit.suites.grounding.comparisons import adjust_families, paired_row
+    from medvlm_audit.suites.grounding.metrics import Options, build_panels, model_vectors, rate_row
+
     opts = Options(B=B)
     reads = reads.copy()
     readers = sorted(reads["model"].unique())
@@ -285,6 +286,8 @@ def _finding_presence(reads: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int
 
 
 def _box_validation(ans: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int, out: ReaderAnalysis) -> None:
+    from medvlm_audit.suites.grounding.metrics import Options, build_panels, model_vectors, rate_row
+
     a = ans[ans["scale"] == "answer"]
     rows = []
     ps = str(a["probe_set"].dropna().iloc[0]) if a["probe_set"].notna().any() else ""
