@@ -213,3 +213,27 @@ def test_a_passage_is_shown_verbatim_and_old_studies_still_render(tmp_path: Path
     con.close()
     page = client.get(f"/r/{res['tokens']['ana']}?i=1").text
     assert 'id="passage">Old passage</div>' in page
+
+
+#: read only to open studies made before the view slot was renamed (cot_text -> text)
+LEGACY = {("app.py", "cot_text")}
+
+
+def test_readers_names_no_suite_column() -> None:
+    """readers/ is the same for every task: no string in its code is a suite's tidy column or item field."""
+    import ast
+
+    suite_columns = {"finding", "benchmark", "has_box", "ibox_overlaps", "resolution", "prompt_variant", "kind",
+                     "finding_presence", "cot_text", "modality", "label", "gold", "options_shown", "boxed_only"}
+    root = Path(__file__).resolve().parents[1] / "src" / "medvlm_audit" / "readers"
+    found = []
+    for p in sorted(root.glob("*.py")):
+        tree = ast.parse(p.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and node.value in suite_columns and (p.name, node.value) not in LEGACY:
+                found.append(f"{p.name}:{node.lineno} {node.value!r}")
+    assert not found, found
