@@ -1,5 +1,6 @@
 """The faithfulness suite's reader task (paper 001's reader study): clinicians rate chains of thought on five
-ordinal axes; the ratings export in cot-eval's field names for ``judge-validate``."""
+ordinal axes; the ratings export in cot-eval's field names for ``judge-validate``. Analysis: mean per axis and
+reader; quadratic-weighted kappa and percent agreement between readers, Fleiss' kappa per axis."""
 
 from __future__ import annotations
 

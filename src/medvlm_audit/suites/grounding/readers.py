@@ -1,7 +1,18 @@
 """Grounding's reader tasks (paper 000): finding presence under the run's masks, validation of the target boxes,
 and the failure modes of model errors. Each samples its items from a grounding run (its stored cases and tidy
 table) and scores the reads by exactly the model definitions (the suite's conditions render a read's image as
-the models saw it; human CGR and IS are the models' CGR and IS)."""
+the models saw it; human CGR and IS are the models' CGR and IS).
+
+- finding presence: human accuracy, sensitivity, specificity, CGR and IS by exactly the model definitions
+  (``model_vectors`` on one panel holding models and readers); model minus reader paired bootstrap differences
+  on shared cases with Benjamini-Hochberg within each metric and reader (paper 000: "FDR correction within
+  each metric across the models"); Cohen's kappa and percent agreement between readers on shared judgments
+  (case x condition) with bootstrap intervals.
+- box validation: share of boxes rated accurate (and accurate-or-partial) per finding with Wilson intervals;
+  CGR of every model restricted to boxes rated accurate / at least partial (Supplementary Table 7); quadratic-
+  weighted kappa between readers on the ordinal rating (inaccurate < partial < accurate; not assessable left out).
+- failure modes: share of each mode per audited model (Wilson intervals).
+"""
 
 from __future__ import annotations
 

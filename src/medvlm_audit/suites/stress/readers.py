@@ -1,7 +1,13 @@
 """The stress suite's reader tasks (paper 003): visual necessity (could a clinician answer a multiple-choice item
 without its image? the agreed image-required items are the T2 subset) and the benchmark profile (each benchmark
 rated on a rubric of ordinal axes, and the reasoning x visual-complexity landscape). Items come from an items
-file or the run's stored multiple-choice items."""
+file or the run's stored multiple-choice items.
+
+- visual necessity: the agreed image-required items (every reader who rated the item said the image is needed,
+  and at least ``min_readers`` rated it) as an item list for the stress suite's T2; agreement.
+- benchmark profile: median per benchmark and axis, Fleiss' kappa per axis with a bootstrap interval over
+  benchmarks, and the reasoning x visual-complexity landscape.
+"""
 
 from __future__ import annotations
 
