@@ -57,6 +57,7 @@ def benchmark_scales(axes: list[tuple[str, str]] | None = None) -> tuple[Scale, 
     """The rubric as scales; ``axes`` (name, prompt) pairs replace the defaults (at most 9 keys per page row)."""
     return tuple(Scale(name, prompt, THREE_POINT, ordinal=True) for name, prompt in (axes or BENCHMARK_AXES))
 
+
 # ------------------------------------------------------------------------------------------------ sampling
 
 
