@@ -215,6 +215,22 @@ def test_box_validation_and_failure_mode_items(small_run: Path, tmp_path: Path) 
         create_study(small_run, "failure-modes", 3, ["r1"], out=tmp_path / "x", models=["nope"])
 
 
+def test_cli_task_options_reach_the_grounding_sampler(small_run: Path, tmp_path: Path) -> None:
+    from medvlm_audit.readers.commands import readers_app
+
+    r = CliRunner().invoke(readers_app, ["create", str(small_run), "--task", "finding-presence", "--n", "3",
+                                         "--option", "boxed_only=true", "--option", "resolution=512",
+                                         "--reader", "a", "--out", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    st = Study(tmp_path / "s")
+    assert st.meta()["options"] == {"boxed_only": True, "resolution": 512}
+    src = pd.DataFrame([json.loads(s) for s in st.all_items()["source"]])
+    assert len(src) == 9 and src["has_box"].all() and (src["resolution"] == 512).all()
+    with pytest.raises(Exception, match="unknown option 'boxed_only'"):  # an option of another task
+        create_study(None, "cot-rating", 1, ["a"], out=tmp_path / "c", boxed_only=True,
+                     items=pd.DataFrame({"item_id": ["x"], "question": ["q"], "cot_text": ["t"]}))
+
+
 def test_mcq_tasks_from_an_items_file(tmp_path: Path) -> None:
     img = tmp_path / "img.png"
     Image.fromarray(np.full((16, 16, 3), 120, np.uint8)).save(img)

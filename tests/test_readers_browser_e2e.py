@@ -101,8 +101,8 @@ def test_reader_session_in_a_real_browser(tmp_path: Path) -> None:
     run_dir = run_demo(tmp_path / "demo", n_cases=60, n_train=300, progress=False, log=lambda *_: None).run_dir
     study_dir = tmp_path / "study"
     cli = CliRunner()
-    res = cli.invoke(readers_app, ["create", str(run_dir), "--task", "finding-presence", "--n", "4", "--boxed-only",
-                                   "--reader", "ana", "--reader", "ben", "--out", str(study_dir)])
+    res = cli.invoke(readers_app, ["create", str(run_dir), "--task", "finding-presence", "--n", "4", "--option",
+                                   "boxed_only=true",                                    "--reader", "ana", "--reader", "ben", "--out", str(study_dir)])
     assert res.exit_code == 0, res.output
     urls = dict(re.findall(r"^(\w+)\t(http://127\.0\.0\.1:8765/\S+)$", res.stdout, flags=re.MULTILINE))
     assert set(urls) == {"ana", "ben", "admin"}

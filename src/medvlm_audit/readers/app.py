@@ -50,7 +50,10 @@ _SECURITY_HEADERS = {
 }
 
 
-_VIEW_DEFAULTS: dict[str, Any] = {"question": "", "options": None, "facts": None, "cot_text": None, "samples": None,
+#: the reading view's slots (what a task's item ``view`` may hold): the question, lettered options, facts
+#: (label, value) pairs, a text passage shown verbatim (e.g. a chain of thought), sample items, a box to draw
+#: on the image, and how many images
+_VIEW_DEFAULTS: dict[str, Any] = {"question": "", "options": None, "facts": None, "text": None, "samples": None,
                                   "box": None, "n_images": 0}
 
 
@@ -128,6 +131,8 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
         if got is None:  # pragma: no cover - order comes from this reader's assignments
             return _not_found()
         view, _source = got  # the source (case, condition, model, label, path) never reaches the page
+        if "cot_text" in view:  # studies made before the passage slot was renamed
+            view = {**view, "text": view.pop("cot_text")}
         view = {**_VIEW_DEFAULTS, **view}
         study.touch(reader)
         token = request.path_params["token"]
@@ -215,7 +220,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
                          "percent": f"{r.percent:.0f}", "last_seen": seen})
         return page("admin.html", title="Study progress", rows=rows, task=spec.title,
                     n_items=meta.get("n_items"), meta_json=json.dumps({k: meta.get(k) for k in (
-                        "task", "n", "seed", "resolution", "n_items")}))
+                        "task", "n", "seed", "options", "n_items")}))
 
     routes = [
         Route("/", index),

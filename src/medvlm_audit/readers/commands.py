@@ -5,8 +5,9 @@ Wire into the CLI with one line: ``app.add_typer(readers_app, name="readers")``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,8 +18,6 @@ __all__ = ["readers_app"]
 
 readers_app = typer.Typer(no_args_is_help=True, help="Reader study: blinded clinician reads beside the models.")
 console = Console(stderr=True)
-TASK_NAMES = ("finding-presence", "box-validation", "failure-modes", "cot-rating", "visual-necessity",
-              "benchmark-profile")
 
 
 def _fail(e: Exception) -> None:
@@ -47,39 +46,79 @@ def _parse_axes(axes: list[str] | None) -> list[tuple[str, str]] | None:
     return out
 
 
+def _parse_options(pairs: list[str], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """--option NAME=VALUE pairs, each typed like the task's default (bool: true/false, yes/no, 1/0)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, eq, raw = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not eq or not name:
+            raise AuditError(f"--option {pair!r}: expected NAME=VALUE")
+        if name not in defaults:
+            out[name] = raw  # create_study names the unknown option and the known ones
+            continue
+        default = defaults[name]
+        try:
+            if isinstance(default, bool):
+                low = raw.strip().lower()
+                if low not in ("true", "false", "yes", "no", "1", "0", "on", "off"):
+                    raise ValueError
+                out[name] = low in ("true", "yes", "1", "on")
+            elif isinstance(default, (int, float)):
+                out[name] = type(default)(raw)
+            else:
+                out[name] = raw
+        except ValueError:
+            raise AuditError(f"--option {pair!r}: {name} takes a {type(default).__name__} "
+                             f"(default {default!r})") from None
+    return out
+
+
+@readers_app.command("tasks")
+def tasks_cmd() -> None:
+    """The reader tasks of the registered suites: what n counts, the options and their defaults."""
+    from medvlm_audit.readers.catalog import reader_tasks, task_suites
+
+    owners = task_suites()
+    for name, t in sorted(reader_tasks().items()):
+        opts = ", ".join(f"{k}={v!r}" for k, v in t.options.items()) or "none"
+        axes = "; --axis chooses its rubric" if t.axis_choices is not None else ""
+        print(f"{name}	{owners[name]}	{t.spec.title}	n: {t.n_means}	options: {opts}{axes}")
+
+
 @readers_app.command("create")
 def create_cmd(
+    task: Annotated[str, typer.Option(help="A reading task a suite declares (`readers tasks` lists them).")],
     run_dir: Annotated[Path | None, typer.Argument(help="The run to sample from (results.parquet + run.sqlite).")] = None,
-    task: Annotated[str, typer.Option(help="|".join(TASK_NAMES))] = "finding-presence",
-    n: Annotated[int, typer.Option("--n", help="Cases (finding-presence), boxes per finding (box-validation), "
-                                               "errors per model (failure-modes), items (cot-rating, "
-                                               "visual-necessity) or sample items per benchmark.")] = 80,
+    n: Annotated[int, typer.Option("--n", help="How many to sample; what the task counts is listed by "
+                                               "`readers tasks`.")] = 80,
     reader: Annotated[list[str], typer.Option("--reader", help="Reader name (repeat for each reader).")] = [],  # noqa: B006
     seed: Annotated[int, typer.Option(help="Sampling and order seed.")] = 42,
     out: Annotated[Path, typer.Option(help="Study folder to create.")] = Path("study"),
-    items: Annotated[Path | None, typer.Option(help="Items file: CoT texts (cot-rating) or multiple-choice items "
-                                                    "(visual-necessity, benchmark-profile); CSV, JSONL or Parquet.")] = None,
+    items: Annotated[Path | None, typer.Option(help="Items file for a task that reads one (CSV, JSONL or "
+                                                    "Parquet; its columns: `readers tasks`).")] = None,
     probe_set: Annotated[str | None, typer.Option(help="Probe set of the run (when it holds several).")] = None,
-    model: Annotated[list[str], typer.Option("--model", help="failure-modes: whose errors (default: every "
-                                                             "model that sees the image).")] = [],  # noqa: B006
-    boxed_only: Annotated[bool, typer.Option(help="finding-presence: sample only cases with a target box.")] = False,
-    resolution: Annotated[int, typer.Option(help="finding-presence: image size shown (224 = the models' pixels; "
-                                                 "512).")] = 224,
-    axis: Annotated[list[str], typer.Option("--axis", help="benchmark-profile rubric axis NAME[=question] "
-                                                           "(repeat; default: the ten axes of paper 003).")] = [],  # noqa: B006
+    model: Annotated[list[str], typer.Option("--model", help="Models whose answers the task samples (repeat; "
+                                                             "e.g. whose errors).")] = [],  # noqa: B006
+    option: Annotated[list[str], typer.Option("--option", help="A task option NAME=VALUE (repeat; the task's "
+                                                               "options and defaults: `readers tasks`).")] = [],  # noqa: B006
+    axis: Annotated[list[str], typer.Option("--axis", help="Rubric axis NAME[=question] of a task whose axes are "
+                                                           "chosen per study (repeat).")] = [],  # noqa: B006
     copy_images: Annotated[bool, typer.Option(help="Copy the rendered images into the study (default: never; "
                                                    "images are rendered from the source files on request).")] = False,
     port: Annotated[int, typer.Option(help="Port used in the printed links.")] = 8765,
 ) -> None:
     """Create a study: a seeded sample, a study store, invitations.csv and an admin link."""
+    from medvlm_audit.readers.catalog import reader_tasks
     from medvlm_audit.readers.study import create_study
 
-    if task not in TASK_NAMES:
-        _fail(AuditError(f"--task must be one of {', '.join(TASK_NAMES)}; got {task!r}"))
+    tasks = reader_tasks()
+    if task not in tasks:
+        _fail(AuditError(f"--task must be one of {', '.join(sorted(tasks))}; got {task!r}"))
     try:
         res = create_study(run_dir, task, n, reader, seed, out, items=items, probe_set=probe_set,
-                           models=model or None, boxed_only=boxed_only, resolution=resolution,
-                           axes=_parse_axes(axis), copy_images=copy_images)
+                           models=model or None, axes=_parse_axes(axis), copy_images=copy_images,
+                           **_parse_options(option, tasks[task].options))
     except (AuditError, ValueError) as e:
         _fail(e)
     base = _base_url("127.0.0.1", port)

@@ -12,7 +12,8 @@ history of every change is kept beside the current answer.
 
 Images are never copied into the study unless asked (``copy_images=True``): the source records the image
 file and the recipe (working resolution, mask box) that the run used, and the app renders it per request
-with the same pure pixel operations (:mod:`medvlm_audit.images`, the run's suite, reached through the suite registry).
+with the same pure pixel operations (:mod:`medvlm_audit.images`). The items themselves are built by the task's
+sampler (a suite's :class:`~medvlm_audit.readers.tasks.ReaderTask`, found by name through the suite registry).
 """
 
 from __future__ import annotations
@@ -35,9 +36,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import __version__
-from medvlm_audit.errors import AuditError
-from medvlm_audit.images import ImageRecipe
-from medvlm_audit.readers.tasks import TASKS, TaskSpec, task_spec
+from medvlm_audit.readers.tasks import SampleRequest, StudyError, TaskSpec
 
 __all__ = [
     "STUDY_FILE",
@@ -70,10 +69,6 @@ CREATE TABLE IF NOT EXISTS activity(reader_id INTEGER PRIMARY KEY, last_seen REA
 """
 
 
-class StudyError(AuditError):
-    """A study cannot be created or opened (the message names the file, column or option)."""
-
-
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -99,7 +94,11 @@ class Study:
             raise StudyError(f"{self.dir}: no study store ({STUDY_FILE}); create one with `medvlm-audit readers create`")
         meta = self.meta()
         self.task: str = meta["task"]
-        self.spec: TaskSpec = task_spec(self.task, [tuple(a) for a in meta.get("axes") or []] or None)
+        from medvlm_audit.readers.catalog import reader_task
+
+        self.task_suite: str | None = meta.get("task_suite")  # the suite that declares the task
+        self.reader_task = reader_task(self.task, self.task_suite)  # its scales, sampler, analysis, export
+        self.spec: TaskSpec = self.reader_task.spec_for([tuple(a) for a in meta.get("axes") or []] or None)
         self._secret = bytes.fromhex(meta["secret"])
 
     @staticmethod
@@ -312,265 +311,6 @@ def reader_order(units: Sequence[str], seed: int, reader: str) -> list[int]:
     return out
 
 
-# ------------------------------------------------------------------------------------------------ sampling
-
-
-def _stratified(df: pd.DataFrame, strata: list[str], n: int, rng: np.random.Generator) -> pd.DataFrame:
-    """A sample of n rows spread as evenly as possible over the strata (round robin over a seeded stratum order,
-    seeded random rows within each stratum)."""
-    if n >= len(df):
-        return df
-    if not strata:
-        return df.iloc[np.sort(rng.permutation(len(df))[:n])]
-    groups = {k: g.index.to_numpy() for k, g in df.groupby(strata, dropna=False, sort=True)}
-    keys = list(groups)
-    perm = {k: rng.permutation(groups[k]) for k in keys}
-    order = [keys[i] for i in rng.permutation(len(keys))]
-    take: dict[Any, int] = {k: 0 for k in keys}
-    got = 0
-    while got < n:
-        progressed = False
-        for k in order:
-            if got >= n:
-                break
-            if take[k] < len(perm[k]):
-                take[k] += 1
-                got += 1
-                progressed = True
-        if not progressed:
-            break
-    idx = np.concatenate([perm[k][: take[k]] for k in keys if take[k]])
-    return df.loc[sorted(idx)]
-
-
-def _item_id(seed: int, *parts: Any) -> str:
-    """An opaque item id (it appears in image URLs, so it must not name the case or the condition)."""
-    h = hashlib.sha256(json.dumps([seed, *[str(p) for p in parts]]).encode()).hexdigest()
-    return "i" + h[:12]
-
-
-def _run_cases(run_dir: Path) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, str]]:
-    """(probe_set, case_id) -> stored case row, and probe_set -> recorded path, from the run store."""
-    from medvlm_audit.store import STORE_FILE, RunStore
-
-    if not (run_dir / STORE_FILE).exists():
-        raise StudyError(f"{run_dir}: no run store ({STORE_FILE}) found")
-    with RunStore.open_dir(run_dir) as store:
-        cases = store.frame("SELECT probe_set, case_id, row FROM cases")
-        sets = store.frame("SELECT name, path FROM probe_sets")
-    rows = {(str(p), str(c)): json.loads(r) for p, c, r in cases.itertuples(index=False, name=None)}
-    return rows, {str(a): str(b or "") for a, b in sets.itertuples(index=False, name=None)}
-
-
-def _resolver(set_path: str):
-    base = Path(set_path) if set_path else None
-    if base is not None and base.suffix and not base.is_dir():
-        base = base.parent
-
-    def resolve(p: str | None) -> str | None:
-        if p is None:
-            return None
-        pp = Path(p)
-        if not pp.is_absolute():
-            if base is None:
-                raise StudyError(f"image path {p!r} is relative and the run records no folder to resolve it against")
-            pp = base / pp
-        return str(pp.resolve())
-
-    return resolve
-
-
-def _results(run_dir: Path) -> pd.DataFrame:
-    p = run_dir / "results.parquet"
-    if not p.exists():
-        raise StudyError(f"{p}: the run's tidy table is missing; run `medvlm-audit run` (or `export`) first")
-    return pd.read_parquet(p)
-
-
-def _need_columns(df: pd.DataFrame, cols: Sequence[str], where: str) -> None:
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise StudyError(f"{where}: missing column(s) {missing}; has {list(df.columns)}")
-
-
-def _display(finding: str | None) -> str:
-    from medvlm_audit.findings import DISPLAY_NAMES
-
-    return DISPLAY_NAMES.get(str(finding), str(finding).replace("_", " "))
-
-
-def _finding_question(finding: str | None) -> str:
-    return f"Is {_display(finding)} present in this chest X-ray?"
-
-
-def _grounding_main(tidy: pd.DataFrame, probe_set: str | None, where: str) -> tuple[pd.DataFrame, str]:
-    _need_columns(tidy, ["probe_set", "model", "case_id", "condition", "label", "finding"], where)
-    df = tidy
-    if "resolution" in df.columns:
-        df = df[df["resolution"].fillna(224) == 224]
-    if "prompt_variant" in df.columns:
-        df = df[df["prompt_variant"].fillna("default") == "default"]
-    if "kind" in df.columns:
-        df = df[df["kind"].fillna("finding_presence") == "finding_presence"]
-    sets = sorted(df["probe_set"].dropna().astype(str).unique())
-    if probe_set is None:
-        if len(sets) != 1:
-            raise StudyError(f"{where}: the run holds probe sets {sets}; name one with --probe-set")
-        probe_set = sets[0]
-    elif probe_set not in sets:
-        raise StudyError(f"{where}: probe set {probe_set!r} not in the run (has {sets})")
-    return df[df["probe_set"] == probe_set], probe_set
-
-
-def _case_view(row: dict[str, Any]) -> str | None:
-    v = row.get("view")
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
-
-
-def _expected_sha(tidy: pd.DataFrame) -> dict[tuple[str, str], str]:
-    """(case_id, condition) -> the pixel sha256 the run's image models were given (resolution 224)."""
-    if "image_sha256" not in tidy.columns:
-        return {}
-    d = tidy.dropna(subset=["image_sha256"])
-    return {(str(c), str(k)): str(s) for c, k, s in
-            d[["case_id", "condition", "image_sha256"]].drop_duplicates(["case_id", "condition"]).itertuples(
-                index=False, name=None)}
-
-
-def _items_finding_presence(run_dir: Path, n: int, seed: int, probe_set: str | None, boxed_only: bool,
-                            resolution: int) -> list[dict[str, Any]]:
-    from medvlm_audit.readers.support import reader_support
-    from medvlm_audit.suites.grounding.probeset import row_to_case
-
-    Condition = reader_support(run_dir).Condition  # noqa: N806 (the suite's condition class)
-
-    tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
-    cases, sets = _run_cases(run_dir)
-    resolve = _resolver(sets.get(probe_set, ""))
-    orig = tidy[tidy["condition"] == "original"].drop_duplicates("case_id")
-    rows = []
-    for r in orig.itertuples(index=False):
-        row = cases.get((probe_set, str(r.case_id)))
-        if row is None or not row.get("image_path"):
-            continue
-        case = row_to_case(row)
-        boxed = case.tbox is not None and case.ibox is not None
-        if boxed_only and not boxed:
-            continue
-        rows.append({"case_id": case.case_id, "finding": case.finding, "view": _case_view(row), "boxed": boxed})
-    if not rows:
-        raise StudyError(f"{run_dir}: no finding-presence case with an image in probe set {probe_set!r}")
-    pool = pd.DataFrame(rows)
-    rng = np.random.default_rng(seed)
-    sample = _stratified(pool, ["finding", "view"], n, rng)
-    sha = _expected_sha(tidy[tidy["modality"].fillna("") != "text_only"] if "modality" in tidy.columns else tidy)
-    items = []
-    for r in sample.itertuples(index=False):
-        row = cases[(probe_set, r.case_id)]
-        case = row_to_case(row)
-        conds = ["original"] + (["target_mask", "irrelevant_mask"] if r.boxed else [])
-        for cond in conds:
-            recipe = Condition(cond, resolution).recipe(case, resolve)
-            src = {"probe_set": probe_set, "case_id": case.case_id, "condition": cond, "finding": case.finding,
-                   "view": r.view, "label": case.label, "has_box": bool(r.boxed),
-                   "ibox_overlaps": bool(case.ibox_overlaps), "resolution": resolution,
-                   "images": [_recipe_dict(recipe)],
-                   "image_sha256": sha.get((case.case_id, cond)) if resolution == 224 else None}
-            for k in ("patient_id", "study_id", "age", "sex", "source", "split", "kind"):
-                src[k] = row.get(k)
-            view = {"question": _finding_question(case.finding), "n_images": 1}
-            items.append({"item_id": _item_id(seed, "fp", probe_set, case.case_id, cond), "unit": case.case_id,
-                          "view": view, "source": src})
-    return items
-
-
-def _recipe_dict(recipe: Any) -> dict[str, Any]:
-    return recipe.to_record()
-
-
-def _items_box_validation(run_dir: Path, n: int, seed: int, probe_set: str | None) -> list[dict[str, Any]]:
-    from medvlm_audit.suites.grounding.probeset import row_to_case
-
-    tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
-    cases, sets = _run_cases(run_dir)
-    resolve = _resolver(sets.get(probe_set, ""))
-    rows = []
-    for cid in tidy["case_id"].astype(str).unique():
-        row = cases.get((probe_set, cid))
-        if row is None or not row.get("image_path"):
-            continue
-        case = row_to_case(row)
-        if case.target_box is None and case.tbox is None:
-            continue
-        rows.append({"case_id": cid, "finding": case.finding, "view": _case_view(row)})
-    if not rows:
-        raise StudyError(f"{run_dir}: no boxed case with an image in probe set {probe_set!r}")
-    pool = pd.DataFrame(rows)
-    rng = np.random.default_rng(seed)
-    parts = [_stratified(g, ["view"], n, rng) for _, g in pool.groupby("finding", sort=True)]
-    sample = pd.concat(parts)
-    items = []
-    for r in sample.itertuples(index=False):
-        row = cases[(probe_set, r.case_id)]
-        case = row_to_case(row)
-        if case.target_box is not None:  # native pixels, the radiologist's box in source pixels
-            res, box = None, [float(v) for v in case.target_box]
-        else:
-            res, box = 224, [float(v) for v in case.tbox]  # type: ignore[union-attr]
-        path = resolve(case.image)
-        src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "finding": case.finding,
-               "view": r.view, "label": case.label, "box": box,
-               "images": [ImageRecipe.standard(path, res).to_record()]}
-        view = {"question": f"Does the marked region contain the visual evidence for {_display(case.finding)}?",
-                "box": box, "n_images": 1}
-        items.append({"item_id": _item_id(seed, "box", probe_set, case.case_id), "unit": case.case_id,
-                      "view": view, "source": src})
-    return items
-
-
-def _items_failure_modes(run_dir: Path, n: int, seed: int, probe_set: str | None,
-                         models: Sequence[str] | None) -> list[dict[str, Any]]:
-    from medvlm_audit.suites.grounding.probeset import row_to_case
-
-    tidy, probe_set = _grounding_main(_results(run_dir), probe_set, f"{run_dir}/results.parquet")
-    cases, sets = _run_cases(run_dir)
-    resolve = _resolver(sets.get(probe_set, ""))
-    orig = tidy[(tidy["condition"] == "original") & (tidy["parsed"] >= 0)]
-    orig = orig[orig["parsed"].astype(int) != orig["label"].astype(int)]
-    known = sorted(tidy["model"].astype(str).unique())
-    if models:
-        bad = [m for m in models if m not in known]
-        if bad:
-            raise StudyError(f"{run_dir}: model(s) {bad} not in the run (has {known})")
-        chosen = list(models)
-    else:
-        mod = tidy.drop_duplicates("model").set_index("model")["modality"] if "modality" in tidy.columns else None
-        chosen = [m for m in known if mod is None or mod.get(m) != "text_only"]
-    rng = np.random.default_rng(seed)
-    items = []
-    for m in chosen:
-        errs = orig[orig["model"] == m]
-        errs = errs[[cases.get((probe_set, str(c)), {}).get("image_path") is not None for c in errs["case_id"]]]
-        if errs.empty:
-            continue
-        pool = errs[["case_id", "finding", "parsed", "label"]].reset_index(drop=True)
-        for r in _stratified(pool, ["finding"], n, rng).itertuples(index=False):
-            row = cases[(probe_set, str(r.case_id))]
-            case = row_to_case(row)
-            ans = "Yes" if int(r.parsed) == 1 else "No"
-            truth = "Yes" if int(r.label) == 1 else "No"
-            src = {"probe_set": probe_set, "case_id": case.case_id, "condition": "original", "model": m,
-                   "finding": case.finding, "view": _case_view(row), "label": case.label, "model_answer": ans,
-                   "images": [ImageRecipe.standard(resolve(case.image)).to_record()]}
-            view = {"question": _finding_question(case.finding), "n_images": 1,
-                    "facts": [["System answer", ans], ["Reference label", truth]]}
-            items.append({"item_id": _item_id(seed, "err", probe_set, case.case_id, m), "unit": case.case_id,
-                          "view": view, "source": src})
-    if not items:
-        raise StudyError(f"{run_dir}: no error of model(s) {chosen} on cases with an image")
-    return items
-
-
 def _load_items_file(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.exists():
@@ -583,123 +323,6 @@ def _load_items_file(path: str | Path) -> pd.DataFrame:
         return pd.read_csv(p)
     except Exception as e:
         raise StudyError(f"{p}: cannot read items ({e})") from e
-
-
-def _text(v: Any) -> str | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return str(v)
-
-
-def _items_cot(items_df: pd.DataFrame, n: int, seed: int) -> list[dict[str, Any]]:
-    _need_columns(items_df, ["item_id", "question", "cot_text"], "cot-rating items")
-    df = items_df.reset_index(drop=True)
-    dup = df["item_id"].astype(str).duplicated()
-    if dup.any():
-        raise StudyError(f"cot-rating items: item_id {df['item_id'][dup].iloc[0]!r} appears twice")
-    for i, r in df.iterrows():
-        if not _text(r["cot_text"]):
-            raise StudyError(f"cot-rating items: row {i} (item_id {r['item_id']!r}) has an empty cot_text")
-    strata = [c for c in ("model", "model_name", "modification", "modification_type") if c in df.columns]
-    rng = np.random.default_rng(seed)
-    sample = _stratified(df, strata, n if n > 0 else len(df), rng)
-    out = []
-    for _, r in sample.iterrows():
-        src = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.to_dict().items()}
-        src = json.loads(json.dumps(src, default=str))
-        src["source_item_id"] = str(r["item_id"])
-        view = {"question": str(r["question"]), "cot_text": str(r["cot_text"]), "n_images": 0}
-        out.append({"item_id": _item_id(seed, "cot", r["item_id"]), "unit": str(r["item_id"]), "view": view,
-                    "source": src})
-    return out
-
-
-def _mcq_frame(run_dir: Path | None, items_df: pd.DataFrame | None) -> pd.DataFrame:
-    """MCQ items (item_id, question, options, images, benchmark, gold) from a file or the run store's items."""
-    if items_df is not None:
-        df = items_df.copy()
-        base = None
-    else:
-        assert run_dir is not None
-        cases, sets = _run_cases(run_dir)
-        recs = []
-        for (ps, cid), row in cases.items():
-            if row.get("question") is None or row.get("options") is None:
-                continue
-            recs.append({**row, "item_id": row.get("item_id", cid), "_set": ps})
-        if not recs:
-            raise StudyError(f"{run_dir}: the run holds no multiple-choice items (question + options); pass --items")
-        df = pd.DataFrame(recs)
-        base = sets
-    _need_columns(df, ["item_id", "question", "options"], "multiple-choice items")
-    if "benchmark" not in df.columns:
-        df["benchmark"] = "items"
-    if "images" not in df.columns:
-        df["images"] = [[p] if _text(p) else [] for p in df.get("image", pd.Series([None] * len(df)))]
-
-    def as_list(v: Any) -> list[Any]:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return []
-        if isinstance(v, str):
-            try:
-                v = json.loads(v)
-            except json.JSONDecodeError:
-                return [v]
-        return list(v)
-
-    df["options"] = [[str(o) for o in as_list(v)] for v in df["options"]]
-    imgs = []
-    for r in df.itertuples(index=False):
-        res = _resolver((base or {}).get(getattr(r, "_set", ""), "")) if base is not None else _resolver("")
-        paths = []
-        for p in as_list(r.images):
-            try:
-                paths.append(res(str(p)))
-            except StudyError:
-                paths.append(str(Path(p).resolve()))
-        imgs.append(paths)
-    df["images"] = imgs
-    df["item_id"] = df["item_id"].astype(str)
-    return df.reset_index(drop=True)
-
-
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-
-def _options_view(opts: list[str]) -> list[list[str]]:
-    return [[LETTERS[i], o] for i, o in enumerate(opts)]
-
-
-def _items_visual_necessity(run_dir: Path | None, items_df: pd.DataFrame | None, n: int,
-                            seed: int) -> list[dict[str, Any]]:
-    df = _mcq_frame(run_dir, items_df)
-    rng = np.random.default_rng(seed)
-    sample = _stratified(df, ["benchmark"], n if n > 0 else len(df), rng)
-    out = []
-    for r in sample.itertuples(index=False):
-        src = {"item_id": r.item_id, "benchmark": str(r.benchmark), "condition": "original",
-               "gold": _text(getattr(r, "gold", None)) or _text(getattr(r, "answer", None)),
-               "images": [ImageRecipe.standard(p, mode="RGB").to_record() for p in r.images]}
-        view = {"question": str(r.question), "options": _options_view(list(r.options)), "n_images": len(r.images)}
-        out.append({"item_id": _item_id(seed, "vn", r.item_id), "unit": r.item_id, "view": view, "source": src})
-    return out
-
-
-def _items_benchmark_profile(run_dir: Path | None, items_df: pd.DataFrame | None, n: int,
-                             seed: int) -> list[dict[str, Any]]:
-    df = _mcq_frame(run_dir, items_df)
-    rng = np.random.default_rng(seed)
-    out = []
-    for bench, g in df.groupby("benchmark", sort=True):
-        sample = _stratified(g, [], n if n > 0 else 5, rng)
-        shown = [{"question": str(r.question), "options": _options_view(list(r.options))}
-                 for r in sample.itertuples(index=False)]
-        src = {"benchmark": str(bench), "sample_item_ids": [str(x) for x in sample["item_id"]],
-               "n_items": len(g), "images": []}
-        view = {"question": f"Benchmark {chr(65 + len(out))}: {len(shown)} sample items", "samples": shown,
-                "n_images": 0}
-        out.append({"item_id": _item_id(seed, "bp", bench), "unit": str(bench), "view": view, "source": src})
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ create
@@ -716,23 +339,29 @@ def create_study(
     items: pd.DataFrame | str | Path | None = None,
     probe_set: str | None = None,
     models: Sequence[str] | None = None,
-    boxed_only: bool = False,
-    resolution: int = 224,
     axes: Sequence[tuple[str, str]] | None = None,
     copy_images: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
     """Create a study folder: ``study.sqlite``, ``invitations.csv`` (reader, token_path) and ``admin-token.txt``.
 
-    ``n``: cases for finding-presence (each boxed case gives three items: original, target mask, irrelevant
-    mask), boxes per finding for box-validation, errors per model for failure-modes, items for cot-rating and
-    visual-necessity, sample items shown per benchmark for benchmark-profile. ``items``: a DataFrame or file
-    of CoT texts (cot-rating: item_id, question, cot_text, ...) or of multiple-choice items (visual-necessity,
-    benchmark-profile: item_id, question, options, images, benchmark); the latter default to the run's items.
-    Returns {"study_dir", "tokens": {reader: token}, "admin_token", "n_items"}: the only time tokens exist in
-    clear (invitations.csv holds the reader paths for the lead).
+    ``task``: a reader task a suite declares (``Suite.reader_tasks()``); its sampler builds the items from the
+    run (``run_dir``) or from ``items`` (a DataFrame or a CSV / JSONL / Parquet file), and ``n`` is what the
+    task counts (``ReaderTask.n_means``). ``options``: the task's own options (``ReaderTask.options``, e.g.
+    grounding's ``boxed_only`` and ``resolution``); an unknown one is refused. ``axes``: the rubric axes of a
+    task whose axes are chosen per study. Returns {"study_dir", "tokens": {reader: token}, "admin_token",
+    "n_items"}: the only time tokens exist in clear (invitations.csv holds the reader paths for the lead).
     """
-    if task not in TASKS:
-        raise StudyError(f"unknown task {task!r}; known: {sorted(TASKS)}")
+    from medvlm_audit.readers.catalog import reader_task, task_suites
+    from medvlm_audit.registry import did_you_mean
+
+    rtask = reader_task(task)
+    task_suite = task_suites()[task]
+    unknown = sorted(set(options) - set(rtask.options))
+    if unknown:
+        raise StudyError(f"task {task}: unknown option {unknown[0]!r}{did_you_mean(unknown[0], rtask.options)}; "
+                         f"known: {', '.join(sorted(rtask.options)) or 'none'}")
+    options = {**rtask.options, **options}
     names = [str(r).strip() for r in readers]
     if not names or any(not r for r in names):
         raise StudyError("name at least one reader (--reader NAME), no empty names")
@@ -745,24 +374,8 @@ def create_study(
         raise StudyError(f"{out}: a study already exists there; choose another --out")
     run = Path(run_dir) if run_dir is not None else None
     items_df = _load_items_file(items) if isinstance(items, (str, Path)) else items
-    if task == "finding-presence":
-        built = _items_finding_presence(_need_run(run, task), n, seed, probe_set, boxed_only, resolution)
-    elif task == "box-validation":
-        built = _items_box_validation(_need_run(run, task), n, seed, probe_set)
-    elif task == "failure-modes":
-        built = _items_failure_modes(_need_run(run, task), n, seed, probe_set, models)
-    elif task == "cot-rating":
-        if items_df is None:
-            if run is not None and (run / "cot_items.parquet").exists():
-                items_df = pd.read_parquet(run / "cot_items.parquet")
-            else:
-                raise StudyError("cot-rating needs the CoT texts: --items FILE (item_id, question, cot_text, ...)")
-        built = _items_cot(items_df, n, seed)
-    elif task == "visual-necessity":
-        built = _items_visual_necessity(run, items_df, n, seed)
-    else:
-        built = _items_benchmark_profile(run, items_df, n, seed)
-    spec = task_spec(task, list(axes) if axes else None)
+    built = rtask.sample(SampleRequest(task, run, n, seed, items_df, probe_set, models, options))
+    spec = rtask.spec_for(list(axes) if axes else None)
     _check_images(built)
 
     tokens = {r: secrets.token_urlsafe(32) for r in names}
@@ -775,9 +388,9 @@ def create_study(
     try:
         con.executescript(SCHEMA)
         con.execute("BEGIN")
-        meta = {"task": task, "run_dir": str(run.resolve()) if run else None, "n": n, "seed": seed,
+        meta = {"task": task, "task_suite": task_suite, "run_dir": str(run.resolve()) if run else None, "n": n, "seed": seed,
                 "created_at": time.time(), "package_version": __version__, "secret": secrets.token_hex(32),
-                "admin_token_hash": hash_token(admin), "probe_set": probe_set, "resolution": resolution,
+                "admin_token_hash": hash_token(admin), "probe_set": probe_set, "options": options,
                 "axes": [list(a) for a in axes] if axes else None, "copy_images": copy_images,
                 "scales": [s.name for s in spec.scales], "n_items": len(built)}
         con.executemany("INSERT INTO meta VALUES(?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
@@ -815,12 +428,6 @@ def create_study(
     os.chmod(out / ADMIN_FILE, 0o600)
     os.chmod(out / INVITATIONS, 0o600)
     return {"study_dir": out, "tokens": tokens, "admin_token": admin, "n_items": len(built)}
-
-
-def _need_run(run: Path | None, task: str) -> Path:
-    if run is None:
-        raise StudyError(f"task {task} samples from a run: give RUN_DIR")
-    return run
 
 
 def _check_images(items: list[dict[str, Any]]) -> None:

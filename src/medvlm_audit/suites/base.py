@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from pydantic import BaseModel
 
+    from medvlm_audit.readers.tasks import ReaderTask
     from medvlm_audit.store import RunStore
 
 __all__ = ["COMPARISONS_COLUMNS", "METRICS_COLUMNS", "Plan", "PlanSource", "Skip", "Stage", "StageContext", "Suite",
@@ -35,7 +36,8 @@ class Suite(Protocol):
       registered when the suite is loaded (default: none);
     * ``image_ops``: image operations this suite brings (e.g. overlays) -> ``"module:function"`` (default: none);
     * ``parquet_tables``: also write each extra report table as Parquet (default: CSV only);
-    * :meth:`commands`: this suite's own CLI commands (default: none).
+    * :meth:`commands`: this suite's own CLI commands (default: none);
+    * :meth:`reader_tasks`: this suite's reader-study tasks (default: none).
     """
 
     name: ClassVar[str]
@@ -63,3 +65,9 @@ class Suite(Protocol):
         The CLI reads them from every registered suite when a command it does not know is asked for, or when
         it lists its commands."""
         return {}
+
+    def reader_tasks(self) -> Sequence[ReaderTask]:
+        """The reading tasks this suite brings to the reader study (:class:`~medvlm_audit.readers.tasks.ReaderTask`:
+        the answer scales, a sampler of items from a run or an items file, the analysis of the exported reads).
+        Task names are unique across suites. Default: none."""
+        return ()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,9 @@ from medvlm_audit.config import SHARED_FIELDS
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.suites.base import Stage, Suite, SuiteResult
 from medvlm_audit.suites.faithfulness.plan import FaithfulnessOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medvlm_audit.readers.tasks import ReaderTask
 
 #: the embedded default's subject models (reference reasoners with designed cue behaviour)
 EMBEDDED_MODELS: tuple[str, ...] = ("cue-follower", "cue-admitter", "cue-ignorer")
@@ -169,6 +172,11 @@ class FaithfulnessSuite(Suite):
         )
 
         return (Stage("answer", plan_answer_stage, answer_models), Stage("judge", plan_judge_stage, judge_models))
+
+    def reader_tasks(self) -> Sequence[ReaderTask]:
+        from medvlm_audit.suites.faithfulness.readers import READER_TASKS
+
+        return READER_TASKS
 
     def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, n_items: int = 36,
                         **flags: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -17,6 +17,9 @@ from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Plan, Stage, StageContext, Suite, SuiteResult
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, RESOLUTIONS
 from medvlm_audit.suites.grounding.prompts import PROMPT_VARIANTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medvlm_audit.readers.tasks import ReaderTask
 
 DEFAULT_IMAGE_CONDITIONS = ["original", "swap", "target_mask", "irrelevant_mask", "no_image"]
 
@@ -200,11 +203,13 @@ class GroundingSuite(Suite):
         "vision_probe": "medvlm_audit.suites.grounding.vision_probe:build_vision_probe",
     }
 
-    #: what the reader-study app needs of this suite (mask rendering, metric definitions)
-    reader_support: ClassVar[str] = "medvlm_audit.suites.grounding.readers"
-
     def stages(self) -> Sequence[Stage]:
         return (Stage("answer", plan_stage, answer_models),)
+
+    def reader_tasks(self) -> Sequence[ReaderTask]:
+        from medvlm_audit.suites.grounding.readers import READER_TASKS
+
+        return READER_TASKS
 
     def embedded_config(self, out: Path, *, n_cases: int = 800, n_train: int = 1500, gemma: bool = False,
                         vision_probe: bool = False, log: Callable[[str], Any] = print, **flags: Any

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -23,6 +23,9 @@ from medvlm_audit.registry import check_known
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.base import Plan, PlanSource, Stage, StageContext, Suite, SuiteResult, Trial
 from medvlm_audit.suites.reports.decoding import DEFAULT_STRATEGIES, STRATEGIES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medvlm_audit.readers.tasks import ReaderTask
 
 PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
           "X-ray.")
@@ -194,6 +197,9 @@ class ReportsSuite(Suite):
 
     def stages(self) -> Sequence[Stage]:
         return (Stage("generate", plan_stage, check=check_stage),)
+
+    def reader_tasks(self) -> Sequence[ReaderTask]:
+        return ()  # the reports audit brings no reader task
 
     def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, **flags: Any) -> dict[str, Any]:
         """Phantom images with the patient's sex (built into OUT/phantom_reports when the run plans), the IU

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -20,6 +20,9 @@ from medvlm_audit.suites.stress.conditions import (
     DEFAULT_T4_VARIANT,
     T4Variant,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from medvlm_audit.readers.tasks import ReaderTask
 
 
 class StressRunOptions(BaseModel):
@@ -60,6 +63,11 @@ class StressSuite(Suite):
         from medvlm_audit.suites.stress.plan import plan_stage
 
         return (Stage("answer", plan_stage),)
+
+    def reader_tasks(self) -> Sequence[ReaderTask]:
+        from medvlm_audit.suites.stress.readers import READER_TASKS
+
+        return READER_TASKS
 
     def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, **flags: Any) -> dict[str, Any]:
         """The phantom MCQ set (built into OUT/phantom_mcq when the run plans) and the three answerers."""
