@@ -2,9 +2,11 @@
 report's metrics / comparisons / categories and summary.json of a grounding run, or the tidy results and the
 robustness table of a stress run. Column order and added columns may differ; every shared column must be equal.
 
-    python benchmarks/compare_outputs.py BEFORE_RUN_DIR AFTER_RUN_DIR
+    python benchmarks/compare_outputs.py BEFORE_RUN_DIR AFTER_RUN_DIR [--atol X]
 
-Exit 0 when equal, 1 with the first differences listed otherwise.
+Exit 0 when equal, 1 with the first differences listed otherwise. ``--atol X`` accepts numeric cells within X of
+each other (default 0: exact). The reports suite's BERTScore rows run a float32 encoder on several threads and
+move by ~1e-9 between two runs of the same code; compare them with ``--atol 1e-8``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 #: columns that legitimately differ between two runs of the same config (ids, timings, absolute paths)
@@ -21,6 +24,9 @@ VOLATILE = {"run_id", "latency_s", "elapsed_s", "plan_s", "first_input_s"}
 
 def _frame(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, keep_default_na=False)
+
+
+ATOL = 0.0
 
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, name: str, sort_by: list[str] | None = None) -> list[str]:
@@ -39,7 +45,12 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, name: str, sort_by: list[st
     for c in cols:
         both_null = (a[c].isna() & b[c].isna()).to_numpy()
         x, y = a[c].astype(str).to_numpy(), b[c].astype(str).to_numpy()
-        bad = ((x != y) & ~both_null).nonzero()[0]
+        differ = (x != y) & ~both_null
+        if ATOL > 0 and differ.any():
+            fa = pd.to_numeric(a[c], errors="coerce").to_numpy(dtype=float)
+            fb = pd.to_numeric(b[c], errors="coerce").to_numpy(dtype=float)
+            differ &= ~(np.abs(fa - fb) <= ATOL)  # nan (not numeric) stays a difference
+        bad = differ.nonzero()[0]
         if len(bad):
             i = bad[0]
             out.append(f"{name}.{c}: {len(bad)} cell(s) differ, first at row {i}: {x[i]!r} != {y[i]!r}")
@@ -78,6 +89,11 @@ def compare_runs(before: Path, after: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    d = compare_runs(Path(sys.argv[1]), Path(sys.argv[2]))
+    args = sys.argv[1:]
+    if "--atol" in args:
+        i = args.index("--atol")
+        ATOL = float(args[i + 1])
+        del args[i:i + 2]
+    d = compare_runs(Path(args[0]), Path(args[1]))
     print("\n".join(d) if d else "equal")
     sys.exit(1 if d else 0)
