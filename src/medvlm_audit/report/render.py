@@ -9,7 +9,7 @@ built by the helpers), so a new section cannot forget to escape. Jinja2 is impor
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,7 +22,7 @@ __all__ = ["environment", "macro", "render", "stylesheet", "trusted"]
 _BASE = "medvlm_audit.report"
 
 
-@lru_cache(maxsize=None)
+@cache
 def environment(*packages: str) -> jinja2.Environment:
     """The shared environment: autoescape on, undefined names are errors, templates from ``report/templates``
     and then from each named package's ``templates/`` folder (e.g. the reader app's). Cached per package list.
