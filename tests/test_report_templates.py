@@ -103,7 +103,7 @@ def test_page_escapes_every_value_and_inlines_the_one_stylesheet() -> None:
                        intro="<p>how</p>")
     _no_raw_script(page)
     assert page.startswith("<!DOCTYPE html>")
-    assert f"<style>{R.stylesheet()}</style>" in page
+    assert f"<style>\n{R.stylesheet()}</style>" in page
     assert "<p>trusted body</p>" in page and "<p>how</p>" in page  # section bodies are trusted markup
     assert '<details class="runinfo">' in page and '<div class="failed" role="alert">' in page
     assert '<div class="notes"><strong>Analysis notes</strong>' in page
@@ -125,7 +125,7 @@ def test_reader_study_report_uses_the_run_report_page(tmp_path: Path) -> None:
                          sections=[Section("Agreement " + EVIL, table_to_html(pd.DataFrame({"r": [EVIL]})))])
     page = write_analysis(res, tmp_path)["readers-report.html"].read_text()
     _no_raw_script(page)
-    assert f"<style>{R.stylesheet()}</style>" in page  # styled like the run report, not browser-default Times
+    assert f"<style>\n{R.stylesheet()}</style>" in page  # styled like the run report, not browser-default Times
     assert "<header><h1>Reader study</h1></header>" in page and "<footer>" in page
     assert "Run details and configuration" not in page  # not one run's report
 

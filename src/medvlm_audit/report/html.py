@@ -159,18 +159,21 @@ def table_to_html(
     trusted_cols = set(html_columns)
     rows = df if max_rows is None else df.head(max_rows)
     cols = list(df.columns)
-    body: list[list[tuple[object, bool]]] = []
+    body: list[list[tuple[str, bool]]] = []
     for values in rows.itertuples(index=False, name=None):
-        cells: list[tuple[object, bool]] = []
+        cells: list[tuple[str, bool]] = []
         for col, value in zip(cols, values):
             fmt = formatters.get(col)
             text = fmt(value) if fmt is not None else _default_cell(value)
             if text is None or (isinstance(text, float) and math.isnan(text)):
                 text = _NA
-            markup = str(text) if col in trusted_cols else escape(text)
-            # long text wraps in a readable column; short cells stay on one line (the table scrolls in its box)
-            long = len(re.sub(r"<[^>]+>", "", markup)) > 48
-            cells.append((trusted(text) if col in trusted_cols else str(text), long))
+            text = str(text)
+            # long text wraps in a readable column; short cells stay on one line (the table scrolls in its box);
+            # the length is that of the cell's markup less its tags (escaping only lengthens a text)
+            if col in trusted_cols:
+                cells.append((trusted(text), len(_TAG.sub("", text)) > 48))
+            else:
+                cells.append((text, len(text) > 48 or len(escape(text)) > 48))
         body.append(cells)
     more = None
     if max_rows is not None and len(df) > max_rows:
@@ -179,6 +182,7 @@ def table_to_html(
                               table_id=table_id or None, more=more))
 
 
+_TAG = re.compile(r"<[^>]+>")
 _XML_DECL = re.compile(r"<\?xml[^>]*\?>\s*", re.DOTALL)
 _DOCTYPE = re.compile(r"<!DOCTYPE[^>]*>\s*", re.DOTALL)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
