@@ -41,6 +41,14 @@ def test_environment_autoescapes_and_is_shared() -> None:
     assert env.from_string("{{ v }}").render(v=R.trusted("<b>ok</b>")) == "<b>ok</b>"
 
 
+def test_snippet_escapes_values_and_keeps_trusted_markup() -> None:
+    from medvlm_audit.report import snippet, trusted
+
+    out = snippet("<p>{{ who }} said {{ what }}</p>{{ fig }}", who=EVIL, what="a & b", fig=trusted("<svg></svg>"))
+    assert out == "<p>&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; said a &amp; b</p><svg></svg>"
+    assert type(out) is str  # plain text: concatenating it with other markup does not escape it again
+
+
 def test_undefined_name_in_a_template_is_an_error() -> None:
     import jinja2
 
