@@ -311,7 +311,7 @@ def test_expected_figures_and_captions_present(written: tuple[Path, FakeAnalysis
     for needle in ("Causal triad on phantom", "Grounding-specificity premium on phantom",
                    "Unrelated-image answer rate on phantom", "Sensitivity against specificity on phantom",
                    "Accuracy on phantom", "Per-finding causal grounding rate", "Paired accuracy differences",
-                   "Paired UAR differences", "All pairwise differences", "IS &#x27;unstable&#x27; threshold",
+                   "Paired UAR differences", "All pairwise differences", "IS &#39;unstable&#39; threshold",
                    "Calibration of first-token P(yes)", "Subgroup rates", "Causal grounding rate on phantom at 512",
                    "Parse rate (%) on phantom"):
         assert any(needle in c for c in captions), needle

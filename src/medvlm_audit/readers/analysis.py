@@ -105,7 +105,7 @@ def write_analysis(res: ReaderAnalysis, out: str | Path) -> dict[str, Path]:
     """metrics.parquet/.csv, comparisons.csv, tables, item lists (NAME.txt), the tasks' extra files and
     readers-report.html, atomically."""
     from medvlm_audit.atomic import csv_bytes, parquet_bytes, write_files_atomic
-    from medvlm_audit.report.html import escape
+    from medvlm_audit.report.html import render_page
 
     out = Path(out)
     payloads = [("metrics.parquet", parquet_bytes(res.metrics)), ("metrics.csv", csv_bytes(res.metrics)),
@@ -115,11 +115,7 @@ def write_analysis(res: ReaderAnalysis, out: str | Path) -> dict[str, Path]:
     for name, ids in res.item_lists.items():
         payloads.append((f"{name}.txt", "".join(f"{i}\n" for i in ids).encode()))
     payloads += list(res.files.items())
-    html = ["<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Reader study</title></head><body>",
-            "<h1>Reader study</h1>"]
-    for s in res.sections:
-        html.append(f"<section id='{escape(s.anchor)}'><h2>{escape(s.title)}</h2>{s.html}</section>")
-    html.append("</body></html>")
-    payloads.append(("readers-report.html", "".join(html).encode()))
+    page = render_page(title="Reader study", sections=res.sections, run_details=False)  # the run report's page
+    payloads.append(("readers-report.html", page.encode("utf-8")))
     write_files_atomic(out, payloads)
     return {name: out / name for name, _ in payloads}

@@ -62,11 +62,11 @@ def _package_text(*parts: str) -> str:
 
 
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("medvlm_audit.readers", "templates"),
-        autoescape=True,  # every {{ value }} is HTML-escaped, CoT texts and reader names included
-        undefined=jinja2.StrictUndefined,
-    )
+    """The project's one Jinja2 environment (report/render.py) with the app's templates added: autoescape on,
+    so every {{ value }} is HTML-escaped, CoT texts and reader names included."""
+    from medvlm_audit.report.render import environment
+
+    return environment("medvlm_audit.readers")
 
 
 def _not_found() -> Response:

@@ -1,7 +1,9 @@
 """HTML building blocks (escaped tables, inline SVG figures, estimate formatting) and the self-contained report page.
 
-The page has inline CSS, inline SVG figures and no script or external reference, so it opens from disk with no
-server and no network. Missing values never print as "nan": estimates read "not estimable (n = 0)" or their note.
+The markup comes from the templates in ``report/templates/`` through the one Jinja2 environment of
+:mod:`medvlm_audit.report.render` (autoescape on); this module prepares the values. The page has the one inline
+stylesheet, inline SVG figures and no script or external reference, so it opens from disk with no server and no
+network. Missing values never print as "nan": estimates read "not estimable (n = 0)" or their note.
 """
 
 from __future__ import annotations
@@ -151,37 +153,36 @@ def table_to_html(
     ``formatters`` map a column to a function of the cell value returning text (escaped afterwards);
     ``html_columns`` are columns whose formatted text is trusted markup (e.g. badges) and is not escaped.
     """
+    from medvlm_audit.report.render import macro, trusted
+
     formatters = dict(formatters or {})
-    trusted = set(html_columns)
+    trusted_cols = set(html_columns)
     rows = df if max_rows is None else df.head(max_rows)
-    out: list[str] = [f'<div class="tblwrap"><table class="{escape(css_class)}"']
-    if table_id:
-        out.append(f' id="{escape(table_id)}"')
-    out.append(">")
-    if caption:
-        out.append(f"<caption>{escape(caption)}</caption>")
-    out.append("<thead><tr>")
-    out.extend(f"<th>{escape(c)}</th>" for c in df.columns)
-    out.append("</tr></thead><tbody>")
     cols = list(df.columns)
+    body: list[list[tuple[str, bool]]] = []
     for values in rows.itertuples(index=False, name=None):
-        out.append("<tr>")
+        cells: list[tuple[str, bool]] = []
         for col, value in zip(cols, values):
             fmt = formatters.get(col)
             text = fmt(value) if fmt is not None else _default_cell(value)
             if text is None or (isinstance(text, float) and math.isnan(text)):
                 text = _NA
-            cell = str(text) if col in trusted else escape(text)
-            # long text wraps in a readable column; short cells stay on one line (the table scrolls in its box)
-            long = len(re.sub(r"<[^>]+>", "", cell)) > 48
-            out.append(f'<td class="long">{cell}</td>' if long else f"<td>{cell}</td>")
-        out.append("</tr>")
-    out.append("</tbody></table></div>")
+            text = str(text)
+            # long text wraps in a readable column; short cells stay on one line (the table scrolls in its box);
+            # the length is that of the cell's markup less its tags (escaping only lengthens a text)
+            if col in trusted_cols:
+                cells.append((trusted(text), len(_TAG.sub("", text)) > 48))
+            else:
+                cells.append((text, len(text) > 48 or len(escape(text)) > 48))
+        body.append(cells)
+    more = None
     if max_rows is not None and len(df) > max_rows:
-        out.append(f'<p class="muted">First {max_rows:,} of {len(df):,} rows shown; all rows are in the CSV.</p>')
-    return "".join(out)
+        more = f"First {max_rows:,} of {len(df):,} rows shown; all rows are in the CSV."
+    return str(macro("table")([str(c) for c in cols], body, caption=caption or None, css_class=css_class,
+                              table_id=table_id or None, more=more))
 
 
+_TAG = re.compile(r"<[^>]+>")
 _XML_DECL = re.compile(r"<\?xml[^>]*\?>\s*", re.DOTALL)
 _DOCTYPE = re.compile(r"<!DOCTYPE[^>]*>\s*", re.DOTALL)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
@@ -234,41 +235,32 @@ def figure_to_html(
     one-line note names it and why), a figure with at most one value per panel is drawn collapsed.
     """
     from medvlm_audit.report.figures import caption_of, information, n_table_of
+    from medvlm_audit.report.render import macro, trusted
 
     if caption is None:
         caption = caption_of(fig)
     label = f"Figure {number}. " if number is not None else ""
-    head = f"<strong>{escape(label)}{escape(title)}.</strong> " if title else (
-        f"<strong>{escape(label.strip())}</strong> " if label else ""
-    )
     level, why = information(fig)
     if level == "none":
-        name = title or caption or "Figure"
-        return f'<p class="fignote"><strong>{escape(label)}{escape(name)}:</strong> not drawn, {escape(why)}.</p>'
+        return str(macro("fignote")(label, title or caption or "Figure", why))
     _FIG_COUNTER[0] += 1
     salt = f"medvlm-fig-{_FIG_COUNTER[0]}-{number if number is not None else ''}"
     if fmt == "svg":
-        body = _svg_markup(fig, salt)
+        body = trusted(_svg_markup(fig, salt))
     elif fmt == "png":
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=dpi)
         data = base64.b64encode(buf.getvalue()).decode("ascii")
-        alt = escape(title or caption or "figure")
-        body = f'<img alt="{alt}" src="data:image/png;base64,{data}">'
+        body = macro("png")(title or caption or "figure", data)
     else:
         raise ValueError(f"figure format must be 'svg' or 'png', got {fmt!r}")
-    cap = f"<figcaption>{head}{escape(caption or '')}</figcaption>"
     counts = n_table_of(fig)
-    ntab = ""
+    ntab = None
     if counts is not None:
-        opened = " open" if len(counts) <= N_TABLE_OPEN_ROWS else ""
-        ntab = (f'<details class="ntable"{opened}><summary>Counts behind this figure (n)</summary>'
-                f"{table_to_html(counts, css_class='tbl ntable')}</details>")
-    html = f'<figure class="fig">{body}{cap}{ntab}</figure>'
-    if level == "little":
-        return (f'<details class="figlittle"><summary>{escape(label)}{escape(title or "Figure")}: {escape(why)} '
-                f"in this run (click to show)</summary>{html}</details>")
-    return html
+        ntab = trusted(table_to_html(counts, css_class="tbl ntable"))
+    return str(macro("figure")(body, label, title, caption or "", counts=ntab,
+                               counts_open=counts is not None and len(counts) <= N_TABLE_OPEN_ROWS,
+                               little=why if level == "little" else None))
 
 
 #: n tables with at most this many rows are shown open under their figure; longer ones start collapsed
@@ -277,51 +269,6 @@ N_TABLE_OPEN_ROWS = 8
 
 # ----------------------------------------------------------------------------------------------------------------
 # report page
-
-_CSS = """
-:root{--fg:#1b1f24;--muted:#5c6670;--line:#d6dbe0;--bg:#ffffff;--soft:#f5f7f9}
-*{box-sizing:border-box}
-body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--fg);background:var(--bg);
-margin:0 auto;max-width:1180px;padding:24px}
-h1{font-size:24px;margin:0 0 8px}h2{font-size:19px;margin:32px 0 10px;border-bottom:1px solid var(--line);
-padding-bottom:4px}h3{font-size:15px;margin:20px 0 6px}
-.muted{color:var(--muted)}
-dl.runinfo{display:grid;grid-template-columns:minmax(10em,max-content) minmax(0,1fr);gap:2px 14px;margin:8px 0 16px;
-font-size:13px}
-dl.runinfo dt{font-weight:600;color:var(--muted)}dl.runinfo dd{margin:0;overflow-wrap:anywhere}
-details.runinfo{border:1px solid var(--line);border-radius:6px;padding:6px 12px;margin:16px 0;background:var(--soft)}
-details.runinfo h3{margin-top:10px}
-section.howto p{max-width:75em}
-.designed{font-size:12.5px;color:var(--muted);margin-top:3px}.designed .badge{font-size:11.5px}
-.legend{font-size:13px;margin:6px 0}.legend .badge{margin-left:4px}
-ul.verdicts{list-style:none;padding:0;margin:0}
-ul.verdicts li{padding:7px 10px;border:1px solid var(--line);border-radius:6px;margin:6px 0;background:var(--soft)}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;color:#fff;font-size:12px;font-weight:600;
-margin-right:6px;white-space:nowrap}
-.model{font-weight:600;margin-right:6px}
-nav.toc{font-size:13px;margin:12px 0}nav.toc a{margin-right:12px}
-figure.fig{margin:18px 0;padding:10px;border:1px solid var(--line);border-radius:6px;break-inside:avoid}
-figure.fig svg,figure.fig img{display:block;max-width:100%;height:auto;margin:0 auto}
-figcaption{font-size:13px;color:var(--fg);margin-top:6px}
-.fignote{font-size:13px;color:var(--muted);margin:10px 0;padding:6px 10px;border-left:3px solid var(--line)}
-details.ntable{margin:6px 0 0}details.ntable summary{font-weight:400;font-size:13px;color:var(--muted)}
-details.ntable .tblwrap{margin:4px 0}
-.tblwrap{overflow-x:auto;max-width:100%;margin:8px 0 16px}
-table.tbl{border-collapse:collapse;font-size:12.5px}
-table.tbl th,table.tbl td{border:1px solid var(--line);padding:3px 7px;text-align:left;vertical-align:top}
-table.tbl td{min-width:4em}table.tbl td.long{min-width:22em;max-width:40em}
-table.tbl td:not(.long){white-space:nowrap}
-table.tbl th{background:var(--soft);position:sticky;top:0}
-table.tbl caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}
-details{margin:8px 0}summary{cursor:pointer;font-weight:600}
-ol.tnotes{font-size:12.5px;color:var(--muted);margin:-8px 0 16px;padding-left:26px}
-ol.tnotes li{margin:1px 0}
-.notes{font-size:13px;background:#fff8e6;border:1px solid #f0d48a;border-radius:6px;padding:6px 10px;margin:8px 0}
-.notes ul{margin:4px 0 0;padding-left:18px}
-.failed{background:#fdecea;border:2px solid #c62828;border-radius:6px;padding:8px 12px;margin:12px 0;color:#7f1d1d}
-.failed ul{margin:4px 0 0;padding-left:18px}
-footer{margin-top:40px;font-size:12px;color:var(--muted)}
-"""
 
 #: (label, keys looked up in run_info then summary) for the run-information block, in display order.
 _RUN_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -544,19 +491,13 @@ def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], deri
         if not isinstance(value, (list, tuple, set, Mapping)) and is_missing(value):
             continue
         items.append((_CONFIG_LABELS.get(key, _words(key)), _value_text(value)))
+    from medvlm_audit.report.render import macro
+
     run_dir = run_info.get("run_dir")
-    body = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in items)
-    cfg_html = ""
-    if isinstance(config, Mapping) and config:
-        rows = config_rows(config, str(run_dir) if run_dir else None)
-        where = " Paths are relative to the run folder." if run_dir else ""
-        cfg_html = (f'<h3>Resolved run configuration</h3><p class="muted">As recorded in the run store.{where}</p>'
-                    '<dl class="runinfo">' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
-                    + "</dl>")
-    else:
-        cfg_html = '<p class="muted">No run configuration is recorded for this run (an imported run).</p>'
-    return ('<details class="runinfo"><summary>Run details and configuration</summary>'
-            f'<dl class="runinfo">{body}</dl>{cfg_html}</details>')
+    has_config = isinstance(config, Mapping) and bool(config)
+    rows = config_rows(config, str(run_dir) if run_dir else None) if has_config else []  # type: ignore[arg-type]
+    where = " Paths are relative to the run folder." if run_dir else ""
+    return str(macro("run_details")(items, rows, has_config, where))
 
 
 def _notes_html(summary: Mapping[str, Any]) -> str:
@@ -565,22 +506,26 @@ def _notes_html(summary: Mapping[str, Any]) -> str:
         notes = [notes]
     if not isinstance(notes, (list, tuple)) or not notes:
         return ""
-    items = "".join(f"<li>{escape(_value_text(n))}</li>" for n in notes if not is_missing(n))
-    return f'<div class="notes"><strong>Analysis notes</strong><ul>{items}</ul></div>' if items else ""
+    from medvlm_audit.report.render import macro
+
+    items = [_value_text(n) for n in notes if not is_missing(n)]
+    return str(macro("notes")(items)) if items else ""
 
 
 def badge(category: object, colors: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None) -> str:
     """A coloured category badge (trusted markup); ``colors`` / ``labels`` map categories to fill and text."""
     colors = colors or {}
     cat = "indeterminate" if is_missing(category) else str(category)
-    color = colors.get(cat, "#7f7f7f")
-    return f'<span class="badge" style="background:{color}">{escape((labels or {}).get(cat, cat))}</span>'
+    from medvlm_audit.report.render import macro
+
+    return str(macro("badge")(colors.get(cat, "#7f7f7f"), (labels or {}).get(cat, cat)))
 
 
 def verdict_list(items: Sequence[tuple[str, str, str]]) -> str:
     """The verdict block: one line per (model, badges markup, verdict text)."""
-    lines = "".join(f'<li><span class="model">{escape(m)}</span>{b} {escape(t)}</li>' for m, b, t in items)
-    return f'<ul class="verdicts">{lines}</ul>'
+    from medvlm_audit.report.render import macro, trusted
+
+    return str(macro("verdicts")([(m, trusted(b), t) for m, b, t in items]))
 
 
 def failing_models_html(summary: Mapping[str, Any] | None) -> str:
@@ -593,18 +538,10 @@ def failing_models_html(summary: Mapping[str, Any] | None) -> str:
     failing = failing_models(summary)
     if not failing:
         return ""
+    from medvlm_audit.report.render import macro
+
     detail = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in error_summary_lines(summary)}
-    items = "".join(
-        f"<li><span class=\"model\">{escape(m)}</span>{escape(why)}"
-        + (f'<div class="muted">{escape(detail[m])}</div>' if m in detail else "") + "</li>"
-        for m, why in failing.items()
-    )
-    return ('<div class="failed" role="alert"><strong>The run failed for these models: their results below are '
-            f"incomplete or missing.</strong><ul>{items}</ul></div>")
-
-
-def _section(title: str, body: str, anchor: str) -> str:
-    return f'<section id="{escape(anchor)}"><h2>{escape(title)}</h2>{body}</section>'
+    return str(macro("failed")([(m, why, detail.get(m)) for m, why in failing.items()]))
 
 
 def render_page(
@@ -615,38 +552,35 @@ def render_page(
     summary: Mapping[str, Any] | None = None,
     intro: str = "",
     derived: Mapping[str, Any] | None = None,
+    run_details: bool = True,
+    intro_title: str = "How to read this report",
 ) -> str:
-    """The one report page of every suite, as one self-contained HTML string (inline CSS, no script, nothing
-    loaded from the network): the title, a red box for failed models, the verdicts (the sections anchored
-    ``verdicts``), "how to read this" (the suite's ``intro``, trusted markup), the run's details and resolved
-    config in a collapsible block, the analysis notes, a table of contents and the other sections."""
+    """The one report page, as one self-contained HTML string (the one inline stylesheet, no script, nothing
+    loaded from the network), rendered from ``report/templates/page.html``: the title, a red box for failed
+    models, the verdicts (the sections anchored ``verdicts``), "how to read this" (``intro``, trusted markup),
+    the run's details and resolved config in a collapsible block (``run_details``; a page that is not one run's
+    report, such as the reader-study report, leaves it out), the analysis notes, a table of contents and the
+    other sections. Section bodies are trusted markup built with the helpers of this module."""
     from medvlm_audit import __version__
+    from medvlm_audit.report.render import render, stylesheet, trusted
 
     run_info = dict(run_info or {})
     summary = summary if isinstance(summary, Mapping) else {}
     derived = {"package_version": __version__, **dict(derived or {})}
-    first = [s for s in sections if s.anchor == "verdicts"]
-    rest = [s for s in sections if s.anchor != "verdicts"]
-    parts: list[str] = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<header><h1>{escape(title)}</h1></header>",
-        failing_models_html(run_info.get("last_summary")),
-    ]
-    for sec in first:
-        parts.append(_section(sec.title, sec.html, sec.anchor))
-    if intro:
-        parts.append(f'<section id="how-to-read" class="howto"><h2>How to read this report</h2>{intro}</section>')
-    parts.append(_run_info_html(run_info, summary, derived))
-    parts.append(_notes_html(summary))
-    parts.append('<nav class="toc">' + "".join(f'<a href="#{escape(s.anchor)}">{escape(s.title)}</a>'
-                                               for s in rest) + "</nav>")
-    for sec in rest:
-        parts.append(_section(sec.title, sec.html, sec.anchor))
-    parts.append(
-        f"<footer>Generated by medvlm-audit {escape(__version__)}. Self-contained: figures are inline, nothing is "
-        "loaded from the network, and no patient image is embedded.</footer></body></html>"
+
+    def view(sec: Any) -> dict[str, Any]:
+        return {"anchor": sec.anchor, "title": sec.title, "html": trusted(sec.html)}
+
+    return render(
+        "page.html",
+        title=title,
+        css=trusted(stylesheet()),
+        failed=trusted(failing_models_html(run_info.get("last_summary"))),
+        first=[view(s) for s in sections if s.anchor == "verdicts"],
+        intro=trusted(intro) if intro else "",
+        intro_title=intro_title,
+        details=trusted(_run_info_html(run_info, summary, derived)) if run_details else "",
+        notes=trusted(_notes_html(summary)),
+        rest=[view(s) for s in sections if s.anchor != "verdicts"],
+        version=__version__,
     )
-    return "\n".join(parts)

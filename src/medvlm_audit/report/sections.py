@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from medvlm_audit.report.html import escape, figure_to_html, is_missing, table_to_html
+from medvlm_audit.report.html import figure_to_html, is_missing, table_to_html
 
 __all__ = ["Section", "compact_table_html", "figure_to_html", "table_to_html"]
 
@@ -93,9 +93,11 @@ def compact_table_html(
     else:
         named = [("", others[i:i + width]) for i in range(0, len(others), width)] or [("", [])]
     chunks = [cols for _, cols in named]
+    from medvlm_audit.report.render import macro
+
     out: list[str] = []
     if intro:
-        out.append(f'<p class="muted">Same in every row: {escape("; ".join(intro))}.</p>')
+        out.append(str(macro("same_in_every_row")("; ".join(intro))))
     for k, (group_cap, cols) in enumerate(named, 1):
         cap = caption
         if group_cap:
@@ -106,6 +108,5 @@ def compact_table_html(
         out.append(table_to_html(d[[*keys, *cols]], caption=cap, table_id=tid, formatters=formatters,
                                  html_columns=html_columns))
     if foot:
-        items = "".join(f"<li>{escape(t)}</li>" for t in foot)
-        out.append(f'<ol class="tnotes">{items}</ol>')
+        out.append(str(macro("table_notes")(list(foot))))
     return "".join(out)
