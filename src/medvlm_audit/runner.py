@@ -290,7 +290,8 @@ class ModelWork:
     n_trials: int = 0
     identity: dict[str, Any] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
-    pending: dict[str, tuple[ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
+    #: inputs queued to ask in this run (their count; the inputs themselves go to the queue, not kept here)
+    n_pending: int = 0
     _keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
     _templates: dict[tuple, _KeyTemplate] = field(default_factory=dict)
 
@@ -326,7 +327,7 @@ class ModelWork:
                     requests.append((key, model.name, tpl.request_json(shas)))
                     if key not in self.answered and key not in self.claimed:
                         self.claimed.add(key)
-                        self.pending[key] = (inp, hit[2])
+                        self.n_pending += 1
                         new.append(hit)
             key, inp, _ = hit
             rows.append(
@@ -967,7 +968,7 @@ async def _execute(
             raise commit.stopped_error()
     per_model: dict[str, dict[str, Any]] = {}
     for w, r in zip(works, results):
-        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
+        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": w.n_pending, **r}
     skipped = Counter(f"{sk.condition}: {sk.reason}" for sk in plan.skipped)
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
                       timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals(),

@@ -1,0 +1,110 @@
+"""Bounded memory at any run size: the render workers stay only a few batches ahead of a slow model, and an
+encoded image is dropped once the last input that needs it was handed to its model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from conftest import make_tiny_probeset
+
+from medvlm_audit import runner
+from medvlm_audit.models.base import Model, ModelInput, Response
+from medvlm_audit.runner import execute
+from medvlm_audit.store import RunStore
+from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
+
+OPTS = GroundingOptions(conditions=("original", "target_mask", "irrelevant_mask", "no_image"))
+
+
+def _encode(px: np.ndarray) -> bytes:
+    return b"img:" + px.tobytes()[:64]
+
+
+class SlowEncodedModel(Model):
+    """An HTTP-like model: takes the bytes its encoder made (primed), answers slowly, one input per call."""
+
+    name = "slow"
+    modality = "multimodal"
+    batch_size = 1
+    max_concurrency = 2
+
+    def __init__(self) -> None:
+        self.primed: dict[str, bytes] = {}
+        self.asked = 0
+
+    def image_encoder(self):
+        return _encode
+
+    def prime_image(self, sha256: str, encoded: bytes) -> None:
+        self.primed[sha256] = encoded
+
+    async def generate(self, inputs: Sequence[ModelInput]) -> list[Response]:
+        await asyncio.sleep(0.002)
+        out = []
+        for inp in inputs:
+            self.asked += 1
+            for im in inp.images:  # every image arrives encoded by a render worker, none rendered here
+                assert im.sha256 in self.primed
+            out.append(Response("Yes"))
+        return out
+
+
+def test_rendering_waits_for_the_model_and_encoded_images_are_released(tmp_path: Path, monkeypatch) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=120)
+    held: list[int] = []
+    queued: list[int] = []
+    real_put = runner._Encoded.put
+    real_queued = runner._Room.queued
+
+    def put(self, r, encoded):
+        real_put(self, r, encoded)
+        held.append(len(self.data))
+
+    def on_queued(self, qi, n=1):
+        real_queued(self, qi, n)
+        queued.append(self.waiting[qi])
+
+    monkeypatch.setattr(runner._Encoded, "put", put)
+    monkeypatch.setattr(runner._Room, "queued", on_queued)
+    made: list[runner._Feed] = []
+    real_feed = runner._Feed
+
+    def feed(*a, **k):
+        made.append(real_feed(*a, **k))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "_Feed", feed)
+    m = SlowEncodedModel()
+    plan = plan_grounding([ps], OPTS)
+    s = asyncio.run(execute(RunStore(tmp_path / "run.sqlite"), plan, [m], progress=False, workers=1,
+                            render_in="threads"))
+    n_images = 3 * 120  # original, target mask, irrelevant mask of each case (swap is not asked here)
+    assert s.per_model["slow"]["asked"] == m.asked == n_images + 1  # + one no_image question
+    cap = made[0].room.caps[0]
+    assert cap == 64
+    # a render task is 8 source files (3 images each), two tasks in flight: the backlog never passes
+    # cap + what the in-flight tasks bring, far below the run's size
+    assert max(queued) <= cap + 2 * 8 * 3
+    assert max(held) <= cap + 2 * 8 * 3 < n_images
+    assert made[0].encoded.data == {} and not made[0].encoded.uses  # every encoded image was released
+
+
+def test_without_backpressure_the_bound_would_fail(tmp_path: Path, monkeypatch) -> None:
+    """The check above can fail: with the room always free, the renderer runs ahead of the slow model."""
+    ps = make_tiny_probeset(tmp_path / "data", n=120)
+    held: list[int] = []
+    real_put = runner._Encoded.put
+
+    def put(self, r, encoded):
+        real_put(self, r, encoded)
+        held.append(len(self.data))
+
+    monkeypatch.setattr(runner._Encoded, "put", put)
+    monkeypatch.setattr(runner._Room, "free", lambda self: True)
+    m = SlowEncodedModel()
+    asyncio.run(execute(RunStore(tmp_path / "run.sqlite"), plan_grounding([ps], OPTS), [m], progress=False,
+                        workers=1, render_in="threads"))
+    assert max(held) > 64 + 2 * 8 * 3
