@@ -72,7 +72,7 @@ def _not_found() -> Response:
 
 
 def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
-               write_wait_s: float = 2.0) -> Starlette:
+               write_wait_s: float = 1.0) -> Starlette:
     """The app for one study folder. ``allowed_hosts``: Host header values accepted (default: localhost names,
     which also stops DNS-rebinding pages from talking to a local server).
 
@@ -80,7 +80,8 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     never on the event loop, so a store locked by another process slows no page: page views read only (WAL
     readers do not wait for a writer), and an answer that cannot get the write lock within ``write_wait_s``
     answers 503 with ``busy: true``: nothing was written, the page says "retrying" and sends it again."""
-    study = Study(study_dir, write_wait_s=write_wait_s)
+    study = Study(study_dir, write_wait_s=write_wait_s, cache_answers=True)
+    study.preload()
     env = _env()
     pngs = PngCache()
     static = {name: _package_text("static", name).encode("utf-8") for name in _STATIC}
@@ -114,6 +115,9 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         return Response(status_code=204)
 
     async def read(request: Request) -> Response:
+        reader = reader_of(request)  # readers are in memory (preloaded)
+        if reader is not None and study.cached_answers(reader) is not None:
+            return read_sync(request)  # nothing to read from the database: no thread needed
         return await run_in_threadpool(read_sync, request)
 
     def read_sync(request: Request) -> Response:
@@ -166,6 +170,14 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
                     base=f"/r/{request.path_params['token']}")
 
     async def image(request: Request) -> Response:
+        reader = reader_of(request)
+        k_raw = request.path_params["k"]
+        if reader is not None and k_raw.isdigit():  # an image already made: served from memory
+            got = study.cached_item(reader, request.path_params["item_id"])
+            if got and int(k_raw) < len(got[1].get("images") or []):
+                data = pngs.peek((request.path_params["item_id"], int(k_raw)))
+                if data is not None:
+                    return Response(data, media_type="image/png")
         return await run_in_threadpool(image_sync, request)
 
     def image_sync(request: Request) -> Response:
@@ -191,7 +203,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         return Response(data, media_type="image/png")
 
     async def answer(request: Request) -> Response:
-        reader = await run_in_threadpool(reader_of, request)
+        reader = reader_of(request)
         if reader is None:
             return _not_found()
         if not same_origin(request):

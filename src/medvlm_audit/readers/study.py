@@ -99,11 +99,11 @@ class Study:
 
     Each thread keeps one SQLite connection (its PRAGMAs set once, a busy timeout on writes); what never
     changes while a study runs (readers, their item order, the items) is read once and kept in memory, so a
-    page view costs one query (the reader's answers) and writes nothing: a page view's activity time is kept
+    page view costs at most one query (the reader's answers; none when a server caches them) and writes nothing: a page view's activity time is kept
     in memory and written with the reader's next answer. ``write_wait_s`` bounds how long an answer waits
     for another process's write lock before :class:`StoreBusyError` (the page then says "retrying")."""
 
-    def __init__(self, study_dir: str | Path, *, write_wait_s: float = 2.0) -> None:
+    def __init__(self, study_dir: str | Path, *, write_wait_s: float = 1.0, cache_answers: bool = False) -> None:
         self.dir = Path(study_dir)
         self.path = self.dir / STUDY_FILE
         if not self.path.exists():
@@ -111,10 +111,13 @@ class Study:
         self.write_wait_s = float(write_wait_s)
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._readers: dict[str, Reader] | None = None  # token hash -> reader
         self._orders: dict[int, list[str]] = {}
         self._items: dict[tuple[int, str], tuple[str, str]] = {}  # (reader, item) -> (view JSON, source JSON)
         self._seen: dict[int, float] = {}  # page views not yet written (reader id -> time)
+        # reader id -> her answers, kept current by save_answer: for a server, the study's one writer of answers
+        self._answers: dict[int, dict[str, dict[str, str]]] | None = {} if cache_answers else None
         self._locked_at = 0.0  # when a write last found the store locked
         meta = self.meta()
         self.task: str = meta["task"]
@@ -152,24 +155,34 @@ class Study:
             return
         # right after a write found the store locked, later writes fail at once instead of each waiting
         # out the timeout in turn (the page retries them); then one waits again
-        wait_ms = 0 if time.monotonic() - self._locked_at < 0.5 else int(self.write_wait_s * 1000)
-        if wait_ms != self._local.wait_ms:
-            con.execute(f"PRAGMA busy_timeout={wait_ms}")
-            self._local.wait_ms = wait_ms
+        busy = StoreBusyError(f"{self.path}: the study store is locked by another process; nothing was written, "
+                              "try again")
+        t0 = time.monotonic()
+        wait_s = 0.0 if t0 - self._locked_at < 0.5 else self.write_wait_s
+        # one writer thread at a time waits on SQLite's lock; the others wait here
+        got = self._write_lock.acquire(timeout=wait_s) if wait_s > 0 else self._write_lock.acquire(blocking=False)
+        if not got:
+            raise busy
         try:
-            con.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as e:
-            if "locked" in str(e) or "busy" in str(e):
-                self._locked_at = time.monotonic()
-                raise StoreBusyError(f"{self.path}: the study store is locked by another process; nothing was "
-                                     "written, try again") from None
-            raise
-        try:
-            yield con
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
+            wait_ms = max(0, int((wait_s - (time.monotonic() - t0)) * 1000))
+            if wait_ms != self._local.wait_ms:
+                con.execute(f"PRAGMA busy_timeout={wait_ms}")
+                self._local.wait_ms = wait_ms
+            try:
+                con.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if "locked" in str(e) or "busy" in str(e):
+                    self._locked_at = time.monotonic()
+                    raise busy from None
+                raise
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        finally:
+            self._write_lock.release()
 
     # --- meta, readers, security --------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
@@ -248,13 +261,48 @@ class Study:
 
     # --- answers -------------------------------------------------------------------------------------
     def answers(self, reader: Reader) -> dict[str, dict[str, str]]:
-        """item_id -> {scale: value} of this reader."""
+        """item_id -> {scale: value} of this reader (treat as read-only: it may be the cached copy)."""
+        cached = self._answers.get(reader.reader_id) if self._answers is not None else None
+        if cached is not None:
+            return cached
         out: dict[str, dict[str, str]] = {}
         with self.db() as con:
             for item_id, scale, value in con.execute(
                     "SELECT item_id, scale, value FROM answers WHERE reader_id = ?", (reader.reader_id,)):
                 out.setdefault(item_id, {})[scale] = value
+        if self._answers is not None:
+            with self._lock:
+                self._answers.setdefault(reader.reader_id, out)
         return out
+
+    def cached_answers(self, reader: Reader) -> dict[str, dict[str, str]] | None:
+        """The reader's answers when held in memory (a server that caches them), else None: no database call."""
+        return self._answers.get(reader.reader_id) if self._answers is not None else None
+
+    def cached_item(self, reader: Reader, item_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None | bool:
+        """``item`` from memory; False when it would need the database."""
+        row = self._items.get((reader.reader_id, item_id))
+        if row is None:
+            return False
+        return json.loads(row[0]), json.loads(row[1])
+
+    def preload(self) -> None:
+        """Read readers, their orders and items once (a server does this at start, in one transaction)."""
+        with self.db() as con:
+            con.execute("BEGIN")
+            try:
+                self._readers = {r[2]: Reader(*r) for r in con.execute(
+                    "SELECT reader_id, name, token_hash FROM readers")}
+                orders: dict[int, list[str]] = {}
+                for rid, item_id in con.execute("SELECT reader_id, item_id FROM assignments ORDER BY reader_id, position"):
+                    orders.setdefault(rid, []).append(item_id)
+                self._orders.update(orders)
+                for rid, item_id, view, source in con.execute(
+                        "SELECT a.reader_id, i.item_id, i.view, i.source FROM items i JOIN assignments a "
+                        "ON a.item_id = i.item_id LIMIT 100000"):
+                    self._items[(rid, item_id)] = (view, source)
+            finally:
+                con.execute("COMMIT")
 
     def is_complete(self, given: dict[str, str]) -> bool:
         return all(s.name in given for s in self.spec.scales)
@@ -292,6 +340,9 @@ class Study:
             for rid, t in seen.items():
                 if self._seen.get(rid, 0.0) <= t:
                     self._seen.pop(rid, None)
+            if self._answers is not None and reader.reader_id in self._answers:
+                old = self._answers[reader.reader_id]  # copy on write: readers of the old dict see a whole one
+                self._answers[reader.reader_id] = {**old, item_id: {**old.get(item_id, {}), scale: value}}
 
     def touch(self, reader: Reader) -> None:
         """A page view: kept in memory (no write per page), written with the next answer of any reader."""
