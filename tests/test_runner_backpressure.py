@@ -108,3 +108,25 @@ def test_without_backpressure_the_bound_would_fail(tmp_path: Path, monkeypatch) 
     asyncio.run(execute(RunStore(tmp_path / "run.sqlite"), plan_grounding([ps], OPTS), [m], progress=False,
                         workers=1, render_in="threads"))
     assert max(held) > 64 + 2 * 8 * 3
+
+
+def test_a_resumed_run_rechecks_only_new_or_changed_source_files(tmp_path: Path, monkeypatch) -> None:
+    """Source checks are cached by (path, size, mtime) through the store's image hashes."""
+    import os
+
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    calls: list[str] = []
+    real = runner.check_image_header
+    monkeypatch.setattr(runner, "check_image_header", lambda p: (calls.append(str(p)), real(p))[1])
+    store = RunStore(tmp_path / "run.sqlite")
+    opts = GroundingOptions(conditions=("original", "target_mask"))
+    asyncio.run(execute(store, plan_grounding([ps], opts), [SlowEncodedModel()], progress=False, workers=1))
+    assert len(calls) == 6  # every source checked once on the first invocation
+    calls.clear()
+    asyncio.run(execute(store, plan_grounding([ps], opts), [SlowEncodedModel()], progress=False, workers=1))
+    assert calls == []  # nothing changed: no file read again
+    changed = tmp_path / "data" / "images" / "img002.png"
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    asyncio.run(execute(store, plan_grounding([ps], opts), [SlowEncodedModel()], progress=False, workers=1))
+    assert calls == [str(changed.resolve())] or [os.path.basename(c) for c in calls] == ["img002.png"]

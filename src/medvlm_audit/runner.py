@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -117,13 +117,26 @@ class TrialIndex:
         return ready
 
 
-def check_sources(index: TrialIndex) -> dict[ImageRecipe, str]:
-    """Check every source file once (exists, header decodes) and return each recipe's cache key.
+def check_sources(index: TrialIndex, known: Container[str] = ()) -> dict[ImageRecipe, str]:
+    """Check every source file once (exists, header decodes, PNG CRCs) and return each recipe's cache key.
 
-    Runs before any model call, so a missing or unreadable file fails the run with the case named."""
-    checked: dict[str, Exception | None] = {}
+    Runs before any model call, so a missing or unreadable file fails the run with the case named. ``known``:
+    recipe cache keys already hashed in the run store (``RunStore.image_hashes``); a key names the file's
+    path, size and mtime, so a source with a known key was fully decoded by an earlier invocation and is
+    unchanged since: it is not read again (a resumed or extended run checks only new or changed files)."""
     keys: dict[ImageRecipe, str] = {}
+    proven: set[str] = set()
     for r in index.first:
+        try:
+            keys[r] = k = r.cache_key()
+        except ImageError as e:
+            raise index.named(r, e) from None
+        if k in known:
+            proven.add(r.source)
+    checked: dict[str, Exception | None] = {}
+    for r in index.first:
+        if r.source in proven:
+            continue
         if r.source not in checked:
             try:
                 check_image_header(r.source)
@@ -133,10 +146,6 @@ def check_sources(index: TrialIndex) -> dict[ImageRecipe, str]:
         err = checked[r.source]
         if err is not None:
             raise index.named(r, err) from None
-        try:
-            keys[r] = r.cache_key()
-        except ImageError as e:
-            raise index.named(r, e) from None
     return keys
 
 
@@ -860,7 +869,7 @@ async def _execute(
     decoding = decoding or Decoding()
     check_models(models)
     index = TrialIndex(plan.trials)
-    keys = source_keys if source_keys is not None else check_sources(index)  # before anything is written
+    keys = source_keys if source_keys is not None else check_sources(index, store.image_hashes())  # before writing
     for src in plan.sources:
         store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance)
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
