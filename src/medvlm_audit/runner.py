@@ -12,6 +12,11 @@ encoded bytes (they then run beside the event loop, which threads cannot: they s
 An input is queued once its image is ready, so the event loop never renders. A source whose pixel data
 fails to decode later stops the run with an error naming the case; every answer committed until then stays
 in the store and a rerun resumes.
+
+Backpressure: rendering runs only a few batches ahead of the slowest model (render tasks are submitted while
+every model's queue holds fewer image inputs than its cap), and an encoded image is kept only until the last
+queued input needing it is handed over, so peak memory depends on concurrency and image size, not on the
+number of trials.
 """
 
 from __future__ import annotations
