@@ -239,8 +239,13 @@ def _normalise_ops(ops: Iterable[Any]) -> tuple[Op, ...]:
             items = params.items()
         else:
             items = tuple(params or ())
-        out.append((str(name), tuple(sorted((str(k), _freeze(v)) for k, v in items))))
+        norm = (str(name), tuple(sorted((str(k), _freeze(v)) for k, v in items)))
+        # one shared tuple per distinct op: a plan of many recipes repeats the same resize (memory per trial)
+        out.append(_OPS.setdefault(norm, norm) if len(_OPS) < 50_000 else norm)
     return tuple(out)
+
+
+_OPS: dict[Op, Op] = {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -306,7 +306,6 @@ class ModelWork:
     keys: set[str] = field(default_factory=set)
     #: inputs queued to ask in this run (their count; the inputs themselves go to the queue, not kept here)
     n_pending: int = 0
-    _keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
     _templates: dict[tuple, _KeyTemplate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -325,28 +324,23 @@ class ModelWork:
         requests: list[tuple[str, str, str]] = []
         new: list[Pending] = []
         for t in trials:
-            sig = (t.messages, t.images, t.sample_index, t.decoding)
-            hit = self._keyed.get(sig)
-            if hit is None:
-                tpl = self._template(t)
-                shas = [hashes[r] for r in t.images][: len(tpl.input.images)]
-                key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
-                inp = tpl.input
-                if shas:
-                    inp = ModelInput(inp.messages, tuple(ImageData(_PLACEHOLDER, h) for h in shas), inp.decoding,
-                                     inp.sample_index)
-                hit = self._keyed[sig] = (key, inp, t.images if inp.images else ())
-                if key not in self.keys:
-                    self.keys.add(key)
-                    requests.append((key, model.name, tpl.request_json(shas)))
-                    if key not in self.answered and key not in self.claimed:
-                        self.claimed.add(key)
-                        self.n_pending += 1
-                        new.append(hit)
-            key, inp, _ = hit
+            tpl = self._template(t)
+            n = len(tpl.input.images)
+            shas = [hashes[r] for r in t.images][:n] if n else []
+            key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
+            if key not in self.keys:
+                self.keys.add(key)
+                requests.append((key, model.name, tpl.request_json(shas)))
+                if key not in self.answered and key not in self.claimed:
+                    self.claimed.add(key)
+                    self.n_pending += 1
+                    inp = tpl.input
+                    if shas:
+                        inp = ModelInput(inp.messages, tuple(ImageData(_PLACEHOLDER, h) for h in shas), inp.decoding,
+                                         inp.sample_index)
+                    new.append((key, inp, t.images if n else ()))
             rows.append(
-                (model.name, t.probe_set, t.case_id, t.condition, t.sample_index, key,
-                 inp.images[0].sha256 if inp.images else None,
+                (model.name, t.probe_set, t.case_id, t.condition, t.sample_index, key, shas[0] if shas else None,
                  json.dumps(t.payload, sort_keys=True) if t.payload else None)
             )
         self.n_trials += len(rows)
