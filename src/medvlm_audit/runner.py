@@ -629,7 +629,7 @@ class _PlanRows:
     """Trial, request and image-hash rows, written in large transactions. They are derivable from the plan
     (a resumed run writes them again), so unlike answers they need not be committed one by one."""
 
-    def __init__(self, store: RunStore, max_rows: int = 20_000) -> None:
+    def __init__(self, store: RunStore, max_rows: int = 5_000) -> None:
         self.store = store
         self.max_rows = max_rows
         self.rows: dict[str, list[tuple]] = {"trials": [], "requests": [], "image_hashes": []}
