@@ -130,3 +130,29 @@ def test_a_resumed_run_rechecks_only_new_or_changed_source_files(tmp_path: Path,
     os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     asyncio.run(execute(store, plan_grounding([ps], opts), [SlowEncodedModel()], progress=False, workers=1))
     assert calls == [str(changed.resolve())] or [os.path.basename(c) for c in calls] == ["img002.png"]
+
+
+def test_an_image_of_a_multi_image_trial_is_kept_until_that_trial_is_keyed() -> None:
+    """A trial with two images is keyed only when both are rendered; the first image's bytes must still be
+    there then (else the model would render it again on the event loop)."""
+    from medvlm_audit.images import ImageRecipe
+    from medvlm_audit.suites.base import Trial
+
+    a, b, c = (ImageRecipe(f"{x}.png") for x in "abc")
+    single = Trial("ps", "c1", "original", (), (a,), 0)
+    double = Trial("ps", "c2", "pair", (), (a, b), 0)
+    enc = runner._Encoded()
+    enc.need.update(r for t in (single, double) if len(t.images) > 1 for r in dict.fromkeys(t.images))
+    enc.put(a, (b"A",))
+    enc.put(c, (b"C",))
+    enc.want((a,), 0)  # the single-image trial is keyed and queued when a is rendered
+    enc.admitted([single], 1)
+    enc.unwanted((a, c), 1)
+    assert (c, 0) not in enc.data  # nobody needs c: dropped at once
+    assert enc.take(a, 0) == b"A"
+    assert enc.data[(a, 0)] == b"A"  # kept: the two-image trial still needs a
+    enc.put(b, (b"B",))
+    enc.want((a, b), 0)
+    enc.admitted([double], 1)
+    assert enc.take(a, 0) == b"A" and enc.take(b, 0) == b"B"
+    assert enc.data == {} and not enc.uses and not enc.need

@@ -520,6 +520,9 @@ class _Encoded:
     def __init__(self) -> None:
         self.data: dict[tuple[ImageRecipe, int], bytes] = {}
         self.uses: Counter[tuple[ImageRecipe, int]] = Counter()
+        #: images of multi-image trials not yet keyed (such a trial waits for its other images): recipe ->
+        #: trials still to come; their bytes are kept for them (single-image trials are keyed at render time)
+        self.need: Counter[ImageRecipe] = Counter()
 
     @property
     def nbytes(self) -> int:
@@ -541,11 +544,23 @@ class _Encoded:
             self.uses[k] = n
             return self.data.get(k)
         self.uses.pop(k, None)
-        return self.data.pop(k, None)
+        return self.data.pop(k, None) if r not in self.need else self.data.get(k)
+
+    def admitted(self, trials: Iterable[Trial], n_encoders: int) -> None:
+        """Trials keyed: a multi-image trial's images are no longer kept for it."""
+        for t in trials:
+            if len(t.images) > 1:
+                for r in dict.fromkeys(t.images):
+                    self.need[r] -= 1
+                    if self.need[r] <= 0:
+                        del self.need[r]
+                        self.unwanted((r,), n_encoders)
 
     def unwanted(self, recipes: Iterable[ImageRecipe], n_encoders: int) -> None:
         """Drop what no queued input needs (a recipe whose inputs were all deduplicated or answered)."""
         for r in recipes:
+            if r in self.need:
+                continue
             for j in range(n_encoders):
                 if (r, j) not in self.uses:
                     self.data.pop((r, j), None)
@@ -899,6 +914,7 @@ async def _execute(
         # rendering pauses while a model has this many image inputs queued: a few batches per worker
         caps = [max(64, 4 * max(1, m.max_concurrency) * max(1, m.batch_size)) for m in models]
         feed = _Feed(queues, encoder_of, caps)
+        feed.encoded.need.update(r for t in plan.trials if len(t.images) > 1 for r in dict.fromkeys(t.images))
 
         def admit(trial_ids: list[int]) -> None:
             if not trial_ids:
@@ -912,6 +928,8 @@ async def _execute(
                 if new:
                     timing.setdefault("first_input_s", time.perf_counter() - t0)
                     bar.grow(w.model.name, len(new))
+            if feed.encoded.need:
+                feed.encoded.admitted(trials, len(encoders))
 
         async def produce() -> None:
             """Key the trials each batch of rendered images completes and queue their inputs."""
