@@ -156,3 +156,16 @@ def test_an_image_of_a_multi_image_trial_is_kept_until_that_trial_is_keyed() -> 
     enc.admitted([double], 1)
     assert enc.take(a, 0) == b"A" and enc.take(b, 0) == b"B"
     assert enc.data == {} and not enc.uses and not enc.need
+
+
+def test_key_templates_stay_bounded_when_every_prompt_differs() -> None:
+    """A judge stage has one distinct prompt per trial: the per-prompt key templates must not grow with the run."""
+    from medvlm_audit.models.base import Decoding, Message
+    from medvlm_audit.suites.base import Trial
+
+    w = runner.ModelWork(SlowEncodedModel(), Decoding(), set())
+    trials = [Trial("ps", f"c{i}", "judge", (Message("user", f"judge this CoT number {i}"),), (), 0)
+              for i in range(5000)]
+    rows, requests, new = w.admit(trials, {})
+    assert len(rows) == len(requests) == len(new) == 5000
+    assert len(w._templates) <= 4096

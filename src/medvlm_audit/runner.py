@@ -361,6 +361,8 @@ class ModelWork:
             inp = self.model.prepare(ModelInput(t.messages, slots, dec, t.sample_index))
             desc = inp.describe()
             key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
+            if len(self._templates) >= 4096:  # bounded: a judge stage has one distinct prompt per trial
+                self._templates.clear()
             tpl = self._templates[tsig] = _KeyTemplate(
                 inp, _split_slots(key_json, len(inp.images)), _split_slots(json.dumps(desc, sort_keys=True),
                                                                            len(inp.images)))
