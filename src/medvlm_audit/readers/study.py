@@ -262,17 +262,25 @@ class Study:
     # --- answers -------------------------------------------------------------------------------------
     def answers(self, reader: Reader) -> dict[str, dict[str, str]]:
         """item_id -> {scale: value} of this reader (treat as read-only: it may be the cached copy)."""
-        cached = self._answers.get(reader.reader_id) if self._answers is not None else None
+        if self._answers is None:
+            return self._read_answers(reader)
+        cached = self._answers.get(reader.reader_id)
         if cached is not None:
             return cached
+        # filled under the lock that save_answer updates the cache under: an answer committed while this read
+        # runs is either in what it reads or applied to the cache right after
+        with self._lock:
+            cached = self._answers.get(reader.reader_id)
+            if cached is None:
+                cached = self._answers[reader.reader_id] = self._read_answers(reader)
+        return cached
+
+    def _read_answers(self, reader: Reader) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
         with self.db() as con:
             for item_id, scale, value in con.execute(
                     "SELECT item_id, scale, value FROM answers WHERE reader_id = ?", (reader.reader_id,)):
                 out.setdefault(item_id, {})[scale] = value
-        if self._answers is not None:
-            with self._lock:
-                self._answers.setdefault(reader.reader_id, out)
         return out
 
     def cached_answers(self, reader: Reader) -> dict[str, dict[str, str]] | None:
