@@ -169,3 +169,31 @@ def test_key_templates_stay_bounded_when_every_prompt_differs() -> None:
     rows, requests, new = w.admit(trials, {})
     assert len(rows) == len(requests) == len(new) == 5000
     assert len(w._templates) <= 4096
+
+
+def test_a_local_model_s_pixels_are_dropped_after_their_last_use(tmp_path: Path, monkeypatch) -> None:
+    """A model that takes pixels (a local model): the pixel cache holds only what queued inputs still need."""
+    from conftest import BrightSpotModel
+
+    from medvlm_audit.images import PixelCache
+
+    made: list[PixelCache] = []
+    sizes: list[int] = []
+
+    class Recording(PixelCache):
+        def __init__(self, *a, **k) -> None:
+            super().__init__(*a, **k)
+            made.append(self)
+
+        def put(self, key, arr) -> None:
+            super().put(key, arr)
+            sizes.append(len(self._lru))
+
+    monkeypatch.setattr(runner, "PixelCache", Recording)
+    ps = make_tiny_probeset(tmp_path / "data", n=120)
+    m = BrightSpotModel()
+    s = asyncio.run(execute(RunStore(tmp_path / "run.sqlite"), plan_grounding([ps], OPTS), [m], progress=False,
+                            workers=1, render_in="threads"))
+    assert s.per_model["bright-spot"]["asked"] == m.calls == 3 * 120 + 1
+    assert max(sizes) <= 64 + 2 * 8 * 3 < 3 * 120  # cap + two render tasks, far below the run's images
+    assert len(made[0]._lru) == 0  # every image dropped after its use

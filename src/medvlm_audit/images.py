@@ -185,6 +185,9 @@ class PixelCache:
     def put(self, key: object, arr: np.ndarray | bytes) -> None:
         self._lru.put(key, arr)  # type: ignore[arg-type]
 
+    def discard(self, key: object) -> None:
+        self._lru.pop(key)  # type: ignore[arg-type]
+
 
 #: the image operations a recipe may name: name -> pure function ``op(pixels, **params) -> pixels`` (or a
 #: ``"module:attr"`` string imported on first use). Built in: ``resize`` (size) and ``fill_box`` (box, value);

@@ -595,9 +595,12 @@ class _Feed:
     uses of each encoded image (``encoded``, which drops an image after its last use)."""
 
     def __init__(self, queues: Sequence[asyncio.Queue], encoder_of: Sequence[int | None] = (),
-                 caps: Sequence[int] | None = None) -> None:
+                 caps: Sequence[int] | None = None, pixels: PixelCache | None = None) -> None:
         self.queues = queues
         self.encoder_of = list(encoder_of) or [None] * len(queues)
+        #: rendered pixels for the models that take pixels (local models), each dropped after its last queued use
+        self.pixels = pixels
+        self.pixel_uses: Counter[ImageRecipe] = Counter()
         self.room = _Room(caps if caps is not None else [2**62] * len(queues))
         self.encoded = _Encoded()
         self.scheduled: set[ImageRecipe] | None = None
@@ -609,6 +612,8 @@ class _Feed:
             j = self.encoder_of[qi]
             if j is not None:
                 self.encoded.want(item[2], j)
+            else:
+                self.pixel_uses.update(set(item[2]))
         missing = [r for r in item[2] if r not in self.done and (self.scheduled is None or r in self.scheduled)]
         if not missing:
             self._queue(qi, item)
@@ -629,6 +634,28 @@ class _Feed:
                 slot[0] -= 1
                 if slot[0] == 0:
                     self._queue(slot[1], slot[2])
+
+    def materialised(self, qi: int, batch: Sequence[Pending]) -> None:
+        """A pixel model's batch holds its pixels now: drop those no queued input needs any more."""
+        if self.encoder_of[qi] is not None or self.pixels is None:
+            return
+        for item in batch:
+            for r in dict.fromkeys(item[2]):
+                n = self.pixel_uses[r] - 1
+                if n > 0:
+                    self.pixel_uses[r] = n
+                    continue
+                del self.pixel_uses[r]
+                if r not in self.encoded.need:
+                    self.pixels.discard(r)
+
+    def unwanted_pixels(self, recipes: Iterable[ImageRecipe]) -> None:
+        """Drop rendered pixels no queued input needs (all their inputs deduplicated or answered)."""
+        if self.pixels is None:
+            return
+        for r in recipes:
+            if r not in self.pixel_uses and r not in self.encoded.need:
+                self.pixels.discard(r)
 
     def taken(self, qi: int, batch: Sequence[Pending]) -> list[list[bytes | None]]:
         """A model took ``batch`` from its queue: free its room and hand over its encoded images (None for
@@ -775,6 +802,8 @@ async def _ask(
             encoded = feed.taken(qi, batch) if feed is not None else [[] for _ in batch]
             try:
                 inputs = [_materialise(i, r, cache, pixels) for _, i, r in batch]
+                if feed is not None:
+                    feed.materialised(qi, batch)
                 for datas, inp in zip(encoded, inputs):  # bytes a render worker encoded for this model
                     for data, im in zip(datas, inp.images):
                         if data is not None:
@@ -915,7 +944,7 @@ async def _execute(
 
         # rendering pauses while a model has this many image inputs queued: a few batches per worker
         caps = [max(64, 4 * max(1, m.max_concurrency) * max(1, m.batch_size)) for m in models]
-        feed = _Feed(queues, encoder_of, caps)
+        feed = _Feed(queues, encoder_of, caps, pixels if want_pixels else None)
         feed.encoded.need.update(r for t in plan.trials if len(t.images) > 1 for r in dict.fromkeys(t.images))
 
         def admit(trial_ids: list[int]) -> None:
@@ -957,6 +986,7 @@ async def _execute(
                         admit(index.resolve(r for r, _, _ in rendered if r in unknown))
                         # an image whose inputs were all deduplicated or answered is not kept
                         feed.encoded.unwanted((r for r, _, _ in rendered), len(encoders))
+                        feed.unwanted_pixels(r for r, _, _ in rendered)
                         del rendered
                 timing["plan_s"] = time.perf_counter() - t0
             finally:
