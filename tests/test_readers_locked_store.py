@@ -72,6 +72,10 @@ def test_a_page_view_writes_nothing_and_its_time_is_kept_with_the_next_answer(st
     # the answer wrote both readers' activity (ben's page view rode along)
     assert con.execute("SELECT COUNT(*) FROM activity").fetchone()[0] == 2
     con.close()
+    for side in ("-wal", "-shm"):  # SQLite gives its side files the store's mode: owner-only too
+        f = study_dir / f"study.sqlite{side}"
+        if f.exists():
+            assert stat.S_IMODE(os.stat(f).st_mode) == 0o600, f
 
 
 def test_pages_stay_fast_and_answers_are_retried_while_another_process_holds_the_write_lock(study) -> None:
