@@ -35,7 +35,7 @@ from medvlm_audit.images import ImageRecipe, SourceCache
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.models.encoding import data_url_bytes
 from medvlm_audit.models.openai_compat import OpenAIChatModel
-from medvlm_audit.runner import _materialise, execute, hash_images, plan_model
+from medvlm_audit.runner import ModelWork, _materialise, execute, hash_images
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
 from medvlm_audit.testing.fake_openai import FakeServerProcess
@@ -127,11 +127,12 @@ def main() -> None:
         plan = plan_grounding([ps], opts)
         model = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
         hashes = hash_images(store, plan.trials, SourceCache(256))
-        work = plan_model(store, model, plan.trials, hashes, dec, False)
+        work = ModelWork(model, dec, set())
+        _, _, pending = work.admit(plan.trials, hashes)
         cache = SourceCache(256)
-        bodies = [json.dumps(model.build_body(_materialise(i, r, cache))).encode() for i, r in work.pending.values()]
+        bodies = [json.dumps(model.build_body(_materialise(i, r, cache))).encode() for _, i, r in pending]
         jobs = []  # (recipe, body before the image URL, body after it) for the bare loop with images
-        for i, r in work.pending.values():
+        for _, i, r in pending:
             head, _, tail = json.dumps(model._body(i, ["@IMAGE@"])).encode().partition(b"@IMAGE@")
             jobs.append((r[0], head, tail))
         url = base_url.rstrip("/") + "/chat/completions"

@@ -113,6 +113,7 @@ def test_a_reader_reads_and_writes_only_her_own_items(fp_study) -> None:
     con.execute("DELETE FROM assignments WHERE reader_id = ? AND item_id = ?", (ben.reader_id, item))
     con.commit()
     con.close()
+    c = _client(study_dir)  # assignments are fixed while a study is served: the server reads them at start
     assert c.get(f"/r/{tb}/img/{item}/0").status_code == 404
     r = c.post(f"/r/{tb}/answer", data={"csrf": csrf_b, "item_id": item, "scale": "answer", "value": "yes"})
     assert r.status_code == 404

@@ -211,6 +211,7 @@ def test_a_passage_is_shown_verbatim_and_old_studies_still_render(tmp_path: Path
                 (json.dumps({"question": "Why?", "cot_text": "Old passage", "n_images": 0}), iid))
     con.commit()
     con.close()
+    client = TestClient(create_app(tmp_path / "s"), base_url="http://127.0.0.1")  # the server reads items at start
     page = client.get(f"/r/{res['tokens']['ana']}?i=1").text
     assert 'id="passage">Old passage</div>' in page
 

@@ -237,9 +237,9 @@ def test_run_config_render_in_reaches_the_runner(tmp_path: Path, monkeypatch) ->
     seen: list[bool] = []
     real = runner._render_stream
 
-    def spy(recipes, workers, cache, pixels, encoders, processes=False, want_pixels=True):
+    def spy(recipes, workers, cache, pixels, encoders, processes=False, want_pixels=True, room=None):
         seen.append(processes)
-        return real(recipes, workers, cache, pixels, encoders, processes, want_pixels)
+        return real(recipes, workers, cache, pixels, encoders, processes, want_pixels, room)
 
     monkeypatch.setattr(runner, "_render_stream", spy)
     cfg = {"suite": "grounding", "probe_sets": [str(ps.image_root / "probeset")], "run_dir": str(tmp_path / "run"),

@@ -149,7 +149,8 @@ def run(
     if not plan.trials:
         raise AuditError("the plan is empty: no case has an applicable condition")
     built, per_model = build(ctx, stages[0])
-    source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
+    # a bad image fails before the store exists; files an earlier invocation hashed, unchanged since, are not re-read
+    source_keys = check_sources(TrialIndex(plan.trials), _known_image_keys(run_dir))
     store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
     summaries: list[RunSummary] = []
     try:
@@ -170,7 +171,7 @@ def run(
                 if not plan.trials:
                     continue
                 built, per_model = build(ctx, stage)
-                source_keys = check_sources(TrialIndex(plan.trials))
+                source_keys = check_sources(TrialIndex(plan.trials), store.image_hashes())
             if not built:  # none of ``only_models`` answers in this stage
                 continue
             summaries.append(asyncio.run(execute(
@@ -186,6 +187,18 @@ def run(
         store.close()
     pq, csv = export(run_dir)
     return RunResult(run_dir, summary, pq, csv)
+
+
+def _known_image_keys(run_dir: Path) -> set[str]:
+    """The image recipe keys (file path, size, mtime, ops) an earlier invocation of this run hashed, read
+    without taking the run's lock (empty for a new run or a store that cannot be read)."""
+    if not (run_dir / STORE_FILE).exists():
+        return set()
+    try:
+        with RunStore.open_dir(run_dir, readonly=True) as store:
+            return set(store.image_hashes())
+    except Exception:  # noqa: BLE001  only an optimisation: the files are then checked again
+        return set()
 
 
 def _open(run_dir: str | Path) -> RunStore:

@@ -76,8 +76,9 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes | str) -> Path:
     return path
 
 
-def write_files_atomic(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> None:
-    """Write every payload to a temp file in out_dir, then rename all into place; clean up on any failure."""
+def write_files_atomic(out_dir: Path, payloads: Sequence[tuple[str, bytes]], mode: int | None = None) -> None:
+    """Write every payload to a temp file in out_dir, then rename all into place; clean up on any failure.
+    ``mode``: the files' permissions from their creation (e.g. 0o600 for secrets), else an ordinary file's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     temps: list[tuple[Path, Path]] = []
     umask = os.umask(0)
@@ -88,6 +89,8 @@ def write_files_atomic(out_dir: Path, payloads: Sequence[tuple[str, bytes]]) -> 
             target = out_dir / name
             fd, tmp_name = mkstemp_shared(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
             temps.append((Path(tmp_name), out_dir / name))
+            if mode is not None:
+                os.fchmod(fd, mode)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()

@@ -76,3 +76,11 @@ class LRU:
                     or (self.max_bytes is not None and self.nbytes > self.max_bytes)):
                 _, old = self._d.popitem(last=False)
                 self.nbytes -= self.sizeof(old)
+
+    def pop(self, key: Hashable) -> Any:
+        """Remove and return the value (``None`` when absent)."""
+        with self.lock:
+            value = self._d.pop(key, None)
+            if value is not None:
+                self.nbytes -= self.sizeof(value)
+            return value

@@ -185,6 +185,9 @@ class PixelCache:
     def put(self, key: object, arr: np.ndarray | bytes) -> None:
         self._lru.put(key, arr)  # type: ignore[arg-type]
 
+    def discard(self, key: object) -> None:
+        self._lru.pop(key)  # type: ignore[arg-type]
+
 
 #: the image operations a recipe may name: name -> pure function ``op(pixels, **params) -> pixels`` (or a
 #: ``"module:attr"`` string imported on first use). Built in: ``resize`` (size) and ``fill_box`` (box, value);
@@ -239,8 +242,13 @@ def _normalise_ops(ops: Iterable[Any]) -> tuple[Op, ...]:
             items = params.items()
         else:
             items = tuple(params or ())
-        out.append((str(name), tuple(sorted((str(k), _freeze(v)) for k, v in items))))
+        norm = (str(name), tuple(sorted((str(k), _freeze(v)) for k, v in items)))
+        # one shared tuple per distinct op: a plan of many recipes repeats the same resize (memory per trial)
+        out.append(_OPS.setdefault(norm, norm) if len(_OPS) < 50_000 else norm)
     return tuple(out)
+
+
+_OPS: dict[Op, Op] = {}
 
 
 @dataclass(frozen=True, slots=True)

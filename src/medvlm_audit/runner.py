@@ -12,6 +12,11 @@ encoded bytes (they then run beside the event loop, which threads cannot: they s
 An input is queued once its image is ready, so the event loop never renders. A source whose pixel data
 fails to decode later stops the run with an error naming the case; every answer committed until then stays
 in the store and a rerun resumes.
+
+Backpressure: rendering runs only a few batches ahead of the slowest model (render tasks are submitted while
+every model's queue holds fewer image inputs than its cap), and an encoded image is kept only until the last
+queued input needing it is handed over, so peak memory depends on concurrency and image size, not on the
+number of trials.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -117,13 +122,26 @@ class TrialIndex:
         return ready
 
 
-def check_sources(index: TrialIndex) -> dict[ImageRecipe, str]:
-    """Check every source file once (exists, header decodes) and return each recipe's cache key.
+def check_sources(index: TrialIndex, known: Container[str] = ()) -> dict[ImageRecipe, str]:
+    """Check every source file once (exists, header decodes, PNG CRCs) and return each recipe's cache key.
 
-    Runs before any model call, so a missing or unreadable file fails the run with the case named."""
-    checked: dict[str, Exception | None] = {}
+    Runs before any model call, so a missing or unreadable file fails the run with the case named. ``known``:
+    recipe cache keys already hashed in the run store (``RunStore.image_hashes``); a key names the file's
+    path, size and mtime, so a source with a known key was fully decoded by an earlier invocation and is
+    unchanged since: it is not read again (a resumed or extended run checks only new or changed files)."""
     keys: dict[ImageRecipe, str] = {}
+    proven: set[str] = set()
     for r in index.first:
+        try:
+            keys[r] = k = r.cache_key()
+        except ImageError as e:
+            raise index.named(r, e) from None
+        if k in known:
+            proven.add(r.source)
+    checked: dict[str, Exception | None] = {}
+    for r in index.first:
+        if r.source in proven:
+            continue
         if r.source not in checked:
             try:
                 check_image_header(r.source)
@@ -133,10 +151,6 @@ def check_sources(index: TrialIndex) -> dict[ImageRecipe, str]:
         err = checked[r.source]
         if err is not None:
             raise index.named(r, err) from None
-        try:
-            keys[r] = r.cache_key()
-        except ImageError as e:
-            raise index.named(r, e) from None
     return keys
 
 
@@ -290,8 +304,8 @@ class ModelWork:
     n_trials: int = 0
     identity: dict[str, Any] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
-    pending: dict[str, tuple[ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
-    _keyed: dict[tuple, tuple[str, ModelInput, tuple[ImageRecipe, ...]]] = field(default_factory=dict)
+    #: inputs queued to ask in this run (their count; the inputs themselves go to the queue, not kept here)
+    n_pending: int = 0
     _templates: dict[tuple, _KeyTemplate] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -310,28 +324,23 @@ class ModelWork:
         requests: list[tuple[str, str, str]] = []
         new: list[Pending] = []
         for t in trials:
-            sig = (t.messages, t.images, t.sample_index, t.decoding)
-            hit = self._keyed.get(sig)
-            if hit is None:
-                tpl = self._template(t)
-                shas = [hashes[r] for r in t.images][: len(tpl.input.images)]
-                key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
-                inp = tpl.input
-                if shas:
-                    inp = ModelInput(inp.messages, tuple(ImageData(_PLACEHOLDER, h) for h in shas), inp.decoding,
-                                     inp.sample_index)
-                hit = self._keyed[sig] = (key, inp, t.images if inp.images else ())
-                if key not in self.keys:
-                    self.keys.add(key)
-                    requests.append((key, model.name, tpl.request_json(shas)))
-                    if key not in self.answered and key not in self.claimed:
-                        self.claimed.add(key)
-                        self.pending[key] = (inp, hit[2])
-                        new.append(hit)
-            key, inp, _ = hit
+            tpl = self._template(t)
+            n = len(tpl.input.images)
+            shas = [hashes[r] for r in t.images][:n] if n else []
+            key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
+            if key not in self.keys:
+                self.keys.add(key)
+                requests.append((key, model.name, tpl.request_json(shas)))
+                if key not in self.answered and key not in self.claimed:
+                    self.claimed.add(key)
+                    self.n_pending += 1
+                    inp = tpl.input
+                    if shas:
+                        inp = ModelInput(inp.messages, tuple(ImageData(_PLACEHOLDER, h) for h in shas), inp.decoding,
+                                         inp.sample_index)
+                    new.append((key, inp, t.images if n else ()))
             rows.append(
-                (model.name, t.probe_set, t.case_id, t.condition, t.sample_index, key,
-                 inp.images[0].sha256 if inp.images else None,
+                (model.name, t.probe_set, t.case_id, t.condition, t.sample_index, key, shas[0] if shas else None,
                  json.dumps(t.payload, sort_keys=True) if t.payload else None)
             )
         self.n_trials += len(rows)
@@ -352,6 +361,8 @@ class ModelWork:
             inp = self.model.prepare(ModelInput(t.messages, slots, dec, t.sample_index))
             desc = inp.describe()
             key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
+            if len(self._templates) >= 4096:  # bounded: a judge stage has one distinct prompt per trial
+                self._templates.clear()
             tpl = self._templates[tsig] = _KeyTemplate(
                 inp, _split_slots(key_json, len(inp.images)), _split_slots(json.dumps(desc, sort_keys=True),
                                                                            len(inp.images)))
@@ -412,10 +423,15 @@ async def _render_stream(
     encoders: Sequence[Callable[[np.ndarray], bytes]],
     processes: bool = False,
     want_pixels: bool = True,
-) -> AsyncIterator[list[tuple[ImageRecipe, str | Exception]]]:
+    room: _Room | None = None,
+) -> AsyncIterator[list[tuple[ImageRecipe, str | Exception, tuple[bytes, ...]]]]:
     """Render + hash the recipes in worker threads or worker processes (a few source files per task); yields
-    the results of every task finished since the last yield, with pixels and encoded bytes put in ``pixels``.
+    the results of every task finished since the last yield: (recipe, sha256 or the error, encoded bytes per
+    encoder), with pixels put in ``pixels`` when ``want_pixels``.
 
+    Backpressure: at most two tasks per worker are in flight, and a new one is submitted only while ``room``
+    says the models' queues have room, so rendering never runs further ahead of the requests than a few
+    batches: memory depends on the models' concurrency and the image size, not on the number of trials.
     Threads share the event loop's GIL, so this image work does not run beside the loop; processes do,
     and send back only hashes and encoded bytes (pixels too when ``want_pixels``)."""
     if not recipes:
@@ -424,38 +440,132 @@ async def _render_stream(
     finished: asyncio.Queue = asyncio.Queue()
     groups = group_by_source(recipes)
     # the first task is one source file, so the first inputs are ready at once; then 8 files per task
-    chunks = [groups[:1]] + [groups[i : i + 8] for i in range(1, len(groups), 8)]
+    chunks = iter([groups[:1]] + [groups[i : i + 8] for i in range(1, len(groups), 8)])
+    max_inflight = 2 * max(1, workers)
     pool: Executor
     if processes:
         method = "fork" if sys.platform == "linux" else "spawn"
         pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method),
                                    initializer=_render_worker_init, initargs=(os.getpid(),))
-        futures = [loop.run_in_executor(pool, render_sources, c, encoders, want_pixels) for c in chunks]
+        args: tuple = (encoders, want_pixels)
     else:
         pool = ThreadPoolExecutor(max(1, workers))
-        futures = [loop.run_in_executor(pool, render_sources, c, encoders, True, cache) for c in chunks]
+        args = (encoders, True, cache)
+    inflight: set[asyncio.Future] = set()
     with pool:
-        for f in futures:
-            f.add_done_callback(finished.put_nowait)
         try:
-            left = len(futures)
-            while left:
+            more = True
+            while True:
+                while more and len(inflight) < max_inflight and (room is None or room.free()):
+                    chunk = next(chunks, None)
+                    if chunk is None:
+                        more = False
+                        break
+                    f = loop.run_in_executor(pool, render_sources, chunk, *args)
+                    f.add_done_callback(finished.put_nowait)
+                    inflight.add(f)
+                if not inflight:
+                    if not more:
+                        break
+                    assert room is not None
+                    await room.wait()
+                    continue
                 done = [await finished.get()]
                 while not finished.empty():
                     done.append(finished.get_nowait())
-                left -= len(done)
-                out: list[tuple[ImageRecipe, str | Exception]] = []
+                out: list[tuple[ImageRecipe, str | Exception, tuple[bytes, ...]]] = []
                 for f in done:
+                    inflight.discard(f)
                     for r, h, px, encoded in f.result():
-                        if px is not None:
+                        if px is not None and want_pixels:
                             pixels.put(r, px)
-                        for j, data in enumerate(encoded):
-                            pixels.put((r, j), data)
-                        out.append((r, h))
+                        out.append((r, h, encoded))
+                del done, f
                 yield out
+                del out
         finally:
-            for f in futures:
+            for f in inflight:
                 f.cancel()
+
+
+class _Room:
+    """How many image-bearing inputs wait in each model's queue; rendering pauses while any queue holds
+    ``cap`` or more (the slowest model sets the pace of the image work, so encoded images never pile up)."""
+
+    def __init__(self, caps: Sequence[int]) -> None:
+        self.caps = list(caps)
+        self.waiting = [0] * len(caps)
+        self._event = asyncio.Event()
+        self._event.set()
+
+    def free(self) -> bool:
+        return all(w < c for w, c in zip(self.waiting, self.caps))
+
+    def queued(self, qi: int, n: int = 1) -> None:
+        self.waiting[qi] += n
+        if not self.free():
+            self._event.clear()
+
+    def taken(self, qi: int, n: int) -> None:
+        self.waiting[qi] -= n
+        if self.free():
+            self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+class _Encoded:
+    """The encoded images (data URLs) render workers made for the models' encoders, each kept until the last
+    queued input that needs it was handed to its model: (recipe, encoder index) -> bytes, with use counts."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[ImageRecipe, int], bytes] = {}
+        self.uses: Counter[tuple[ImageRecipe, int]] = Counter()
+        #: images of multi-image trials not yet keyed (such a trial waits for its other images): recipe ->
+        #: trials still to come; their bytes are kept for them (single-image trials are keyed at render time)
+        self.need: Counter[ImageRecipe] = Counter()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.data.values())
+
+    def put(self, r: ImageRecipe, encoded: Sequence[bytes]) -> None:
+        for j, b in enumerate(encoded):
+            self.data[(r, j)] = b
+
+    def want(self, recipes: Iterable[ImageRecipe], j: int) -> None:
+        for r in recipes:
+            self.uses[(r, j)] += 1
+
+    def take(self, r: ImageRecipe, j: int) -> bytes | None:
+        """The bytes for one use; dropped after the last use."""
+        k = (r, j)
+        n = self.uses[k] - 1
+        if n > 0:
+            self.uses[k] = n
+            return self.data.get(k)
+        self.uses.pop(k, None)
+        return self.data.pop(k, None) if r not in self.need else self.data.get(k)
+
+    def admitted(self, trials: Iterable[Trial], n_encoders: int) -> None:
+        """Trials keyed: a multi-image trial's images are no longer kept for it."""
+        for t in trials:
+            if len(t.images) > 1:
+                for r in dict.fromkeys(t.images):
+                    self.need[r] -= 1
+                    if self.need[r] <= 0:
+                        del self.need[r]
+                        self.unwanted((r,), n_encoders)
+
+    def unwanted(self, recipes: Iterable[ImageRecipe], n_encoders: int) -> None:
+        """Drop what no queued input needs (a recipe whose inputs were all deduplicated or answered)."""
+        for r in recipes:
+            if r in self.need:
+                continue
+            for j in range(n_encoders):
+                if (r, j) not in self.uses:
+                    self.data.pop((r, j), None)
 
 
 def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarray], bytes]], list[int | None]]:
@@ -479,22 +589,43 @@ def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarr
 class _Feed:
     """Hands keyed inputs to their model's queue once the images they need are rendered in this run, so
     models never wait on the event loop to render; inputs needing no image, or an image nobody is rendering,
-    go at once. ``scheduled`` is None until the render list is known: then every unrendered image waits."""
+    go at once. ``scheduled`` is None until the render list is known: then every unrendered image waits.
 
-    def __init__(self, queues: Sequence[asyncio.Queue]) -> None:
+    It counts the image-bearing inputs in each queue (``room``, which paces the rendering) and the queued
+    uses of each encoded image (``encoded``, which drops an image after its last use)."""
+
+    def __init__(self, queues: Sequence[asyncio.Queue], encoder_of: Sequence[int | None] = (),
+                 caps: Sequence[int] | None = None, pixels: PixelCache | None = None) -> None:
         self.queues = queues
+        self.encoder_of = list(encoder_of) or [None] * len(queues)
+        #: rendered pixels for the models that take pixels (local models), each dropped after its last queued use
+        self.pixels = pixels
+        self.pixel_uses: Counter[ImageRecipe] = Counter()
+        self.room = _Room(caps if caps is not None else [2**62] * len(queues))
+        self.encoded = _Encoded()
         self.scheduled: set[ImageRecipe] | None = None
         self.done: set[ImageRecipe] = set()
         self.parked: dict[ImageRecipe, list[list]] = defaultdict(list)  # recipe -> [[missing, queue, item]]
 
     def offer(self, qi: int, item: Pending) -> None:
+        if item[2]:
+            j = self.encoder_of[qi]
+            if j is not None:
+                self.encoded.want(item[2], j)
+            else:
+                self.pixel_uses.update(set(item[2]))
         missing = [r for r in item[2] if r not in self.done and (self.scheduled is None or r in self.scheduled)]
         if not missing:
-            self.queues[qi].put_nowait(item)
+            self._queue(qi, item)
             return
         slot = [len(missing), qi, item]
         for r in missing:
             self.parked[r].append(slot)
+
+    def _queue(self, qi: int, item: Pending) -> None:
+        self.queues[qi].put_nowait(item)
+        if item[2]:
+            self.room.queued(qi)
 
     def rendered(self, recipes: Iterable[ImageRecipe]) -> None:
         for r in recipes:
@@ -502,14 +633,47 @@ class _Feed:
             for slot in self.parked.pop(r, ()):
                 slot[0] -= 1
                 if slot[0] == 0:
-                    self.queues[slot[1]].put_nowait(slot[2])
+                    self._queue(slot[1], slot[2])
+
+    def materialised(self, qi: int, batch: Sequence[Pending]) -> None:
+        """A pixel model's batch holds its pixels now: drop those no queued input needs any more."""
+        if self.encoder_of[qi] is not None or self.pixels is None:
+            return
+        for item in batch:
+            for r in dict.fromkeys(item[2]):
+                n = self.pixel_uses[r] - 1
+                if n > 0:
+                    self.pixel_uses[r] = n
+                    continue
+                del self.pixel_uses[r]
+                if r not in self.encoded.need:
+                    self.pixels.discard(r)
+
+    def unwanted_pixels(self, recipes: Iterable[ImageRecipe]) -> None:
+        """Drop rendered pixels no queued input needs (all their inputs deduplicated or answered)."""
+        if self.pixels is None:
+            return
+        for r in recipes:
+            if r not in self.pixel_uses and r not in self.encoded.need:
+                self.pixels.discard(r)
+
+    def taken(self, qi: int, batch: Sequence[Pending]) -> list[list[bytes | None]]:
+        """A model took ``batch`` from its queue: free its room and hand over its encoded images (None for
+        an image rendered by nobody in this run: the model then encodes it itself)."""
+        n = sum(1 for item in batch if item[2])
+        if n:
+            self.room.taken(qi, n)
+        j = self.encoder_of[qi]
+        if j is None:
+            return [[] for _ in batch]
+        return [[self.encoded.take(r, j) for r in item[2]] for item in batch]
 
 
 class _PlanRows:
     """Trial, request and image-hash rows, written in large transactions. They are derivable from the plan
     (a resumed run writes them again), so unlike answers they need not be committed one by one."""
 
-    def __init__(self, store: RunStore, max_rows: int = 20_000) -> None:
+    def __init__(self, store: RunStore, max_rows: int = 5_000) -> None:
         self.store = store
         self.max_rows = max_rows
         self.rows: dict[str, list[tuple]] = {"trials": [], "requests": [], "image_hashes": []}
@@ -625,7 +789,8 @@ async def _ask(
     cache: SourceCache,
     pixels: PixelCache,
     on_done: Callable[[str, int], None],
-    encoder: int | None = None,
+    feed: _Feed | None = None,
+    qi: int = 0,
 ) -> dict[str, int]:
     """A model's workers: take batches from its queue, ask, commit each answer as it arrives."""
     model = work.model
@@ -634,14 +799,16 @@ async def _ask(
 
     async def worker() -> None:
         while batch := await _take_batch(queue, bs):
+            encoded = feed.taken(qi, batch) if feed is not None else [[] for _ in batch]
             try:
                 inputs = [_materialise(i, r, cache, pixels) for _, i, r in batch]
-                if encoder is not None:  # bytes a render worker encoded for this model
-                    for (_, _, recipes), inp in zip(batch, inputs):
-                        for r, im in zip(recipes, inp.images):
-                            data = pixels.get((r, encoder))
-                            if data is not None:
-                                model.prime_image(im.sha256, data)
+                if feed is not None:
+                    feed.materialised(qi, batch)
+                for datas, inp in zip(encoded, inputs):  # bytes a render worker encoded for this model
+                    for data, im in zip(datas, inp.images):
+                        if data is not None:
+                            model.prime_image(im.sha256, data)
+                del encoded
                 responses = await model.generate(inputs)
                 if len(responses) != len(inputs):
                     raise RuntimeError(f"model returned {len(responses)} responses for {len(inputs)} inputs")
@@ -747,7 +914,7 @@ async def _execute(
     decoding = decoding or Decoding()
     check_models(models)
     index = TrialIndex(plan.trials)
-    keys = source_keys if source_keys is not None else check_sources(index)  # before anything is written
+    keys = source_keys if source_keys is not None else check_sources(index, store.image_hashes())  # before writing
     for src in plan.sources:
         store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance)
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
@@ -775,7 +942,10 @@ async def _execute(
 
         planned = _PlanRows(store)
 
-        feed = _Feed(queues)
+        # rendering pauses while a model has this many image inputs queued: a few batches per worker
+        caps = [max(64, 4 * max(1, m.max_concurrency) * max(1, m.batch_size)) for m in models]
+        feed = _Feed(queues, encoder_of, caps, pixels if want_pixels else None)
+        feed.encoded.need.update(r for t in plan.trials if len(t.images) > 1 for r in dict.fromkeys(t.images))
 
         def admit(trial_ids: list[int]) -> None:
             if not trial_ids:
@@ -789,6 +959,8 @@ async def _execute(
                 if new:
                     timing.setdefault("first_input_s", time.perf_counter() - t0)
                     bar.grow(w.model.name, len(new))
+            if feed.encoded.need:
+                feed.encoded.admitted(trials, len(encoders))
 
         async def produce() -> None:
             """Key the trials each batch of rendered images completes and queue their inputs."""
@@ -799,18 +971,23 @@ async def _execute(
                 render = todo + [r for r in feed.parked if r not in unknown]
                 feed.scheduled = set(render)
                 processes = render_in == "processes" or (render_in == "auto" and not want_pixels and len(render) >= 64)
-                stream_ = _render_stream(render, workers, cache, pixels, encoders, processes, want_pixels)
+                stream_ = _render_stream(render, workers, cache, pixels, encoders, processes, want_pixels, feed.room)
                 async with aclosing(stream_) as stream:
                     async for rendered in stream:
-                        for r, h in rendered:
+                        for r, h, encoded in rendered:
                             if isinstance(h, Exception):
                                 raise index.named(r, h) from None
                             if r not in unknown and h != hashes[r]:
                                 raise index.named(r, ImageError(f"image file {r.source} changed since it was hashed"))
                             hashes[r] = h
-                        planned.add(image_hashes=[(keys[r], h) for r, h in rendered if r in unknown])
-                        feed.rendered(r for r, _ in rendered)
-                        admit(index.resolve(r for r, _ in rendered if r in unknown))
+                            feed.encoded.put(r, encoded)
+                        planned.add(image_hashes=[(keys[r], h) for r, h, _ in rendered if r in unknown])
+                        feed.rendered(r for r, _, _ in rendered)
+                        admit(index.resolve(r for r, _, _ in rendered if r in unknown))
+                        # an image whose inputs were all deduplicated or answered is not kept
+                        feed.encoded.unwanted((r for r, _, _ in rendered), len(encoders))
+                        feed.unwanted_pixels(r for r, _, _ in rendered)
+                        del rendered
                 timing["plan_s"] = time.perf_counter() - t0
             finally:
                 planned.flush()
@@ -818,12 +995,13 @@ async def _execute(
                     q.put_nowait(_DONE)
 
         commit = _GroupCommit(store)
-        tasks = [asyncio.ensure_future(_ask(commit, w, q, cache, pixels, bar.advance, encoder_of[i]))
+        tasks = [asyncio.ensure_future(_ask(commit, w, q, cache, pixels, bar.advance, feed, i))
                  for i, (w, q) in enumerate(zip(works, queues))]
 
         async def body() -> list[dict[str, int]]:
-            await produce()
-            return await asyncio.gather(*tasks)
+            # side by side: the producer waits for room in the queues, which only the models' workers make
+            _, *out = await asyncio.gather(produce(), *tasks)
+            return out
 
         main = asyncio.ensure_future(body())
         try:
@@ -848,7 +1026,7 @@ async def _execute(
             raise commit.stopped_error()
     per_model: dict[str, dict[str, Any]] = {}
     for w, r in zip(works, results):
-        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": len(w.pending), **r}
+        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": w.n_pending, **r}
     skipped = Counter(f"{sk.condition}: {sk.reason}" for sk in plan.skipped)
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
                       timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals(),

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -34,7 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from medvlm_audit.readers.render import PngCache
-from medvlm_audit.readers.study import Reader, Study
+from medvlm_audit.readers.study import Reader, StoreBusyError, Study
 
 __all__ = ["create_app"]
 
@@ -73,10 +74,17 @@ def _not_found() -> Response:
     return PlainTextResponse("Not found", status_code=404)
 
 
-def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None) -> Starlette:
+def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
+               write_wait_s: float = 1.0) -> Starlette:
     """The app for one study folder. ``allowed_hosts``: Host header values accepted (default: localhost names,
-    which also stops DNS-rebinding pages from talking to a local server)."""
-    study = Study(study_dir)
+    which also stops DNS-rebinding pages from talking to a local server).
+
+    Every database call and image rendering runs in the worker threads (each with its own SQLite connection),
+    never on the event loop, so a store locked by another process slows no page: page views read only (WAL
+    readers do not wait for a writer), and an answer that cannot get the write lock within ``write_wait_s``
+    answers 503 with ``busy: true``: nothing was written, the page says "retrying" and sends it again."""
+    study = Study(study_dir, write_wait_s=write_wait_s, cache_answers=True)
+    study.preload()
     env = _env()
     pngs = PngCache()
     static = {name: _package_text("static", name).encode("utf-8") for name in _STATIC}
@@ -110,6 +118,12 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
         return Response(status_code=204)
 
     async def read(request: Request) -> Response:
+        reader = reader_of(request)  # readers are in memory (preloaded)
+        if reader is not None and study.cached_answers(reader) is not None:
+            return read_sync(request)  # nothing to read from the database: no thread needed
+        return await run_in_threadpool(read_sync, request)
+
+    def read_sync(request: Request) -> Response:
         reader = reader_of(request)
         if reader is None:
             return _not_found()
@@ -148,6 +162,9 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
         )
 
     async def done(request: Request) -> Response:
+        return await run_in_threadpool(done_sync, request)
+
+    def done_sync(request: Request) -> Response:
         reader = reader_of(request)
         if reader is None:
             return _not_found()
@@ -158,6 +175,17 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
                     base=f"/r/{request.path_params['token']}")
 
     async def image(request: Request) -> Response:
+        reader = reader_of(request)
+        k_raw = request.path_params["k"]
+        if reader is not None and k_raw.isdigit():  # an image already made: served from memory
+            got = study.cached_item(reader, request.path_params["item_id"])
+            if got and int(k_raw) < len(got[1].get("images") or []):
+                data = pngs.peek((request.path_params["item_id"], int(k_raw)))
+                if data is not None:
+                    return Response(data, media_type="image/png")
+        return await run_in_threadpool(image_sync, request)
+
+    def image_sync(request: Request) -> Response:
         reader = reader_of(request)
         if reader is None:
             return _not_found()
@@ -199,16 +227,26 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None)
             elapsed = float(form.get("elapsed_ms") or "nan") / 1000.0  # type: ignore[arg-type]
         except ValueError:
             elapsed = math.nan
-        try:
-            study.save_answer(reader, item_id, scale, value, elapsed if math.isfinite(elapsed) else None)
-        except KeyError:
-            return _not_found()
-        except ValueError as e:
-            return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
-        given = study.answers(reader).get(item_id, {})
-        return JSONResponse({"ok": True, "complete": study.is_complete(given), "saved_at": time.time()})
+
+        def save() -> Response:
+            try:
+                study.save_answer(reader, item_id, scale, value, elapsed if math.isfinite(elapsed) else None)
+            except KeyError:
+                return _not_found()
+            except ValueError as e:
+                return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
+            except StoreBusyError:
+                return JSONResponse({"ok": False, "busy": True, "error": "the study store is busy; nothing was "
+                                     "saved yet, retrying"}, status_code=503, headers={"Retry-After": "1"})
+            given = study.answers(reader).get(item_id, {})
+            return JSONResponse({"ok": True, "complete": study.is_complete(given), "saved_at": time.time()})
+
+        return await run_in_threadpool(save)
 
     async def admin(request: Request) -> Response:
+        return await run_in_threadpool(admin_sync, request)
+
+    def admin_sync(request: Request) -> Response:
         if not study.check_admin(request.path_params.get("token", "")):
             return _not_found()
         prog = study.progress()

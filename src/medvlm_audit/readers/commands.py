@@ -25,11 +25,11 @@ def _fail(e: Exception) -> None:
     raise typer.Exit(2)
 
 
-def _base_url(host: str, port: int) -> str:
+def _base_url(host: str, port: int, scheme: str = "http") -> str:
     shown = "127.0.0.1" if host in ("127.0.0.1", "localhost", "0.0.0.0", "::") else host
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"
-    return f"http://{shown}:{port}"
+    return f"{scheme}://{shown}:{port}"
 
 
 def _parse_axes(axes: list[str] | None) -> list[tuple[str, str]] | None:
@@ -129,6 +129,31 @@ def create_cmd(
     console.print(f"serve it with: medvlm-audit readers serve {out} --port {port}")
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def plain_http_refusal(host: str, tls: bool, i_know: bool) -> tuple[str | None, str | None]:
+    """(error, warning) for serving on ``host``: beyond this machine without TLS the reader tokens, CSRF
+    tokens and answers cross the network in clear, so that needs ``--i-know-plain-http`` (then a warning)."""
+    if tls or is_loopback(host):
+        return None, None
+    what = (f"serving on {host} over plain HTTP: reader links (their tokens), answers and images cross the network "
+            "unencrypted")
+    if not i_know:
+        return (f"{what}. Use --ssl-certfile/--ssl-keyfile, or a TLS proxy in front of 127.0.0.1, or pass "
+                "--i-know-plain-http on a network you trust"), None
+    return None, f"warning: {what} (--i-know-plain-http given)"
+
+
 @readers_app.command("serve")
 def serve_cmd(
     study_dir: Annotated[Path, typer.Argument(help="Study folder.")],
@@ -136,12 +161,23 @@ def serve_cmd(
     port: Annotated[int, typer.Option(help="Port.")] = 8765,
     allow_host: Annotated[list[str], typer.Option("--allow-host", help="Extra Host header value accepted (when "
                                                                        "serving beyond localhost).")] = [],  # noqa: B006
+    ssl_certfile: Annotated[Path | None, typer.Option(help="TLS certificate (PEM) to serve HTTPS.")] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="TLS private key (PEM) of --ssl-certfile.")] = None,
+    i_know_plain_http: Annotated[bool, typer.Option("--i-know-plain-http", help="Serve beyond this machine "
+                                                    "without TLS (tokens and answers in clear).")] = False,
 ) -> None:
     """Serve the reading app (Ctrl-C to stop; every answer is already saved)."""
     import uvicorn
 
     from medvlm_audit.readers.app import create_app
 
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        _fail(AuditError("--ssl-certfile and --ssl-keyfile go together"))
+    error, warning = plain_http_refusal(host, ssl_certfile is not None, i_know_plain_http)
+    if error:
+        _fail(AuditError(error))
+    if warning:
+        console.print(f"[yellow]{warning}[/]")
     try:
         hosts = ["127.0.0.1", "localhost", "::1", "[::1]"] + list(allow_host)
         if host not in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::"):
@@ -151,8 +187,9 @@ def serve_cmd(
         app = create_app(study_dir, allowed_hosts=hosts)
     except AuditError as e:
         _fail(e)
-    console.print(f"reader study at {_base_url(host, port)} (links: {study_dir}/invitations.csv)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    console.print(f"reader study at {_base_url(host, port, 'https' if ssl_certfile else 'http')} (links: {study_dir}/invitations.csv)")
+    tls = {"ssl_certfile": str(ssl_certfile), "ssl_keyfile": str(ssl_keyfile)} if ssl_certfile else {}
+    uvicorn.run(app, host=host, port=port, log_level="warning", **tls)
 
 
 @readers_app.command("status")

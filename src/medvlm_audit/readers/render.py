@@ -37,6 +37,9 @@ class PngCache:
         self.max_bytes = max_bytes
         self._lru = LRU(max_bytes=max_bytes)
 
+    def peek(self, key: tuple[str, int]) -> bytes | None:
+        return self._lru.get(key)
+
     def get_or_make(self, key: tuple[str, int], rec: dict[str, Any], copied: Path | None = None) -> bytes:
         hit = self._lru.get(key)
         if hit is not None:

@@ -25,6 +25,7 @@ import math
 import os
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ __all__ = [
     "STUDY_FILE",
     "Reader",
     "Study",
+    "StoreBusyError",
     "StudyError",
     "create_study",
     "hash_token",
@@ -83,15 +85,35 @@ class Reader:
 # ------------------------------------------------------------------------------------------------ the store
 
 
-class Study:
-    """Read/write access to one study folder. Opens a short-lived SQLite connection per operation, so one
-    object serves the web server's worker threads."""
+class StoreBusyError(StudyError):
+    """Another process holds the study store's write lock: nothing was written; try again shortly."""
 
-    def __init__(self, study_dir: str | Path) -> None:
+
+class Study:
+    """Read/write access to one study folder, shared by the web server's worker threads.
+
+    Each thread keeps one SQLite connection (its PRAGMAs set once, a busy timeout on writes); what never
+    changes while a study runs (readers, their item order, the items) is read once and kept in memory, so a
+    page view costs at most one query (the reader's answers; none when a server caches them) and writes nothing: a page view's activity time is kept
+    in memory and written with the reader's next answer. ``write_wait_s`` bounds how long an answer waits
+    for another process's write lock before :class:`StoreBusyError` (the page then says "retrying")."""
+
+    def __init__(self, study_dir: str | Path, *, write_wait_s: float = 1.0, cache_answers: bool = False) -> None:
         self.dir = Path(study_dir)
         self.path = self.dir / STUDY_FILE
         if not self.path.exists():
             raise StudyError(f"{self.dir}: no study store ({STUDY_FILE}); create one with `medvlm-audit readers create`")
+        self.write_wait_s = float(write_wait_s)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._readers: dict[str, Reader] | None = None  # token hash -> reader
+        self._orders: dict[int, list[str]] = {}
+        self._items: dict[tuple[int, str], tuple[str, str]] = {}  # (reader, item) -> (view JSON, source JSON)
+        self._seen: dict[int, float] = {}  # page views not yet written (reader id -> time)
+        # reader id -> her answers, kept current by save_answer: for a server, the study's one writer of answers
+        self._answers: dict[int, dict[str, dict[str, str]]] | None = {} if cache_answers else None
+        self._locked_at = 0.0  # when a write last found the store locked
         meta = self.meta()
         self.task: str = meta["task"]
         from medvlm_audit.readers.catalog import reader_task
@@ -102,29 +124,64 @@ class Study:
         self._secret = bytes.fromhex(meta["secret"])
 
     @staticmethod
-    def _connect(path: Path) -> sqlite3.Connection:
-        db = sqlite3.connect(path, isolation_level=None, timeout=10.0, check_same_thread=False)
+    def _connect(path: Path, busy_timeout_s: float = 10.0) -> sqlite3.Connection:
+        db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=10000")
+        db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         return db
+
+    def _con(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use, kept)."""
+        con = getattr(self._local, "con", None)
+        if con is None:
+            con = self._local.con = self._connect(self.path, self.write_wait_s)
+            self._local.wait_ms = int(self.write_wait_s * 1000)
+        return con
+
+    def close(self) -> None:
+        """Close this thread's connection (others close with their threads' end or the process)."""
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            con.close()
+            self._local.con = None
 
     @contextmanager
     def db(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        con = self._connect(self.path)
+        con = self._con()
+        if not write:
+            yield con
+            return
+        # right after a write found the store locked, later writes fail at once instead of each waiting
+        # out the timeout in turn (the page retries them); then one waits again
+        busy = StoreBusyError(f"{self.path}: the study store is locked by another process; nothing was written, "
+                              "try again")
+        t0 = time.monotonic()
+        wait_s = 0.0 if t0 - self._locked_at < 0.5 else self.write_wait_s
+        # one writer thread at a time waits on SQLite's lock; the others wait here
+        got = self._write_lock.acquire(timeout=wait_s) if wait_s > 0 else self._write_lock.acquire(blocking=False)
+        if not got:
+            raise busy
         try:
-            if write:
+            wait_ms = max(0, int((wait_s - (time.monotonic() - t0)) * 1000))
+            if wait_ms != self._local.wait_ms:
+                con.execute(f"PRAGMA busy_timeout={wait_ms}")
+                self._local.wait_ms = wait_ms
+            try:
                 con.execute("BEGIN IMMEDIATE")
-                try:
-                    yield con
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-                con.execute("COMMIT")
-            else:
+            except sqlite3.OperationalError as e:
+                if "locked" in str(e) or "busy" in str(e):
+                    self._locked_at = time.monotonic()
+                    raise busy from None
+                raise
+            try:
                 yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
         finally:
-            con.close()
+            self._write_lock.release()
 
     # --- meta, readers, security --------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
@@ -144,11 +201,12 @@ class Study:
         if not isinstance(token, str) or not 20 <= len(token) <= 200:
             return None
         h = hash_token(token)
-        with self.db() as con:
-            row = con.execute("SELECT reader_id, name, token_hash FROM readers WHERE token_hash = ?", (h,)).fetchone()
-        if row is None or not hmac.compare_digest(row[2], h):
+        if self._readers is None:  # readers are fixed when the study is created
+            self._readers = {r.token_hash: r for r in self.readers()}
+        row = self._readers.get(h)
+        if row is None or not hmac.compare_digest(row.token_hash, h):
             return None
-        return Reader(*row)
+        return row
 
     def check_admin(self, token: str) -> bool:
         stored = self.meta().get("admin_token_hash", "")
@@ -172,17 +230,28 @@ class Study:
 
     # --- items ---------------------------------------------------------------------------------------
     def order(self, reader: Reader) -> list[str]:
-        with self.db() as con:
-            return [r[0] for r in con.execute("SELECT item_id FROM assignments WHERE reader_id = ? ORDER BY position",
-                                              (reader.reader_id,))]
+        got = self._orders.get(reader.reader_id)
+        if got is None:  # assignments are fixed when the study is created
+            with self.db() as con:
+                got = [r[0] for r in con.execute(
+                    "SELECT item_id FROM assignments WHERE reader_id = ? ORDER BY position", (reader.reader_id,))]
+            self._orders[reader.reader_id] = got
+        return list(got)
 
     def item(self, reader: Reader, item_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(view, source) of an item assigned to this reader, else None (another reader's or unknown id)."""
-        with self.db() as con:
-            row = con.execute(
-                "SELECT i.view, i.source FROM items i JOIN assignments a ON a.item_id = i.item_id "
-                "WHERE a.reader_id = ? AND i.item_id = ?", (reader.reader_id, item_id)).fetchone()
-        return None if row is None else (json.loads(row[0]), json.loads(row[1]))
+        key = (reader.reader_id, item_id)
+        row = self._items.get(key)
+        if row is None:
+            with self.db() as con:
+                row = con.execute(
+                    "SELECT i.view, i.source FROM items i JOIN assignments a ON a.item_id = i.item_id "
+                    "WHERE a.reader_id = ? AND i.item_id = ?", (reader.reader_id, item_id)).fetchone()
+            if row is None:
+                return None
+            if len(self._items) < 100_000:
+                self._items[key] = row
+        return json.loads(row[0]), json.loads(row[1])
 
     def all_items(self) -> pd.DataFrame:
         with self.db() as con:
@@ -191,13 +260,56 @@ class Study:
 
     # --- answers -------------------------------------------------------------------------------------
     def answers(self, reader: Reader) -> dict[str, dict[str, str]]:
-        """item_id -> {scale: value} of this reader."""
+        """item_id -> {scale: value} of this reader (treat as read-only: it may be the cached copy)."""
+        if self._answers is None:
+            return self._read_answers(reader)
+        cached = self._answers.get(reader.reader_id)
+        if cached is not None:
+            return cached
+        # filled under the lock that save_answer updates the cache under: an answer committed while this read
+        # runs is either in what it reads or applied to the cache right after
+        with self._lock:
+            cached = self._answers.get(reader.reader_id)
+            if cached is None:
+                cached = self._answers[reader.reader_id] = self._read_answers(reader)
+        return cached
+
+    def _read_answers(self, reader: Reader) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}
         with self.db() as con:
             for item_id, scale, value in con.execute(
                     "SELECT item_id, scale, value FROM answers WHERE reader_id = ?", (reader.reader_id,)):
                 out.setdefault(item_id, {})[scale] = value
         return out
+
+    def cached_answers(self, reader: Reader) -> dict[str, dict[str, str]] | None:
+        """The reader's answers when held in memory (a server that caches them), else None: no database call."""
+        return self._answers.get(reader.reader_id) if self._answers is not None else None
+
+    def cached_item(self, reader: Reader, item_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None | bool:
+        """``item`` from memory; False when it would need the database."""
+        row = self._items.get((reader.reader_id, item_id))
+        if row is None:
+            return False
+        return json.loads(row[0]), json.loads(row[1])
+
+    def preload(self) -> None:
+        """Read readers, their orders and items once (a server does this at start, in one transaction)."""
+        with self.db() as con:
+            con.execute("BEGIN")
+            try:
+                self._readers = {r[2]: Reader(*r) for r in con.execute(
+                    "SELECT reader_id, name, token_hash FROM readers")}
+                orders: dict[int, list[str]] = {}
+                for rid, item_id in con.execute("SELECT reader_id, item_id FROM assignments ORDER BY reader_id, position"):
+                    orders.setdefault(rid, []).append(item_id)
+                self._orders.update(orders)
+                for rid, item_id, view, source in con.execute(
+                        "SELECT a.reader_id, i.item_id, i.view, i.source FROM items i JOIN assignments a "
+                        "ON a.item_id = i.item_id LIMIT 100000"):
+                    self._items[(rid, item_id)] = (view, source)
+            finally:
+                con.execute("COMMIT")
 
     def is_complete(self, given: dict[str, str]) -> bool:
         return all(s.name in given for s in self.spec.scales)
@@ -213,6 +325,8 @@ class Study:
         if elapsed_s is not None and not (math.isfinite(elapsed_s) and 0 <= elapsed_s < 86_400):
             elapsed_s = None
         now = time.time()
+        with self._lock:
+            seen = dict(self._seen)
         with self.db(write=True) as con:
             ok = con.execute("SELECT 1 FROM assignments WHERE reader_id = ? AND item_id = ?",
                              (reader.reader_id, item_id)).fetchone()
@@ -226,11 +340,21 @@ class Study:
                 (reader.reader_id, item_id, scale, value, now, elapsed_s))
             con.execute("INSERT INTO answer_log(reader_id, item_id, scale, value, at, elapsed_s) VALUES(?,?,?,?,?,?)",
                         (reader.reader_id, item_id, scale, value, now, elapsed_s))
-            con.execute("INSERT OR REPLACE INTO activity VALUES(?, ?)", (reader.reader_id, now))
+            seen[reader.reader_id] = now  # with the page views of every reader since the last answer
+            con.executemany("INSERT INTO activity VALUES(?, ?) ON CONFLICT(reader_id) DO UPDATE SET "
+                            "last_seen = max(last_seen, excluded.last_seen)", list(seen.items()))
+        with self._lock:
+            for rid, t in seen.items():
+                if self._seen.get(rid, 0.0) <= t:
+                    self._seen.pop(rid, None)
+            if self._answers is not None and reader.reader_id in self._answers:
+                old = self._answers[reader.reader_id]  # copy on write: readers of the old dict see a whole one
+                self._answers[reader.reader_id] = {**old, item_id: {**old.get(item_id, {}), scale: value}}
 
     def touch(self, reader: Reader) -> None:
-        with self.db(write=True) as con:
-            con.execute("INSERT OR REPLACE INTO activity VALUES(?, ?)", (reader.reader_id, time.time()))
+        """A page view: kept in memory (no write per page), written with the next answer of any reader."""
+        with self._lock:
+            self._seen[reader.reader_id] = time.time()
 
     def progress(self) -> pd.DataFrame:
         """Per reader: items assigned, items complete, answers given, last activity (no answer values)."""
@@ -242,6 +366,9 @@ class Study:
                 " GROUP BY item_id HAVING COUNT(*) >= ?)), "
                 "(SELECT last_seen FROM activity v WHERE v.reader_id = r.reader_id) FROM readers r ORDER BY r.reader_id",
                 (n_scales,)).fetchall()
+        with self._lock:
+            seen = dict(self._seen)
+        rows = [(*r[:4], max((t for t in (r[4], seen.get(r[0])) if t is not None), default=None)) for r in rows]
         df = pd.DataFrame(rows, columns=["reader_id", "reader", "assigned", "complete", "last_seen"])
         df["percent"] = np.where(df["assigned"] > 0, 100.0 * df["complete"] / df["assigned"].clip(lower=1), 0.0)
         return df
@@ -384,6 +511,9 @@ def create_study(
     tmp = out / (STUDY_FILE + ".tmp")
     if tmp.exists():
         tmp.unlink()
+    # owner-only from the first byte (SQLite gives its -wal and -shm files the same mode): it holds the
+    # token hashes, the CSRF secret and every answer
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     con = Study._connect(tmp)
     try:
         con.executescript(SCHEMA)
@@ -424,9 +554,8 @@ def create_study(
     from medvlm_audit.atomic import csv_bytes, write_files_atomic
 
     inv = pd.DataFrame({"reader": names, "token_path": [f"/r/{tokens[r]}" for r in names]})
-    write_files_atomic(out, [(INVITATIONS, csv_bytes(inv)), (ADMIN_FILE, f"/admin/{admin}\n".encode())])
-    os.chmod(out / ADMIN_FILE, 0o600)
-    os.chmod(out / INVITATIONS, 0o600)
+    # owner-only from creation: the links are the readers' credentials
+    write_files_atomic(out, [(INVITATIONS, csv_bytes(inv)), (ADMIN_FILE, f"/admin/{admin}\n".encode())], mode=0o600)
     return {"study_dir": out, "tokens": tokens, "admin_token": admin, "n_items": len(built)}
 
 

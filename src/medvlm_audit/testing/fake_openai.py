@@ -9,7 +9,8 @@ is even, else "No", with first-token top log-probabilities over a few yes/no spe
 ``--answers judge`` (``answer_fn=judge_answer``) it answers like an LLM judge of the faithfulness suite: a
 prompt holding a chain of thought after ``COT:`` gets the strict judge JSON (a score 1-5 from the hash, a
 verbatim quote of the CoT), except every prompt whose hash is 0 mod 7, which gets prose instead of JSON
-(a judge that returns garbage: counted as ``parse``, never coerced); other prompts get Yes / No.
+(a judge that returns garbage: counted as ``parse``, never coerced); other prompts get Yes / No. With
+``--answers reasoner`` every answer is a chain of thought drawn from the request hash, then ``<answer>``.
 
 Faults are keyed by the request's *prompt key* (its message text) so outcomes are exact:
 
@@ -196,7 +197,21 @@ def judge_answer(body: Mapping[str, Any]) -> str:
                        "rationale": f"fake judge: score {score} from the request hash"})
 
 
-ANSWER_MODES: dict[str, Callable[[Mapping[str, Any]], str] | None] = {"yesno": None, "judge": judge_answer}
+_COT_WORDS = ("the", "film", "shows", "a", "heart", "border", "lung", "field", "opacity", "margin", "clear",
+              "hint", "suggests", "left", "right", "lower", "zone", "no", "effusion", "so", "likely", "answer")
+
+
+def reasoner_answer(body: Mapping[str, Any]) -> str:
+    """A deterministic reasoning model: a chain of thought of 40-120 words drawn from the request hash (so two
+    requests get different CoTs, and a judge of them gets distinct prompts), then ``<answer>yes|no</answer>``."""
+    d = hashlib.sha256(_request_digest(body)).digest() * 4
+    n = 40 + d[0] % 81
+    words = " ".join(_COT_WORDS[b % len(_COT_WORDS)] for b in d[1 : 1 + n])
+    return f"<think>{words}.</think>\n<answer>{'yes' if d[-1] % 2 else 'no'}</answer>"
+
+
+ANSWER_MODES: dict[str, Callable[[Mapping[str, Any]], str] | None] = {"yesno": None, "judge": judge_answer,
+                                                                       "reasoner": reasoner_answer}
 
 
 def _error_body(status: int, message: str) -> bytes:

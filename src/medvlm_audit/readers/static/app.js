@@ -21,18 +21,28 @@
   function allAnswered() { return scales.every(function (s) { return s.dataset.chosen !== ""; }); }
   function go(url) { if (url && !leaving) { leaving = true; window.location.assign(url); } }
 
-  function save(btn, attempt) {
+  // An answer counts as pending from the click until the server confirms it: a busy store (503, busy: true:
+  // another process holds its write lock, nothing was written) is retried until it saves, with the page saying
+  // so; any other failure is retried a few times. Leaving the page while an answer is pending asks first.
+  function save(btn, attempt, counted) {
     var fs = btn.closest("fieldset");
     var form = new URLSearchParams();
     form.set("csrf", csrf); form.set("item_id", itemId); form.set("scale", btn.dataset.scale);
     form.set("value", btn.dataset.value); form.set("elapsed_ms", String(Math.round(performance.now() - shownAt)));
-    fs.querySelectorAll("button.choice").forEach(function (b) { b.classList.remove("selected"); });
-    btn.classList.add("selected"); btn.classList.add("saving");
-    fs.dataset.chosen = btn.dataset.value;
-    pending += 1; setStatus("Saving…", "saving");
+    if (!counted) {
+      fs.querySelectorAll("button.choice").forEach(function (b) { b.classList.remove("selected"); });
+      btn.classList.add("selected"); btn.classList.add("saving");
+      fs.dataset.chosen = btn.dataset.value;
+      pending += 1; setStatus("Saving…", "saving");
+    }
+    attempt = attempt || 0;
     return fetch(postUrl, {method: "POST", body: form, credentials: "same-origin",
                            headers: {"X-CSRF-Token": csrf}})
-      .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.json(); })
+      .then(function (r) {
+        if (r.status === 503) { var e = new Error("store busy"); e.busy = true; throw e; }
+        if (!r.ok) { throw new Error("HTTP " + r.status); }
+        return r.json();
+      })
       .then(function (j) {
         pending -= 1; btn.classList.remove("saving"); setStatus("Saved", "saved");
         if (j.complete && single) { setTimeout(function () { go(nextUrl); }, 120); }
@@ -40,15 +50,21 @@
         return j;
       })
       .catch(function (e) {
-        pending -= 1;
-        setStatus("Not saved (" + e.message + ") — retrying", "error");
-        if ((attempt || 0) < 5) { setTimeout(function () { save(btn, (attempt || 0) + 1); }, 800 * ((attempt || 0) + 1)); }
+        if (fs.dataset.chosen !== btn.dataset.value) { pending -= 1; return; }  // superseded by a newer choice
+        if (e.busy || attempt < 5) {
+          setStatus((e.busy ? "Saving… (the study store is busy) — retrying" : "Not saved (" + e.message +
+                     ") — retrying"), e.busy ? "saving" : "error");
+          setTimeout(function () { save(btn, attempt + 1, true); }, Math.min(800 * (attempt + 1), 3000));
+        } else {
+          pending -= 1; btn.classList.remove("saving");
+          setStatus("Not saved (" + e.message + ") — choose again to retry", "error");
+        }
       });
   }
 
   function choose(btn) {
     var fs = btn.closest("fieldset");
-    save(btn, 0);
+    save(btn, 0, false);
     if (!single) {  // move to the next scale without an answer
       var i = scales.indexOf(fs);
       var rest = scales.slice(i + 1).concat(scales.slice(0, i));

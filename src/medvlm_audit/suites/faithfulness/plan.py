@@ -162,11 +162,12 @@ def stored_answers(store: Any, models: set[str] | None = None) -> pd.DataFrame:
 
 def plan_judge_stage(ctx: StageContext) -> Plan:
     """Stage 2: the judges read the stored modified CoTs of this run's models."""
-    from medvlm_audit.suites.faithfulness.analysis import plan_judge
-
     opts = condition_options(ctx)
     if not opts.judges or ctx.store is None:
         return Plan()
+    # imported only when there is a judge stage: the analysis module loads scipy (~0.5 s per invocation)
+    from medvlm_audit.suites.faithfulness.analysis import plan_judge
+
     answers = stored_answers(ctx.store, {m.name for m in ctx.config.models})
     if not len(answers):
         return Plan()

@@ -50,6 +50,7 @@ def conditions_for(opts: GroundingOptions) -> list[Condition]:
 def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Plan:
     plan = Plan()
     conds = conditions_for(opts)
+    messages: dict[str, tuple[Message, ...]] = {}
     for ps in probe_sets:
         plan.sources.append(PlanSource(ps.name, str(ps.image_root), ps.content_hash, ps.df, ps.provenance))
         resolve = functools.cache(lambda p, ps=ps: str(ps.resolve(p)))  # a source serves several conditions
@@ -66,7 +67,10 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
                     plan.skipped.append(Skip(ps.name, case.case_id, cond.name, reason))
                     continue
                 recipe = cond.recipe(case, resolve)
-                msgs = (Message("user", grounding_prompt(case, cond.prompt_variant)),)
+                text = grounding_prompt(case, cond.prompt_variant)
+                msgs = messages.get(text)  # one message tuple per distinct question: a run holds few
+                if msgs is None:
+                    msgs = messages[text] = (Message("user", text),)
                 for s in range(opts.repeats):
                     plan.trials.append(
                         Trial(ps.name, case.case_id, cond.name, msgs, (recipe,) if recipe else (), s)

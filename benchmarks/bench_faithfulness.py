@@ -1,0 +1,162 @@
+"""Faithfulness request path: CPU per request at the margin of the answer stage and the judge stage, against a
+bare aiohttp loop posting bodies of the same kind to the same server.
+
+    .venv/bin/python benchmarks/bench_faithfulness.py [--small 12] [--large 36] [--concurrency 32] [--delay-ms 20]
+
+One OpenAI-compatible subject against the fake server in ``--answers reasoner`` mode (a chain of thought drawn
+from the request hash, so every answer differs and so does every judge prompt: a realistic judge load), one
+OpenAI-compatible judge against a second fake server in ``--answers judge`` mode. The phantom VQA items are
+built once, before any timing, and each size reads the first N of them from the item file. For each size a
+child process runs the faithfulness suite twice on one run folder: first without judges (the answer
+stage only), then with the judge (the answer stage asks nothing again; the judge stage asks). Its CPU seconds
+around each ``api.run`` (planning, rendering, HTTP, store, export; imports excluded) and the requests asked
+are printed, and the CPU spent inside ``runner.execute`` alone (the request path: keying, rendering and
+encoding images in the render workers, HTTP, store; without planning, scoring and the export); the margin is (CPU large - CPU small) / (requests large - requests small), which removes the
+fixed cost of an invocation. The bare loop posts, with the same concurrency, stage-1-like bodies (a 224x224
+PNG data URL and a 600-character prompt) and judge-like bodies (a 3,000-character prompt) to the same servers:
+its CPU per request in the same invocation is the baseline. Target (issue 23): each stage <= 1.3x the bare
+loop's CPU per request at the margin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def child(run_dir: str, items: str, subject_url: str, judge_url: str, concurrency: int, out: str) -> None:
+    from medvlm_audit import api
+
+    subject = {"name": "subject", "backend": "openai", "model": "fake-reasoner", "base_urls": [subject_url],
+               "max_concurrency": concurrency}
+    judge = {"name": "judge", "backend": "openai", "model": "fake-judge", "base_urls": [judge_url],
+             "max_concurrency": concurrency}
+    cfg = {"suite": "faithfulness", "run_dir": run_dir, "probe_sets": [items], "models": [subject], "judges": []}
+    res = {}
+    in_execute = [0.0]
+    real = api.execute
+
+    async def timed(*a, **k):  # the request path alone: runner.execute (render workers included)
+        c0 = _cpu()
+        try:
+            return await real(*a, **k)
+        finally:
+            in_execute[0] += _cpu() - c0
+
+    api.execute = timed
+    for stage, judges in (("answer", []), ("judge", [judge])):
+        cfg["judges"] = judges
+        in_execute[0] = 0.0
+        c0, t0 = _cpu(), time.perf_counter()
+        r = api.run(cfg, progress=False)
+        res[stage] = {"cpu_s": _cpu() - c0, "wall_s": time.perf_counter() - t0, "execute_cpu_s": in_execute[0],
+                      "asked": sum(v.get("asked", 0) for v in r.summary.per_model.values())}
+    Path(out).write_text(json.dumps(res))
+
+
+async def _bare(url: str, bodies: list[bytes], concurrency: int) -> None:
+    import aiohttp
+
+    it = iter(bodies)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
+        async def worker() -> None:
+            for b in it:
+                async with s.post(url, data=b, headers={"Content-Type": "application/json"}) as r:
+                    json.loads(await r.read())["choices"][0]["message"]["content"]
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def bare_cpu_per_request(url: str, kind: str, n: int, concurrency: int) -> float:
+    import numpy as np
+
+    from medvlm_audit.models.encoding import data_url
+
+    rng = np.random.default_rng(0)
+    bodies = []
+    for i in range(n):
+        text = f"[{i}] " + " ".join(rng.choice(["lung", "heart", "cue", "hint", "answer", "the"], 120))
+        if kind == "answer":
+            url_ = data_url(rng.integers(0, 255, (224, 224), dtype=np.uint8), "png", 0)
+            content = [{"type": "image_url", "image_url": {"url": url_}}, {"type": "text", "text": text[:600]}]
+        else:
+            content = (text * 6)[:3000] + "\nCOT:\n" + text
+        bodies.append(json.dumps({"model": "m", "messages": [{"role": "user", "content": content}],
+                                  "max_tokens": 512, "temperature": 0}).encode())
+    c0 = _cpu()
+    asyncio.run(_bare(url.rstrip("/") + "/chat/completions", bodies, concurrency))
+    return (_cpu() - c0) / n
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]), sys.argv[7])
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", type=int, default=12)
+    ap.add_argument("--large", type=int, default=36)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--delay-ms", type=float, default=20.0)
+    args = ap.parse_args()
+    from medvlm_audit.testing.fake_openai import FakeServerProcess
+
+    print(f"load before: {os.getloadavg()}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_faith_"))
+    subj = FakeServerProcess(args.delay_ms, ["--answers", "reasoner"])
+    jud = FakeServerProcess(args.delay_ms, ["--answers", "judge"])
+    su, ju = subj.start(), jud.start()
+    # the phantom items are built once here, so the runs' CPU is the request path, not item generation
+    from medvlm_audit.suites.faithfulness.phantom_vqa import build_phantom_vqa
+
+    build_phantom_vqa(tmp / "items", n_items=args.large)
+    lines = (tmp / "items" / "items.jsonl").read_text().splitlines(keepends=True)
+    for n in (args.small, args.large):
+        (tmp / "items" / f"items{n}.jsonl").write_text("".join(lines[:n]))
+    try:
+        res = {}
+        for n in (args.small, args.large):
+            out = tmp / f"r{n}.json"
+            subprocess.run([sys.executable, __file__, "--child", str(tmp / f"run{n}"),
+                            str(tmp / "items" / f"items{n}.jsonl"), su, ju,
+                            str(args.concurrency), str(out)], check=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            res[n] = json.loads(out.read_text())
+            for stage, r in res[n].items():
+                print(f"{n:>4} items, {stage:>6} stage: {r['asked']:>5} requests, CPU {r['cpu_s']:6.2f} s (in "
+                      f"runner.execute {r['execute_cpu_s']:.2f} s), wall {r['wall_s']:6.2f} s", flush=True)
+        bare = {"answer": bare_cpu_per_request(su, "answer", 1500, args.concurrency),
+                "judge": bare_cpu_per_request(ju, "judge", 1500, args.concurrency)}
+        for stage in ("answer", "judge"):
+            s, l_ = res[args.small][stage], res[args.large][stage]
+            dn = l_["asked"] - s["asked"]
+            margin = (l_["cpu_s"] - s["cpu_s"]) / dn if dn > 0 else float("nan")
+            m_exec = (l_["execute_cpu_s"] - s["execute_cpu_s"]) / dn if dn > 0 else float("nan")
+            print(f"{stage} stage: {1000 * margin:.2f} CPU-ms per request at the margin, whole invocation "
+                  f"({dn} requests), {1000 * m_exec:.2f} in runner.execute alone; bare loop "
+                  f"{1000 * bare[stage]:.2f} CPU-ms; ratios {margin / bare[stage]:.2f} / {m_exec / bare[stage]:.2f} "
+                  f"(target <= 1.3); fixed cost of the small invocation {s['cpu_s'] - margin * s['asked']:.2f} CPU-s",
+                  flush=True)
+    finally:
+        subj.stop()
+        jud.stop()
+    print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
