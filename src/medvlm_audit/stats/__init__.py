@@ -78,10 +78,13 @@ from medvlm_audit.stats.ranking import (
     case_bootstrap,
 )
 from medvlm_audit.stats.rates import (
+    RATE_WILSON_EVENTS,
     binomial_test,
     chance_test,
     poisson_binomial_sf,
     proportion,
+    rate_interval,
+    rate_interval_method,
     wilson_interval,
 )
 from medvlm_audit.stats.resample import (
@@ -100,6 +103,7 @@ from medvlm_audit.stats.types import NOT_ESTIMABLE_N0, Estimate, Mode, PairedDif
 
 __all__ = [
     'Estimate',
+    'RATE_WILSON_EVENTS',
     'Mode',
     'NOT_ESTIMABLE_N0',
     'PairedDiff',
@@ -145,6 +149,8 @@ __all__ = [
     'permutation_test',
     'poisson_binomial_sf',
     'proportion',
+    'rate_interval',
+    'rate_interval_method',
     'ratings_to_counts',
     'shift_reflect_p',
     'spearman_permutation',
