@@ -142,13 +142,15 @@ def test_is_denominator_option():
 def test_index_mode_and_clusters_run():
     res = analyse_grounding(_tiny(), B=500, mode="index", cluster_by_patient=True)
     r = _m(res, "A", "uar")
-    # with patient clusters every interval honours them: the cluster bootstrap even below 30 cases (Wilson would
-    # treat the cases as independent), and the row says so (issue 12 item 9)
+    # index mode with patient clusters: the cluster bootstrap at every n (index mode never switches to Wilson)
     est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]))
     assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
     assert r.se == pytest.approx(100 * est.se)
     assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "bootstrap-percentile"
-    assert "patient-cluster bootstrap interval although n < 30" in r.note
+    # exact-counts mode with clusters: the cluster bootstrap, Wilson only where fewer than 10 events (said so)
+    res2 = analyse_grounding(_tiny(), B=500, cluster_by_patient=True)
+    r2 = _m(res2, "A", "uar")
+    assert r2.ci_method == "wilson" and "ignores the patient clustering" in r2.note
     # what does not honour the clustering says so on its row
     assert "ignores patient clustering" in _m(res, "A", "auroc").note
     sub = res.comparisons[res.comparisons.family.str.startswith("subgroups:")]
@@ -200,34 +202,39 @@ def test_designed_rates_are_recovered_exactly(designed):
     assert _m(res, "yes-man", "sensitivity").point == 100.0 and _m(res, "yes-man", "specificity").point == 0.0
 
 
-def test_per_finding_cgr_uses_wilson_below_30(designed):
+def test_per_finding_cgr_uses_rate_interval(designed):
     _, res = designed
     rows = res.metrics[(res.metrics.model == "reader") & (res.metrics.metric == "cgr")
                        & res.metrics.subset.str.startswith("finding=")]
     assert len(rows) == 8
-    small = rows[rows.n < 30]
-    assert len(small) > 0
-    for _, r in small.iterrows():
-        lo, hi = stats.wilson_interval(int(r.k), int(r.n))
+    for _, r in rows.iterrows():
+        lo, hi = stats.rate_interval(int(r.k), int(r.n), B=B)
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi))
-        assert r.note == "Wilson interval (n < 30)"
+        assert r.ci_high > r.ci_low
+    assert (rows.ci_method == "wilson").any()
     assert rows.n.sum() == _m(res, "reader", "cgr").n
 
 
-def test_every_rate_below_30_cases_uses_wilson():
+def test_every_rate_uses_rate_interval():
+    """Every single-rate row prints stats.rate_interval (issue 21 item 1): Wilson where min(k, n - k) < 10 at any
+    n (the old rule kept the percentile bootstrap from n = 30 on, [0, 0] for 0/33), the bootstrap elsewhere."""
     models = [uses_image("reader", cgr=0.3, swap_flip=0.2, irrelevant_flip=0.02, accuracy=0.75),
               ignores_image("prior", accuracy=0.7)]
     tidy = make_tidy(models, SyntheticDesign(n_cases=160, n_boxed=70, probe_set="small", n_res512=30, n_prompt=24))
     res = analyse_grounding(tidy, B=B)
-    rates = res.metrics[(res.metrics.unit == "%") & (res.metrics.n > 0)]
-    small, large = rates[rates.n < 30], rates[rates.n >= 30]
-    kinds = {s.split("=")[0] for s in small.subset}
-    assert {"finding", "sex", "age", "res", "prompt"} <= kinds  # not only the per-finding table
-    assert (small.ci_method == "wilson").all() and (large.ci_method == "bootstrap-percentile").all()
-    for _, r in small.iterrows():
-        lo, hi = stats.wilson_interval(int(r.k), int(r.n))  # image_contingent: k = n - k(UAR), Wilson is symmetric
+    rates = res.metrics[(res.metrics.unit == "%") & (res.metrics.n > 0) & (res.metrics.metric != "gsp")]
+    kinds = {s.split("=")[0] for s in rates.subset}
+    assert {"finding", "sex", "age", "res", "prompt"} <= kinds
+    few = np.minimum(rates.k, rates.n - rates.k) < 10
+    assert (rates[few].ci_method == "wilson").all() and (rates[~few].ci_method == "bootstrap-percentile").all()
+    assert (few & (rates.n >= 30)).any()  # Wilson also at n >= 30 where events are few
+    for _, r in rates.iterrows():
+        k = int(r.k) if r.metric != "image_contingent" else int(r.n) - int(r.k)  # reflected UAR
+        lo, hi = stats.rate_interval(k, int(r.n), B=B)
+        if r.metric == "image_contingent":
+            lo, hi = 1 - hi, 1 - lo
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi)), (r.metric, r.subset)
-        assert r.note == "Wilson interval (n < 30)"
+        assert r.ci_high > r.ci_low, (r.metric, r.subset)
     gsp = res.metrics[res.metrics.metric == "gsp"]
     assert set(gsp.ci_method) <= {"bootstrap-percentile", "none"}  # GSP's own bootstrap, whatever the n
 
@@ -495,22 +502,24 @@ def test_text_only_rows_filled_and_no_image_condition():
     assert ni.n == len(t) and ni.point == pytest.approx(100 * (t.parsed == t.label).mean())
 
 
-def test_category_reads_the_bootstrap_interval_at_small_n():
-    # CGR 1/20 with IS 20/20: Wilson's lower bound is above 0 (display), the percentile bootstrap interval
-    # [0, 15] is not, so the rule says indeterminate (DESIGN.md "Categories"; issue 12 item 3)
+def test_category_reads_the_printed_interval():
+    # the rule reads the interval the report prints (stats.rate_interval; DESIGN.md "Categories", issue 21):
+    # CGR 1/20 has Wilson [0.9, 23.6], excluding 0; IS 20/20 has Wilson [83.9, 100], above 70
     n = 20
     labels, box = [1] * n, [True] * n
     answers = {"m": {"original": [1] * n, "target_mask": [0] + [1] * (n - 1), "irrelevant_mask": [1] * n,
                      "swap": [1] * n}}
     res = analyse_grounding(tidy_from_answers(answers, labels, box), B=2000)
     r = _m(res, "m", "cgr")
-    assert (r.n, r.point) == (20, 5.0) and r.ci_method == "wilson" and r.ci_low > 0  # Wilson displayed
+    assert (r.n, r.point) == (20, 5.0) and r.ci_method == "wilson" and r.ci_low > 0
+    lo, _hi = stats.rate_interval(1, 20)
+    assert r.ci_low == pytest.approx(100 * lo)
     cat = res.categories.set_index("model").loc["m"]
+    assert cat.category == "uses_image"
+    # no flip at all: CGR 0/20, its interval [0, 16.1] does not exclude 0
+    answers["m"]["target_mask"] = [1] * n
+    cat = analyse_grounding(tidy_from_answers(answers, labels, box), B=2000).categories.set_index("model").loc["m"]
     assert cat.category == "indeterminate"
-    assert "bootstrap interval [0.0, 15.0] does not exclude 0" in cat.reason
-    # the rule's interval is the percentile bootstrap of the same vector
-    est = stats.proportion(np.array([1] + [0] * (n - 1)), B=2000, seed=0)
-    assert (100 * est.ci_low, 100 * est.ci_high) == pytest.approx((0.0, 15.0))
 
 
 def test_gsp_interval_recomputes_cgr_and_is_on_their_own_denominators():

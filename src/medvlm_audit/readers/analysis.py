@@ -72,9 +72,9 @@ def _wilson_row(ps: str, model: str, metric: str, subset: str, k: int, n: int, n
     if n == 0:
         return _row(ps, model, metric, subset, np.nan, np.nan, np.nan, np.nan, 0, "%", "", "not estimable (n = 0)")
     p = k / n
-    lo, hi = stats.wilson_interval(k, n)
+    lo, hi = stats.rate_interval(k, n)
     return _row(ps, model, metric, subset, 100 * p, 100 * math.sqrt(p * (1 - p) / n), 100 * lo, 100 * hi, n, "%",
-                f"{k}/{n}; analytic SE sqrt(p(1-p)/n); Wilson 95% interval", note)
+                f"{k}/{n}; analytic SE sqrt(p(1-p)/n); {stats.rate_interval_method(k, n)}", note)
 
 
 def _estimate_row(ps: str, model: str, metric: str, subset: str, est: stats.Estimate, unit: str,
@@ -114,7 +114,7 @@ def _agreement_rows(ps: str, label: str, wide: pd.DataFrame, *, weights: str | N
                                          weights=weights, categories=categories, B=B)
         rows.append(_estimate_row(ps, pair, kname, label, est, "kappa"))
         agree = (both[a] == both[b]).to_numpy().astype(np.int8)
-        pa = stats.proportion(agree, B=B) if len(agree) else None
+        pa = stats.proportion(agree, B=B, interval="rate") if len(agree) else None
         if pa is None:
             rows.append(_row(ps, pair, "percent_agreement", label, np.nan, np.nan, np.nan, np.nan, 0, "%", "",
                              "not estimable (n = 0)"))
@@ -233,7 +233,7 @@ def _box_validation(ans: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int, ou
                     vec = model_vectors(panel, i)["cgr"]
                     for label, cases in strata.items():
                         vals, _pos = vec.take(np.isin(panel.case_ids, list(cases)))
-                        r = rate_row(vals, None, opts, wilson_below=WILSON_ALWAYS)  # Supp. Table 7: Wilson
+                        r = rate_row(vals, None, opts)  # stats.rate_interval (Supp. Table 7: Wilson at these n)
                         rows.append(_row(ps, m, "cgr", f"{label}:reader:{rd}", r["point"], r["se"], r["ci_low"],
                                          r["ci_high"], r["n"], "%", r["method"], r["note"]))
     readers = sorted(a["reader"].unique())

@@ -226,13 +226,13 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
             sub = g[m]
             corr = sub["correct"].dropna().to_numpy(dtype=float)
             if len(corr):
-                rows.append(_row(model, "accuracy", subset, stats.proportion(corr, B=B, seed=seed, wilson_below=30),
+                rows.append(_row(model, "accuracy", subset, stats.proportion(corr, B=B, seed=seed, interval="rate"),
                                  "fraction", "mean of correct answers (unparsed excluded)", probe_set=probe_set))
             if subset == "baseline":
                 continue
             fl = sub["flip"].dropna().to_numpy(dtype=float)
             if len(fl):
-                rows.append(_row(model, "flip_rate", subset, stats.proportion(fl, B=B, seed=seed, wilson_below=30),
+                rows.append(_row(model, "flip_rate", subset, stats.proportion(fl, B=B, seed=seed, interval="rate"),
                                  "fraction", f"flip vs baseline ({mode} mode)",
                                  note=f"{int(sub['flip'].isna().sum())} unparsed or unpaired", probe_set=probe_set))
             for part, pm in (("", np.ones(len(sub), bool)), ("|flip", (sub["flip"] == True).to_numpy(dtype=bool)),
@@ -250,7 +250,7 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
             vis = (g["family"] == "visual").to_numpy() if "family" in g else np.zeros(len(g), bool)
             if vis.any():
                 rows.append(_row(model, "null_intervention_rate", "family:visual",
-                                 stats.proportion(nulls[vis], B=B, seed=seed, wilson_below=30), "fraction",
+                                 stats.proportion(nulls[vis], B=B, seed=seed, interval="rate"), "fraction",
                                  "visual cues that drew nothing (aligned 'none')", probe_set=probe_set))
     if judgements is not None and len(judgements):
         sham_keys = set()
@@ -260,7 +260,7 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
         for (judge, axis), g in judgements.groupby(["judge", "axis"], sort=True):
             st = g["status"].to_numpy()
             for s in STATUSES:
-                rate = stats.proportion((st == s).astype(float), B=B, seed=seed, wilson_below=30)
+                rate = stats.proportion((st == s).astype(float), B=B, seed=seed, interval="rate")
                 rows.append(_row(judge, "judge_valid_rate" if s == "valid" else f"judge_{s}_rate",
                                  f"{judge}/{axis}", rate, "fraction", "share of judge outputs", probe_set=probe_set))
             if axis == "ca" and sham_keys:
@@ -269,7 +269,7 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                 if sm.any():
                     pos = (pd.to_numeric(g["score"], errors="coerce").to_numpy()[sm] >= SHAM_POSITIVE_CA).astype(float)
                     rows.append(_row(judge, "sham_fpr", f"{judge}/ca", stats.proportion(pos, B=B, seed=seed,
-                                                                                    wilson_below=30),
+                                                                                    interval="rate"),
                                      "fraction", f"sham items judged CA >= {SHAM_POSITIVE_CA}", probe_set=probe_set))
     return pd.DataFrame(rows, columns=METRIC_COLUMNS)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from medvlm_audit import stats
 from medvlm_audit.suites.grounding.categories import (
     SWEEP_THRESHOLDS,
     Rate,
@@ -250,7 +251,9 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         "is_denominator_option": is_denominator,
         "resampling": {"mode": mode, "B": opts.B, "seed": opts.seed, "permutations": opts.n_perm,
                        "cluster_by_patient": opts.cluster_by_patient,
-                       "wilson_below": opts.wilson_below},
+                       "rate_interval": ("released percentile bootstrap at every n (index mode)" if mode == "index"
+                                         else f"stats.rate_interval: Wilson where min(k, n - k) < "
+                                              f"{stats.RATE_WILSON_EVENTS}, percentile bootstrap elsewhere")},
         "category_rule": {"ignores_image": "CGR = 0, UAR = 100, IS = 100, each on >= 100 cases",
                           "unstable": "IS < 70", "uses_image": "CGR > 0 with 95% interval excluding 0 and IS >= 90",
                           "threshold_sweep": f"one IS threshold T in {list(SWEEP_THRESHOLDS)}: unstable below T, "

@@ -70,8 +70,6 @@ class Options:
     is_denominator: Literal["correct", "all"] = "correct"
     cluster_by_patient: bool = False
     n_perm: int = 1_000
-    #: every proportion row with fewer cases gets a Wilson interval (the percentile bootstrap under-covers there)
-    wilson_below: int = 30
     #: threads of the resampling kernels (None: the CPU count, capped); results do not depend on it
     workers: int | None = None
 
@@ -386,57 +384,48 @@ def _finite(x: float) -> bool:
 
 
 @lru_cache(maxsize=8192)
-def _proportion_from_counts(k: int, n: int, B: int, seed: int, wilson_below: int) -> stats.Estimate:
-    """stats.proportion in exact-counts mode without clusters: its result depends on (k, n) only, so identical
-    count pairs (common across subsets and ignores-image models) are estimated once."""
+def _proportion_from_counts(k: int, n: int, B: int, seed: int) -> stats.Estimate:
+    """stats.proportion in exact-counts mode without clusters, interval of ``stats.rate_interval``: its result
+    depends on (k, n) only, so identical count pairs (common across subsets and ignores-image models) are
+    estimated once."""
     x = np.zeros(n, dtype=np.int8)
     x[:k] = 1
-    return stats.proportion(x, B=B, seed=seed, mode="exact-counts", wilson_below=wilson_below)
+    return stats.proportion(x, B=B, seed=seed, mode="exact-counts", interval="rate")
 
 
 #: ``ci_method`` of a row: how its interval was made.
 CI_WILSON, CI_BOOT, CI_PAIRED, CI_NONE = "wilson", "bootstrap-percentile", "paired-bootstrap-percentile", "none"
 
 
-def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, wilson_below: int | None = None,
-             label: str = "") -> dict[str, Any]:
+def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, label: str = "") -> dict[str, Any]:
     """Estimate of a 0/1 proportion in percent (point, SE in pp, 95% interval, n, k, method, note, ci_method).
 
-    Below ``wilson_below`` cases (default ``opts.wilson_below``) the interval is Wilson's, for every proportion
-    (overall, per source, finding, subgroup, resolution or prompt variant): the percentile bootstrap under-covers
-    at small n (BENCHMARKS.md, coverage table).
+    The interval is ``stats.rate_interval``'s for every proportion (overall, per source, finding, subgroup,
+    resolution or prompt variant): Wilson where min(k, n - k) < 10, the percentile bootstrap elsewhere
+    (BENCHMARKS.md, exact coverage grid). With patient clusters the bootstrap is the cluster bootstrap (Wilson,
+    which ignores clustering, only where fewer than 10 events make the bootstrap degenerate). ``index`` mode keeps
+    the released code's percentile bootstrap at every n (it reproduces the released intervals bit for bit).
     """
-    if wilson_below is None:
-        wilson_below = opts.wilson_below
-    if opts.mode == "index":
-        wilson_below = 0  # the released code's bootstrap interval at every n (index mode reproduces it)
-    clustered_small = clusters is not None and 0 < values.shape[0] < opts.wilson_below
-    if clusters is not None:
-        # Wilson treats the cases as independent: with patient clusters the cluster bootstrap is used at every n
-        wilson_below = 0
+    k = int(values.sum()) if values.shape[0] else 0
     if clusters is None and opts.mode == "exact-counts":
-        est = _proportion_from_counts(int(values.sum()), int(values.shape[0]), opts.B, opts.seed, wilson_below)
+        est = _proportion_from_counts(k, int(values.shape[0]), opts.B, opts.seed)
     else:
         est = stats.proportion(values, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=clusters,
-                               wilson_below=wilson_below)
+                               interval="bootstrap" if opts.mode == "index" else "rate")
     n = int(est.n)
     note = ""
-    boot_low = boot_high = math.nan
+    wilson = opts.mode != "index" and n > 0 and min(k, n - k) < stats.RATE_WILSON_EVENTS
     if n == 0:
         note = NOT_ESTIMABLE
-    elif n < wilson_below:
-        # Wilson for display; the percentile-bootstrap interval is kept beside it for the category rule
-        boot = rate_row(values, clusters, opts, wilson_below=0)
-        boot_low, boot_high = boot["ci_low"], boot["ci_high"]
-        note = f"Wilson interval (n < {wilson_below})"
-    elif clustered_small:
-        note = (f"patient-cluster bootstrap interval although n < {opts.wilson_below} (a Wilson interval would "
-                f"ignore the clustering)")
+    elif wilson:
+        note = f"Wilson interval (min(k, n - k) = {min(k, n - k)} < {stats.RATE_WILSON_EVENTS})"
+        if clusters is not None:
+            note += "; it ignores the patient clustering"
     method = est.method if not label else f"{label}; {est.method}"
-    ci_method = CI_NONE if n == 0 else CI_WILSON if n < wilson_below else CI_BOOT
+    ci_method = CI_NONE if n == 0 else CI_WILSON if wilson else CI_BOOT
     return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
-            "ci_high": 100.0 * est.ci_high, "n": n, "k": int(values.sum()) if n else 0, "unit": "%",
-            "method": method, "note": note, "ci_method": ci_method, "boot_low": boot_low, "boot_high": boot_high}
+            "ci_high": 100.0 * est.ci_high, "n": n, "k": k if n else 0, "unit": "%",
+            "method": method, "note": note, "ci_method": ci_method}
 
 
 def _empty_row(unit: str, note: str, method: str = "") -> dict[str, Any]:

@@ -6,8 +6,9 @@
   parsed-only accuracy (over trials that chose an option) is reported beside it. Calls without a response are
   excluded and listed in the exclusion log.
 * :func:`accuracy_table` - accuracy per model x condition (x benchmark): point, cluster-robust analytic SE,
-  percentile interval from the item bootstrap (an item's repeats stay together: repeats are folded into the
-  uncertainty).
+  the interval of ``stats.rate_interval`` with one trial per item, else the percentile interval from the item
+  bootstrap (an item's repeats stay together: repeats are folded into the uncertainty), Wilson on trials where
+  fewer than 10 are right or wrong.
 * :func:`paired_changes` - every T-change as a paired difference on the same items (trials matched on item
   and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family.
 * :func:`chance_tests` - text-only accuracy on the required items against chance (both the modal-answer accuracy
@@ -149,6 +150,7 @@ class _Columns:
         self.num: list[np.ndarray] = []
         self.den: list[np.ndarray] = []
         self.draws: np.ndarray | None = None
+        self.B, self.seed = 10_000, 0
 
     def add(self, num: np.ndarray, den: np.ndarray) -> int:
         self.num.append(np.asarray(num, dtype=np.float64))
@@ -162,7 +164,21 @@ class _Columns:
     def se(self, j: int) -> float:
         return stats.cluster_ratio_se(self.num[j], self.den[j])
 
+    def rate_interval(self, j: int, alpha: float = 0.05) -> tuple[float, float]:
+        """The printed interval of an accuracy (DESIGN.md, statistics conventions): ``stats.rate_interval`` when
+        every item has one trial (a plain rate k/n); with repeats, the item (cluster) bootstrap, except Wilson on
+        the trial counts where fewer than 10 trials are right or wrong (the bootstrap is degenerate there)."""
+        k, n = float(self.num[j].sum()), float(self.den[j].sum())
+        if n <= 0:
+            return float("nan"), float("nan")
+        if self.den[j].max() <= 1.0:
+            return stats.rate_interval(int(round(k)), int(round(n)), B=self.B, seed=self.seed, alpha=alpha)
+        if min(k, n - k) < stats.RATE_WILSON_EVENTS:
+            return stats.wilson_interval(int(round(k)), int(round(n)), alpha)
+        return _interval(self.col(j), alpha)
+
     def run(self, B: int, seed: int) -> None:
+        self.B, self.seed = B, seed
         self.draws = (stats.cluster_bootstrap_ratios(np.stack(self.num, axis=1), np.stack(self.den, axis=1), B, seed)
                       if self.num else None)
 
@@ -412,7 +428,7 @@ class _Plan:
     def accuracy_frame(self) -> pd.DataFrame:
         cb, rows = self.cube, []
         for key, j, mask, m, k in self._acc:
-            lo, hi = _interval(self.cols.col(j))
+            lo, hi = self.cols.rate_interval(j)
             st = {s: int(cb.status[s][m, k][mask].sum()) for s in STATUSES}
             n_trials = int(cb.present[m, k][mask].sum())
             sel = cb.present[m, k][mask]
@@ -434,7 +450,7 @@ class _Plan:
     def curve_frame(self) -> pd.DataFrame:
         rows = []
         for key, j, _, _, _ in self._curve:
-            lo, hi = _interval(self.cols.col(j))
+            lo, hi = self.cols.rate_interval(j)
             rows.append({**key, "accuracy": self.cols.point(j), "ci_low": lo, "ci_high": hi,
                          "n_items": int((self.cols.den[j] > 0).sum())})
         cols = ["model", "modality", "level", "condition", "accuracy", "ci_low", "ci_high", "n_items", "note"]
