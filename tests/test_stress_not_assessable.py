@@ -1,0 +1,104 @@
+"""Not assessable is a verdict (DESIGN.md, stress audit; issue 21 item 3): a model whose parse rate under a
+condition is below 50% gets no accuracy, change or robustness term from that condition, never a robustness of 1.0."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from medvlm_audit.suites.stress.analysis import ASSESSABLE_PARSE_RATE, analyse_stress
+from medvlm_audit.suites.stress.report import metrics_long, stress_result, stress_verdicts
+from tests.test_stress_analysis import probe_items
+
+
+def _answers(texts: dict[str, str], n5: int = 12) -> pd.DataFrame:
+    """Every trial of the full T1-T5 plan on ``n5`` five-option items, answered by each model with one text
+    (a function of nothing the model may not see)."""
+    from medvlm_audit.suites.stress.conditions import StressOptions, plan_stress
+
+    plan = plan_stress(probe_items(0, n5), StressOptions(check_files=False))
+    rows = []
+    for model, text in texts.items():
+        for t in plan.trials:
+            rows.append({"model": model, "item_id": t.case_id, "condition": t.condition, "sample_index": 0,
+                         "answer_text": text, **t.payload})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def yes_res():
+    tidy = _answers({"yes-man": "Yes", "cannot": "I cannot determine the answer from this.",
+                     "first": "<answer>A</answer>"})
+    return tidy, analyse_stress(tidy, B=300)
+
+
+def test_yes_to_every_mcq_item_is_not_assessable(yes_res):
+    tidy, res = yes_res
+    n_trials = int((tidy.model == "yes-man").sum())
+    assert n_trials >= 150  # 12 items x every condition
+    rob = res.robustness[res.robustness.model == "yes-man"]
+    assert rob["value"].isna().all(), rob[["component", "value"]]  # no R = 1.0, no mean = 1.0
+    assert rob.loc[rob.component.str.match(r"^[FR]\d$"), "note"].str.startswith("not assessable (parse rate 0.0%").all()
+    acc = res.accuracy[res.accuracy.model == "yes-man"]
+    assert acc["accuracy"].isna().all() and acc["note"].str.startswith("not assessable").all()
+    ch = res.changes[res.changes.model == "yes-man"]
+    assert len(ch) and ch["diff"].isna().all() and ch["p"].isna().all()
+    assert res.chance.set_index("model").loc["yes-man", "note"].startswith("not assessable")
+    summ = res.summary()
+    assert set(summ["not_assessable"]["yes-man"].values()) == {0.0}
+    assert all(v is None for v in summ["robustness"]["yes-man"].values())
+    tags, text = stress_verdicts(res)["yes-man"]
+    assert tags == ["not assessable"] and text.startswith("not assessable (parse rate 0.0% under ")
+    # metrics.csv: no numeric point in any robustness row of this model
+    ml = metrics_long(res, "p")
+    r = ml[(ml.model == "yes-man") & (ml.metric == "robustness")]
+    assert len(r) == 12 and r["point"].isna().all()
+
+
+def test_a_model_that_answers_stays_assessable(yes_res):
+    _, res = yes_res
+    rob = res.robustness[res.robustness.model == "first"].set_index("component")["value"]
+    assert not math.isnan(rob["mean_available"]) and not math.isnan(rob["R3"])
+    assert "first" not in res.summary()["not_assessable"]
+    assert stress_verdicts(res)["first"][0] != ["not assessable"]
+
+
+def test_cannot_determine_is_not_a_robust_model(yes_res):
+    _, res = yes_res
+    rob = res.robustness[res.robustness.model == "cannot"].set_index("component")["value"]
+    # either it is unparsed (not assessable) or an abstention (a wrong answer); never a robustness of 1.0 unseen
+    st = res.accuracy[res.accuracy.model == "cannot"]
+    if (st["parse_rate"] < ASSESSABLE_PARSE_RATE).all():
+        assert rob.isna().all()
+    else:
+        assert st["accuracy"].fillna(0).eq(0).all()
+
+
+def test_threshold_is_half_of_the_answers():
+    # 6 of 12 items parsed under every condition: assessable (50%); 5 of 12: not
+    for k, expect in ((6, False), (5, True)):
+        tidy = _answers({"m": "<answer>A</answer>"})
+        idx = sorted(tidy.item_id.unique())
+        tidy.loc[tidy.item_id.isin(idx[k:]), "answer_text"] = "Yes"
+        res = analyse_stress(tidy, B=200)
+        assert ("m" in res.summary()["not_assessable"]) is expect
+
+
+def test_report_and_summary_say_not_assessable(yes_res, tmp_path):
+    from medvlm_audit.report import write_report
+
+    _, res = yes_res
+    path = write_report(stress_result(res, "p"), tmp_path / "report", suite="stress", title="t", parquet_tables=True)
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "not assessable (parse rate 0.0%" in html
+    summ = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summ["verdicts"]["yes-man"].startswith("not assessable")
+    assert summ["not_assessable"]["yes-man"]
+    met = pd.read_csv(tmp_path / "report" / "metrics.csv")
+    r = met[(met.model == "yes-man") & (met.metric == "robustness")]
+    assert len(r) and r["point"].isna().all()
+    assert path is not None and np.isfinite(met[(met.model == "first") & (met.metric == "robustness")]["point"]).any()
