@@ -102,3 +102,44 @@ def test_report_and_summary_say_not_assessable(yes_res, tmp_path):
     r = met[(met.model == "yes-man") & (met.metric == "robustness")]
     assert len(r) and r["point"].isna().all()
     assert path is not None and np.isfinite(met[(met.model == "first") & (met.metric == "robustness")]["point"]).any()
+
+
+def test_run_warns_when_a_parse_rate_is_below_half(tmp_path):
+    """`run` prints a warning per model whose parse rate under a condition is below 50% (health.py reads the
+    exported tidy table's Score status column)."""
+    from medvlm_audit import api
+    from medvlm_audit.cli import _warn_low_parse_rates
+    from medvlm_audit.config import validate_config
+    from medvlm_audit.health import results_parse_rate_lines
+    from medvlm_audit.models.base import LocalModel, Response
+    from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
+    from medvlm_audit.suites.stress.reference import FirstOptionAnswerer
+
+    class YesMan(LocalModel):
+        name = "yes-man"
+        modality = "text_only"
+
+        def identity(self):
+            return {"backend": "test", "model": "yes-man"}
+
+        def predict(self, inputs):
+            return [Response("Yes", finish_reason="stop") for _ in inputs]
+
+    build_phantom_mcq(tmp_path / "set", n_items=12, size=64, n_substitutions=4)
+    cfg = validate_config({"suite": "stress", "run_dir": str(tmp_path / "run"), "probe_sets": [str(tmp_path / "set")],
+                           "models": [{"name": "yes-man", "backend": "reference"},
+                                      {"name": "first-option", "backend": "reference"}],
+                           "conditions": ["original", "no_image"]})
+    res = api.run(cfg, models=[YesMan(), FirstOptionAnswerer()], progress=False)
+    lines = results_parse_rate_lines(res.results_parquet)
+    assert len(lines) == 1 and lines[0].startswith("warning: model 'yes-man' has a parse rate below 50% (0.0% under ")
+    assert "not assessable" in lines[0]
+    import medvlm_audit.cli as cli
+    printed = []
+    orig = cli.console.print
+    cli.console.print = lambda s, **kw: printed.append(str(s))
+    try:
+        _warn_low_parse_rates(res.results_parquet)
+    finally:
+        cli.console.print = orig
+    assert printed == lines
