@@ -116,8 +116,10 @@ def test_hand_computed_paired_comparisons(tiny):
 
 def test_tiny_categories_and_reasons(tiny):
     cats = tiny.categories.set_index("model")
-    assert cats.loc["A", "category"] == "unstable"  # IS 66.7 < 70
-    assert "IS = 66.7" in cats.loc["A", "reason"]
+    # IS 2/3 = 66.7 < 70, but its interval [20.8, 93.9] does not lie below 70 (issue 21)
+    assert cats.loc["A", "category"] == "indeterminate"
+    assert "IS 66.7% [20.8, 93.9] on 3 cases: too few to call unstable" in cats.loc["A", "reason"]
+    assert 0 <= cats.loc["A", "support"] <= 1
     # never changed, but on fewer than 100 cases
     assert cats.loc["T", "category"] == "indeterminate"
     assert "fewer than 100" in cats.loc["T", "reason"]
@@ -324,8 +326,12 @@ def test_subgroup_tests_detect_a_view_effect():
 
 def test_threshold_sweep_of_an_unstable_model():
     # the paper's Mistral-Small: IS = 56 -> uses image at T = 50, unstable for T = 60..90
-    cgr, uar, is_ = Rate(40.0, 20.0, 60.0, 25, 10), Rate(75.0, 70.0, 80.0, 300, 225), Rate(56.0, 36.0, 76.0, 25, 14)
+    # (on enough cases that the IS interval [53, 59] lies below 60: the rule reads intervals, issue 21)
+    cgr, uar, is_ = Rate(40.0, 20.0, 60.0, 25, 10), Rate(75.0, 70.0, 80.0, 300, 225), Rate(56.0, 53.0, 59.0, 900, 504)
     assert categorize(cgr, uar, is_)[0] == "unstable"
+    # the same IS on 25 cases [36, 76]: too few to call unstable
+    cat, reason = categorize(cgr, uar, Rate(56.0, 36.0, 76.0, 25, 14))
+    assert cat == "indeterminate" and reason == "IS 56.0% [36.0, 76.0] on 25 cases: too few to call unstable"
     sweep = dict(threshold_sweep(cgr, uar, is_))
     assert sweep[50] == "uses_image" and all(sweep[t] == "unstable" for t in range(60, 95, 5))
     # an image user with IS 80: indeterminate under the main rule (between 70 and 90), with the reason
@@ -350,8 +356,11 @@ def test_robustness_resolution_and_prompt(designed):
     rb = res.robustness
     resn = rb[(rb.kind == "resolution") & (rb.model != "")]
     assert len(resn) == 6
-    # the low-CGR probe may lose "interval excludes 0" on ~40 cases; every other model keeps its category
-    assert not resn[resn.model != "probe"].changed.any()
+    # the low-CGR probe may lose "interval excludes 0" on ~40 cases, and the unstable model "IS interval below
+    # 70" (then indeterminate: too few cases); every other model keeps its category
+    assert not resn[~resn.model.isin(["probe", "wobbly"])].changed.any()
+    wob = resn[resn.model == "wobbly"].iloc[0]
+    assert not bool(wob.changed) or wob.category == "indeterminate"
     probe = resn[resn.model == "probe"].iloc[0]
     assert bool(probe.changed) == (probe.category != "uses_image")
     cohort = rb[(rb.kind == "resolution") & (rb.model == "")].iloc[0]
@@ -409,7 +418,9 @@ def test_zero_parsed_missing_conditions_constant_confidence():
     assert _m(res, "flat", "ece").note == "N/A (degenerate confidence)"
     assert _m(res, "flat", "cgr").note == "not estimable (n = 0)"  # no target-mask condition at all
     cats = res.categories.set_index("model")
-    assert (cats.category == "indeterminate").all()
+    # parse rate 0% on the original image: not assessable (issue 21); the other model is indeterminate
+    assert cats.loc["dead", "category"] == "not_assessable" and cats.loc["flat", "category"] == "indeterminate"
+    assert cats.loc["dead", "reason"] == "not assessable (parse rate 0.0% under original)"
     assert "CGR and IS are not estimable" in cats.loc["flat", "reason"]
     assert res.verdicts["dead"] == "no parsed answer on the original image (6 asked): not assessable"
     assert any("target_mask" in n for n in res.summary["notes"])

@@ -96,3 +96,19 @@ def test_bad_input_and_n0():
             stats.rate_interval(k, n)
     with pytest.raises(ValueError, match="interval"):
         stats.proportion(np.zeros(3), interval="wald")
+
+
+def test_vectorised_limit_matches_rate_interval():
+    """rate_intervals_limit: Wilson exactly where rate_interval uses it, the bootstrap's limit within ~1/n
+    elsewhere."""
+    for n in (7, 30, 100, 333):
+        ks = np.arange(n + 1)
+        lo, hi = stats.rate_intervals_limit(ks, np.full(n + 1, n))
+        for k in ks:
+            el, eh = stats.rate_interval(int(k), n)
+            if min(k, n - k) < 10:
+                assert (lo[k], hi[k]) == pytest.approx((el, eh), abs=1e-12)
+            else:
+                assert abs(lo[k] - el) <= 1.01 / n and abs(hi[k] - eh) <= 1.01 / n, (k, n)
+    lo, hi = stats.rate_intervals_limit([0], [0])
+    assert math.isnan(lo[0]) and math.isnan(hi[0])

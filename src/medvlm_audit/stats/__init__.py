@@ -85,6 +85,7 @@ from medvlm_audit.stats.rates import (
     proportion,
     rate_interval,
     rate_interval_method,
+    rate_intervals_limit,
     wilson_interval,
 )
 from medvlm_audit.stats.resample import (
@@ -151,6 +152,7 @@ __all__ = [
     'proportion',
     'rate_interval',
     'rate_interval_method',
+    'rate_intervals_limit',
     'ratings_to_counts',
     'shift_reflect_p',
     'spearman_permutation',

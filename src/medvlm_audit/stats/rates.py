@@ -24,7 +24,7 @@ from medvlm_audit.stats.validation import (
 )
 
 __all__ = ['RATE_WILSON_EVENTS', 'binomial_test', 'chance_test', 'poisson_binomial_sf', 'proportion', 'rate_interval',
-           'rate_interval_method', 'wilson_interval']
+           'rate_interval_method', 'rate_intervals_limit', 'wilson_interval']
 
 #: ``rate_interval`` uses Wilson's score interval when fewer than this many events or non-events were seen
 RATE_WILSON_EVENTS = 10
@@ -80,6 +80,33 @@ def rate_interval(k: int, n: int, *, B: int = 10_000, seed: int = 0, alpha: floa
         return wilson_interval(k, n, alpha)
     boot = np.random.default_rng(seed).binomial(n, k / n, size=B) / n
     return _percentiles(boot, alpha)
+
+
+def rate_intervals_limit(k: Any, n: Any, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised :func:`rate_interval` with the bootstrap's B -> infinity endpoints: Wilson where
+    min(k, n - k) < 10, else the alpha/2 and 1 - alpha/2 quantiles of Binomial(n, k/n) / n (what the percentile
+    bootstrap of B draws converges to; the two differ by at most about 1/n). For many (k, n) pairs at once, e.g.
+    inside the draws of a bootstrap (a category's support); nan where n == 0."""
+    alpha = _check_alpha(alpha)
+    k = np.asarray(k, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    lo = np.full(np.broadcast(k, n).shape, np.nan)
+    hi = lo.copy()
+    ok = n > 0
+    kk, nn = np.broadcast_to(k, lo.shape)[ok], np.broadcast_to(n, lo.shape)[ok]
+    z = float(_special.ndtri(1.0 - alpha / 2.0))
+    p = kk / nn
+    denom = 1.0 + z * z / nn
+    center = (p + z * z / (2.0 * nn)) / denom
+    half = z * np.sqrt(p * (1.0 - p) / nn + z * z / (4.0 * nn * nn)) / denom
+    w_lo = np.where(kk == 0, 0.0, np.maximum(0.0, center - half))
+    w_hi = np.where(kk == nn, 1.0, np.minimum(1.0, center + half))
+    b_lo = _sstats.binom.ppf(alpha / 2.0, nn, p) / nn
+    b_hi = _sstats.binom.ppf(1.0 - alpha / 2.0, nn, p) / nn
+    wil = np.minimum(kk, nn - kk) < RATE_WILSON_EVENTS
+    lo[ok] = np.where(wil, w_lo, b_lo)
+    hi[ok] = np.where(wil, w_hi, b_hi)
+    return lo, hi
 
 
 def rate_interval_method(k: int, n: int, *, B: int = 10_000, seed: int = 0, alpha: float = 0.05) -> str:
