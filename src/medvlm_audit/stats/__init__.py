@@ -89,6 +89,7 @@ from medvlm_audit.stats.rates import (
     wilson_interval,
 )
 from medvlm_audit.stats.resample import (
+    bias_corrected_interval,
     bootstrap_bias,
     bootstrap_draws_sd,
     bootstrap_estimate,
@@ -115,6 +116,7 @@ __all__ = [
     'auroc_interval_released',
     'auroc_released',
     'benjamini_hochberg',
+    'bias_corrected_interval',
     'binomial_test',
     'bootstrap_bias',
     'bootstrap_draws_sd',
