@@ -95,7 +95,13 @@ def test_hand_computed_calibration(tiny):
     assert _m(tiny, "A", "ece").point == pytest.approx(1.4 / 6)
     assert _m(tiny, "A", "confidence_coverage").point == pytest.approx(100.0)
     assert _m(tiny, "A", "conf_grounded_correct").point == pytest.approx(0.95)
-    assert _m(tiny, "A", "conf_ungrounded_correct").point == pytest.approx(0.85)
+    # paper Table 3 over all parsed cases: ungrounded-correct = every correct case that is not grounded-correct:
+    # c1 (kept under the mask, 0.85), c2 (mask answer unparsed, 0.75) and c4 (no box, No at P(yes) .25: 0.75)
+    r = _m(tiny, "A", "conf_ungrounded_correct")
+    assert (r.point, r.n) == (pytest.approx((0.85 + 0.75 + 0.75) / 3), 3)
+    # the boxed-only split, kept as a named variant: c1 alone
+    r = _m(tiny, "A", "conf_ungrounded_correct_boxed")
+    assert (r.point, r.n) == (pytest.approx(0.85), 1) and "boxed-only variant" in r.method
     r = _m(tiny, "A", "conf_incorrect")
     assert (r.point, r.n) == (pytest.approx(0.35), 2)
 

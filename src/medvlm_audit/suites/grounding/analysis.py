@@ -115,7 +115,7 @@ METRIC_CONDITIONS: dict[str, tuple[str, ...]] = {
     "image_contingent": ("original", "swap"), "no_image_accuracy": ("no_image",),
     "auroc": ("original",), "brier": ("original",), "ece": ("original",), "confidence_coverage": ("original",),
     "conf_grounded_correct": ("original", "target_mask"), "conf_ungrounded_correct": ("original", "target_mask"),
-    "conf_incorrect": ("original",),
+    "conf_incorrect": ("original",), "conf_ungrounded_correct_boxed": ("original", "target_mask"),
 }
 
 

@@ -47,7 +47,7 @@ AGE_BINS: tuple[tuple[str, float, float], ...] = (("<50", -math.inf, 50.0), ("50
                                                    (">70", 70.0, math.inf))
 METRIC_NAMES = ("accuracy", "sensitivity", "specificity", "parse_rate", "cgr", "uar", "is", "is_all_parsed", "gsp",
                 "image_contingent", "no_image_accuracy", "auroc", "brier", "ece", "confidence_coverage",
-                "conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect")
+                "conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect", "conf_ungrounded_correct_boxed")
 REQUIRED_COLUMNS = ("probe_set", "model", "case_id", "label", "condition", "parsed")
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "modality": "multimodal", "run_id": None, "kind": None, "finding": None, "source": None, "patient_id": None,
@@ -556,8 +556,19 @@ def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]
             "unit": unit, "method": est.method, "note": note, "ci_method": ci}
 
 
-#: mean confidence in the given answer by decision regime (paper Table 3)
-REGIMES = ("conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect")
+#: mean confidence in the given answer by decision regime, over all parsed cases as in the paper's Table 3:
+#: grounded-correct = correct and flips under the target mask; ungrounded-correct = every other correct case;
+#: incorrect. ``conf_ungrounded_correct_boxed`` is the boxed-only variant (correct boxed cases whose answer
+#: does not flip under the target mask), kept beside it and named so.
+REGIMES = ("conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect", "conf_ungrounded_correct_boxed")
+#: what each regime row's method says
+REGIME_TEXT = {
+    "conf_grounded_correct": "grounded-correct: correct and flips under the target mask",
+    "conf_ungrounded_correct": "ungrounded-correct: every other correct case (paper Table 3: all parsed cases)",
+    "conf_incorrect": "incorrect",
+    "conf_ungrounded_correct_boxed": ("ungrounded-correct, boxed-only variant: correct boxed cases with a parsed "
+                                      "target-mask answer that does not flip (not the paper's Table 3 split)"),
+}
 
 
 @dataclass(frozen=True)
@@ -573,7 +584,8 @@ class CalibrationInputs:
 
 
 def calibration_inputs(panel: Panel, i: int, vecs: dict[str, Vec]) -> CalibrationInputs:
-    """The calibration cases of model ``i``; grounded / ungrounded-correct need a parsed target-mask answer."""
+    """The calibration cases of model ``i`` (every case with a parsed original answer and a defined P(yes));
+    grounded-correct needs a flip under the target mask, ungrounded-correct is every other correct case."""
     a_o = panel.answer("original", i)
     conf = panel.confidence[i]
     pos = np.flatnonzero((a_o >= 0) & np.isfinite(conf))
@@ -582,8 +594,10 @@ def calibration_inputs(panel: Panel, i: int, vecs: dict[str, Vec]) -> Calibratio
     label = panel.label[pos]
     correct = (answer == label).astype(np.int8)
     cgr = vecs["cgr"]
-    regimes = {"conf_grounded_correct": (cgr.elig & cgr.val)[pos], "conf_ungrounded_correct": (cgr.elig & ~cgr.val)[pos],
-               "conf_incorrect": correct == 0}
+    grounded = (cgr.elig & cgr.val.astype(bool))[pos]
+    regimes = {"conf_grounded_correct": grounded, "conf_ungrounded_correct": (correct == 1) & ~grounded,
+               "conf_incorrect": correct == 0,
+               "conf_ungrounded_correct_boxed": (cgr.elig & ~cgr.val.astype(bool))[pos]}
     return CalibrationInputs(pos, p_yes, label, np.where(answer == 1, p_yes, 1.0 - p_yes), correct, regimes)
 
 
@@ -745,7 +759,8 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
             continue
         sd = float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
         add(name, _boot_row(float(v.mean()), calib.get(name), int(v.size), "prob",
-                            "mean confidence in the given answer (paper Table 3 reports mean +/- SD; SD in note); "
+                            f"{REGIME_TEXT[name]}; mean confidence in the given answer (paper Table 3 reports mean "
+                            "+/- SD; SD in note); "
                             "cases resampled from all of the model's calibration cases, the regime following its "
                             "case", opts,
                             f"sd = {sd:.3f}" if math.isfinite(sd) else "sd not estimable (n = 1)"))
