@@ -604,3 +604,10 @@ def test_format_estimate_never_prints_nan_or_inf() -> None:
         assert text
 
     check()
+
+
+def test_p_value_columns_print_below_one_thousandth_never_zero() -> None:
+    from medvlm_audit.report.html import table_to_html
+
+    html = table_to_html(pd.DataFrame({"p": [0.00001, 0.25], "q": [0.0, 0.5], "n": [3, 4]}))
+    assert "0.000<" not in html and html.count("&lt; 0.001") == 2 and "0.250" in html

@@ -43,6 +43,7 @@ from medvlm_audit.stats.agreement import (
     fleiss_kappa,
     fleiss_kappa_interval,
     kendall_tau_b,
+    ordinal_median_iqr,
     percent_agreement,
     ratings_to_counts,
 )
@@ -142,6 +143,7 @@ __all__ = [
     'leave_one_out_ceiling',
     'mcnemar_exact',
     'mean_estimate',
+    'ordinal_median_iqr',
     'paired_difference',
     'paired_difference_values',
     'paired_from_draws',

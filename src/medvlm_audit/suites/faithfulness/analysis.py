@@ -185,7 +185,9 @@ def merge_scores(scored: pd.DataFrame, judgements: pd.DataFrame | None, *, ca_ju
                 df[col] = piv[axis].reindex(key).to_numpy(dtype=float)
         if cf_source != "kb" and "cf" in piv.columns:
             df["cf"] = piv["cf"].reindex(key).to_numpy(dtype=float)
-    df["cc"] = confidence_calibration(df["tone"].to_numpy(dtype=float), df["cf"].to_numpy(dtype=float))
+    paper = "flip_mode" in df and bool((df["flip_mode"] == "paper").any())
+    df["cc"] = confidence_calibration(df["tone"].to_numpy(dtype=float), df["cf"].to_numpy(dtype=float),
+                                      round_to_int=paper)  # paper mode: the release's integer rounding
     return df
 
 

@@ -81,7 +81,8 @@ INTRO = (
 #: one number format per robustness column: rates in percent with one decimal, rho and p with three
 _ROBUSTNESS_FORMAT = {
     **{c: (lambda v: format_number(v, "%")) for c in ("point", "ci_low", "ci_high", "parse_rate", "reference_point")},
-    **{c: (lambda v: format_number(v, "prob")) for c in ("rho", "p")},
+    "rho": lambda v: format_number(v, "prob"),
+    "p": format_p,
 }
 
 
