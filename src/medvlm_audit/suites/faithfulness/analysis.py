@@ -219,6 +219,25 @@ def _subsets(df: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+#: a model whose parse rate in a condition is below this is not assessable there (DESIGN.md, every suite)
+ASSESSABLE_PARSE_RATE = 0.5
+
+
+def _not_assessable(parsed: np.ndarray, responded: np.ndarray, mask: np.ndarray, what: str) -> str:
+    """'not assessable (parse rate x% under what)' when fewer than half of the answers with a response in
+    ``mask`` parse, else ''."""
+    r = int((responded & mask).sum())
+    if r == 0:
+        return ""
+    rate = float((parsed & mask).sum()) / r
+    return f"not assessable (parse rate {100 * rate:.1f}% under {what})" if rate < ASSESSABLE_PARSE_RATE else ""
+
+
+def _blank(e: stats.Estimate) -> stats.Estimate:
+    """The estimate without a point or interval (not assessable), n kept."""
+    return stats.Estimate(np.nan, np.nan, np.nan, np.nan, e.n, e.method)
+
+
 def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None = None, *, B: int = 10_000,
                          seed: int = 0, probe_set: str = "faithfulness") -> pd.DataFrame:
     """The long metrics table (see the module docstring)."""
@@ -226,19 +245,29 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
     mode = str(merged["flip_mode"].iloc[0]) if "flip_mode" in merged and len(merged) else "normalised"
     for model, g in merged.groupby("model", sort=True):
         g = g.reset_index(drop=True)
-        for subset, m in _subsets(g) + [("baseline", (g["condition"] == "baseline").to_numpy())]:
+        responded = (g["answer_raw"].notna() if "answer_raw" in g else g["unparsed"].notna()).to_numpy(dtype=bool)
+        parsed = responded & ~g["unparsed"].fillna(True).to_numpy(dtype=bool)
+        base_m = (g["condition"] == "baseline").to_numpy()
+        base_na = _not_assessable(parsed, responded, base_m, "baseline")
+        for subset, m in _subsets(g) + [("baseline", base_m)]:
             sub = g[m]
+            na = _not_assessable(parsed, responded, m, subset)
             corr = sub["correct"].dropna().to_numpy(dtype=float)
             if len(corr):
-                rows.append(_row(model, "accuracy", subset, stats.proportion(corr, B=B, seed=seed, interval="rate"),
-                                 "fraction", "mean of correct answers (unparsed excluded)", probe_set=probe_set))
+                e = stats.proportion(corr, B=B, seed=seed, interval="rate")
+                rows.append(_row(model, "accuracy", subset, _blank(e) if na else e,
+                                 "fraction", "mean of correct answers (unparsed excluded)", note=na,
+                                 probe_set=probe_set))
             if subset == "baseline":
                 continue
             fl = sub["flip"].dropna().to_numpy(dtype=float)
             if len(fl):
-                rows.append(_row(model, "flip_rate", subset, stats.proportion(fl, B=B, seed=seed, interval="rate"),
+                e = stats.proportion(fl, B=B, seed=seed, interval="rate")
+                why = "; ".join(x for x in (na, base_na) if x)
+                note = f"{int(sub['flip'].isna().sum())} unparsed or unpaired"
+                rows.append(_row(model, "flip_rate", subset, _blank(e) if why else e,
                                  "fraction", f"flip vs baseline ({mode} mode)",
-                                 note=f"{int(sub['flip'].isna().sum())} unparsed or unpaired", probe_set=probe_set))
+                                 note=f"{why}; {note}" if why else note, probe_set=probe_set))
             for part, pm in (("", np.ones(len(sub), bool)), ("|flip", (sub["flip"] == True).to_numpy(dtype=bool)),
                              ("|nonflip", (sub["flip"] == False).to_numpy(dtype=bool))):
                 for metric in ("cf", "ca", "tone", "cc"):

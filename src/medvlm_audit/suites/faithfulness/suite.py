@@ -142,6 +142,12 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
             f = est(m, "flip_rate", f"family:{fam}:misleading")
             if f is not None:
                 parts.append(f"flips under misleading {fam} cues {fmt(f, 100, '%', '%')}")
+            else:
+                r = metrics[(metrics["model"] == m) & (metrics["metric"] == "flip_rate")
+                            & (metrics["subset"] == f"family:{fam}:misleading")]
+                note = str(r["note"].iloc[0]) if len(r) else ""
+                if note.startswith("not assessable"):
+                    parts.append(f"flips under misleading {fam} cues: {note.split(';')[0]}")
         ca = est(m, "ca", "family:text:misleading")
         ca = ca if ca is not None else est(m, "ca", "all")
         if ca is not None:

@@ -64,7 +64,8 @@ class GroundingAnalysis:
     """Everything the grounding report shows (tables as DataFrames, verdicts, a JSON-able summary).
 
     Beyond the shared schema: ``metrics.k`` (count of ones of a rate), ``metrics.ci_method`` (how the interval
-    was made: "wilson" below 30 cases, "bootstrap-percentile", "paired-bootstrap-percentile" or "none"),
+    was made: "wilson" where min(k, n - k) < 10 (stats.rate_interval), "bootstrap-percentile",
+    "paired-bootstrap-percentile" or "none"),
     ``comparisons.statistic`` (the test
     statistic: difference in points, F, or rho), ``categories.sweep_stable`` (same category for every sweep
     threshold). Extra subsets: ``condition=<cond>`` (parse rate per condition) and ``prompt=default`` (the default

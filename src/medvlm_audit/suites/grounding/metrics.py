@@ -494,7 +494,7 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
             add("uar", f"source={s}", _rate(vecs["uar"], panel, opts, sel))
             if (panel.has_box & sel).any():
                 add("cgr", f"source={s}", _rate(vecs["cgr"], panel, opts, sel))
-    # per finding (Wilson interval where n < 30, as for every rate; paper, Supplementary Table 2)
+    # per finding (stats.rate_interval, as for every rate: Wilson where min(k, n - k) < 10)
     for f in _subsets(panel.finding):
         sel = panel.finding == f
         if (panel.has_box & sel).any():
