@@ -126,3 +126,17 @@ def test_categories_csv_has_support(tmp_path):
     assert {"category", "support", "reason"} <= set(cats.columns)
     html = (tmp_path / "r" / "report.html").read_text()
     assert "too few to call unstable" in html
+
+
+def test_paper_sized_run_prints_no_zero_width_rate_interval():
+    """Issue 21: on a paper-sized run (9 models x 2,575 cases, boxed subset, per-finding and subgroup cells) no
+    printed rate interval has zero width (CGR 0/33 printed [0, 0] before)."""
+    from medvlm_audit.suites.grounding.synthetic import paper_sized_run
+
+    res = analyse_grounding(paper_sized_run(), B=300)
+    m = res.metrics
+    rates = m[(m.unit == "%") & (m.n > 0) & m.ci_low.notna() & (m.metric != "gsp")]
+    assert len(rates) > 500
+    zero = rates[rates.ci_high <= rates.ci_low]
+    assert zero.empty, zero[["model", "metric", "subset", "k", "n", "ci_low", "ci_high"]].head()
+    assert ((rates.k == 0) | (rates.k == rates.n)).any()  # the degenerate counts are there, and covered
