@@ -140,3 +140,22 @@ def test_paper_sized_run_prints_no_zero_width_rate_interval():
     zero = rates[rates.ci_high <= rates.ci_low]
     assert zero.empty, zero[["model", "metric", "subset", "k", "n", "ci_low", "ci_high"]].head()
     assert ((rates.k == 0) | (rates.k == rates.n)).any()  # the degenerate counts are there, and covered
+
+
+def test_a_mostly_unparsed_model_is_not_assessable_everywhere():
+    """Parse rate below 50%: every metric and comparison using the condition is 'not assessable' (no point), and
+    the category says so (DESIGN.md; issue 21 item 3)."""
+    models = [uses_image("reader", cgr=0.3, swap_flip=0.2, irrelevant_flip=0.02, accuracy=0.75),
+              uses_image("mumbler", parse_rate=0.3), ignores_image("prior", accuracy=0.7)]
+    res = analyse_grounding(make_tidy(models, SyntheticDesign(n_cases=300, n_boxed=150, probe_set="s")), B=300)
+    m = res.metrics
+    mm = m[(m.model == "mumbler") & m.metric.isin(["accuracy", "cgr", "uar", "is", "gsp", "auroc"]) & (m.n > 0)]
+    assert len(mm) and mm.point.isna().all() and mm.note.str.startswith("not assessable (parse rate").all()
+    assert m[(m.model == "mumbler") & (m.metric == "parse_rate") & (m.subset == "all")].point.iloc[0] < 50
+    cat = res.categories.set_index("model").loc["mumbler"]
+    assert cat.category == "not_assessable" and pd.isna(cat.support)
+    c = res.comparisons
+    cm = c[((c.model_a == "mumbler") | (c.model_b == "mumbler")) & c.metric.isin(["accuracy", "uar", "cgr"])]
+    assert len(cm) and cm["diff"].isna().all() and cm.note.str.contains("mumbler: not assessable").all()
+    # the others are untouched
+    assert res.categories.set_index("model").loc["reader", "category"] == "uses_image"

@@ -146,6 +146,17 @@ def _mark_not_assessable(rows: list[dict[str, Any]], rates: dict[str, float]) ->
                      note=f"{note}; {r['note']}" if r.get("note") else note)
 
 
+def _mark_comparisons_not_assessable(rows: list[dict[str, Any]], prates: dict[str, dict[str, float]]) -> None:
+    """Blank a comparison (difference, interval, p) when either model is not assessable for its metric."""
+    for r in rows:
+        conds = METRIC_CONDITIONS.get(str(r.get("metric")), ())
+        notes = [f"{m}: {n}" for m in dict.fromkeys((r.get("model_a"), r.get("model_b")))
+                 if m in prates and (n := not_assessable_note(prates[m], conds))]
+        if notes:
+            r.update(diff=np.nan, sd=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, statistic=np.nan,
+                     note="; ".join(notes) + (f"; {r['note']}" if r.get("note") else ""))
+
+
 def _support_counts(vec: dict[str, Any]):
     """counts(w) for :func:`category_support`: weighted (k*, n*) of CGR, UAR and IS under case weights w."""
     mats = {name: (vec[name].elig & vec[name].val.astype(bool), vec[name].elig) for name in ("cgr", "uar", "is")}
@@ -255,9 +266,10 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             else:
                 text = verdict(cat, reason, cgr, uar, is_, acc.n, n_edited)
             verdict_parts.setdefault(m, []).append((ps, text, n_boxed))
-        comp_rows.extend(baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts))
-        comp_rows.extend(pairwise_comparisons(main, vecs, opts))
-        comp_rows.extend(subgroup_tests(main, vecs, opts))
+        ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
+                    + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
+        _mark_comparisons_not_assessable(ps_comps, prates)
+        comp_rows.extend(ps_comps)
         for (ps2, res, var), pnl in panels.items():
             if ps2 == ps and var == MAIN_PROMPT and res != MAIN_RESOLUTION:
                 rb, cp, mr = resolution_robustness(main, pnl, rates, cats, opts)
