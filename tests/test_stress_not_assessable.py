@@ -143,3 +143,13 @@ def test_run_warns_when_a_parse_rate_is_below_half(tmp_path):
     finally:
         cli.console.print = orig
     assert printed == lines
+
+
+def test_changes_carry_their_bootstrap_support(yes_res):
+    _, res = yes_res
+    ch = res.changes[res.changes.model == "first"]
+    moved = ch[ch["diff"].fillna(0) != 0]
+    assert len(moved) and moved["support"].between(0, 1).all()
+    assert ch.loc[ch["diff"] == 0, "support"].isna().all()
+    tags, text = stress_verdicts(res)["first"]
+    assert "support" in text or not len(moved[moved.test.isin(["T1", "T3"])])

@@ -10,7 +10,9 @@
   bootstrap (an item's repeats stay together: repeats are folded into the uncertainty), Wilson on trials where
   fewer than 10 are right or wrong.
 * :func:`paired_changes` - every T-change as a paired difference on the same items (trials matched on item
-  and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family.
+  and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family;
+  ``support``: the share of item-bootstrap draws whose change has the observed sign (how firm a verdict read
+  from it is; nan for no change).
 * :func:`chance_tests` - text-only accuracy on the required items against chance (both the modal-answer accuracy
   over items, which is tested, and the trial-level accuracy, each in its own labelled column): each item's modal answer
   over its repeats, exact binomial (Poisson-binomial when items have different numbers of options) on items.
@@ -500,12 +502,18 @@ class _Plan:
                 self.cols.col(jb) if self.cols.draws is not None else np.full(1, np.nan),
                 self.cols.col(ja) if self.cols.draws is not None else np.full(1, np.nan),
                 b - a if n_pairs else float("nan"), int((da > 0).sum()), max(self.B, 1))
+            support = np.nan
+            if self.cols.draws is not None and n_pairs and math.isfinite(res.diff) and res.diff != 0:
+                dd = self.cols.col(jb) - self.cols.col(ja)
+                dd = dd[np.isfinite(dd)]
+                support = float(np.mean(np.sign(dd) == np.sign(res.diff))) if dd.size else np.nan
             row = {**key, "n_items": int((da > 0).sum()), "n_pairs": n_pairs,
                    "acc_base": a if n_pairs else np.nan, "acc_perturbed": b if n_pairs else np.nan,
                    "diff": res.diff, "sd": res.sd, "ci_low": res.ci_low, "ci_high": res.ci_high, "p": res.p,
-                   "note": na}
+                   "support": support, "note": na}
             if na:
-                row.update({c: np.nan for c in ("acc_base", "acc_perturbed", "diff", "sd", "ci_low", "ci_high", "p")})
+                row.update({c: np.nan for c in ("acc_base", "acc_perturbed", "diff", "sd", "ci_low", "ci_high", "p",
+                                                "support")})
             rows.append(row)
         out = pd.DataFrame(rows)
         if not out.empty:

@@ -86,6 +86,12 @@ def _change_row(res: StressAnalysis, model: str, test: str, perturbed: str) -> d
     return None if hit.empty else hit.iloc[0].to_dict()
 
 
+def _support(row: dict[str, Any]) -> str:
+    """', support 97%': the share of item-bootstrap draws whose change has the observed sign."""
+    v = row.get("support")
+    return "" if v is None or pd.isna(v) else f", support {100 * float(v):.0f}%"
+
+
 def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
     """model -> (shortcuts observed, verdict text): reads the image (T1: accuracy falls without it), text shortcut
     (T2: above chance without the image on image-required items), position bias (T3: reordering the options
@@ -104,7 +110,7 @@ def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
             if sig:
                 tags.append("reads the image")
             parts.append(f"removing the image changes accuracy by {_pct_ci(t1['diff'], t1['ci_low'], t1['ci_high'], t1['n_items'], ' pp')}"
-                         f", q {format_p(t1['q'])}")
+                         f", q {format_p(t1['q'])}{_support(t1)}")
         ch = res.chance[(res.chance["model"] == model) & (res.chance["condition"] == "no_image")]
         if len(ch) and str(ch.iloc[0].get("note") or "").startswith(NOT_ASSESSABLE):
             na_tests.append("T2")
@@ -127,7 +133,8 @@ def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
             if t3["q"] < VERDICT_Q:
                 tags.append("position bias")
             parts.append(f"reordering the options changes accuracy by "
-                         f"{_pct_ci(t3['diff'], t3['ci_low'], t3['ci_high'], t3['n_items'], ' pp')}, q {format_p(t3['q'])}")
+                         f"{_pct_ci(t3['diff'], t3['ci_low'], t3['ci_high'], t3['n_items'], ' pp')}, q {format_p(t3['q'])}"
+                         f"{_support(t3)}")
         na = res.meta.get("not_assessable", {}).get(model, {})
         if not tags and (na_tests or na):
             # "no shortcut found" only when every test could be read: mostly unparsed answers are no evidence
