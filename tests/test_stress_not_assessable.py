@@ -68,14 +68,17 @@ def test_a_model_that_answers_stays_assessable(yes_res):
 
 
 def test_cannot_determine_is_not_a_robust_model(yes_res):
+    """'I cannot determine...' is a refusal: parsed (a wrong answer, DESIGN.md), so the numbers stay, but the
+    verdict is not 'no shortcut found' and every R row says that R near 1 is no evidence of robustness."""
     _, res = yes_res
-    rob = res.robustness[res.robustness.model == "cannot"].set_index("component")["value"]
-    # either it is unparsed (not assessable) or an abstention (a wrong answer); never a robustness of 1.0 unseen
     st = res.accuracy[res.accuracy.model == "cannot"]
-    if (st["parse_rate"] < ASSESSABLE_PARSE_RATE).all():
-        assert rob.isna().all()
-    else:
-        assert st["accuracy"].fillna(0).eq(0).all()
+    assert (st["parse_rate"] >= ASSESSABLE_PARSE_RATE).all() and st["accuracy"].fillna(0).eq(0).all()
+    tags, text = stress_verdicts(res)["cannot"]
+    assert tags == ["not assessable"] and "no usable answer" in text
+    rob = res.robustness[(res.robustness.model == "cannot") & res.robustness.component.str.startswith("R")]
+    assert rob["note"].str.startswith("no usable answer").all()
+    assert "cannot" in res.summary()["meta"]["no_usable_answer"]
+    assert "first" not in res.summary()["meta"]["no_usable_answer"]
 
 
 def test_threshold_is_half_of_the_answers():

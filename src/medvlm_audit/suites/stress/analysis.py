@@ -202,6 +202,14 @@ def parse_rates(cube: StressCube) -> np.ndarray:
         return np.where(responded > 0, parsed / np.maximum(responded, 1), np.nan)
 
 
+def option_rates(cube: StressCube) -> np.ndarray:
+    """(models, conditions) share of the trials with a response that chose an option (refusals, abstentions
+    and unparsed answers did not); nan where no trial had a response."""
+    responded = sum(cube.status[s].sum(axis=2) for s in ("answer", "refusal", "abstain", "unparsed"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(responded > 0, cube.status["answer"].sum(axis=2) / np.maximum(responded, 1), np.nan)
+
+
 def _interval(draws: np.ndarray | None, alpha: float = 0.05) -> tuple[float, float]:
     return (float("nan"), float("nan")) if draws is None else stats.percentile_interval(draws, alpha)
 
@@ -948,6 +956,17 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
     not_assessable = {model: {c: round(float(main.parse[m, k]), 4) for k, c in enumerate(cube.conditions)
                               if main.parse[m, k] < ASSESSABLE_PARSE_RATE}
                       for m, model in enumerate(cube.models)}
+    opt = option_rates(cube)
+    # parsed, but (almost) never an option: refusals / abstentions throughout. They are wrong answers (the paper's
+    # denominators), so every accuracy is ~0 and every R ~1: say that this is no evidence of robustness
+    no_option = {model: round(float(np.nanmax(opt[m])), 4) for m, model in enumerate(cube.models)
+                 if np.isfinite(opt[m]).any() and np.nanmax(opt[m]) < ASSESSABLE_PARSE_RATE
+                 and not not_assessable[model]}
+    for model, rate in no_option.items():
+        sel = (robustness["model"] == model) & robustness["component"].str.match(r"^(R\d|mean|mean_available)$")
+        robustness.loc[sel, "note"] = [f"no usable answer: an option was chosen in at most {100 * rate:.1f}% of "
+                                       f"trials in any condition (refusals and abstentions count as wrong), so R "
+                                       f"near 1 is no evidence of robustness; {n}" for n in robustness.loc[sel, "note"]]
     f4 = robustness["component"] == "F4"
     robustness.loc[f4, "note"] = [f"{n}; T4 variant: {variant}" if n else f"T4 variant: {variant}"
                                   for n in robustness.loc[f4, "note"].fillna("")]
@@ -964,6 +983,7 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
               "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
               "t4_variant": variant,
               "not_assessable": {m: v for m, v in not_assessable.items() if v},
+              "no_usable_answer": no_option,
               "not_assessable_rule": f"parse rate below {100 * ASSESSABLE_PARSE_RATE:g}% under a condition: no "
                                      f"accuracy, change or robustness term from that condition",
               "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "

@@ -136,6 +136,12 @@ def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
                          f"{_pct_ci(t3['diff'], t3['ci_low'], t3['ci_high'], t3['n_items'], ' pp')}, q {format_p(t3['q'])}"
                          f"{_support(t3)}")
         na = res.meta.get("not_assessable", {}).get(model, {})
+        no_opt = res.meta.get("no_usable_answer", {}).get(model)
+        if not tags and no_opt is not None and not na:
+            tags = [NOT_ASSESSABLE]
+            parts.insert(0, f"{NOT_ASSESSABLE}: no usable answer (an option was chosen in at most "
+                            f"{100 * float(no_opt):.1f}% of trials in any condition; refusals and abstentions count "
+                            f"as wrong, so no change can show)")
         if not tags and (na_tests or na):
             # "no shortcut found" only when every test could be read: mostly unparsed answers are no evidence
             rates = ", ".join(f"{100 * v:.1f}% under {c}" for c, v in na.items())
