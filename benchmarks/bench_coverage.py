@@ -24,9 +24,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from scipy.stats import binom  # noqa: E402
+from scipy.stats import binom
 
-from medvlm_audit.stats import RATE_WILSON_EVENTS, paired_difference, proportion, rate_interval, wilson_interval
+from medvlm_audit.stats import (
+    RATE_WILSON_EVENTS,
+    paired_difference,
+    proportion,
+    rate_interval,
+    wilson_interval,
+)
 
 #: the grid of DESIGN.md / issue 21 on which rate_interval must cover (>= 0.90 per cell, 0.94-0.97 on average)
 NS = (10, 20, 30, 40, 50, 75, 100, 200, 500, 1000)

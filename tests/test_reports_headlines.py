@@ -12,7 +12,7 @@ import pytest
 
 from medvlm_audit import stats
 from medvlm_audit.suites.reports.audit import _printed_interval, corpus_audit
-from medvlm_audit.suites.reports.corpus import make_corpus
+from medvlm_audit.suites.reports.corpus import CorpusError, make_corpus
 from tests.test_reports_stats import _planted
 
 FAST = {"B": 200, "n_perm": 200, "semantic": False, "bertscore": False, "self_bleu_max": 50, "surface_max": 50}
@@ -54,7 +54,7 @@ def test_iu_halves_headline_is_zero_and_null_is_written():
 
     try:
         iu = iu_reference_corpus()
-    except Exception as e:  # torchxrayvision (which ships the reports) not installed
+    except CorpusError as e:  # torchxrayvision (which ships the reports) not installed
         pytest.skip(f"IU reports unavailable: {e}")
     n = len(iu)
     perm = np.random.default_rng(1).permutation(n)

@@ -137,7 +137,7 @@ def test_run_warns_when_a_parse_rate_is_below_half(tmp_path):
     lines = results_parse_rate_lines(res.results_parquet)
     assert len(lines) == 1 and lines[0].startswith("warning: model 'yes-man' has a parse rate below 50% (0.0% under ")
     assert "not assessable" in lines[0]
-    import medvlm_audit.cli as cli
+    from medvlm_audit import cli
     printed = []
     orig = cli.console.print
     cli.console.print = lambda s, **kw: printed.append(str(s))
@@ -154,5 +154,5 @@ def test_changes_carry_their_bootstrap_support(yes_res):
     moved = ch[ch["diff"].fillna(0) != 0]
     assert len(moved) and moved["support"].between(0, 1).all()
     assert ch.loc[ch["diff"] == 0, "support"].isna().all()
-    tags, text = stress_verdicts(res)["first"]
+    _tags, text = stress_verdicts(res)["first"]
     assert "support" in text or not len(moved[moved.test.isin(["T1", "T3"])])

@@ -105,10 +105,10 @@ from medvlm_audit.stats.resample import (
 from medvlm_audit.stats.types import NOT_ESTIMABLE_N0, Estimate, Mode, PairedDiff, PermutationResult
 
 __all__ = [
-    'Estimate',
-    'RATE_WILSON_EVENTS',
-    'Mode',
     'NOT_ESTIMABLE_N0',
+    'RATE_WILSON_EVENTS',
+    'Estimate',
+    'Mode',
     'PairedDiff',
     'PermutationResult',
     'TauEstimate',

@@ -113,7 +113,9 @@ def ordinal_median_iqr(values: Any) -> tuple[float, float, float]:
     if v.shape[0] == 0:
         return _NAN, _NAN, _NAN
     n = v.shape[0]
-    pick = lambda q: float(v[int(math.ceil(q * n)) - 1])  # noqa: E731
+    def pick(q: float) -> float:
+        return float(v[math.ceil(q * n) - 1])
+
     return pick(0.5), pick(0.25), pick(0.75)
 
 

@@ -70,7 +70,7 @@ def rate_interval(k: int, n: int, *, B: int = 10_000, seed: int = 0, alpha: floa
     alpha = _check_alpha(alpha)
     B = _check_B(B)
     if isinstance(k, bool) or isinstance(n, bool):
-        raise ValueError(f"rate_interval: k and n must be integers, got k={k!r}, n={n!r}")
+        raise TypeError(f"rate_interval: k and n must be integers, got k={k!r}, n={n!r}")
     k, n = int(k), int(n)
     if n < 0 or k < 0 or k > n:
         raise ValueError(f"rate_interval: need 0 <= k <= n, got k={k}, n={n}")

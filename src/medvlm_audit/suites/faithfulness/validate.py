@@ -301,7 +301,7 @@ def sham_fpr_table(placebo: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
             lo, hi = stats.rate_interval(k, n)
             rows.append({"judge": name, "threshold": label, "k": k, "n": n, "rate": k / n if n else math.nan,
                          "ci_low": lo, "ci_high": hi, "primary": label == SHAM_THRESHOLDS[0][0],
-                         "n_outputs": int(len(f))})
+                         "n_outputs": len(f)})
     return pd.DataFrame(rows, columns=["judge", "threshold", "k", "n", "rate", "ci_low", "ci_high", "primary",
                                        "n_outputs"])
 

@@ -179,9 +179,9 @@ class _Columns:
         if n <= 0:
             return float("nan"), float("nan")
         if self.den[j].max() <= 1.0:
-            return stats.rate_interval(int(round(k)), int(round(n)), B=self.B, seed=self.seed, alpha=alpha)
+            return stats.rate_interval(round(k), round(n), B=self.B, seed=self.seed, alpha=alpha)
         if min(k, n - k) < stats.RATE_WILSON_EVENTS:
-            return stats.wilson_interval(int(round(k)), int(round(n)), alpha)
+            return stats.wilson_interval(round(k), round(n), alpha)
         return _interval(self.col(j), alpha)
 
     def run(self, B: int, seed: int) -> None:

@@ -15,8 +15,8 @@ from medvlm_audit.report.html import format_p
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.stress.analysis import (
-    NOT_ASSESSABLE,
     EXCLUSION_COLUMNS,
+    NOT_ASSESSABLE,
     StressAnalysis,
     analyse_stress,
     exclusion_summary,
