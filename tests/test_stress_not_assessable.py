@@ -156,3 +156,15 @@ def test_changes_carry_their_bootstrap_support(yes_res):
     assert ch.loc[ch["diff"] == 0, "support"].isna().all()
     _tags, text = stress_verdicts(res)["first"]
     assert "support" in text or not len(moved[moved.test.isin(["T1", "T3"])])
+
+
+def test_stress_accuracy_rows_name_their_interval(yes_res):
+    from medvlm_audit import stats
+
+    _, res = yes_res
+    a = res.accuracy[(res.accuracy.model == "first") & (res.accuracy.condition == "original")].iloc[0]
+    k, n = round(a["accuracy"] * a["n_scored"]), int(a["n_scored"])
+    assert (a["ci_low"], a["ci_high"]) == stats.rate_interval(k, n)  # one trial per item: a plain rate
+    assert a["ci_method"] == stats.rate_interval_method(k, n)
+    ml = metrics_long(res, "p")
+    assert (ml[(ml.metric == "accuracy")]["method"] != "item bootstrap (percentile)").all()

@@ -171,6 +171,17 @@ class _Columns:
     def se(self, j: int) -> float:
         return stats.cluster_ratio_se(self.num[j], self.den[j])
 
+    def interval_method(self, j: int) -> str:
+        """The words for :meth:`rate_interval`'s interval of column ``j``."""
+        k, n = float(self.num[j].sum()), float(self.den[j].sum())
+        if n <= 0:
+            return "not estimable (n = 0)"
+        if self.den[j].max() <= 1.0:
+            return stats.rate_interval_method(round(k), round(n), B=self.B, seed=self.seed)
+        if min(k, n - k) < stats.RATE_WILSON_EVENTS:
+            return "Wilson 95% score interval on trials (fewer than 10 right or wrong; ignores the repeats' clustering)"
+        return f"item (cluster) percentile bootstrap 95% interval, repeats kept together (B={self.B}, seed={self.seed})"
+
     def rate_interval(self, j: int, alpha: float = 0.05) -> tuple[float, float]:
         """The printed interval of an accuracy (DESIGN.md, statistics conventions): ``stats.rate_interval`` when
         every item has one trial (a plain rate k/n); with repeats, the item (cluster) bootstrap, except Wilson on
@@ -475,6 +486,7 @@ class _Plan:
             rows.append({**key, "n_items": int(sel.any(axis=1).sum()), "n_trials": n_trials,
                          "n_scored": int(self.cols.den[j].sum()), "accuracy": acc,
                          "se": se, "ci_low": lo, "ci_high": hi, "note": na,
+                         "ci_method": self.cols.interval_method(j),
                          # beside the headline: accuracy over the trials that chose an option (non-answers count 0
                          # in the numerator, so the correct count is the same)
                          "accuracy_parsed": (float(self.cols.num[j].sum()) / st["answer"]) if st["answer"]

@@ -478,7 +478,7 @@ def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
     acc = res.accuracy
     rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
              "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-             "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)",
+             "n": r["n_items"], "unit": "fraction", "method": r.get("ci_method") or "item bootstrap (percentile)",
              "note": r.get("note") or ""}
             for r in acc.to_dict("records")]
     for r in res.robustness.to_dict("records"):
