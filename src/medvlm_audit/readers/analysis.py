@@ -44,7 +44,6 @@ COMPARISON_COLUMNS = ["family", "probe_set", "metric", "subset", "model_a", "mod
                       "ci_high", "p", "p_adj", "n", "test", "note"]
 BOX_ORDER = ["inaccurate", "partial", "accurate"]
 FAILURE_MODES = ["ambiguous_case", "poor_image_quality", "plausible_confounder", "clear_model_failure", "other"]
-WILSON_ALWAYS = 10**9
 
 
 @dataclass
