@@ -122,7 +122,7 @@ def main() -> None:
     jud = FakeServerProcess(args.delay_ms, ["--answers", "judge"])
     su, ju = subj.start(), jud.start()
     # the phantom items are built once here, so the runs' CPU is the request path, not item generation
-    from medvlm_audit.suites.faithfulness.phantom_vqa import build_phantom_vqa
+    from medvlm_audit.suites.faithfulness.embedded import build_phantom_vqa
 
     build_phantom_vqa(tmp / "items", n_items=args.large)
     lines = (tmp / "items" / "items.jsonl").read_text().splitlines(keepends=True)

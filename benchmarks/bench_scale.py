@@ -38,7 +38,10 @@ def child(folder: Path, base_url: str, concurrency: int, out: Path) -> None:
     from medvlm_audit.runner import execute
     from medvlm_audit.store import RunStore
     from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
-    from medvlm_audit.probeset import ProbeSet  # suites.grounding.probeset after the house move
+    try:
+        from medvlm_audit.suites.grounding.probeset import ProbeSet
+    except ImportError:  # a baseline checkout from before the house move (before_after.sh REF)
+        from medvlm_audit.probeset import ProbeSet
 
     samples: list[tuple[float, int]] = []  # (s, RSS MB) every 0.5 s
     stop = threading.Event()

@@ -154,3 +154,10 @@ def test_prompts_carry_the_cot_and_the_kb():
     assert judge_prompt("ca", "C").endswith("COT:\nC")
     with pytest.raises(ValueError):
         judge_prompt("tone", "x")
+
+
+def test_cc_offers_the_release_integer_rounding():
+    # tone 4 vs CF 3: penalty 1.5 -> 3.5; the release rounds with np.rint -> 4; tone 3 vs CF 1 -> 2.0 -> 2
+    assert confidence_calibration([4, 5, 3], [3, 4, 1]).tolist() == [3.5, 3.5, 2.0]
+    assert confidence_calibration([4, 5, 3], [3, 4, 1], round_to_int=True).tolist() == [4.0, 4.0, 2.0]
+    assert np.isnan(confidence_calibration([4, np.nan], [3, 3], round_to_int=True)[1])

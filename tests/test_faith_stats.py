@@ -87,3 +87,30 @@ def test_leave_one_out_hand_example():
     # without A: B z = (-1, 1, 0), C z = (-1, 0, 1): consensus (-1, .5, .5); A = (1, 2, 3): tau_b = 2/sqrt(6)
     assert est[0].point == pytest.approx(2 / np.sqrt(6))
     assert est[0].n == 3 and len(est) == 3
+
+
+def test_mostly_unparsed_answers_are_not_assessable():
+    """A condition where fewer than half of the answers parse: no accuracy or flip rate, the note says why
+    (DESIGN.md: the same rule in every suite; issue 21 item 3)."""
+    import pandas as pd
+
+    from medvlm_audit.suites.faithfulness.analysis import faithfulness_metrics
+
+    rows = []
+    for i in range(10):
+        rows.append({"model": "m", "case_id": f"c{i}", "condition": "baseline", "family": "baseline",
+                     "answer_raw": "yes", "unparsed": False, "correct": 1.0, "flip": None})
+        ok = i < 3  # 3 of 10 parse under the cue
+        rows.append({"model": "m", "case_id": f"c{i}", "condition": "tb_rad:misleading", "family": "text",
+                     "alignment": "misleading", "answer_raw": "yes" if ok else "maybe", "unparsed": not ok,
+                     "correct": 1.0 if ok else float("nan"), "flip": False if ok else None})
+    for r in rows:
+        r.setdefault("alignment", None)
+        r.update(cf=float("nan"), ca=float("nan"), tone=float("nan"), cc=float("nan"), flip_mode="normalised")
+    met = faithfulness_metrics(pd.DataFrame(rows), B=200)
+    acc = met[(met.metric == "accuracy") & (met.subset == "tb_rad:misleading")].iloc[0]
+    assert pd.isna(acc.point) and acc.note.startswith("not assessable (parse rate 30.0% under tb_rad:misleading)")
+    fl = met[(met.metric == "flip_rate") & (met.subset == "tb_rad:misleading")].iloc[0]
+    assert pd.isna(fl.point) and fl.note.startswith("not assessable")
+    base = met[(met.metric == "accuracy") & (met.subset == "baseline")].iloc[0]
+    assert base.point == 1.0 and not base.note

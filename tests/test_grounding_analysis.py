@@ -95,7 +95,13 @@ def test_hand_computed_calibration(tiny):
     assert _m(tiny, "A", "ece").point == pytest.approx(1.4 / 6)
     assert _m(tiny, "A", "confidence_coverage").point == pytest.approx(100.0)
     assert _m(tiny, "A", "conf_grounded_correct").point == pytest.approx(0.95)
-    assert _m(tiny, "A", "conf_ungrounded_correct").point == pytest.approx(0.85)
+    # paper Table 3 over all parsed cases: ungrounded-correct = every correct case that is not grounded-correct:
+    # c1 (kept under the mask, 0.85), c2 (mask answer unparsed, 0.75) and c4 (no box, No at P(yes) .25: 0.75)
+    r = _m(tiny, "A", "conf_ungrounded_correct")
+    assert (r.point, r.n) == (pytest.approx((0.85 + 0.75 + 0.75) / 3), 3)
+    # the boxed-only split, kept as a named variant: c1 alone
+    r = _m(tiny, "A", "conf_ungrounded_correct_boxed")
+    assert (r.point, r.n) == (pytest.approx(0.85), 1) and "boxed-only variant" in r.method
     r = _m(tiny, "A", "conf_incorrect")
     assert (r.point, r.n) == (pytest.approx(0.35), 2)
 
@@ -116,8 +122,10 @@ def test_hand_computed_paired_comparisons(tiny):
 
 def test_tiny_categories_and_reasons(tiny):
     cats = tiny.categories.set_index("model")
-    assert cats.loc["A", "category"] == "unstable"  # IS 66.7 < 70
-    assert "IS = 66.7" in cats.loc["A", "reason"]
+    # IS 2/3 = 66.7 < 70, but its interval [20.8, 93.9] does not lie below 70 (issue 21)
+    assert cats.loc["A", "category"] == "indeterminate"
+    assert "IS 66.7% [20.8, 93.9] on 3 cases: too few to call unstable" in cats.loc["A", "reason"]
+    assert 0 <= cats.loc["A", "support"] <= 1
     # never changed, but on fewer than 100 cases
     assert cats.loc["T", "category"] == "indeterminate"
     assert "fewer than 100" in cats.loc["T", "reason"]
@@ -142,13 +150,15 @@ def test_is_denominator_option():
 def test_index_mode_and_clusters_run():
     res = analyse_grounding(_tiny(), B=500, mode="index", cluster_by_patient=True)
     r = _m(res, "A", "uar")
-    # with patient clusters every interval honours them: the cluster bootstrap even below 30 cases (Wilson would
-    # treat the cases as independent), and the row says so (issue 12 item 9)
+    # index mode with patient clusters: the cluster bootstrap at every n (index mode never switches to Wilson)
     est = stats.proportion(np.array([1, 1, 0, 1]), B=500, seed=0, mode="index", clusters=np.array(["p0", "p1", "p2", "p4"]))
     assert (r.ci_low, r.ci_high) == pytest.approx((100 * est.ci_low, 100 * est.ci_high))
     assert r.se == pytest.approx(100 * est.se)
     assert "cluster bootstrap" in r.method and "index" in r.method and r.ci_method == "bootstrap-percentile"
-    assert "patient-cluster bootstrap interval although n < 30" in r.note
+    # exact-counts mode with clusters: the cluster bootstrap, Wilson only where fewer than 10 events (said so)
+    res2 = analyse_grounding(_tiny(), B=500, cluster_by_patient=True)
+    r2 = _m(res2, "A", "uar")
+    assert r2.ci_method == "wilson" and "ignores the patient clustering" in r2.note
     # what does not honour the clustering says so on its row
     assert "ignores patient clustering" in _m(res, "A", "auroc").note
     sub = res.comparisons[res.comparisons.family.str.startswith("subgroups:")]
@@ -200,34 +210,39 @@ def test_designed_rates_are_recovered_exactly(designed):
     assert _m(res, "yes-man", "sensitivity").point == 100.0 and _m(res, "yes-man", "specificity").point == 0.0
 
 
-def test_per_finding_cgr_uses_wilson_below_30(designed):
+def test_per_finding_cgr_uses_rate_interval(designed):
     _, res = designed
     rows = res.metrics[(res.metrics.model == "reader") & (res.metrics.metric == "cgr")
                        & res.metrics.subset.str.startswith("finding=")]
     assert len(rows) == 8
-    small = rows[rows.n < 30]
-    assert len(small) > 0
-    for _, r in small.iterrows():
-        lo, hi = stats.wilson_interval(int(r.k), int(r.n))
+    for _, r in rows.iterrows():
+        lo, hi = stats.rate_interval(int(r.k), int(r.n), B=B)
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi))
-        assert r.note == "Wilson interval (n < 30)"
+        assert r.ci_high > r.ci_low
+    assert (rows.ci_method == "wilson").any()
     assert rows.n.sum() == _m(res, "reader", "cgr").n
 
 
-def test_every_rate_below_30_cases_uses_wilson():
+def test_every_rate_uses_rate_interval():
+    """Every single-rate row prints stats.rate_interval (issue 21 item 1): Wilson where min(k, n - k) < 10 at any
+    n (the old rule kept the percentile bootstrap from n = 30 on, [0, 0] for 0/33), the bootstrap elsewhere."""
     models = [uses_image("reader", cgr=0.3, swap_flip=0.2, irrelevant_flip=0.02, accuracy=0.75),
               ignores_image("prior", accuracy=0.7)]
     tidy = make_tidy(models, SyntheticDesign(n_cases=160, n_boxed=70, probe_set="small", n_res512=30, n_prompt=24))
     res = analyse_grounding(tidy, B=B)
-    rates = res.metrics[(res.metrics.unit == "%") & (res.metrics.n > 0)]
-    small, large = rates[rates.n < 30], rates[rates.n >= 30]
-    kinds = {s.split("=")[0] for s in small.subset}
-    assert {"finding", "sex", "age", "res", "prompt"} <= kinds  # not only the per-finding table
-    assert (small.ci_method == "wilson").all() and (large.ci_method == "bootstrap-percentile").all()
-    for _, r in small.iterrows():
-        lo, hi = stats.wilson_interval(int(r.k), int(r.n))  # image_contingent: k = n - k(UAR), Wilson is symmetric
+    rates = res.metrics[(res.metrics.unit == "%") & (res.metrics.n > 0) & (res.metrics.metric != "gsp")]
+    kinds = {s.split("=")[0] for s in rates.subset}
+    assert {"finding", "sex", "age", "res", "prompt"} <= kinds
+    few = np.minimum(rates.k, rates.n - rates.k) < 10
+    assert (rates[few].ci_method == "wilson").all() and (rates[~few].ci_method == "bootstrap-percentile").all()
+    assert (few & (rates.n >= 30)).any()  # Wilson also at n >= 30 where events are few
+    for _, r in rates.iterrows():
+        k = int(r.k) if r.metric != "image_contingent" else int(r.n) - int(r.k)  # reflected UAR
+        lo, hi = stats.rate_interval(k, int(r.n), B=B)
+        if r.metric == "image_contingent":
+            lo, hi = 1 - hi, 1 - lo
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi)), (r.metric, r.subset)
-        assert r.note == "Wilson interval (n < 30)"
+        assert r.ci_high > r.ci_low, (r.metric, r.subset)
     gsp = res.metrics[res.metrics.metric == "gsp"]
     assert set(gsp.ci_method) <= {"bootstrap-percentile", "none"}  # GSP's own bootstrap, whatever the n
 
@@ -317,8 +332,12 @@ def test_subgroup_tests_detect_a_view_effect():
 
 def test_threshold_sweep_of_an_unstable_model():
     # the paper's Mistral-Small: IS = 56 -> uses image at T = 50, unstable for T = 60..90
-    cgr, uar, is_ = Rate(40.0, 20.0, 60.0, 25, 10), Rate(75.0, 70.0, 80.0, 300, 225), Rate(56.0, 36.0, 76.0, 25, 14)
+    # (on enough cases that the IS interval [53, 59] lies below 60: the rule reads intervals, issue 21)
+    cgr, uar, is_ = Rate(40.0, 20.0, 60.0, 25, 10), Rate(75.0, 70.0, 80.0, 300, 225), Rate(56.0, 53.0, 59.0, 900, 504)
     assert categorize(cgr, uar, is_)[0] == "unstable"
+    # the same IS on 25 cases [36, 76]: too few to call unstable
+    cat, reason = categorize(cgr, uar, Rate(56.0, 36.0, 76.0, 25, 14))
+    assert cat == "indeterminate" and reason == "IS 56.0% [36.0, 76.0] on 25 cases: too few to call unstable"
     sweep = dict(threshold_sweep(cgr, uar, is_))
     assert sweep[50] == "uses_image" and all(sweep[t] == "unstable" for t in range(60, 95, 5))
     # an image user with IS 80: indeterminate under the main rule (between 70 and 90), with the reason
@@ -343,8 +362,11 @@ def test_robustness_resolution_and_prompt(designed):
     rb = res.robustness
     resn = rb[(rb.kind == "resolution") & (rb.model != "")]
     assert len(resn) == 6
-    # the low-CGR probe may lose "interval excludes 0" on ~40 cases; every other model keeps its category
-    assert not resn[resn.model != "probe"].changed.any()
+    # the low-CGR probe may lose "interval excludes 0" on ~40 cases, and the unstable model "IS interval below
+    # 70" (then indeterminate: too few cases); every other model keeps its category
+    assert not resn[~resn.model.isin(["probe", "wobbly"])].changed.any()
+    wob = resn[resn.model == "wobbly"].iloc[0]
+    assert not bool(wob.changed) or wob.category == "indeterminate"
     probe = resn[resn.model == "probe"].iloc[0]
     assert bool(probe.changed) == (probe.category != "uses_image")
     cohort = rb[(rb.kind == "resolution") & (rb.model == "")].iloc[0]
@@ -402,7 +424,9 @@ def test_zero_parsed_missing_conditions_constant_confidence():
     assert _m(res, "flat", "ece").note == "N/A (degenerate confidence)"
     assert _m(res, "flat", "cgr").note == "not estimable (n = 0)"  # no target-mask condition at all
     cats = res.categories.set_index("model")
-    assert (cats.category == "indeterminate").all()
+    # parse rate 0% on the original image: not assessable (issue 21); the other model is indeterminate
+    assert cats.loc["dead", "category"] == "not_assessable" and cats.loc["flat", "category"] == "indeterminate"
+    assert cats.loc["dead", "reason"] == "not assessable (parse rate 0.0% under original)"
     assert "CGR and IS are not estimable" in cats.loc["flat", "reason"]
     assert res.verdicts["dead"] == "no parsed answer on the original image (6 asked): not assessable"
     assert any("target_mask" in n for n in res.summary["notes"])
@@ -495,22 +519,24 @@ def test_text_only_rows_filled_and_no_image_condition():
     assert ni.n == len(t) and ni.point == pytest.approx(100 * (t.parsed == t.label).mean())
 
 
-def test_category_reads_the_bootstrap_interval_at_small_n():
-    # CGR 1/20 with IS 20/20: Wilson's lower bound is above 0 (display), the percentile bootstrap interval
-    # [0, 15] is not, so the rule says indeterminate (DESIGN.md "Categories"; issue 12 item 3)
+def test_category_reads_the_printed_interval():
+    # the rule reads the interval the report prints (stats.rate_interval; DESIGN.md "Categories", issue 21):
+    # CGR 1/20 has Wilson [0.9, 23.6], excluding 0; IS 20/20 has Wilson [83.9, 100], above 70
     n = 20
     labels, box = [1] * n, [True] * n
     answers = {"m": {"original": [1] * n, "target_mask": [0] + [1] * (n - 1), "irrelevant_mask": [1] * n,
                      "swap": [1] * n}}
     res = analyse_grounding(tidy_from_answers(answers, labels, box), B=2000)
     r = _m(res, "m", "cgr")
-    assert (r.n, r.point) == (20, 5.0) and r.ci_method == "wilson" and r.ci_low > 0  # Wilson displayed
+    assert (r.n, r.point) == (20, 5.0) and r.ci_method == "wilson" and r.ci_low > 0
+    lo, _hi = stats.rate_interval(1, 20)
+    assert r.ci_low == pytest.approx(100 * lo)
     cat = res.categories.set_index("model").loc["m"]
+    assert cat.category == "uses_image"
+    # no flip at all: CGR 0/20, its interval [0, 16.1] does not exclude 0
+    answers["m"]["target_mask"] = [1] * n
+    cat = analyse_grounding(tidy_from_answers(answers, labels, box), B=2000).categories.set_index("model").loc["m"]
     assert cat.category == "indeterminate"
-    assert "bootstrap interval [0.0, 15.0] does not exclude 0" in cat.reason
-    # the rule's interval is the percentile bootstrap of the same vector
-    est = stats.proportion(np.array([1] + [0] * (n - 1)), B=2000, seed=0)
-    assert (100 * est.ci_low, 100 * est.ci_high) == pytest.approx((0.0, 15.0))
 
 
 def test_gsp_interval_recomputes_cgr_and_is_on_their_own_denominators():

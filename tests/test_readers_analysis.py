@@ -296,3 +296,17 @@ def test_export_of_cot_ratings_for_judge_validate(tmp_path: Path) -> None:
     ans = pd.read_csv(files["answers.csv"])
     assert len(ans) == 20 and set(ans["scale"]) == {"completeness", "plausibility", "acknowledgment", "helpfulness",
                                                     "confidence"}
+
+
+def test_rubric_median_is_a_category_with_its_iqr(tmp_path: Path) -> None:
+    """Two readers rating 1 and 2 on a 3-point scale: the median is the category 1 (not 1.5), IQR 1-2 (issue 21)."""
+    ratings = {("A", "reasoning_complexity"): ("1", "2"), ("B", "reasoning_complexity"): ("3", "3")}
+    ans = [{"reader": r, "case_id": b, "benchmark": b, "scale": ax, "answer": v}
+           for (b, ax), vs in ratings.items() for r, v in zip("xy", vs)]
+    d = _export(tmp_path / "bp2", "benchmark-profile", ans, scales=("reasoning_complexity",))
+    res = analyse_exports([d], B=B)
+    t = res.tables["benchmark_profile"].set_index("benchmark")
+    assert t.loc["A", "reasoning_complexity"] == 1 and t.loc["B", "reasoning_complexity"] == 3
+    row = res.metrics[(res.metrics.probe_set == "A") & (res.metrics.subset == "median")].iloc[0]
+    assert row.point == 1 and row.note == "IQR 1-2"
+    assert stats.ordinal_median_iqr([1, 2, 3, 3]) == (2.0, 1.0, 3.0)

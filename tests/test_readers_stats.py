@@ -72,3 +72,17 @@ def test_bootstrap_is_seeded() -> None:
     e2 = stats.cohen_kappa_interval(a, b, weights="quadratic", B=3000, seed=0)
     assert (e1.ci_low, e1.ci_high) == (e2.ci_low, e2.ci_high)
     assert e1.ci_low < e1.point < e1.ci_high
+
+
+def test_kappa_is_undefined_on_a_constant_rater_or_one_item() -> None:
+    """A constant rater or a single item: kappa 'undefined' (nan, said in method), never [0, 0] (issue 21)."""
+    import math
+
+    e = stats.cohen_kappa_interval([1, 1, 1, 1, 1, 1], [1, 0, 1, 1, 0, 1], B=300)
+    assert math.isnan(e.point) and math.isnan(e.ci_low) and "undefined" in e.method
+    assert math.isnan(stats.cohen_kappa([1, 1, 1, 1], [1, 0, 1, 0]))
+    e1 = stats.cohen_kappa_interval([2], [3], B=100)
+    assert math.isnan(e1.point) and "undefined" in e1.method
+    # draws in which a rater happens to be constant are left out, not counted as kappa 0
+    e2 = stats.cohen_kappa_interval([1, 1, 1, 1, 1, 0, 1], [1, 1, 1, 0, 1, 0, 1], B=2000)
+    assert e2.point > 0 and "undefined kappa left out" in e2.method

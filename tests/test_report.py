@@ -136,7 +136,7 @@ def make_categories(metrics: pd.DataFrame) -> pd.DataFrame:
             return r[col].iloc[0]
 
         rows.append({
-            "probe_set": PS, "model": model, "modality": mod, "category": cat, "reason": reasons[cat],
+            "probe_set": PS, "model": model, "modality": mod, "category": cat, "support": 0.9, "reason": reasons[cat],
             "cgr": g("cgr", "point"), "cgr_low": g("cgr", "ci_low"), "cgr_high": g("cgr", "ci_high"),
             "n_cgr": g("cgr", "n"), "uar": g("uar", "point"), "uar_low": g("uar", "ci_low"),
             "uar_high": g("uar", "ci_high"), "n_uar": g("uar", "n"), "is_": g("is", "point"),
@@ -562,7 +562,8 @@ def test_real_analysis_renders(tmp_path: Path) -> None:
     head = page.split('<section id="figures">')[0]
     for model, cat in zip(a.categories["model"], a.categories["category"]):
         row = next(li for li in head.split("<li>") if f'<span class="model">{model}</span>' in li)
-        label = {"uses_image": "uses image", "ignores_image": "ignores image"}.get(cat, cat)
+        label = {"uses_image": "uses image", "ignores_image": "ignores image",
+                 "not_assessable": "not assessable"}.get(cat, cat)
         assert f">{label}</span>" in row, (model, cat)
     # the resampling block of the real summary feeds the run-information header
     assert "exact-counts" in head and "10000" not in head and ">200<" in head
@@ -603,3 +604,10 @@ def test_format_estimate_never_prints_nan_or_inf() -> None:
         assert text
 
     check()
+
+
+def test_p_value_columns_print_below_one_thousandth_never_zero() -> None:
+    from medvlm_audit.report.html import table_to_html
+
+    html = table_to_html(pd.DataFrame({"p": [0.00001, 0.25], "q": [0.0, 0.5], "n": [3, 4]}))
+    assert "0.000<" not in html and html.count("&lt; 0.001") == 2 and "0.250" in html

@@ -159,9 +159,18 @@ def run_cmd(
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet} and {res.results_csv}")
     emit(res.results_parquet, res.results_csv)
+    _warn_low_parse_rates(res.results_parquet)
     if report:
         _report(res.run_dir)
     _exit_on_model_errors(res.summary.as_dict())
+
+
+def _warn_low_parse_rates(results_parquet: Path) -> None:
+    """A warning per model whose parse rate under a condition is below 50% (not assessable there)."""
+    from medvlm_audit.health import results_parse_rate_lines
+
+    for line in results_parse_rate_lines(results_parquet):
+        console.print(line, markup=False, highlight=False)
 
 
 def _interrupted(run_dir: Path | str | None, resume: str = "run the same command to resume") -> None:

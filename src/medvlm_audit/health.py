@@ -106,3 +106,53 @@ def interrupted_line(run_dir: str | Path | None, resume: str = "run the same com
     """The one line a run stopped by Ctrl-C prints."""
     n = stored_answers(run_dir) if run_dir is not None else 0
     return f"interrupted: {n} answers kept; {resume}"
+
+
+#: below this share of parsed answers a model is ``not assessable`` under a condition (DESIGN.md, every suite)
+ASSESSABLE_PARSE_RATE = 0.5
+_PARSED = ("answer", "refusal", "abstain")
+
+
+def low_parse_rate_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> list[str]:
+    """One warning per model whose parse rate under some condition is below ``floor``, from a tidy table's
+    Score ``status`` column (answers, refusals and abstentions are parsed; rows without a response or a status
+    do not count). Empty when the table has no ``status`` column.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"model": ["m"] * 4 + ["k"] * 2, "condition": ["a"] * 6,
+    ...                   "status": ["unparsed", "unparsed", "unparsed", "answer", "answer", "refusal"]})
+    >>> low_parse_rate_lines(t)
+    ["warning: model 'm' has a parse rate below 50% (25.0% under a, n = 4): not assessable there"]
+    """
+    if tidy is None or "status" not in getattr(tidy, "columns", ()) or "model" not in tidy.columns:
+        return []
+    t = tidy[tidy["status"].notna() & (tidy["status"] != "no_response")]
+    if t.empty:
+        return []
+    keys = ["model", "condition"] if "condition" in t.columns else ["model"]
+    g = t.assign(_p=t["status"].isin(_PARSED)).groupby(keys, sort=True)["_p"].agg(["mean", "size"])
+    lines = []
+    for model, sub in g.groupby(level=0, sort=True):
+        low = sub[sub["mean"] < floor]
+        if low.empty:
+            continue
+        where = ", ".join(f"{100 * r['mean']:.1f}% under {idx[1]}, n = {int(r['size'])}" if len(keys) == 2
+                          else f"{100 * r['mean']:.1f}%, n = {int(r['size'])}" for idx, r in low.iterrows())
+        lines.append(f"warning: model {model!r} has a parse rate below {100 * floor:g}% ({where}): "
+                     f"not assessable there")
+    return lines
+
+
+def results_parse_rate_lines(results_parquet: str | Path) -> list[str]:
+    """:func:`low_parse_rate_lines` of a run's exported ``results.parquet`` (reads three columns only)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(results_parquet).names)
+        if not {"model", "status"} <= names:
+            return []
+        cols = [c for c in ("model", "condition", "status") if c in names]
+        return low_parse_rate_lines(pd.read_parquet(results_parquet, columns=cols))
+    except (OSError, ValueError):
+        return []

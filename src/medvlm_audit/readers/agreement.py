@@ -33,16 +33,16 @@ def metric_row(probe_set: str, model: str, metric: str, subset: str, point: floa
 
 
 def wilson_row(ps: str, model: str, metric: str, subset: str, k: int, n: int, note: str = "") -> dict[str, Any]:
-    """A share k/n in percent with its analytic SE and Wilson 95% interval."""
+    """A share k/n in percent with its analytic SE and the one rate interval (:func:`stats.rate_interval`)."""
     from medvlm_audit import stats
 
     if n == 0:
         return metric_row(ps, model, metric, subset, np.nan, np.nan, np.nan, np.nan, 0, "%", "",
                           "not estimable (n = 0)")
     p = k / n
-    lo, hi = stats.wilson_interval(k, n)
+    lo, hi = stats.rate_interval(k, n)
     return metric_row(ps, model, metric, subset, 100 * p, 100 * math.sqrt(p * (1 - p) / n), 100 * lo, 100 * hi, n,
-                      "%", f"{k}/{n}; analytic SE sqrt(p(1-p)/n); Wilson 95% interval", note)
+                      "%", f"{k}/{n}; analytic SE sqrt(p(1-p)/n); {stats.rate_interval_method(k, n)}", note)
 
 
 def estimate_row(ps: str, model: str, metric: str, subset: str, est: stats.Estimate, unit: str,
@@ -70,7 +70,7 @@ def agreement_rows(ps: str, label: str, wide: pd.DataFrame, *, weights: str | No
                                          weights=weights, categories=categories, B=B)
         rows.append(estimate_row(ps, pair, kname, label, est, "kappa"))
         agree = (both[a] == both[b]).to_numpy().astype(np.int8)
-        pa = stats.proportion(agree, B=B) if len(agree) else None
+        pa = stats.proportion(agree, B=B, interval="rate") if len(agree) else None
         if pa is None:
             rows.append(metric_row(ps, pair, "percent_agreement", label, np.nan, np.nan, np.nan, np.nan, 0, "%", "",
                                    "not estimable (n = 0)"))

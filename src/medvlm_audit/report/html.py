@@ -138,6 +138,10 @@ def _default_cell(value: object) -> str:
     return str(value)
 
 
+#: columns whose numeric cells are p-values (or BH q-values): printed as '< 0.001', never '0.000'
+P_VALUE_COLUMNS = frozenset({"p", "q", "p_adj", "p_perm", "p_value", "p_adj (BH)"})
+
+
 def table_to_html(
     df: pd.DataFrame,
     *,
@@ -164,6 +168,9 @@ def table_to_html(
         cells: list[tuple[str, bool]] = []
         for col, value in zip(cols, values):
             fmt = formatters.get(col)
+            if fmt is None and col in P_VALUE_COLUMNS and isinstance(value, (int, float, np.number)) \
+                    and not isinstance(value, bool):
+                fmt = format_p
             text = fmt(value) if fmt is not None else _default_cell(value)
             if text is None or (isinstance(text, float) and math.isnan(text)):
                 text = _NA

@@ -43,6 +43,7 @@ from medvlm_audit.stats.agreement import (
     fleiss_kappa,
     fleiss_kappa_interval,
     kendall_tau_b,
+    ordinal_median_iqr,
     percent_agreement,
     ratings_to_counts,
 )
@@ -78,13 +79,18 @@ from medvlm_audit.stats.ranking import (
     case_bootstrap,
 )
 from medvlm_audit.stats.rates import (
+    RATE_WILSON_EVENTS,
     binomial_test,
     chance_test,
     poisson_binomial_sf,
     proportion,
+    rate_interval,
+    rate_interval_method,
+    rate_intervals_limit,
     wilson_interval,
 )
 from medvlm_audit.stats.resample import (
+    bias_corrected_interval,
     bootstrap_bias,
     bootstrap_draws_sd,
     bootstrap_estimate,
@@ -99,9 +105,10 @@ from medvlm_audit.stats.resample import (
 from medvlm_audit.stats.types import NOT_ESTIMABLE_N0, Estimate, Mode, PairedDiff, PermutationResult
 
 __all__ = [
+    'NOT_ESTIMABLE_N0',
+    'RATE_WILSON_EVENTS',
     'Estimate',
     'Mode',
-    'NOT_ESTIMABLE_N0',
     'PairedDiff',
     'PermutationResult',
     'TauEstimate',
@@ -110,6 +117,7 @@ __all__ = [
     'auroc_interval_released',
     'auroc_released',
     'benjamini_hochberg',
+    'bias_corrected_interval',
     'binomial_test',
     'bootstrap_bias',
     'bootstrap_draws_sd',
@@ -135,6 +143,7 @@ __all__ = [
     'leave_one_out_ceiling',
     'mcnemar_exact',
     'mean_estimate',
+    'ordinal_median_iqr',
     'paired_difference',
     'paired_difference_values',
     'paired_from_draws',
@@ -145,6 +154,9 @@ __all__ = [
     'permutation_test',
     'poisson_binomial_sf',
     'proportion',
+    'rate_interval',
+    'rate_interval_method',
+    'rate_intervals_limit',
     'ratings_to_counts',
     'shift_reflect_p',
     'spearman_permutation',

@@ -24,7 +24,8 @@ __all__ = ['cohen_kappa', 'cohen_kappa_interval', 'fleiss_kappa', 'fleiss_kappa_
 
 def cohen_kappa(a: Any, b: Any, weights: Literal["linear", "quadratic"] | None = None) -> float:
     """Cohen's kappa between two raters (weighted by category index distance if asked), as sklearn's
-    ``cohen_kappa_score``; nan when n == 0 or chance agreement is total (both raters use one category)."""
+    ``cohen_kappa_score``; nan (undefined) when n == 0 or a rater uses one category only (sklearn returns 0
+    when only one does: kappa is 0 by construction there, which says nothing about agreement)."""
     if weights not in (None, "linear", "quadratic"):
         raise ValueError(f"weights must be None, 'linear' or 'quadratic', got {weights!r}")
     av = _as_1d(a, "a")
@@ -40,6 +41,8 @@ def cohen_kappa(a: Any, b: Any, weights: Literal["linear", "quadratic"] | None =
     q = cats.shape[0]
     n = av.shape[0]
     ia, ib = inv[:n], inv[n:]
+    if np.unique(ia).shape[0] < 2 or np.unique(ib).shape[0] < 2:
+        return _NAN
     obs = np.zeros((q, q))
     np.add.at(obs, (ia, ib), 1.0)
     exp = np.outer(obs.sum(axis=1), obs.sum(axis=0)) / obs.sum()
@@ -87,13 +90,33 @@ def _category_codes(a: np.ndarray, b: np.ndarray, categories: Any = None) -> tup
 
 
 def _kappa_from_tables(obs: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Cohen's kappa of each (q, q) confusion table in a (B, q, q) stack; nan where chance agreement is total."""
+    """Cohen's kappa of each (q, q) confusion table in a (B, q, q) stack; nan where a rater uses one category
+    only (kappa 0 by construction, or chance agreement total)."""
     tot = obs.sum(axis=(1, 2))
+    one = ((obs.sum(axis=2) > 0).sum(axis=1) < 2) | ((obs.sum(axis=1) > 0).sum(axis=1) < 2)
     exp = obs.sum(axis=2)[:, :, None] * obs.sum(axis=1)[:, None, :] / np.where(tot > 0, tot, 1.0)[:, None, None]
     den = np.einsum("ij,bij->b", w, exp)
     num = np.einsum("ij,bij->b", w, obs)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, 1.0 - num / np.where(den > 0, den, 1.0), _NAN)
+        return np.where((den > 0) & ~one, 1.0 - num / np.where(den > 0, den, 1.0), _NAN)
+
+
+def ordinal_median_iqr(values: Any) -> tuple[float, float, float]:
+    """(median, first quartile, third quartile) of ratings on an ordinal scale, each a category of the scale:
+    the smallest category whose cumulative share reaches 1/2, 1/4 and 3/4 (never 1.5 on a 1-3 scale);
+    nan when there is no rating.
+
+    >>> ordinal_median_iqr([1, 2, 2, 1])
+    (1.0, 1.0, 2.0)
+    """
+    v = np.sort(_as_real(values, "values"))
+    if v.shape[0] == 0:
+        return _NAN, _NAN, _NAN
+    n = v.shape[0]
+    def pick(q: float) -> float:
+        return float(v[math.ceil(q * n) - 1])
+
+    return pick(0.5), pick(0.25), pick(0.75)
 
 
 def percent_agreement(a: Any, b: Any) -> float:
@@ -143,6 +166,9 @@ def cohen_kappa_interval(a: Any, b: Any, weights: Literal["linear", "quadratic"]
     cell = ia * q + ib
     obs = np.bincount(cell, minlength=q * q).reshape(1, q, q).astype(np.float64)
     point = float(_kappa_from_tables(obs, w)[0])
+    if not math.isfinite(point):
+        return Estimate(_NAN, _NAN, _NAN, _NAN, n, "undefined: " + ("a single item" if n == 1 else
+                        "a rater gives one category only (kappa is 0 by construction)"))
     rng = np.random.default_rng(seed)
     draws = np.empty(B)
     step = max(1, 2_000_000 // n)

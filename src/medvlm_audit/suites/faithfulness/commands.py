@@ -32,13 +32,20 @@ def judge_validate_cmd(
     splits: Annotated[int, typer.Option("--splits", help="Number of seeded stratified dev/test splits.")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the splits.")] = 42,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples (seed 0).")] = 10_000,
+    placebo: Annotated[list[str] | None, typer.Option(
+        "--placebo", help="NAME=FILE a judge's outputs on placebo (sham) items, e.g. the release's "
+                          "results/model-ablation/fpr/qwen.json; validated against cot_no_hint; repeat per judge.")
+    ] = None,
+    max_sham_fpr: Annotated[float, typer.Option(
+        "--max-sham-fpr", help="selection gate: upper bound of the sham false-positive rate (CA > 1)")] = 0.10,
 ) -> None:
     """Validate LLM judges against reader ratings: status counts, Kendall tau_b vs the z-consensus, ceiling."""
     from medvlm_audit.suites.faithfulness.validate import judge_validate
 
     try:
         res = judge_validate(items, list(ratings), _parse_judges(judge), validation=validation,  # type: ignore[arg-type]
-                             splits=splits, seed=seed, out_dir=out, B=bootstrap)
+                             splits=splits, seed=seed, out_dir=out, B=bootstrap,
+                             placebo=_parse_judges(placebo) if placebo else None, max_sham_fpr=max_sham_fpr)
     except AuditError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -46,7 +53,11 @@ def judge_validate_cmd(
     shown = a[(a["policy"] == "strict") & (a["split"] == "all")]
     for r in shown.itertuples():
         typer.echo(f"{r.judge:>20} {r.axis:<10} tau_b={r.tau_b:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] n={r.n}")
-    typer.echo(f"wrote {out}/judge_status.csv, agreement.csv, ceiling.csv, splits.csv, selection.csv, summary.json")
+    for r in res["sham_fpr"].itertuples():
+        typer.echo(f"{r.judge:>20} sham false positives {r.threshold:<6} {r.k}/{r.n} = "
+                   + (f"{100 * r.rate:.1f}% [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}]" if r.n else "not estimable"))
+    typer.echo(f"wrote {out}/judge_status.csv, agreement.csv, ceiling.csv, splits.csv, selection.csv, sham_fpr.csv, "
+               f"summary.json")
 
 
 judge_validate_cmd.cli_name = "judge-validate"  # type: ignore[attr-defined]

@@ -396,13 +396,16 @@ def paper_decomposition(statuses: Iterable[str]) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------------ CC
 
 
-def confidence_calibration(tone: Any, cf: Any, over_weight: float = 1.5) -> np.ndarray:
+def confidence_calibration(tone: Any, cf: Any, over_weight: float = 1.5, round_to_int: bool = False) -> np.ndarray:
     """CC per item = clip(5 - penalty, 1, 5), penalty = 1.5 (tone - CF) when tone > CF, else (CF - tone).
 
-    Computed item by item on paired scores (nan where either is missing).
+    Computed item by item on paired scores (nan where either is missing). ``round_to_int``: the released code's
+    integer rounding (``np.rint``, halves to even: 3.5 -> 4, 2.5 -> 2), offered in ``paper`` mode.
 
     >>> confidence_calibration([5, 2, 3], [3, 4, 3]).tolist()
     [2.0, 3.0, 5.0]
+    >>> confidence_calibration([4, 5], [3, 4], round_to_int=True).tolist()   # 3.5 -> 4.0 (rint)
+    [4.0, 4.0]
     """
     t = np.asarray(tone, dtype=float)
     f = np.asarray(cf, dtype=float)
@@ -410,7 +413,8 @@ def confidence_calibration(tone: Any, cf: Any, over_weight: float = 1.5) -> np.n
         raise ValueError(f"tone and cf must pair item by item, got shapes {t.shape} and {f.shape}")
     d = t - f
     pen = np.where(d > 0, over_weight * d, -d)
-    return np.clip(5.0 - pen, 1.0, 5.0)
+    cc = np.clip(5.0 - pen, 1.0, 5.0)
+    return np.rint(cc) if round_to_int else cc
 
 
 def normalised_score(s: Any) -> np.ndarray:

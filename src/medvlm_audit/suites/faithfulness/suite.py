@@ -32,6 +32,7 @@ TIDY_COLUMNS: tuple[str, ...] = (
     "image_ops", "null_intervention", "answer_text", "error_kind", "answer_raw", "value", "unparsed", "correct",
     "baseline_value", "flip", "flip_mode", "kb_status", "cf_kb", "cf", "ca", "tone", "cc",
     "axis", "answer_model", "answer_condition", "judge_status", "judge_score", "judge_reason", "validation",
+    "status",
 )
 
 
@@ -92,6 +93,12 @@ def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd
     for c in TIDY_COLUMNS:
         if c not in out.columns:
             out[c] = None
+    # the Score status vocabulary of a subject model's answer (the run's parse-rate warning reads it)
+    ans_rows = (out["stage"] == "answer").to_numpy()
+    unp = out["unparsed"].to_numpy(dtype=object)
+    err = out["error_kind"].notna().to_numpy()
+    out["status"] = [None if not a else "no_response" if e else "unparsed" if u is True else "answer"
+                     for a, e, u in zip(ans_rows, err, unp, strict=True)]
     out["regions"] = [_json(v) if isinstance(v, (list, tuple)) else None for v in out["regions"]]
     out["image_ops"] = [_json(v) if isinstance(v, (list, tuple)) else None for v in out["image_ops"]]
     out["flip"] = pd.array([None if pd.isna(v) else bool(v) for v in out["flip"]], dtype="boolean")
@@ -138,6 +145,12 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
             f = est(m, "flip_rate", f"family:{fam}:misleading")
             if f is not None:
                 parts.append(f"flips under misleading {fam} cues {fmt(f, 100, '%', '%')}")
+            else:
+                r = metrics[(metrics["model"] == m) & (metrics["metric"] == "flip_rate")
+                            & (metrics["subset"] == f"family:{fam}:misleading")]
+                note = str(r["note"].iloc[0]) if len(r) else ""
+                if note.startswith("not assessable"):
+                    parts.append(f"flips under misleading {fam} cues: {note.split(';')[0]}")
         ca = est(m, "ca", "family:text:misleading")
         ca = ca if ca is not None else est(m, "ca", "all")
         if ca is not None:

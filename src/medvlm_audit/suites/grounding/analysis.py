@@ -18,10 +18,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from medvlm_audit import stats
 from medvlm_audit.suites.grounding.categories import (
+    SUPPORT_DRAWS,
     SWEEP_THRESHOLDS,
     Rate,
     categorize,
+    category_support,
+    support_weights,
     threshold_sweep,
     verdict,
 )
@@ -49,7 +53,7 @@ __all__ = ["CATEGORY_COLUMNS", "METRIC_COLUMNS", "GroundingAnalysis", "analyse_g
 
 METRIC_COLUMNS = ["probe_set", "model", "modality", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
                   "unit", "method", "note", "k", "ci_method"]
-CATEGORY_COLUMNS = ["probe_set", "model", "modality", "category", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
+CATEGORY_COLUMNS = ["probe_set", "model", "modality", "category", "support", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
                     "uar", "uar_low", "uar_high", "n_uar", "is_", "is_low", "is_high", "n_is", "accuracy", "acc_low",
                     "acc_high", "n_acc", "gsp", "sweep_stable"]
 MAIN_RESOLUTION, MAIN_PROMPT = 224, "default"
@@ -60,7 +64,8 @@ class GroundingAnalysis:
     """Everything the grounding report shows (tables as DataFrames, verdicts, a JSON-able summary).
 
     Beyond the shared schema: ``metrics.k`` (count of ones of a rate), ``metrics.ci_method`` (how the interval
-    was made: "wilson" below 30 cases, "bootstrap-percentile", "paired-bootstrap-percentile" or "none"),
+    was made: "wilson" where min(k, n - k) < 10 (stats.rate_interval), "bootstrap-percentile",
+    "paired-bootstrap-percentile" or "none"),
     ``comparisons.statistic`` (the test
     statistic: difference in points, F, or rho), ``categories.sweep_stable`` (same category for every sweep
     threshold). Extra subsets: ``condition=<cond>`` (parse rate per condition) and ``prompt=default`` (the default
@@ -99,6 +104,67 @@ def _main_rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, Rate]]:
         if r["subset"] == "all" and r["unit"] == "%":
             out.setdefault(r["model"], {})[r["metric"]] = Rate.from_row(r)
     return out
+
+
+#: a model whose parse rate under a condition is below this is not assessable for every metric using it
+ASSESSABLE_PARSE_RATE = 0.5
+#: the conditions each metric reads (parse-rate rows read none: they are the parse rate)
+METRIC_CONDITIONS: dict[str, tuple[str, ...]] = {
+    "accuracy": ("original",), "sensitivity": ("original",), "specificity": ("original",),
+    "cgr": ("original", "target_mask"), "uar": ("original", "swap"), "is": ("original", "irrelevant_mask"),
+    "is_all_parsed": ("original", "irrelevant_mask"), "gsp": ("original", "target_mask", "irrelevant_mask"),
+    "image_contingent": ("original", "swap"), "no_image_accuracy": ("no_image",),
+    "auroc": ("original",), "brier": ("original",), "ece": ("original",), "confidence_coverage": ("original",),
+    "conf_grounded_correct": ("original", "target_mask"), "conf_ungrounded_correct": ("original", "target_mask"),
+    "conf_incorrect": ("original",), "conf_ungrounded_correct_boxed": ("original", "target_mask"),
+}
+
+
+def parse_rates(vecs: dict[str, Any]) -> dict[str, float]:
+    """Condition -> parse rate (share of asked cases with a parsed answer) of one model on a main panel."""
+    out = {}
+    for cond, key in (("original", "parse_rate"), *((c, f"parse_rate:{c}") for c in
+                                                    ("swap", "target_mask", "irrelevant_mask", "no_image"))):
+        v = vecs.get(key)
+        if v is not None and v.elig.any():
+            out[cond] = float(v.val[v.elig].mean())
+    return out
+
+
+def not_assessable_note(rates: dict[str, float], conds: tuple[str, ...]) -> str:
+    """'not assessable (parse rate 12.0% under swap)' when a condition of ``conds`` is below 50%, else ''."""
+    bad = [f"{100 * rates[c]:.1f}% under {c}" for c in conds if c in rates and rates[c] < ASSESSABLE_PARSE_RATE]
+    return f"not assessable (parse rate {', '.join(bad)})" if bad else ""
+
+
+def _mark_not_assessable(rows: list[dict[str, Any]], rates: dict[str, float]) -> None:
+    """Blank the point and interval of every row whose metric reads a condition the model mostly did not parse."""
+    for r in rows:
+        note = not_assessable_note(rates, METRIC_CONDITIONS.get(r["metric"], ()))
+        if note and r.get("n"):  # n = 0 rows already say "not estimable"
+            r.update(point=np.nan, se=np.nan, ci_low=np.nan, ci_high=np.nan, ci_method="none",
+                     note=f"{note}; {r['note']}" if r.get("note") else note)
+
+
+def _mark_comparisons_not_assessable(rows: list[dict[str, Any]], prates: dict[str, dict[str, float]]) -> None:
+    """Blank a comparison (difference, interval, p) when either model is not assessable for its metric."""
+    for r in rows:
+        conds = METRIC_CONDITIONS.get(str(r.get("metric")), ())
+        notes = [f"{m}: {n}" for m in dict.fromkeys((r.get("model_a"), r.get("model_b")))
+                 if m in prates and (n := not_assessable_note(prates[m], conds))]
+        if notes:
+            r.update(diff=np.nan, sd=np.nan, ci_low=np.nan, ci_high=np.nan, p=np.nan, statistic=np.nan,
+                     note="; ".join(notes) + (f"; {r['note']}" if r.get("note") else ""))
+
+
+def _support_counts(vec: dict[str, Any]):
+    """counts(w) for :func:`category_support`: weighted (k*, n*) of CGR, UAR and IS under case weights w."""
+    mats = {name: (vec[name].elig & vec[name].val.astype(bool), vec[name].elig) for name in ("cgr", "uar", "is")}
+
+    def counts(w: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        return {name: (w @ k.astype(np.int64), w @ n.astype(np.int64)) for name, (k, n) in mats.items()}
+
+    return counts
 
 
 def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
@@ -165,8 +231,12 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         calib = calibration_draws(main, range(len(main.models)), opts,
                                   {i: vecs[m] for i, m in enumerate(main.models)})
         rows_ps: list[dict[str, Any]] = []
+        prates = {m: parse_rates(vecs[m]) for m in main.models}
+        sup_w = support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed) if main.n_cases else None
         for i, m in enumerate(main.models):
-            rows_ps.extend(model_metric_rows(main, i, opts, vecs[m], calib[i]))
+            mrows = model_metric_rows(main, i, opts, vecs[m], calib[i])
+            _mark_not_assessable(mrows, prates[m])
+            rows_ps.extend(mrows)
         metric_rows.extend(rows_ps)
         rates = _main_rates(rows_ps)
         rates_by_ps[ps] = rates
@@ -175,11 +245,13 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         for m in main.models:
             r = rates[m]
             cgr, uar, is_, acc = r["cgr"], r["uar"], r["is"], r["accuracy"]
-            cat, reason = categorize(cgr, uar, is_)
-            sweep = threshold_sweep(cgr, uar, is_)
+            na = not_assessable_note(prates[m], ("original",))
+            cat, reason = categorize(cgr, uar, is_, not_assessable=na)
+            sweep = threshold_sweep(cgr, uar, is_, not_assessable=na)
+            support = category_support(_support_counts(vecs[m]), main.n_cases, cat, seed=opts.seed, weights=sup_w)
             cats[m] = cat
             cat_rows.append({"probe_set": ps, "model": m, "modality": main.modality[m], "category": cat,
-                             "reason": reason, "cgr": cgr.point, "cgr_low": cgr.ci_low, "cgr_high": cgr.ci_high,
+                             "support": support, "reason": reason, "cgr": cgr.point, "cgr_low": cgr.ci_low, "cgr_high": cgr.ci_high,
                              "n_cgr": cgr.n, "uar": uar.point, "uar_low": uar.ci_low, "uar_high": uar.ci_high,
                              "n_uar": uar.n, "is_": is_.point, "is_low": is_.ci_low, "is_high": is_.ci_high,
                              "n_is": is_.n, "accuracy": acc.point, "acc_low": acc.ci_low, "acc_high": acc.ci_high,
@@ -194,9 +266,10 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             else:
                 text = verdict(cat, reason, cgr, uar, is_, acc.n, n_edited)
             verdict_parts.setdefault(m, []).append((ps, text, n_boxed))
-        comp_rows.extend(baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts))
-        comp_rows.extend(pairwise_comparisons(main, vecs, opts))
-        comp_rows.extend(subgroup_tests(main, vecs, opts))
+        ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
+                    + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
+        _mark_comparisons_not_assessable(ps_comps, prates)
+        comp_rows.extend(ps_comps)
         for (ps2, res, var), pnl in panels.items():
             if ps2 == ps and var == MAIN_PROMPT and res != MAIN_RESOLUTION:
                 rb, cp, mr = resolution_robustness(main, pnl, rates, cats, opts)
@@ -250,9 +323,18 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         "is_denominator_option": is_denominator,
         "resampling": {"mode": mode, "B": opts.B, "seed": opts.seed, "permutations": opts.n_perm,
                        "cluster_by_patient": opts.cluster_by_patient,
-                       "wilson_below": opts.wilson_below},
+                       "rate_interval": ("released percentile bootstrap at every n (index mode)" if mode == "index"
+                                         else f"stats.rate_interval: Wilson where min(k, n - k) < "
+                                              f"{stats.RATE_WILSON_EVENTS}, percentile bootstrap elsewhere")},
         "category_rule": {"ignores_image": "CGR = 0, UAR = 100, IS = 100, each on >= 100 cases",
-                          "unstable": "IS < 70", "uses_image": "CGR > 0 with 95% interval excluding 0 and IS >= 90",
+                          "unstable": "IS's 95% interval lies entirely below 70",
+                          "uses_image": "CGR's 95% interval excludes 0 and IS's interval lies entirely above 70, "
+                                        "with IS >= 90",
+                          "indeterminate": "anything else, with the reason",
+                          "not_assessable": f"parse rate on the original image below "
+                                            f"{100 * ASSESSABLE_PARSE_RATE:g}%",
+                          "support": f"share of {SUPPORT_DRAWS} case-resampling draws (every rate and interval "
+                                     f"recomputed) that give the same category",
                           "threshold_sweep": f"one IS threshold T in {list(SWEEP_THRESHOLDS)}: unstable below T, "
                                              f"uses image at or above T (paper Supplementary Table 13)"},
         "families": sorted(set(comparisons["family"])) if len(comparisons) else [],

@@ -609,8 +609,8 @@ def finding_heatmap_figure(metrics: pd.DataFrame, *, probe_set: str, min_n: int 
     fig.colorbar(im, ax=ax, label="CGR (%)", shrink=0.8, fraction=0.05, pad=0.02)
     ax.set_title(f"Per-finding CGR — {probe_set}")
     cap = (f"Per-finding causal grounding rate on {probe_set}: upper number CGR (%), lower number the case count "
-           f"n on which it rests (correct-on-original cases with a parsed target-mask answer); Wilson intervals "
-           f"where n < 30. Outlined cells have a 95% lower bound above 0; dotted cells have n < {min_n} and are not "
+           f"n on which it rests (correct-on-original cases with a parsed target-mask answer); 95% intervals "
+           f"from stats.rate_interval (Wilson where fewer than 10 flips or non-flips). Outlined cells have a 95% lower bound above 0; dotted cells have n < {min_n} and are not "
            f"interpreted; hatched grey cells are not estimable ({n_na} cells, N/A with their n).")
     return _captioned(fig, "Per-finding CGR", cap)
 

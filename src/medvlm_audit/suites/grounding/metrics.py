@@ -47,7 +47,7 @@ AGE_BINS: tuple[tuple[str, float, float], ...] = (("<50", -math.inf, 50.0), ("50
                                                    (">70", 70.0, math.inf))
 METRIC_NAMES = ("accuracy", "sensitivity", "specificity", "parse_rate", "cgr", "uar", "is", "is_all_parsed", "gsp",
                 "image_contingent", "no_image_accuracy", "auroc", "brier", "ece", "confidence_coverage",
-                "conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect")
+                "conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect", "conf_ungrounded_correct_boxed")
 REQUIRED_COLUMNS = ("probe_set", "model", "case_id", "label", "condition", "parsed")
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "modality": "multimodal", "run_id": None, "kind": None, "finding": None, "source": None, "patient_id": None,
@@ -70,8 +70,6 @@ class Options:
     is_denominator: Literal["correct", "all"] = "correct"
     cluster_by_patient: bool = False
     n_perm: int = 1_000
-    #: every proportion row with fewer cases gets a Wilson interval (the percentile bootstrap under-covers there)
-    wilson_below: int = 30
     #: threads of the resampling kernels (None: the CPU count, capped); results do not depend on it
     workers: int | None = None
 
@@ -386,57 +384,48 @@ def _finite(x: float) -> bool:
 
 
 @lru_cache(maxsize=8192)
-def _proportion_from_counts(k: int, n: int, B: int, seed: int, wilson_below: int) -> stats.Estimate:
-    """stats.proportion in exact-counts mode without clusters: its result depends on (k, n) only, so identical
-    count pairs (common across subsets and ignores-image models) are estimated once."""
+def _proportion_from_counts(k: int, n: int, B: int, seed: int) -> stats.Estimate:
+    """stats.proportion in exact-counts mode without clusters, interval of ``stats.rate_interval``: its result
+    depends on (k, n) only, so identical count pairs (common across subsets and ignores-image models) are
+    estimated once."""
     x = np.zeros(n, dtype=np.int8)
     x[:k] = 1
-    return stats.proportion(x, B=B, seed=seed, mode="exact-counts", wilson_below=wilson_below)
+    return stats.proportion(x, B=B, seed=seed, mode="exact-counts", interval="rate")
 
 
 #: ``ci_method`` of a row: how its interval was made.
 CI_WILSON, CI_BOOT, CI_PAIRED, CI_NONE = "wilson", "bootstrap-percentile", "paired-bootstrap-percentile", "none"
 
 
-def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, wilson_below: int | None = None,
-             label: str = "") -> dict[str, Any]:
+def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, label: str = "") -> dict[str, Any]:
     """Estimate of a 0/1 proportion in percent (point, SE in pp, 95% interval, n, k, method, note, ci_method).
 
-    Below ``wilson_below`` cases (default ``opts.wilson_below``) the interval is Wilson's, for every proportion
-    (overall, per source, finding, subgroup, resolution or prompt variant): the percentile bootstrap under-covers
-    at small n (BENCHMARKS.md, coverage table).
+    The interval is ``stats.rate_interval``'s for every proportion (overall, per source, finding, subgroup,
+    resolution or prompt variant): Wilson where min(k, n - k) < 10, the percentile bootstrap elsewhere
+    (BENCHMARKS.md, exact coverage grid). With patient clusters the bootstrap is the cluster bootstrap (Wilson,
+    which ignores clustering, only where fewer than 10 events make the bootstrap degenerate). ``index`` mode keeps
+    the released code's percentile bootstrap at every n (it reproduces the released intervals bit for bit).
     """
-    if wilson_below is None:
-        wilson_below = opts.wilson_below
-    if opts.mode == "index":
-        wilson_below = 0  # the released code's bootstrap interval at every n (index mode reproduces it)
-    clustered_small = clusters is not None and 0 < values.shape[0] < opts.wilson_below
-    if clusters is not None:
-        # Wilson treats the cases as independent: with patient clusters the cluster bootstrap is used at every n
-        wilson_below = 0
+    k = int(values.sum()) if values.shape[0] else 0
     if clusters is None and opts.mode == "exact-counts":
-        est = _proportion_from_counts(int(values.sum()), int(values.shape[0]), opts.B, opts.seed, wilson_below)
+        est = _proportion_from_counts(k, int(values.shape[0]), opts.B, opts.seed)
     else:
         est = stats.proportion(values, B=opts.B, seed=opts.seed, mode=opts.mode, clusters=clusters,
-                               wilson_below=wilson_below)
+                               interval="bootstrap" if opts.mode == "index" else "rate")
     n = int(est.n)
     note = ""
-    boot_low = boot_high = math.nan
+    wilson = opts.mode != "index" and n > 0 and min(k, n - k) < stats.RATE_WILSON_EVENTS
     if n == 0:
         note = NOT_ESTIMABLE
-    elif n < wilson_below:
-        # Wilson for display; the percentile-bootstrap interval is kept beside it for the category rule
-        boot = rate_row(values, clusters, opts, wilson_below=0)
-        boot_low, boot_high = boot["ci_low"], boot["ci_high"]
-        note = f"Wilson interval (n < {wilson_below})"
-    elif clustered_small:
-        note = (f"patient-cluster bootstrap interval although n < {opts.wilson_below} (a Wilson interval would "
-                f"ignore the clustering)")
+    elif wilson:
+        note = f"Wilson interval (min(k, n - k) = {min(k, n - k)} < {stats.RATE_WILSON_EVENTS})"
+        if clusters is not None:
+            note += "; it ignores the patient clustering"
     method = est.method if not label else f"{label}; {est.method}"
-    ci_method = CI_NONE if n == 0 else CI_WILSON if n < wilson_below else CI_BOOT
+    ci_method = CI_NONE if n == 0 else CI_WILSON if wilson else CI_BOOT
     return {"point": 100.0 * est.point, "se": 100.0 * est.se, "ci_low": 100.0 * est.ci_low,
-            "ci_high": 100.0 * est.ci_high, "n": n, "k": int(values.sum()) if n else 0, "unit": "%",
-            "method": method, "note": note, "ci_method": ci_method, "boot_low": boot_low, "boot_high": boot_high}
+            "ci_high": 100.0 * est.ci_high, "n": n, "k": k if n else 0, "unit": "%",
+            "method": method, "note": note, "ci_method": ci_method}
 
 
 def _empty_row(unit: str, note: str, method: str = "") -> dict[str, Any]:
@@ -505,7 +494,7 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
             add("uar", f"source={s}", _rate(vecs["uar"], panel, opts, sel))
             if (panel.has_box & sel).any():
                 add("cgr", f"source={s}", _rate(vecs["cgr"], panel, opts, sel))
-    # per finding (Wilson interval where n < 30, as for every rate; paper, Supplementary Table 2)
+    # per finding (stats.rate_interval, as for every rate: Wilson where min(k, n - k) < 10)
     for f in _subsets(panel.finding):
         sel = panel.finding == f
         if (panel.has_box & sel).any():
@@ -567,8 +556,19 @@ def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]
             "unit": unit, "method": est.method, "note": note, "ci_method": ci}
 
 
-#: mean confidence in the given answer by decision regime (paper Table 3)
-REGIMES = ("conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect")
+#: mean confidence in the given answer by decision regime, over all parsed cases as in the paper's Table 3:
+#: grounded-correct = correct and flips under the target mask; ungrounded-correct = every other correct case;
+#: incorrect. ``conf_ungrounded_correct_boxed`` is the boxed-only variant (correct boxed cases whose answer
+#: does not flip under the target mask), kept beside it and named so.
+REGIMES = ("conf_grounded_correct", "conf_ungrounded_correct", "conf_incorrect", "conf_ungrounded_correct_boxed")
+#: what each regime row's method says
+REGIME_TEXT = {
+    "conf_grounded_correct": "grounded-correct: correct and flips under the target mask",
+    "conf_ungrounded_correct": "ungrounded-correct: every other correct case (paper Table 3: all parsed cases)",
+    "conf_incorrect": "incorrect",
+    "conf_ungrounded_correct_boxed": ("ungrounded-correct, boxed-only variant: correct boxed cases with a parsed "
+                                      "target-mask answer that does not flip (not the paper's Table 3 split)"),
+}
 
 
 @dataclass(frozen=True)
@@ -584,7 +584,8 @@ class CalibrationInputs:
 
 
 def calibration_inputs(panel: Panel, i: int, vecs: dict[str, Vec]) -> CalibrationInputs:
-    """The calibration cases of model ``i``; grounded / ungrounded-correct need a parsed target-mask answer."""
+    """The calibration cases of model ``i`` (every case with a parsed original answer and a defined P(yes));
+    grounded-correct needs a flip under the target mask, ungrounded-correct is every other correct case."""
     a_o = panel.answer("original", i)
     conf = panel.confidence[i]
     pos = np.flatnonzero((a_o >= 0) & np.isfinite(conf))
@@ -593,8 +594,10 @@ def calibration_inputs(panel: Panel, i: int, vecs: dict[str, Vec]) -> Calibratio
     label = panel.label[pos]
     correct = (answer == label).astype(np.int8)
     cgr = vecs["cgr"]
-    regimes = {"conf_grounded_correct": (cgr.elig & cgr.val)[pos], "conf_ungrounded_correct": (cgr.elig & ~cgr.val)[pos],
-               "conf_incorrect": correct == 0}
+    grounded = (cgr.elig & cgr.val.astype(bool))[pos]
+    regimes = {"conf_grounded_correct": grounded, "conf_ungrounded_correct": (correct == 1) & ~grounded,
+               "conf_incorrect": correct == 0,
+               "conf_ungrounded_correct_boxed": (cgr.elig & ~cgr.val.astype(bool))[pos]}
     return CalibrationInputs(pos, p_yes, label, np.where(answer == 1, p_yes, 1.0 - p_yes), correct, regimes)
 
 
@@ -756,7 +759,8 @@ def calibration_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec],
             continue
         sd = float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
         add(name, _boot_row(float(v.mean()), calib.get(name), int(v.size), "prob",
-                            "mean confidence in the given answer (paper Table 3 reports mean +/- SD; SD in note); "
+                            f"{REGIME_TEXT[name]}; mean confidence in the given answer (paper Table 3 reports mean "
+                            "+/- SD; SD in note); "
                             "cases resampled from all of the model's calibration cases, the regime following its "
                             "case", opts,
                             f"sd = {sd:.3f}" if math.isfinite(sd) else "sd not estimable (n = 1)"))

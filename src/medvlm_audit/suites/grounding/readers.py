@@ -56,7 +56,6 @@ __all__ = ["BOX_VALIDATION", "FAILURE_MODES", "FAILURE_MODE_TASK", "FINDING_PRES
 
 BOX_ORDER = ["inaccurate", "partial", "accurate"]
 FAILURE_MODES = ["ambiguous_case", "poor_image_quality", "plausible_confounder", "clear_model_failure", "other"]
-WILSON_ALWAYS = 10**9
 
 # ------------------------------------------------------------------------------------------------ sampling
 
@@ -330,7 +329,7 @@ def _box_validation(ans: pd.DataFrame, run_tidy: pd.DataFrame | None, B: int, ou
                     vec = model_vectors(panel, i)["cgr"]
                     for label, cases in strata.items():
                         vals, _pos = vec.take(np.isin(panel.case_ids, list(cases)))
-                        r = rate_row(vals, None, opts, wilson_below=WILSON_ALWAYS)  # Supp. Table 7: Wilson
+                        r = rate_row(vals, None, opts)  # stats.rate_interval (Supp. Table 7: Wilson at these n)
                         rows.append(metric_row(ps, m, "cgr", f"{label}:reader:{rd}", r["point"], r["se"], r["ci_low"],
                                          r["ci_high"], r["n"], "%", r["method"], r["note"]))
     readers = sorted(a["reader"].unique())

@@ -25,7 +25,7 @@ from medvlm_audit.suites.grounding.categories import CATEGORY_COLORS, CATEGORY_L
 from medvlm_audit.suites.grounding.figures import family_words, model_order, probe_sets_of
 
 #: columns of categories.csv, in this order
-CATEGORIES_COLUMNS = ("probe_set", "model", "modality", "category", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
+CATEGORIES_COLUMNS = ("probe_set", "model", "modality", "category", "support", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
                       "uar", "uar_low", "uar_high", "n_uar", "is_", "is_low", "is_high", "n_is", "accuracy",
                       "acc_low", "acc_high", "n_acc", "gsp")
 
@@ -64,10 +64,14 @@ INTRO = (
     "rate): of the answers that were correct on the original image, the share that flip when the finding's own "
     "region is masked; <b>IS</b> (irrelevant-mask stability): the share that stay put when a region of the same "
     "size elsewhere is masked; <b>UAR</b> (unrelated-image answer rate): the share that stay put when the image "
-    "is swapped for another patient's. <b>Uses image</b>: CGR above 0 (its 95% interval excludes 0) with IS "
-    "at least 90; <b>ignores image</b>: CGR 0, UAR 100 and IS 100 on at least 100 cases each; <b>unstable</b>: "
-    "IS below 70, so flips under the finding's mask are not evidence of grounding; anything else is "
-    "<b>indeterminate</b>, with the reason.</p><p>Rates are percentages with one decimal, followed by their 95% "
+    "is swapped for another patient's. Every category reads the 95% intervals, never a point alone. "
+    "<b>Uses image</b>: CGR's interval excludes 0 and IS's interval lies above 70, with IS at least 90; "
+    "<b>ignores image</b>: CGR 0, UAR 100 and IS 100 on at least 100 cases each; <b>unstable</b>: IS's interval "
+    "lies below 70, so flips under the finding's mask are not evidence of grounding; anything else is "
+    "<b>indeterminate</b>, with the reason (e.g. too few cases to call it); <b>not assessable</b>: fewer than half "
+    "of the original-image answers parsed. Beside each category, its <b>support</b>: the share of 1,000 "
+    "case-resampling draws (every rate and interval recomputed) that give the same category; a support near 50% "
+    "means the call was close.</p><p>Rates are percentages with one decimal, followed by their 95% "
     "interval in brackets and the number of cases n they rest on; differences are in percentage points (pp). "
     "A model's category never depends on its accuracy. The figures follow, then every table (all are also in the "
     "CSV files beside this page).</p>"
@@ -77,7 +81,8 @@ INTRO = (
 #: one number format per robustness column: rates in percent with one decimal, rho and p with three
 _ROBUSTNESS_FORMAT = {
     **{c: (lambda v: format_number(v, "%")) for c in ("point", "ci_low", "ci_high", "parse_rate", "reference_point")},
-    **{c: (lambda v: format_number(v, "prob")) for c in ("rho", "p")},
+    "rho": lambda v: format_number(v, "prob"),
+    "p": format_p,
 }
 
 
@@ -93,6 +98,9 @@ def _verdicts_html(analysis: Any, designed: Mapping[str, str] | None = None) -> 
         observed = []
         for _, row in rows.iterrows():
             b = badge(row["category"])
+            sup = row.get("support")
+            if sup is not None and not is_missing(sup):
+                b = f'{b}<span class="muted">support {100 * float(sup):.0f}%</span> '
             observed.append(str(row["category"]))
             if multi:
                 b = f'{b}<span class="muted">({escape(row["probe_set"])})</span> '
@@ -165,6 +173,7 @@ def categories_table(categories: pd.DataFrame) -> pd.DataFrame:
             "model": r["model"],
             "modality": r["modality"],
             "category": r["category"],
+            "support": (f"{100 * float(r['support']):.0f}%" if not is_missing(r.get("support")) else "n/a"),
             "reason": r["reason"] if not is_missing(r["reason"]) else "no reason recorded",
             "CGR": format_estimate(r["cgr"], None, r["cgr_low"], r["cgr_high"], r["n_cgr"]),
             "UAR": format_estimate(r["uar"], None, r["uar_low"], r["uar_high"], r["n_uar"]),
@@ -172,7 +181,7 @@ def categories_table(categories: pd.DataFrame) -> pd.DataFrame:
             "accuracy": format_estimate(r["accuracy"], None, r["acc_low"], r["acc_high"], r["n_acc"]),
             "GSP (pp)": format_number(r["gsp"], "pp") if not is_missing(r["gsp"]) else "not estimable",
         })
-    cols = ["probe_set", "model", "modality", "category", "reason", "CGR", "UAR", "IS", "accuracy", "GSP (pp)"]
+    cols = ["probe_set", "model", "modality", "category", "support", "reason", "CGR", "UAR", "IS", "accuracy", "GSP (pp)"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -224,7 +233,7 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
         ct["category"] = [badge(c) for c in ct["category"]]
         tables.append(compact_table_html(
             ct, keys=("model",), html_columns=["category"], table_id="categories",
-            groups=(("Category and reason", ("modality", "category", "reason", "GSP (pp)")),
+            groups=(("Category and reason", ("modality", "category", "support", "reason", "GSP (pp)")),
                     ("The rates each category rests on", ("CGR", "UAR", "IS", "accuracy")))))
     tables.append("<h3>Paired comparisons and tests</h3>")
     if len(analysis.comparisons):

@@ -100,7 +100,7 @@ TIDY_COLUMNS = [
     "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
     "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
     "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
-    "latency_s", "error_kind", "error_message", "case_order",
+    "latency_s", "error_kind", "error_message", "case_order", "status",
 ]
 
 
@@ -125,6 +125,9 @@ def tidy_grounding(store: RunStore) -> pd.DataFrame:
     scored["label"] = pd.to_numeric(scored["label"], errors="coerce").astype("Int64")
     scored.loc[scored["error_kind"].notna(), "parsed"] = -1
     scored.loc[scored["error_kind"].notna(), "correct"] = np.nan
+    # the Score status vocabulary (the run's parse-rate warning reads it): a yes/no read, no read, or no response
+    scored["status"] = np.where(scored["error_kind"].notna(), "no_response",
+                                np.where(scored["parsed"].isin([0, 1]), "answer", "unparsed"))
     return scored[TIDY_COLUMNS].reset_index(drop=True)
 
 

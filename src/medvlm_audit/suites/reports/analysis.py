@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.html import format_number
+from medvlm_audit.report.html import format_number, format_p
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
@@ -87,24 +87,33 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
                          method="1 - mean pairwise cosine", note=str(div["semantic_note"]), probe_set=probe_set))
     V = len(res.cad)
     gated, ungated = res.category_counts(True), res.category_counts(False)
+    head = res.category_counts("headline")
+    null = res.summary.get("categories_null", {})
     for c in CATEGORIES:
         rows.append(_row(model, f"{c}_count", strategy, gated[c], n=V, unit="words",
                          method="CAD, gated: BH q < p* = 0.05", probe_set=probe_set))
         rows.append(_row(model, f"{c}_count_ungated", strategy, ungated[c], n=V, unit="words",
-                         method="CAD, ungated (headline rule)", probe_set=probe_set))
+                         method="CAD, ungated (cad.csv; not a headline)", probe_set=probe_set))
+        rows.append(_row(model, f"{c}_count_headline", strategy, head[c], n=V, unit="words",
+                         method=("CAD headline: BH-gated erasures + words strong in the reference never written"
+                                 if c == "erasure" else "CAD headline: BH-gated"),
+                         note=f"null (reference split in two at random): {int(null.get(c, 0))}", probe_set=probe_set))
+        rows.append(_row(model, f"{c}_count_null", strategy, int(null.get(c, 0)), n=V, unit="words",
+                         method="the headline rule on the reference corpus split in two at random (seed 0)",
+                         probe_set=probe_set))
+    rows.append(_row(model, "absent_strong_count", strategy, int(res.summary.get("absent_strong", 0)), n=V,
+                     unit="words", method="words with |z_ref| > 2 that the predictions never write",
+                     note="WAE falls when such words are erased (their z_disp^2 < 0.8)", probe_set=probe_set))
     w = res.wae.set_index(["weighting", "group"])
-    meth = f"percentile bootstrap over reports (B = {B}); p: label permutation ({n_perm})"
     for metric, key in (("wae_pred", ("pred", "all")), ("wae_ref", ("ref", "all")), ("delta_wae", ("pred", "delta")),
                         ("delta_wae_ref", ("ref", "delta")), ("wae_pred_F", ("pred", "F")),
                         ("wae_pred_M", ("pred", "M"))):
         r = w.loc[key]
-        note = f"p_perm = {r['p_perm']:.4g}"
-        if bool(r.get("point_outside_ci", False)):
-            note += (f"; the point lies outside its percentile interval (bootstrap bias {r['boot_bias']:+.3g}: "
-                     f"resampling inflates squared z); bias-corrected {r['value_bias_corrected']:.3g}, basic "
-                     f"interval [{r['ci_low_basic']:.3g}, {r['ci_high_basic']:.3g}]")
+        note = (f"permutation test p = {format_p(r['p_perm'])} (null median {r['null_median']:.3g}, 95th percentile "
+                f"{r['null_p95']:.3g}); every bootstrap interval in wae.csv")
+        meth = (f"interval: {r['ci_print_method']} over reports (B = {B}); p: label permutation ({n_perm})")
         rows.append(_row(model, metric, strategy, r["value"], n=n, unit="z^2", method=meth,
-                         note=note, ci=(r["ci_low"], r["ci_high"]), probe_set=probe_set))
+                         note=note, ci=(r["ci_low_print"], r["ci_high_print"]), probe_set=probe_set))
     base = res.baselines.set_index(["metric", "corpus"])
     if ("delta_dir", "predictions") in base.index:
         rows.append(_row(model, "delta_dir", strategy, base.loc[("delta_dir", "predictions"), "value"], n=n,
@@ -130,22 +139,40 @@ def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ci(point: Any, lo: Any, hi: Any) -> str:
-    """``point [lo, hi]``, marked † when the point lies outside its interval (see the table's caption)."""
-    mark = "" if any(map(math.isnan, (point, lo, hi))) or lo <= point <= hi else " †"
-    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]{mark}"
+    """``point [lo, hi]``; the point alone when no interval that contains it was found (never an interval that
+    excludes its point: DESIGN.md, report audit)."""
+    if math.isnan(point):
+        return "not estimable"
+    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
+        return f"{format_number(point, 'z')} (no interval)"
+    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
 
 
-def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
+def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, key: tuple[str, str]) -> str:
+    """'p 0.012 (null 0.41 / 0.93)': the permutation test of one WAE, with the null's median and 95th percentile."""
+    f = wae.get((model, strategy))
+    if f is None:
+        return "—"
+    r = f.set_index(["weighting", "group"]).loc[key]
+    return f"p {format_p(r['p_perm'])} (null {r['null_median']:.3g} / {r['null_p95']:.3g})"
+
+
+def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, str], pd.DataFrame] | None = None
+                ) -> str:
+    wae = wae or {}
+    pair = lambda c: [f"{int(a)} / {int(b)}" for a, b in zip(t[f"{c}_count_headline"], t[f"{c}_count_null"])]
     show = pd.DataFrame({
         "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].astype(int),
         "template div.": t["template_diversity"].map(lambda v: f"{v:.3f}"),
         "TTR": t["ttr"].map(lambda v: f"{v:.4f}"),
         "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: f"{v:.3f}"),
         "vocabulary": t["vocabulary_size"].astype(int),
-        "erasure (ungated / gated)": [f"{int(a)} / {int(b)}" for a, b in zip(t["erasure_count_ungated"], t["erasure_count"])],
-        "new bias": [f"{int(a)} / {int(b)}" for a, b in zip(t["new_bias_count_ungated"], t["new_bias_count"])],
-        "bias flip": [f"{int(a)} / {int(b)}" for a, b in zip(t["bias_flip_count_ungated"], t["bias_flip_count"])],
-        "preservation": [f"{int(a)} / {int(b)}" for a, b in zip(t["preservation_count_ungated"], t["preservation_count"])],
+        "erasure (model / null)": pair("erasure"),
+        "absent strong words": t["absent_strong_count"].astype(int),
+        "new bias": pair("new_bias"),
+        "bias flip": pair("bias_flip"),
+        "preservation": pair("preservation"),
+        "WAE_pred permutation test": [_perm(wae, m, s, ("pred", "all")) for m, s in zip(t["model"], t["strategy"])],
         "WAE_pred [95% CI]": [_ci(*x) for x in zip(t["wae_pred"], t["wae_pred_ci_low"], t["wae_pred_ci_high"])],
         "WAE_ref [95% CI]": [_ci(*x) for x in zip(t["wae_ref"], t["wae_ref_ci_low"], t["wae_ref_ci_high"])],
         "ΔWAE [95% CI]": [_ci(*x) for x in zip(t["delta_wae"], t["delta_wae_ci_low"], t["delta_wae_ci_high"])],
@@ -154,13 +181,13 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
            "template div.": f"{ref_div['template_diversity']:.3f}", "TTR": f"{ref_div['ttr']:.4f}",
            "1 - Self-BLEU": f"{ref_div['one_minus_self_bleu']:.3f}", "vocabulary": ref_div["vocabulary_size"]}
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
-    cap = ("By decoding strategy: diversity, CAD category counts (ungated / BH-gated) and WAE with "
-           "percentile-bootstrap intervals. Headlines use the ungated counts.")
-    wae_cols = ("WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]")
-    if any(isinstance(c, str) and c.endswith(" †") for col in wae_cols for c in show[col]):
-        cap += (" † The observed value lies outside its percentile interval: each resample adds sampling noise to "
-                "every squared z_disp, so bootstrap WAEs run high. wae.csv gives the bootstrap bias, the bias-corrected "
-                "value and the basic interval; the permutation p-value is the test.")
+    cap = ("By decoding strategy: diversity; CAD headline counts beside the same count on a null (the reference "
+           "corpus split in two at random, what chance gives): erasure = BH-gated erasures plus words strong in the "
+           "reference (|z_ref| > 2) that the model never writes, new bias / flip / preservation BH-gated only "
+           "(ungated counts are in cad.csv); WAE led by its label-permutation test (p, and the null's median / 95th "
+           "percentile), with an interval only where one contains the point (bias-corrected percentile, else the "
+           "basic interval clipped at 0; all in wae.csv). WAE falls when associated words are erased (a word never "
+           "written has z_disp² < 0.8): a low WAE is not 'no erasure'; read it beside the absent strong words.")
     return table_to_html(show, caption=cap)
 
 
@@ -251,7 +278,8 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         "diversity": pd.concat(divs, ignore_index=True)}
     for s in cad["strategy"].unique():
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
-    sections = [Section("By decoding strategy", _table_html(table, ref_div)),
+    wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
+    sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
                 Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
     verdicts: dict[str, str] = {}
     for model in table["model"].unique():
@@ -267,21 +295,29 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         if det and sto:
             td = ", ".join(f"{s} {t.loc[s, 'template_diversity']:.3f} (n = {int(t.loc[s, 'n_reports'])})"
                            for s in strategies)
-            er = ", ".join(f"{s} {int(t.loc[s, 'erasure_count_ungated'])}" for s in strategies)
+            er = ", ".join(f"{s} {int(t.loc[s, 'erasure_count_headline'])} (null {int(t.loc[s, 'erasure_count_null'])})"
+                           for s in strategies)
+            nb = ", ".join(f"{s} {int(t.loc[s, 'new_bias_count_headline'])} (null {int(t.loc[s, 'new_bias_count_null'])})"
+                           for s in strategies)
             wae = ", ".join(f"{s} {_ci(t.loc[s, 'wae_pred'], t.loc[s, 'wae_pred_ci_low'], t.loc[s, 'wae_pred_ci_high'])}"
-                            for s in (det[0], sto[-1]))
-            verdicts[model] = (f"unique reports (template diversity) {td}; sex-associated words erased (ungated "
-                               f"CAD, word counts) {er}; WAE_pred [95% CI] {wae}")
-            if "†" in wae:
-                verdicts[model] += " († the point lies outside its percentile interval: see the table's note)"
+                            f" {_perm(wae_by, model, s, ('pred', 'all'))}" for s in (det[0], sto[-1]))
+            verdicts[model] = (f"unique reports (template diversity) {td}; sex-associated words erased (BH-gated, or "
+                               f"strong in the reference and never written) {er}; new bias (BH-gated) {nb}; WAE_pred "
+                               f"{wae} (WAE falls when associated words are erased: read it with the erasures)")
     summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},
-               "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
+               "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "headline", "skipped": skipped,
+               "categories_headline": {f"{m} / {s}": {c: int(r[f"{c}_count_headline"]) for c in CATEGORIES}
+                                       for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
+               "categories_null": {f"{m} / {s}": {c: int(r[f"{c}_count_null"]) for c in CATEGORIES}
+                                   for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
                "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
-             "words erased, newly biased, flipped or preserved (ungated rule for headlines, BH-gated beside it); "
-             "WAE is the mean squared displacement weighted by prediction (WAE_pred) or reference (WAE_ref) counts.")
+             "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "
+             "(BH-gated), each beside the same count on a null (the reference split in two at random); WAE is the "
+             "mean squared displacement weighted by prediction (WAE_pred) or reference (WAE_ref) counts, led by its "
+             "permutation test. WAE falls when associated words are erased, so a low WAE is not 'no erasure'.")
     return SuiteResult(metrics=metrics, sections=sections, verdicts=verdicts, summary=summary, tables=tables,
                        intro=intro)

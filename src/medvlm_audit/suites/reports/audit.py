@@ -51,7 +51,14 @@ from medvlm_audit.suites.reports.wae import corpus_resample_wae, wae_table
 
 WEAT_FEMALE = ("woman", "female", "she", "her", "mother", "girl", "lady", "wife")
 WEAT_MALE = ("man", "male", "he", "his", "father", "boy", "gentleman", "husband")
-HEADLINE_RULE = "ungated"  # DESIGN.md: the gate cannot flag erasure of a word the model never writes
+#: DESIGN.md, report audit: erasure = BH-gated erasures plus the words strong in the reference (|z_ref| > 2) that the
+#: predictions never write (the gate cannot flag those); new bias, bias flip and preservation = BH-gated only
+HEADLINE_RULE = "headline"
+HEADLINE_NOTE = ("headline counts: erasure = BH-gated erasures plus words strong in the reference (|z_ref| > 2) that "
+                 "the predictions never write (a word never written has |z_disp| < ~0.9 at alpha = 0.1, so the gate "
+                 "cannot flag it); new bias, bias flip and preservation = BH-gated only (ungated, two random halves of "
+                 "the IU reports show 129 new-bias words and 28 flips with no model involved). categories_null: the "
+                 "same counts on the reference corpus split in two at random (seed 0), what chance gives")
 
 
 @dataclass
@@ -64,10 +71,37 @@ class CorpusAudit:
     clinical: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
 
-    def category_counts(self, gated: bool) -> dict[str, int]:
-        col = "category" if gated else "category_ungated"
+    def category_counts(self, gated: bool | str) -> dict[str, int]:
+        """Counts per category: ``True`` BH-gated, ``False`` ungated, ``"headline"`` the headline rule."""
+        col = "category_headline" if gated == "headline" else "category" if gated else "category_ungated"
         vc = self.cad[col].value_counts()
         return {c: int(vc.get(c, 0)) for c in CAD_CATEGORIES}
+
+
+def headline_categories(cadf: pd.DataFrame, z_strong: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    """(headline category, absent strong word) per CAD row: the BH-gated category, plus ``erasure`` for every
+    word strong in the reference (|z_ref| > z_strong) that the predictions never write; ``none`` elsewhere."""
+    absent = ((np.abs(cadf["z_ref"].to_numpy(dtype=float)) > z_strong)
+              & ((cadf["count_pred_F"].to_numpy() + cadf["count_pred_M"].to_numpy()) == 0))
+    gated = cadf["category"].astype(str).to_numpy()
+    out = np.where(gated == "stable", "none", gated).astype(object)
+    out[absent] = "erasure"
+    return out, absent
+
+
+def null_split(C_ref: Any, female: np.ndarray, vocab: list[str], alpha: float = 0.1, p_star: float = 0.05,
+               seed: int = 0) -> pd.DataFrame:
+    """CAD of the reference corpus against itself: its reports split in two at random
+    (``numpy.random.default_rng(seed).permutation``; the first half as the reference, the second as the
+    predictions), with the headline categories: what chance gives with no model involved."""
+    n = C_ref.shape[0]
+    perm = np.random.default_rng(seed).permutation(n)
+    a, b = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    cf_a, cm_a = _group_counts(C_ref[a], female[a])
+    cf_b, cm_b = _group_counts(C_ref[b], female[b])
+    df = cad_frame(vocab, cf_a, cm_a, cf_b, cm_b, alpha, p_star)
+    df["category_headline"], df["absent_strong"] = headline_categories(df)
+    return df
 
 
 def _as_corpus(x: Corpus | str | Path, what: str) -> Corpus:
@@ -112,12 +146,33 @@ def wae_frame(point: dict[str, float], draws: dict[str, dict[str, np.ndarray]], 
             p = (stats.permutation_p_two_sided(point[key], null) if group == "delta"
                  else stats.permutation_p_upper(point[key], null))
             v = float(point[key])
+            nl = null[~np.isnan(null)]
+            bc_lo, bc_hi = stats.bias_corrected_interval(v, b, alpha_ci)
+            shown = _printed_interval(v, (bc_lo, bc_hi), (basic_lo, basic_hi), clip=group != "delta")
             rows.append({"weighting": weighting, "group": group, "value": v, "ci_low": lo,
                          "ci_high": hi, "p_perm": p, "n_boot": int(b.shape[0]), "n_perm": int(null.shape[0]),
+                         "null_median": float(np.median(nl)) if nl.shape[0] else math.nan,
+                         "null_p95": float(np.percentile(nl, 95)) if nl.shape[0] else math.nan,
                          "point_outside_ci": bool(b.shape[0]) and not lo <= v <= hi,
                          "boot_bias": bias, "value_bias_corrected": corrected, "ci_low_basic": basic_lo,
-                         "ci_high_basic": basic_hi})
+                         "ci_high_basic": basic_hi, "ci_low_bc": bc_lo, "ci_high_bc": bc_hi,
+                         "ci_low_print": shown[0], "ci_high_print": shown[1], "ci_print_method": shown[2]})
     return pd.DataFrame(rows)
+
+
+def _printed_interval(point: float, bc: tuple[float, float], basic: tuple[float, float], clip: bool
+                      ) -> tuple[float, float, str]:
+    """The interval printed beside a WAE point (DESIGN.md: it must contain the point): the bias-corrected
+    percentile interval if it does, else the basic interval (clipped at 0 for a WAE, a sum of squares), else
+    none (the permutation test leads; every interval stays in wae.csv)."""
+    if all(map(math.isfinite, bc)) and bc[0] <= point <= bc[1]:
+        return bc[0], bc[1], "bias-corrected percentile (BCa, acceleration 0)"
+    lo, hi = basic
+    if clip and math.isfinite(lo):
+        lo, hi = max(0.0, lo), max(0.0, hi)
+    if math.isfinite(lo) and math.isfinite(hi) and lo <= point <= hi and hi > lo:
+        return lo, hi, "basic bootstrap" + (", clipped at 0" if clip else "")
+    return math.nan, math.nan, "none: no bootstrap interval contains the point (see wae.csv; the permutation test leads)"
 
 
 def _semantic(texts: tuple[str, ...], max_texts: int, seed: int) -> tuple[float, str]:
@@ -305,6 +360,9 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
     cf_r, cm_r = _group_counts(C_ref, fr)
     cf_p, cm_p = _group_counts(C_pred, fp)
     cadf = cad_frame(vocab, cf_r, cm_r, cf_p, cm_p, alpha, p_star)
+    cadf["category_headline"], cadf["absent_strong"] = headline_categories(cadf)
+    nullf = null_split(C_ref, fr, vocab, alpha, p_star, seed)
+    null_counts = nullf["category_headline"].value_counts()
     point = wae_table(cf_r, cm_r, cf_p, cm_p, alpha)
     draws = corpus_resample_wae(C_ref, fr, C_pred, fp, B=B, n_perm=n_perm, seed=seed, alpha=alpha,
                                       workers=workers)
@@ -326,9 +384,16 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         "B": B, "n_perm": n_perm, "seed": seed,
         "categories_gated": res.category_counts(True) | {"stable": int((cadf["category"] == "stable").sum())},
         "categories_ungated": res.category_counts(False),
+        "categories_headline": res.category_counts("headline"),
+        "categories_null": {c: int(null_counts.get(c, 0)) for c in CAD_CATEGORIES},
+        "absent_strong": int(cadf["absent_strong"].sum()),
+        "absent_strong_null": int(nullf["absent_strong"].sum()),
+        "null_split": {"seed": seed, "n_reference_half": int(C_ref.shape[0] // 2),
+                       "n_prediction_half": int(C_ref.shape[0] - C_ref.shape[0] // 2)},
         "headline_rule": HEADLINE_RULE,
-        "headline_note": ("erasure counts use the ungated rule: a word the model never writes has "
-                          "|z_disp| < ~0.9 at alpha = 0.1, so the BH gate cannot flag its erasure"),
+        "headline_note": HEADLINE_NOTE,
+        "wae_note": ("WAE falls when associated words are erased: a word the predictions never write has "
+                     "z_disp^2 < 0.8, so a low WAE is not 'no erasure'; read it with absent_strong"),
         "stop_words": "NLTK English list (REPORT_STOP_WORDS)",
     }
     if out_dir is not None:

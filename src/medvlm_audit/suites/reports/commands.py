@@ -50,12 +50,17 @@ def corpus_audit_cmd(
     except AuditError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
+    from medvlm_audit.report.html import format_p
+
     s = res.summary
-    typer.echo(f"vocabulary {s['vocabulary']} words; categories ungated {s['categories_ungated']}; "
-               f"gated {s['categories_gated']}")
-    w = res.wae.set_index(["weighting", "group"])["value"]
-    typer.echo(f"WAE pred {w[('pred', 'all')]:.3f}, ref {w[('ref', 'all')]:.3f}, "
-               f"delta pred {w[('pred', 'delta')]:.3f}; files in {out}")
+    typer.echo(f"vocabulary {s['vocabulary']} words; headline categories {s['categories_headline']} "
+               f"(null, the reference split in two: {s['categories_null']}); {s['absent_strong']} words strong in "
+               f"the reference never written; gated {s['categories_gated']}; ungated {s['categories_ungated']}")
+    w = res.wae.set_index(["weighting", "group"])
+    parts = [f"{name} {w.loc[k, 'value']:.3f} (permutation p {format_p(w.loc[k, 'p_perm'])}, null median "
+             f"{w.loc[k, 'null_median']:.3f}, 95th percentile {w.loc[k, 'null_p95']:.3f})"
+             for name, k in (("pred", ("pred", "all")), ("ref", ("ref", "all")), ("delta pred", ("pred", "delta")))]
+    typer.echo(f"WAE {'; '.join(parts)}; WAE falls when associated words are erased; files in {out}")
 
 
 def _name_path(spec: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """The stress suite (paper 003): MCQ stress tests T1-T6, paired statistics and the robustness score.
 
-Flow: items (:mod:`.items`, :mod:`.loaders`, :mod:`.phantom_mcq`) -> :func:`plan_stress` (seeded per-item
+Flow: items (:mod:`.items`, :mod:`.loaders`, :mod:`.embedded`) -> :func:`plan_stress` (seeded per-item
 conditions, :mod:`.conditions`) -> the runner asks each model -> :func:`score_stress` (option parser,
 :mod:`.parse`) -> :func:`analyse_stress` (accuracy, paired T-changes with BH-FDR, chance tests, robustness
 score :mod:`.score` with bootstrap intervals, distractor curve, per-item view).

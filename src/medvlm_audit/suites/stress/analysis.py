@@ -6,10 +6,13 @@
   parsed-only accuracy (over trials that chose an option) is reported beside it. Calls without a response are
   excluded and listed in the exclusion log.
 * :func:`accuracy_table` - accuracy per model x condition (x benchmark): point, cluster-robust analytic SE,
-  percentile interval from the item bootstrap (an item's repeats stay together: repeats are folded into the
-  uncertainty).
+  the interval of ``stats.rate_interval`` with one trial per item, else the percentile interval from the item
+  bootstrap (an item's repeats stay together: repeats are folded into the uncertainty), Wilson on trials where
+  fewer than 10 are right or wrong.
 * :func:`paired_changes` - every T-change as a paired difference on the same items (trials matched on item
-  and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family.
+  and repeat), bootstrap SD and interval, two-sided shift-and-reflect p; BH-FDR within each model's family;
+  ``support``: the share of item-bootstrap draws whose change has the observed sign (how firm a verdict read
+  from it is; nan for no change).
 * :func:`chance_tests` - text-only accuracy on the required items against chance (both the modal-answer accuracy
   over items, which is tested, and the trial-level accuracy, each in its own labelled column): each item's modal answer
   over its repeats, exact binomial (Poisson-binomial when items have different numbers of options) on items.
@@ -45,6 +48,11 @@ from medvlm_audit.suites.stress.robustness import StressAccuracies, robustness_s
 from medvlm_audit.suites.stress.scoring import normalize_tidy, score_stress  # noqa: F401  (score_stress re-exported)
 
 SUBSETS: tuple[str, ...] = ("all", "required", "substitution")
+#: a model whose parse rate under a condition is below this is ``not assessable`` there: no accuracy, change or
+#: robustness term is computed from that condition (DESIGN.md, stress audit; issue 21 item 3)
+ASSESSABLE_PARSE_RATE = 0.5
+#: the word every not-assessable row, note and verdict starts with
+NOT_ASSESSABLE = "not assessable"
 
 # -------------------------------------------------------------------------------------------- scoring
 
@@ -149,6 +157,7 @@ class _Columns:
         self.num: list[np.ndarray] = []
         self.den: list[np.ndarray] = []
         self.draws: np.ndarray | None = None
+        self.B, self.seed = 10_000, 0
 
     def add(self, num: np.ndarray, den: np.ndarray) -> int:
         self.num.append(np.asarray(num, dtype=np.float64))
@@ -162,12 +171,54 @@ class _Columns:
     def se(self, j: int) -> float:
         return stats.cluster_ratio_se(self.num[j], self.den[j])
 
+    def interval_method(self, j: int) -> str:
+        """The words for :meth:`rate_interval`'s interval of column ``j``."""
+        k, n = float(self.num[j].sum()), float(self.den[j].sum())
+        if n <= 0:
+            return "not estimable (n = 0)"
+        if self.den[j].max() <= 1.0:
+            return stats.rate_interval_method(round(k), round(n), B=self.B, seed=self.seed)
+        if min(k, n - k) < stats.RATE_WILSON_EVENTS:
+            return "Wilson 95% score interval on trials (fewer than 10 right or wrong; ignores the repeats' clustering)"
+        return f"item (cluster) percentile bootstrap 95% interval, repeats kept together (B={self.B}, seed={self.seed})"
+
+    def rate_interval(self, j: int, alpha: float = 0.05) -> tuple[float, float]:
+        """The printed interval of an accuracy (DESIGN.md, statistics conventions): ``stats.rate_interval`` when
+        every item has one trial (a plain rate k/n); with repeats, the item (cluster) bootstrap, except Wilson on
+        the trial counts where fewer than 10 trials are right or wrong (the bootstrap is degenerate there)."""
+        k, n = float(self.num[j].sum()), float(self.den[j].sum())
+        if n <= 0:
+            return float("nan"), float("nan")
+        if self.den[j].max() <= 1.0:
+            return stats.rate_interval(round(k), round(n), B=self.B, seed=self.seed, alpha=alpha)
+        if min(k, n - k) < stats.RATE_WILSON_EVENTS:
+            return stats.wilson_interval(round(k), round(n), alpha)
+        return _interval(self.col(j), alpha)
+
     def run(self, B: int, seed: int) -> None:
+        self.B, self.seed = B, seed
         self.draws = (stats.cluster_bootstrap_ratios(np.stack(self.num, axis=1), np.stack(self.den, axis=1), B, seed)
                       if self.num else None)
 
     def col(self, j: int | None) -> np.ndarray | None:
         return None if self.draws is None or j is None else self.draws[:, j]
+
+
+def parse_rates(cube: StressCube) -> np.ndarray:
+    """(models, conditions) parse rate over the trials with a response: answers, refusals and abstentions (which
+    are answers, wrong ones) over those plus unparsed answers; nan where no trial had a response."""
+    parsed = sum(cube.status[s].sum(axis=2) for s in ("answer", "refusal", "abstain"))
+    responded = parsed + cube.status["unparsed"].sum(axis=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(responded > 0, parsed / np.maximum(responded, 1), np.nan)
+
+
+def option_rates(cube: StressCube) -> np.ndarray:
+    """(models, conditions) share of the trials with a response that chose an option (refusals, abstentions
+    and unparsed answers did not); nan where no trial had a response."""
+    responded = sum(cube.status[s].sum(axis=2) for s in ("answer", "refusal", "abstain", "unparsed"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(responded > 0, cube.status["answer"].sum(axis=2) / np.maximum(responded, 1), np.nan)
 
 
 def _interval(draws: np.ndarray | None, alpha: float = 0.05) -> tuple[float, float]:
@@ -286,12 +337,23 @@ class _Plan:
     def __init__(self, cube: StressCube, cols: _Columns | None = None) -> None:
         self.cube = cube
         self.cols = cols or _Columns(len(cube.items))
+        self.parse = parse_rates(cube)
         self.B = 0
         self._acc: list[tuple[dict[str, Any], int, np.ndarray, int, int]] = []
         self._pairs: list[tuple[dict[str, Any], int, int, np.ndarray]] = []
         self._rob: dict[str, dict[str, Any]] = {}
         self._rob_notes: dict[str, str] = {}
         self._curve: list[tuple[dict[str, Any], int, np.ndarray, int, int]] = []
+
+    def not_assessable(self, m: int, conds: Iterable[str]) -> str:
+        """'' when model ``m`` is assessable under every condition of ``conds``, else
+        'not assessable (parse rate 0.0% under original, ...)' naming each condition below the floor."""
+        bad = []
+        for c in dict.fromkeys(conds):
+            k = self.cube.cond(c)
+            if k is not None and self.parse[m, k] < ASSESSABLE_PARSE_RATE:
+                bad.append(f"{100.0 * self.parse[m, k]:.1f}% under {c}")
+        return f"{NOT_ASSESSABLE} (parse rate {', '.join(bad)})" if bad else ""
 
     # registration ---------------------------------------------------------------------------
     def accuracy(self, by_benchmark: bool = False, subset: str = "all") -> None:
@@ -412,14 +474,19 @@ class _Plan:
     def accuracy_frame(self) -> pd.DataFrame:
         cb, rows = self.cube, []
         for key, j, mask, m, k in self._acc:
-            lo, hi = _interval(self.cols.col(j))
+            lo, hi = self.cols.rate_interval(j)
+            na = self.not_assessable(m, [key["condition"]])
+            acc, se = self.cols.point(j), self.cols.se(j)
+            if na:
+                acc = se = lo = hi = float("nan")
             st = {s: int(cb.status[s][m, k][mask].sum()) for s in STATUSES}
             n_trials = int(cb.present[m, k][mask].sum())
             sel = cb.present[m, k][mask]
             chance = float(np.sum(sel.sum(axis=1) / cb.n_options[mask]) / max(n_trials, 1))
             rows.append({**key, "n_items": int(sel.any(axis=1).sum()), "n_trials": n_trials,
-                         "n_scored": int(self.cols.den[j].sum()), "accuracy": self.cols.point(j),
-                         "se": self.cols.se(j), "ci_low": lo, "ci_high": hi,
+                         "n_scored": int(self.cols.den[j].sum()), "accuracy": acc,
+                         "se": se, "ci_low": lo, "ci_high": hi, "note": na,
+                         "ci_method": self.cols.interval_method(j),
                          # beside the headline: accuracy over the trials that chose an option (non-answers count 0
                          # in the numerator, so the correct count is the same)
                          "accuracy_parsed": (float(self.cols.num[j].sum()) / st["answer"]) if st["answer"]
@@ -433,9 +500,14 @@ class _Plan:
 
     def curve_frame(self) -> pd.DataFrame:
         rows = []
-        for key, j, _, _, _ in self._curve:
-            lo, hi = _interval(self.cols.col(j))
-            rows.append({**key, "accuracy": self.cols.point(j), "ci_low": lo, "ci_high": hi,
+        for key, j, _, m, _ in self._curve:
+            lo, hi = self.cols.rate_interval(j)
+            acc = self.cols.point(j)
+            na = self.not_assessable(m, [key["condition"]])
+            if na:
+                acc = lo = hi = float("nan")
+                key = {**key, "note": f"{na}; {key['note']}"}
+            rows.append({**key, "accuracy": acc, "ci_low": lo, "ci_high": hi,
                          "n_items": int((self.cols.den[j] > 0).sum())})
         cols = ["model", "modality", "level", "condition", "accuracy", "ci_low", "ci_high", "n_items", "note"]
         return pd.DataFrame(rows, columns=cols)
@@ -445,13 +517,24 @@ class _Plan:
         for key, ja, jb, da in self._pairs:
             n_pairs = int(da.sum())
             a, b = self.cols.point(ja), self.cols.point(jb)
+            na = self.not_assessable(self.cube.models.index(key["model"]), [key["base"], key["perturbed"]])
             res = stats.paired_from_draws(
                 self.cols.col(jb) if self.cols.draws is not None else np.full(1, np.nan),
                 self.cols.col(ja) if self.cols.draws is not None else np.full(1, np.nan),
                 b - a if n_pairs else float("nan"), int((da > 0).sum()), max(self.B, 1))
-            rows.append({**key, "n_items": int((da > 0).sum()), "n_pairs": n_pairs,
-                         "acc_base": a if n_pairs else np.nan, "acc_perturbed": b if n_pairs else np.nan,
-                         "diff": res.diff, "sd": res.sd, "ci_low": res.ci_low, "ci_high": res.ci_high, "p": res.p})
+            support = np.nan
+            if self.cols.draws is not None and n_pairs and math.isfinite(res.diff) and res.diff != 0:
+                dd = self.cols.col(jb) - self.cols.col(ja)
+                dd = dd[np.isfinite(dd)]
+                support = float(np.mean(np.sign(dd) == np.sign(res.diff))) if dd.size else np.nan
+            row = {**key, "n_items": int((da > 0).sum()), "n_pairs": n_pairs,
+                   "acc_base": a if n_pairs else np.nan, "acc_perturbed": b if n_pairs else np.nan,
+                   "diff": res.diff, "sd": res.sd, "ci_low": res.ci_low, "ci_high": res.ci_high, "p": res.p,
+                   "support": support, "note": na}
+            if na:
+                row.update({c: np.nan for c in ("acc_base", "acc_perturbed", "diff", "sd", "ci_low", "ci_high", "p",
+                                                "support")})
+            rows.append(row)
         out = pd.DataFrame(rows)
         if not out.empty:
             out["q"] = np.nan
@@ -522,7 +605,18 @@ class _Plan:
             vals = s.as_dict()
             boot = self._score_draws(r)
             ns, notes = self._component_notes(model)
-            avail = [c for c in s.R if not math.isnan(s.R[c])]
+            m = self.cube.models.index(model)
+            for f, conds in self._component_conditions().items():
+                na = self.not_assessable(m, conds)
+                if na:  # never a robustness computed from answers that are mostly unparsed
+                    vals[f] = vals[f"R{f[1]}"] = float("nan")
+                    notes[f] = f"{na}; {notes[f]}"
+                    if boot is not None:
+                        boot[f] = boot[f"R{f[1]}"] = np.full(self.B, np.nan)
+            rs = {c: vals[c] for c in s.R}
+            avail = [c for c in rs if not math.isnan(rs[c])]
+            vals["mean"] = float(np.mean(list(rs.values()))) if len(avail) == len(rs) else float("nan")
+            vals["mean_available"] = float(np.mean([rs[c] for c in avail])) if avail else float("nan")
             if boot is not None:
                 boot["mean_available"] = (np.mean([boot[c] for c in avail], axis=0) if avail
                                           else np.full(self.B, np.nan))
@@ -537,13 +631,26 @@ class _Plan:
                     miss = [c for c in s.R if c not in avail]
                     n_items, note = None, ("mean of R1-R5" if not miss else
                                            f"not estimable: {', '.join(miss)} missing (see mean_available)")
+                    nas = [c for c in miss if notes[f"F{c[1]}"].startswith(NOT_ASSESSABLE)]
+                    if nas:
+                        note = f"{NOT_ASSESSABLE}: {', '.join(nas)} not assessable (parse rate below " \
+                               f"{100 * ASSESSABLE_PARSE_RATE:g}%)"
                 else:
-                    n_items, note = None, f"mean of the {len(avail)} estimable components ({', '.join(avail)})"
+                    n_items, note = None, (f"mean of the {len(avail)} estimable components ({', '.join(avail)})"
+                                           if avail else f"{NOT_ASSESSABLE}: no estimable component")
                 rows.append({"model": model, "component": comp, "value": vals[comp], "ci_low": lo, "ci_high": hi,
                              "n_items": n_items, "note": note})
         out = pd.DataFrame(rows, columns=["model", "component", "value", "ci_low", "ci_high", "n_items", "note"])
         out["n_items"] = out["n_items"].astype("Int64")
         return out
+
+    def _component_conditions(self) -> dict[str, list[str]]:
+        """The conditions each F-term reads (a term is not assessable when any of them is)."""
+        t = self._rob_terms
+        return {"F1": ["original", "no_image"], "F2": ["no_image"], "F3": [t["F3"].cond_a, t["F3"].cond_b],
+                "F4": [t[x].cond_a for x in ("F4_txt", "F4_img", "F4_unk")]
+                + [t[x].cond_b for x in ("F4_txt", "F4_img", "F4_unk")],
+                "F5": [t["F5"].cond_a, t["F5"].cond_b]}
 
     def _score_draws(self, r: dict[str, Any]) -> dict[str, np.ndarray] | None:
         """Bootstrap draws of every component from the shared item bootstrap (percent inputs)."""
@@ -654,6 +761,7 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
     """
     cb = cube if cube is not None else build_cube(_prepared(scored))
     mask = cb.mask(subset)
+    parse = parse_rates(cb)
     rows = []
     for m, model in enumerate(cb.models):
         for cond in conditions:
@@ -673,7 +781,11 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
                          "accuracy_trials": float(np.nansum(c) / n_trials) if n_trials else float("nan"),
                          "chance": float(probs.mean()) if n else float("nan"),
                          "p": stats.chance_test(hits, probs),
-                         "method": "exact test on items (modal answer over repeats)"})
+                         "method": "exact test on items (modal answer over repeats)", "note": ""})
+            if parse[m, k] < ASSESSABLE_PARSE_RATE:
+                rows[-1].update({"p": float("nan"), "accuracy_modal_items": float("nan"),
+                                 "accuracy_trials": float("nan"),
+                                 "note": f"{NOT_ASSESSABLE} (parse rate {100 * parse[m, k]:.1f}% under {cond})"})
     return pd.DataFrame(rows)
 
 
@@ -804,7 +916,7 @@ class StressAnalysis:
                  if r["component"].startswith("F") and r.get("note")}
         ex = exclusion_summary(self.exclusions)
         return {"meta": self.meta, "t4_variant": self.meta.get("t4_variant"), "robustness": rob,
-                "robustness_notes": notes,
+                "robustness_notes": notes, "not_assessable": self.meta.get("not_assessable", {}),
                 "exclusions": {"n": len(self.exclusions),
                                "by_stage": {str(k): int(v) for k, v in ex.groupby("stage")["n"].sum().items()}}}
 
@@ -853,6 +965,20 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
     changes, chance = family_fdr(main.pairs_frame(), chance_tests(None, cube=cube, seed=seed))
     variant = t4_variant_used(scored)
     robustness = main.robustness_frame()
+    not_assessable = {model: {c: round(float(main.parse[m, k]), 4) for k, c in enumerate(cube.conditions)
+                              if main.parse[m, k] < ASSESSABLE_PARSE_RATE}
+                      for m, model in enumerate(cube.models)}
+    opt = option_rates(cube)
+    # parsed, but (almost) never an option: refusals / abstentions throughout. They are wrong answers (the paper's
+    # denominators), so every accuracy is ~0 and every R ~1: say that this is no evidence of robustness
+    no_option = {model: round(float(np.nanmax(opt[m])), 4) for m, model in enumerate(cube.models)
+                 if np.isfinite(opt[m]).any() and np.nanmax(opt[m]) < ASSESSABLE_PARSE_RATE
+                 and not not_assessable[model]}
+    for model, rate in no_option.items():
+        sel = (robustness["model"] == model) & robustness["component"].str.match(r"^(R\d|mean|mean_available)$")
+        robustness.loc[sel, "note"] = [f"no usable answer: an option was chosen in at most {100 * rate:.1f}% of "
+                                       f"trials in any condition (refusals and abstentions count as wrong), so R "
+                                       f"near 1 is no evidence of robustness; {n}" for n in robustness.loc[sel, "note"]]
     f4 = robustness["component"] == "F4"
     robustness.loc[f4, "note"] = [f"{n}; T4 variant: {variant}" if n else f"T4 variant: {variant}"
                                   for n in robustness.loc[f4, "note"].fillna("")]
@@ -868,6 +994,10 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
         meta={"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
               "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
               "t4_variant": variant,
+              "not_assessable": {m: v for m, v in not_assessable.items() if v},
+              "no_usable_answer": no_option,
+              "not_assessable_rule": f"parse rate below {100 * ASSESSABLE_PARSE_RATE:g}% under a condition: no "
+                                     f"accuracy, change or robustness term from that condition",
               "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
                            "numpy default_rng(seed), shared by all tables; accuracy counts refusals, abstentions and "
                            "unparsed answers as wrong (all items: the paper's denominators), the parsed-only "

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from medvlm_audit import stats
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.readers.agreement import agreement_rows, fleiss_row, metric_row, new_figure, wilson_row
 from medvlm_audit.readers.sampling import item_id, need_columns, resolver, run_items, stratified, text_or_none
@@ -177,10 +178,14 @@ def _visual_necessity(ans: pd.DataFrame, B: int, out: ReaderAnalysis, min_reader
 def _benchmark_profile(ans: pd.DataFrame, man: dict[str, Any], B: int, out: ReaderAnalysis,
                        landscape: tuple[str, str]) -> None:
     rows = []
-    med = ans.assign(v=ans["answer"].astype(int)).groupby(["benchmark", "scale"])["v"].agg(["median", "size"])
+    med = ans.assign(v=ans["answer"].astype(int)).groupby(["benchmark", "scale"])["v"].agg(
+        median=lambda x: stats.ordinal_median_iqr(x)[0], q1=lambda x: stats.ordinal_median_iqr(x)[1],
+        q3=lambda x: stats.ordinal_median_iqr(x)[2], size="size")
     for (bench, scale), r in med.iterrows():
         rows.append(metric_row(str(bench), "readers", f"rubric:{scale}", "median", float(r["median"]), np.nan, np.nan,
-                         np.nan, int(r["size"]), "score (1-3)", "median over readers", ""))
+                               np.nan, int(r["size"]), "score (1-3)",
+                               "median category over readers (an ordinal scale: a category, never a midpoint)",
+                               f"IQR {int(r['q1'])}-{int(r['q3'])}"))
     readers = sorted(ans["reader"].unique())
     for scale in man["scales"]:
         wide = ans[ans["scale"] == scale].pivot_table(index="benchmark", columns="reader", values="answer",

@@ -16,6 +16,7 @@ from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.stress.analysis import (
     EXCLUSION_COLUMNS,
+    NOT_ASSESSABLE,
     StressAnalysis,
     analyse_stress,
     exclusion_summary,
@@ -31,6 +32,7 @@ SHORTCUT_COLORS: dict[str, str] = {
     "text shortcut": "#d62728",
     "position bias": "#ff7f0e",
     "no shortcut found": "#7f7f7f",
+    "not assessable": "#8c564b",
 }
 #: designed behaviour of the reference answerers (their ``designed`` attribute) in the verdicts' words
 _DESIGNED_WORDS = {"position_bias": "position bias", "text_prior": "text shortcut", "reads_image": "reads the image"}
@@ -84,6 +86,12 @@ def _change_row(res: StressAnalysis, model: str, test: str, perturbed: str) -> d
     return None if hit.empty else hit.iloc[0].to_dict()
 
 
+def _support(row: dict[str, Any]) -> str:
+    """', support 97%': the share of item-bootstrap draws whose change has the observed sign."""
+    v = row.get("support")
+    return "" if v is None or pd.isna(v) else f", support {100 * float(v):.0f}%"
+
+
 def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
     """model -> (shortcuts observed, verdict text): reads the image (T1: accuracy falls without it), text shortcut
     (T2: above chance without the image on image-required items), position bias (T3: reordering the options
@@ -92,15 +100,22 @@ def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
     for model in sorted(res.accuracy["model"].unique()):
         tags: list[str] = []
         parts: list[str] = []
+        na_tests: list[str] = []
         t1 = _change_row(res, model, "T1", "no_image")
-        if t1 is not None and not pd.isna(t1["diff"]):
+        if t1 is not None and str(t1.get("note") or "").startswith(NOT_ASSESSABLE):
+            na_tests.append("T1")
+            parts.append(f"removing the image: {t1['note']}")
+        elif t1 is not None and not pd.isna(t1["diff"]):
             sig = t1["q"] < VERDICT_Q and t1["diff"] < 0
             if sig:
                 tags.append("reads the image")
             parts.append(f"removing the image changes accuracy by {_pct_ci(t1['diff'], t1['ci_low'], t1['ci_high'], t1['n_items'], ' pp')}"
-                         f", q {format_p(t1['q'])}")
+                         f", q {format_p(t1['q'])}{_support(t1)}")
         ch = res.chance[(res.chance["model"] == model) & (res.chance["condition"] == "no_image")]
-        if len(ch):
+        if len(ch) and str(ch.iloc[0].get("note") or "").startswith(NOT_ASSESSABLE):
+            na_tests.append("T2")
+            parts.append(f"without the image on image-required items: {ch.iloc[0]['note']}")
+        elif len(ch):
             r = ch.iloc[0]
             req = res.accuracy_required  # the interval of the same items (image-required) as the chance test
             acc = req[(req["model"] == model) & (req["condition"] == "no_image")]
@@ -111,11 +126,27 @@ def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
             parts.append(f"without the image it is right on {_pct_ci(r['accuracy_modal_items'], *ci, r['n_items'])} of image-required "
                          f"items against {_pct(r['chance'])}% by chance, q {format_p(r['q'])}")
         t3 = _change_row(res, model, "T3", "reordered") or _change_row(res, model, "T3", "reordered+no_image")
-        if t3 is not None and not pd.isna(t3["diff"]):
+        if t3 is not None and str(t3.get("note") or "").startswith(NOT_ASSESSABLE):
+            na_tests.append("T3")
+            parts.append(f"reordering the options: {t3['note']}")
+        elif t3 is not None and not pd.isna(t3["diff"]):
             if t3["q"] < VERDICT_Q:
                 tags.append("position bias")
             parts.append(f"reordering the options changes accuracy by "
-                         f"{_pct_ci(t3['diff'], t3['ci_low'], t3['ci_high'], t3['n_items'], ' pp')}, q {format_p(t3['q'])}")
+                         f"{_pct_ci(t3['diff'], t3['ci_low'], t3['ci_high'], t3['n_items'], ' pp')}, q {format_p(t3['q'])}"
+                         f"{_support(t3)}")
+        na = res.meta.get("not_assessable", {}).get(model, {})
+        no_opt = res.meta.get("no_usable_answer", {}).get(model)
+        if not tags and no_opt is not None and not na:
+            tags = [NOT_ASSESSABLE]
+            parts.insert(0, f"{NOT_ASSESSABLE}: no usable answer (an option was chosen in at most "
+                            f"{100 * float(no_opt):.1f}% of trials in any condition; refusals and abstentions count "
+                            f"as wrong, so no change can show)")
+        if not tags and (na_tests or na):
+            # "no shortcut found" only when every test could be read: mostly unparsed answers are no evidence
+            rates = ", ".join(f"{100 * v:.1f}% under {c}" for c, v in na.items())
+            tags = [NOT_ASSESSABLE]
+            parts.insert(0, f"{NOT_ASSESSABLE} (parse rate {rates})" if rates else NOT_ASSESSABLE)
         out[model] = (tags or ["no shortcut found"], "; ".join(parts) or "no paired test could be computed")
     return out
 
@@ -135,7 +166,9 @@ def verdicts_html(res: StressAnalysis, designed: dict[str, str] | None = None) -
             ("reads the image", "accuracy falls when the image is removed (T1)"),
             ("text shortcut", "above chance without the image on image-required items (T2)"),
             ("position bias", "accuracy moves when the options are reordered (T3)"),
-            ("no shortcut found", "none of the three"))) + f" (each at q &lt; {VERDICT_Q:g}).</p>")
+            ("no shortcut found", "none of the three"),
+            ("not assessable", "parse rate below 50% in a condition a test needs: no verdict from it"))) +
+        f" (each at q &lt; {VERDICT_Q:g}).</p>")
     items = []
     rows = []
     for model, (tags, text) in stress_verdicts(res).items():
@@ -445,7 +478,8 @@ def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
     acc = res.accuracy
     rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
              "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-             "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)", "note": ""}
+             "n": r["n_items"], "unit": "fraction", "method": r.get("ci_method") or "item bootstrap (percentile)",
+             "note": r.get("note") or ""}
             for r in acc.to_dict("records")]
     for r in res.robustness.to_dict("records"):
         rows.append({"probe_set": probe_set, "model": r["model"], "metric": "robustness", "subset": r["component"],
