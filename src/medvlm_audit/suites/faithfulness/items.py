@@ -145,10 +145,23 @@ def load_items(path: str | Path, image_root: str | Path | None = None, check_ima
 
 
 def save_items(items: Sequence[VQAItem], path: str | Path) -> None:
-    """Write items as JSONL atomically (image paths as given)."""
+    """Write items as JSONL atomically. Image paths are stored as :func:`load_items` reads them: relative to
+    the file's folder when the image lies under it, else absolute (never relative to the working directory,
+    which a later run need not share)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(it.to_record(), sort_keys=True) + "\n" for it in items)
+    folder = p.parent.resolve()
+
+    def record(it: VQAItem) -> dict[str, Any]:
+        rec = it.to_record()
+        img = Path(it.image).resolve()
+        try:
+            rec["image"] = img.relative_to(folder).as_posix()
+        except ValueError:
+            rec["image"] = str(img)
+        return rec
+
+    data = "".join(json.dumps(record(it), sort_keys=True) + "\n" for it in items)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(data)

@@ -99,6 +99,9 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
                         ("wae_pred_M", ("pred", "M"))):
         r = w.loc[key]
         note = f"p_perm = {r['p_perm']:.4g}"
+        if not _defined(r["value"]):
+            note = ("undefined: no word is scored in both groups' reports (too few reports or words, e.g. one-word "
+                    "reports)")
         if bool(r.get("point_outside_ci", False)):
             note += (f"; the point lies outside its percentile interval (bootstrap bias {r['boot_bias']:+.3g}: "
                      f"resampling inflates squared z); bias-corrected {r['value_bias_corrected']:.3g}, basic "
@@ -113,11 +116,39 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
     return rows
 
 
+#: the metrics the strategy table shows (a column each, NaN where undefined)
+TABLE_METRICS: tuple[str, ...] = (
+    "template_diversity", "ttr", "one_minus_self_bleu", "vocabulary_size",
+    *(f"{c}_count{u}" for c in CATEGORIES for u in ("", "_ungated")),
+    "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
+
+
+def _fixed(v: Any, digits: int) -> str:
+    """``v`` to ``digits`` decimals, or "—" when undefined (NaN)."""
+    return f"{float(v):.{digits}f}" if _defined(v) else format_number(None)
+
+
+def _defined(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _int(v: Any) -> str:
+    return str(int(v)) if _defined(v) else format_number(None)
+
+
 def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per model x strategy with the headline numbers (for the report and ``by_strategy.csv``)."""
-    wide = metrics.pivot_table(index=["model", "subset"], columns="metric", values="point", aggfunc="first")
-    lo = metrics.pivot_table(index=["model", "subset"], columns="metric", values="ci_low", aggfunc="first")
-    hi = metrics.pivot_table(index=["model", "subset"], columns="metric", values="ci_high", aggfunc="first")
+    # every headline column is present even where no row defines it (a WAE of one-word reports is undefined:
+    # NaN, shown as "—", never a KeyError); pivot_table would drop an all-NaN metric
+    def pivot(values: str) -> pd.DataFrame:
+        t = metrics.pivot_table(index=["model", "subset"], columns="metric", values=values, aggfunc="first",
+                                dropna=False)
+        return t.reindex(columns=list(dict.fromkeys([*t.columns, *TABLE_METRICS])))
+
+    wide, lo, hi = pivot("point"), pivot("ci_low"), pivot("ci_high")
     n = metrics[metrics["metric"] == "template_diversity"].set_index(["model", "subset"])["n"]
     out = wide.copy()
     for m in ("wae_pred", "wae_ref", "delta_wae"):
@@ -137,22 +168,22 @@ def _ci(point: Any, lo: Any, hi: Any) -> str:
 
 def _table_html(t: pd.DataFrame, ref_div: dict[str, Any]) -> str:
     show = pd.DataFrame({
-        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].astype(int),
-        "template div.": t["template_diversity"].map(lambda v: f"{v:.3f}"),
-        "TTR": t["ttr"].map(lambda v: f"{v:.4f}"),
-        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: f"{v:.3f}"),
-        "vocabulary": t["vocabulary_size"].astype(int),
-        "erasure (ungated / gated)": [f"{int(a)} / {int(b)}" for a, b in zip(t["erasure_count_ungated"], t["erasure_count"])],
-        "new bias": [f"{int(a)} / {int(b)}" for a, b in zip(t["new_bias_count_ungated"], t["new_bias_count"])],
-        "bias flip": [f"{int(a)} / {int(b)}" for a, b in zip(t["bias_flip_count_ungated"], t["bias_flip_count"])],
-        "preservation": [f"{int(a)} / {int(b)}" for a, b in zip(t["preservation_count_ungated"], t["preservation_count"])],
+        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].map(_int),
+        "template div.": t["template_diversity"].map(lambda v: _fixed(v, 3)),
+        "TTR": t["ttr"].map(lambda v: _fixed(v, 4)),
+        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: _fixed(v, 3)),
+        "vocabulary": t["vocabulary_size"].map(_int),
+        **{label: [f"{_int(a)} / {_int(b)}" for a, b in zip(t[f"{c}_count_ungated"], t[f"{c}_count"], strict=True)]
+           for label, c in (("erasure (ungated / gated)", "erasure"), ("new bias", "new_bias"),
+                            ("bias flip", "bias_flip"), ("preservation", "preservation"))},
         "WAE_pred [95% CI]": [_ci(*x) for x in zip(t["wae_pred"], t["wae_pred_ci_low"], t["wae_pred_ci_high"])],
         "WAE_ref [95% CI]": [_ci(*x) for x in zip(t["wae_ref"], t["wae_ref_ci_low"], t["wae_ref_ci_high"])],
         "ΔWAE [95% CI]": [_ci(*x) for x in zip(t["delta_wae"], t["delta_wae_ci_low"], t["delta_wae_ci_high"])],
     })
     ref = {"model": "reference corpus", "strategy": "—", "reports": ref_div["n_reports"],
-           "template div.": f"{ref_div['template_diversity']:.3f}", "TTR": f"{ref_div['ttr']:.4f}",
-           "1 - Self-BLEU": f"{ref_div['one_minus_self_bleu']:.3f}", "vocabulary": ref_div["vocabulary_size"]}
+           "template div.": _fixed(ref_div.get("template_diversity"), 3), "TTR": _fixed(ref_div.get("ttr"), 4),
+           "1 - Self-BLEU": _fixed(ref_div.get("one_minus_self_bleu"), 3),
+           "vocabulary": _int(ref_div.get("vocabulary_size"))}
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
     cap = ("By decoding strategy: diversity, CAD category counts (ungated / BH-gated) and WAE with "
            "percentile-bootstrap intervals. Headlines use the ungated counts.")
