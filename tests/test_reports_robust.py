@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-WORDS = "heart lungs clear effusion normal pneumothorax mild cardiomegaly breast tissue prostate".split()
+WORDS = ["heart", "lungs", "clear", "effusion", "normal", "pneumothorax", "mild", "cardiomegaly", "breast", "tissue", "prostate"]
 
 
 def reference_file(path: Path, n: int = 40, seed: int = 0) -> Path:
@@ -35,3 +35,18 @@ def test_one_word_reports_give_a_report_with_undefined_delta_wae(tmp_path: Path)
     page = write_report(res, tmp_path / "report", suite="reports", title="one-word reports")
     assert page.exists() and (tmp_path / "report" / "summary.json").exists()
     assert "—" in page.read_text()  # the undefined ΔWAE is shown as a dash
+
+
+def test_reports_of_one_group_only_give_a_report_saying_why(tmp_path: Path) -> None:
+    from medvlm_audit.report import write_report
+    from medvlm_audit.suites.reports.analysis import analyse_reports
+    from medvlm_audit.suites.reports.suite import ReportsOptions
+
+    ref = reference_file(tmp_path / "ref.jsonl")
+    tidy = pd.DataFrame([{"run_id": "x", "model": "m", "probe_set": "p", "case_id": f"c{i}", "strategy": "greedy",
+                          "sample_index": 0, "group": "F", "report": "heart normal"} for i in range(4)])
+    res = analyse_reports(tidy, ReportsOptions(reference=str(ref), B=20, n_perm=20, semantic="off",
+                                               bertscore="off"))
+    assert res.metrics.empty and "undefined" in res.verdicts["m"]
+    page = write_report(res, tmp_path / "report", suite="reports", title="one group")
+    assert "Nothing to audit" in page.read_text() and "every report is in group F" in page.read_text()

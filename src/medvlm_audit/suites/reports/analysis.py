@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from html import escape as html_escape
 from typing import Any
 
 import numpy as np
@@ -270,9 +271,17 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                 ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
     metrics = pd.DataFrame(rows, columns=list(METRICS_COLUMNS))
-    if metrics.empty:
-        raise CorpusError("no model x strategy has reports of both groups to audit: "
-                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
+        why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
+        return SuiteResult(
+            metrics=metrics, sections=[Section("Nothing to audit", (
+                "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
+                f"suite is undefined:</p><ul>{why}</ul>"))],
+            verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
+            summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
+                     "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
+                     "undefined": "no model x strategy has reports of both groups to audit"},
+            intro="No reports to audit: see the section below for why.")
     table = strategy_table(metrics)
     cad = pd.concat(cads, ignore_index=True)
     front = ["model", "strategy"]
