@@ -8,7 +8,9 @@ scores the store and its ``analyse`` feeds the one report writer.
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +27,7 @@ from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.export import export_table
 from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
-from medvlm_audit.models.registry import BACKENDS, load_model
+from medvlm_audit.models.registry import BACKENDS, check_model_spec, load_model
 from medvlm_audit.registry import did_you_mean
 from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
 from medvlm_audit.store import STORE_FILE, RunStore
@@ -112,6 +114,57 @@ def _merge(summaries: list[RunSummary]) -> RunSummary:
                       summaries[0].first_input_s, store=summaries[-1].store, skipped=skipped)
 
 
+def preflight(ctx: StageContext, suite: Suite, stages: list[Any]) -> None:
+    """Everything a run needs that can be checked before any work or any file: every stage's model entries
+    (numbers in range, keys known to the backend) and the suite's own ``preflight`` (extras, optional packages,
+    knowledge bases, paths), which lists every problem at once; raises ConfigError."""
+    seen: set[str] = set()
+    for stage in stages:
+        try:
+            specs = stage.models(ctx)
+        except AttributeError:  # a stage whose models depend on an earlier stage's answers (ctx.store)
+            continue
+        for spec in specs:
+            if spec.name not in seen:
+                seen.add(spec.name)
+                check_model_spec(spec)
+    check = getattr(suite, "preflight", None)
+    problems = list(check(ctx)) if check is not None else []
+    if problems:
+        raise ConfigError("; ".join(problems) if len(problems) == 1 else
+                          f"{len(problems)} problems before the run:\n  " + "\n  ".join(problems))
+
+
+def _created_by_us(run_dir: Path) -> tuple[Path | None, set[str] | None]:
+    """(the topmost folder the run would create, or None; the run folder's entries if it exists)."""
+    top = None
+    p = run_dir.absolute()
+    while not p.exists():
+        top = p
+        if p.parent == p:
+            break
+        p = p.parent
+    if top is not None:
+        return top, None
+    try:
+        return None, set(os.listdir(run_dir)) if run_dir.is_dir() else None
+    except OSError:
+        return None, None
+
+
+def _remove_created(created: tuple[Path | None, set[str] | None], run_dir: Path | None = None) -> None:
+    top, before = created
+    if top is not None:
+        shutil.rmtree(top, ignore_errors=True)
+    elif before is not None and run_dir is not None:
+        for name in set(os.listdir(run_dir)) - before:
+            target = run_dir / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+
+
 def run(
     config: RunConfig | dict[str, Any] | str | Path,
     *,
@@ -143,12 +196,18 @@ def run(
 
     stages = list(suite.stages())
     ctx = StageContext(cfg, opts, run_dir)
-    plan = stages[0].plan(ctx)
-    if not plan.trials:
-        raise AuditError("the plan is empty: no case has an applicable condition")
-    built, per_model = build(ctx, stages[0])
-    source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
-    store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
+    created = _created_by_us(run_dir)
+    try:  # a failed start leaves nothing behind, so the same command works once the cause is fixed
+        preflight(ctx, suite, stages)
+        plan = stages[0].plan(ctx)
+        if not plan.trials:
+            raise AuditError("the plan is empty: no case has an applicable condition")
+        built, per_model = build(ctx, stages[0])
+        source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
+        store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
+    except BaseException:
+        _remove_created(created, run_dir)
+        raise
     summaries: list[RunSummary] = []
     try:
         meta = store.meta()

@@ -126,21 +126,12 @@ def validate_items(items: Iterable[VQAItem], source: str = "<items>") -> list[VQ
 
 def load_items(path: str | Path, image_root: str | Path | None = None, check_images: bool = True) -> list[VQAItem]:
     """Read a JSONL item file (images relative to ``image_root`` or the file's folder)."""
+    from medvlm_audit.jsonl import iter_jsonl
+
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ItemError(f"{p}: cannot read ({exc})") from None
     base = Path(image_root) if image_root is not None else p.parent
-    items = []
-    for ln, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ItemError(f"{p}:{ln}: not JSON ({exc.msg})") from None
-        items.append(make_item(rec, f"{p}:{ln}", base, check_images))
+    items = [make_item(rec, f"{p}:{ln}", base, check_images)  # streamed; errors name the file and line
+             for ln, rec in iter_jsonl(p, error=ItemError, what="item file")]
     return validate_items(items, str(p))
 
 
