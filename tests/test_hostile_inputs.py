@@ -200,3 +200,25 @@ def test_a_non_utf8_faithfulness_item_file_names_file_and_line(tmp_path: Path) -
     p.write_bytes(b'\n\n{"id": "caf\xe9"}\n')
     with pytest.raises(ItemError, match=r"items.jsonl:3: not UTF-8"):
         load_items(p)
+
+
+def test_every_problem_before_the_run_is_listed_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second-stage hf judge without the hf extra, a misspelt subject key and a bad KB: one error listing all
+    three, before anything is written (was: one at a time, the judge's only after the first stage ran)."""
+    from medvlm_audit import extras
+
+    monkeypatch.setattr(extras, "_absent", lambda m: m == "torch")
+    kb = tmp_path / "kb.json"
+    kb.write_text("{")
+    subjects = [{"name": "api", "backend": "openai", "model": "x", "base_urls": "http://127.0.0.1:9/v1",
+                 "timeout": 3}]
+    judges = [{"name": "hf-judge", "backend": "hf", "model_id": "tiny"}]
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        api.run(_faith_cfg(run_dir, models=subjects, judges=judges, kb=str(kb)), progress=False)
+    msg = str(e.value)
+    assert msg.startswith("3 problems before the run:")
+    assert "unknown key 'timeout' (did you mean timeout_s?)" in msg
+    assert "model 'hf-judge' (backend hf) needs the optional 'hf' extra" in msg
+    assert "option 'kb'" in msg
+    assert not run_dir.exists()

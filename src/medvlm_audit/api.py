@@ -118,18 +118,28 @@ def preflight(ctx: StageContext, suite: Suite, stages: list[Any]) -> None:
     """Everything a run needs that can be checked before any work or any file: every stage's model entries
     (numbers in range, keys known to the backend) and the suite's own ``preflight`` (extras, optional packages,
     knowledge bases, paths), which lists every problem at once; raises ConfigError."""
+    from medvlm_audit.extras import require_extra
+    from medvlm_audit.models.registry import BACKEND_EXTRAS
+
     seen: set[str] = set()
+    problems: list[str] = []
     for stage in stages:
         try:
             specs = stage.models(ctx)
         except AttributeError:  # a stage whose models depend on an earlier stage's answers (ctx.store)
             continue
         for spec in specs:
-            if spec.name not in seen:
-                seen.add(spec.name)
+            if spec.name in seen:
+                continue
+            seen.add(spec.name)
+            try:
                 check_model_spec(spec)
+                if spec.backend in BACKEND_EXTRAS:  # e.g. an hf judge: found now, not after the first stage
+                    require_extra(BACKEND_EXTRAS[spec.backend], f"model {spec.name!r} (backend {spec.backend})")
+            except ConfigError as e:
+                problems.append(str(e))
     check = getattr(suite, "preflight", None)
-    problems = list(check(ctx)) if check is not None else []
+    problems += list(check(ctx)) if check is not None else []
     if problems:
         raise ConfigError("; ".join(problems) if len(problems) == 1 else
                           f"{len(problems)} problems before the run:\n  " + "\n  ".join(problems))
