@@ -13,7 +13,7 @@ run the suite once on a small input (its embedded default), then every example
 ``analyse`` and the one report writer then run on it exactly as ``medvlm-audit report`` would
 (:func:`report_of`). :func:`check_report` states what every such report must satisfy: report.html,
 metrics.csv and a strict-JSON summary.json exist; an undefined quantity is a missing value (never ``inf``,
-never the text ``nan`` in the page).
+never the text ``nan`` in the page) and, where its n is not zero, its note says why.
 
 Hypothesis is imported lazily (it is a test dependency, not a runtime one).
 """
@@ -210,6 +210,12 @@ def check_report(page: str | Path) -> dict[str, Any]:
     for col in ("point", "ci_low", "ci_high"):
         vals = pd.to_numeric(m[col], errors="coerce").to_numpy(dtype=float)
         assert not (vals == math.inf).any() and not (vals == -math.inf).any(), f"metrics.csv {col} holds inf"
+    point = pd.to_numeric(m["point"], errors="coerce")
+    n = pd.to_numeric(m["n"], errors="coerce").fillna(0)
+    note = m["note"].fillna("").astype(str).str.strip() if "note" in m else pd.Series("", index=m.index)
+    why = m[point.isna() & (n > 0) & (note == "")]
+    assert why.empty, ("undefined values without a note saying why: "
+                       + "; ".join(f"{r.model}/{r.metric}/{r.subset}" for r in why.head(5).itertuples()))
     html = page.read_text(encoding="utf-8")
     for bad in (">nan<", ">NaN<", ">inf<", "Traceback"):
         assert bad not in html, f"report.html shows {bad!r}"
