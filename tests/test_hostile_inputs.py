@@ -222,3 +222,17 @@ def test_every_problem_before_the_run_is_listed_at_once(tmp_path: Path, monkeypa
     assert "model 'hf-judge' (backend hf) needs the optional 'hf' extra" in msg
     assert "option 'kb'" in msg
     assert not run_dir.exists()
+
+
+def test_a_start_refused_by_another_runs_lock_removes_nothing(tmp_path: Path) -> None:
+    from medvlm_audit.errors import RunLockedError
+    from medvlm_audit.store import RunLock
+
+    run_dir = tmp_path / "run"
+    held = RunLock(run_dir).acquire()  # another process's run (here: this one) created the folder and holds it
+    try:
+        with pytest.raises(RunLockedError):
+            api.run(_faith_cfg(run_dir), progress=False)
+        assert (run_dir / "run.lock").exists() and (run_dir / "phantom_vqa" / "items.jsonl").exists()
+    finally:
+        held.release()

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
-from medvlm_audit.errors import AuditError, ConfigError
+from medvlm_audit.errors import AuditError, ConfigError, RunLockedError
 from medvlm_audit.export import export_table
 from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
@@ -215,8 +215,9 @@ def run(
         built, per_model = build(ctx, stages[0])
         source_keys = check_sources(TrialIndex(plan.trials))  # a bad image fails before the store exists
         store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
-    except BaseException:
-        _remove_created(created, run_dir)
+    except BaseException as e:
+        if not isinstance(e, RunLockedError):  # another process runs here: what it writes is not ours to remove
+            _remove_created(created, run_dir)
         raise
     summaries: list[RunSummary] = []
     try:
