@@ -65,6 +65,8 @@ def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> 
 
 def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
          ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> dict[str, Any]:
+    if not note and not _defined(point):  # an undefined value says why (the specific rows say more)
+        note = "undefined: too few reports, or too few words in a group's reports, to compute it"
     return {"suite": "reports", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
             "point": float(point), "se": math.nan, "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
             "unit": unit, "method": method, "note": note}
@@ -113,6 +115,8 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
     if ("delta_dir", "predictions") in base.index:
         rows.append(_row(model, "delta_dir", strategy, base.loc[("delta_dir", "predictions"), "value"], n=n,
                          unit="ratio", method="DIR(pred) - DIR(ref); DIR = tokens per M / per F report",
+                         note="" if _defined(base.loc[("delta_dir", "predictions"), "value"]) else
+                         "undefined: a group has no reports, or the F reports have no words (DIR divides by them)",
                          probe_set=probe_set))
     return rows
 
