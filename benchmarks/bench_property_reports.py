@@ -19,16 +19,35 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
+def _examples(base: Path, edited: Path, examples: int) -> int:
+    """Run ``examples`` property examples on the run ``base``; returns how many ran."""
+    from hypothesis import HealthCheck, given, settings
+    from test_property_reports import B
+
+    from medvlm_audit.testing.answers import apply_edit, check_report, report_of, store_edits, store_shape
+
+    n = [0]
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(store_edits(store_shape(base / "run.sqlite")))
+    def prop(edit: object) -> None:
+        n[0] += 1
+        check_report(report_of(apply_edit(base, edit, edited), B=B))
+
+    prop()
+    return n[0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("suites", nargs="*", default=["faithfulness", "stress", "grounding", "reports"])
     ap.add_argument("--examples", type=int, default=20)
     args = ap.parse_args()
-    from hypothesis import HealthCheck, given, settings
     from test_property_reports import B, _config
 
     from medvlm_audit import api
-    from medvlm_audit.testing.answers import apply_edit, check_report, report_of, store_edits, store_shape
+    from medvlm_audit.testing.answers import report_of
 
     print(f"load: {os.getloadavg()}")
     for suite in args.suites:
@@ -40,20 +59,10 @@ def main() -> None:
             for i in range(3):
                 report_of(base, B=B, out=Path(tmp) / f"baseline{i}")
             bw, bc = (time.perf_counter() - w0) / 3, (time.process_time() - c0) / 3
-            shape = store_shape(base / "run.sqlite")
-            n = [0]
-
-            @settings(max_examples=args.examples, deadline=None, database=None, derandomize=True,
-                      suppress_health_check=list(HealthCheck))
-            @given(store_edits(shape))
-            def prop(edit: object) -> None:
-                n[0] += 1
-                check_report(report_of(apply_edit(base, edit, Path(tmp) / "edited"), B=B))
-
             w0, c0 = time.perf_counter(), time.process_time()
-            prop()
-            pw, pc = (time.perf_counter() - w0) / n[0], (time.process_time() - c0) / n[0]
-            print(f"{suite:13s} baseline report {bw:6.2f} s wall {bc:6.2f} s CPU | property example ({n[0]}) "
+            n = _examples(base, Path(tmp) / "edited", args.examples)
+            pw, pc = (time.perf_counter() - w0) / n, (time.process_time() - c0) / n
+            print(f"{suite:13s} baseline report {bw:6.2f} s wall {bc:6.2f} s CPU | property example ({n}) "
                   f"{pw:6.2f} s wall {pc:6.2f} s CPU | ratio CPU {pc / bc:5.2f} | 200 examples ~ {200 * pc:5.0f} s CPU")
     print(f"load: {os.getloadavg()}")
 
