@@ -236,3 +236,25 @@ def test_a_start_refused_by_another_runs_lock_removes_nothing(tmp_path: Path) ->
         assert (run_dir / "run.lock").exists() and (run_dir / "phantom_vqa" / "items.jsonl").exists()
     finally:
         held.release()
+
+
+@pytest.mark.parametrize(("model_line", "needle"), [
+    ("{name: a, backend: openai, model: m, base_urls: 'http://127.0.0.1:9/v1', max_concurency: 4}",
+     "unknown key 'max_concurency' (did you mean max_concurrency?)"),
+    ("{name: a, backend: openai, model: m, base_urls: 'http://127.0.0.1:9/v1', timeout_s: .inf}",
+     "key 'timeout_s' = inf: must be a finite number"),
+])
+def test_cli_run_with_a_bad_model_entry_is_one_named_line_and_writes_nothing(tmp_path: Path, model_line: str,
+                                                                            needle: str) -> None:
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    run_dir = tmp_path / "runs" / "x"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"suite: faithfulness\nprobe_sets: [phantom]\nphantom_items: 6\nrun_dir: {run_dir}\n"
+                   f"models:\n  - {model_line}\n")
+    res = CliRunner().invoke(app, ["run", str(cfg), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "runs").exists()
