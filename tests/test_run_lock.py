@@ -46,7 +46,43 @@ def _count(run_dir: Path, sql: str = "SELECT COUNT(*) FROM responses") -> int:
         return 0
 
 
+def test_the_lock_file_is_never_observed_empty_while_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PID is written over the stale content before the file is cut to its length (never truncate-then-
+    write, which a reader can observe empty); a stale longer PID's tail is never read as the holder."""
+    lock = tmp_path / "run.lock"
+    lock.write_text("123456789\n")  # a crashed holder's longer PID
+    seen: list[str] = []
+    real = os.ftruncate
+
+    def spy(fd: int, length: int) -> None:
+        seen.append(lock.read_text())
+        real(fd, length)
+
+    monkeypatch.setattr(os, "ftruncate", spy)
+    held = RunLock(tmp_path).acquire()
+    monkeypatch.setattr(os, "ftruncate", real)
+    try:
+        assert seen and all(t.split("\n", 1)[0] == str(os.getpid()) for t in seen)
+        assert lock.read_text() == f"{os.getpid()}\n"
+        assert held.holder() == str(os.getpid())
+    finally:
+        held.release()
+
+
 def test_a_second_run_on_the_same_directory_refuses_and_a_crashed_holder_is_taken_over(tmp_path: Path) -> None:
+    _takeover(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MEDVLM_SLOW_LANE"),
+                    reason="slow lane only: MEDVLM_SLOW_LANE=1 pytest -m slow (the takeover test 50 times)")
+@pytest.mark.timeout(3 * 3600)
+def test_crashed_holder_takeover_50_times(tmp_path: Path) -> None:
+    for i in range(50):
+        _takeover(tmp_path / f"round{i:02d}")
+
+
+def _takeover(tmp_path: Path) -> None:
     make_tiny_probeset(tmp_path / "data", n=12)
     run_dir = tmp_path / "run"
     env = {**os.environ, "COLUMNS": "400"}
@@ -63,6 +99,10 @@ def test_a_second_run_on_the_same_directory_refuses_and_a_crashed_holder_is_take
         while _count(run_dir) < 3:
             assert time.monotonic() < deadline and first.poll() is None
             time.sleep(0.02)
+        # from here each answer takes 5 s, so the first run cannot finish (and release its lock) while the second
+        # starts under load; the third run gets fast answers again
+        srv.server.delay_s = 5.0
+        assert (run_dir / "run.lock").read_text().strip() == str(first.pid)
         second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
         out = second.stdout + second.stderr
         assert second.returncode == 2, out
@@ -74,6 +114,7 @@ def test_a_second_run_on_the_same_directory_refuses_and_a_crashed_holder_is_take
         first.wait(timeout=30)
         first.stdout.close()
         assert (run_dir / "run.lock").read_text().strip() == str(first.pid)  # the stale lock file stays
+        srv.server.delay_s = 0.0
         third = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
         assert third.returncode == 0, third.stdout + third.stderr
         assert (run_dir / "run.lock").read_text().strip() == ""  # released on exit

@@ -8,7 +8,9 @@ scores the store and its ``analyse`` feeds the one report writer.
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -21,10 +23,10 @@ from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
-from medvlm_audit.errors import AuditError, ConfigError
+from medvlm_audit.errors import AuditError, ConfigError, RunLockedError
 from medvlm_audit.export import export_table
 from medvlm_audit.models.base import Model
-from medvlm_audit.models.registry import BACKENDS, load_model
+from medvlm_audit.models.registry import BACKENDS, check_model_spec, load_model
 from medvlm_audit.plan import Plan, StageContext
 from medvlm_audit.registry import check_known
 from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
@@ -109,6 +111,66 @@ def _merge(summaries: list[RunSummary]) -> RunSummary:
                       summaries[0].first_input_s, store=summaries[-1].store, skipped=skipped)
 
 
+def preflight(ctx: StageContext, suite: Suite, stages: list[Any]) -> None:
+    """Everything a run needs that can be checked before any work or any file: every stage's model entries
+    (numbers in range, keys known to the backend) and the suite's own ``preflight`` (extras, optional packages,
+    knowledge bases, paths), which lists every problem at once; raises ConfigError."""
+    from medvlm_audit.extras import require_extra
+    from medvlm_audit.models.registry import BACKEND_EXTRAS
+
+    seen: set[str] = set()
+    problems: list[str] = []
+    for stage in stages:
+        try:
+            specs = stage.models(ctx)
+        except AttributeError:  # a stage whose models depend on an earlier stage's answers (ctx.store)
+            continue
+        for spec in specs:
+            if spec.name in seen:
+                continue
+            seen.add(spec.name)
+            try:
+                check_model_spec(spec)
+                if spec.backend in BACKEND_EXTRAS:  # e.g. an hf judge: found now, not after the first stage
+                    require_extra(BACKEND_EXTRAS[spec.backend], f"model {spec.name!r} (backend {spec.backend})")
+            except ConfigError as e:
+                problems.append(str(e))
+    problems += list(suite.preflight(ctx))
+    if problems:
+        raise ConfigError("; ".join(problems) if len(problems) == 1 else
+                          f"{len(problems)} problems before the run:\n  " + "\n  ".join(problems))
+
+
+def _created_by_us(run_dir: Path) -> tuple[Path | None, set[str] | None]:
+    """(the topmost folder the run would create, or None; the run folder's entries if it exists)."""
+    top = None
+    p = run_dir.absolute()
+    while not p.exists():
+        top = p
+        if p.parent == p:
+            break
+        p = p.parent
+    if top is not None:
+        return top, None
+    try:
+        return None, set(os.listdir(run_dir)) if run_dir.is_dir() else None
+    except OSError:
+        return None, None
+
+
+def _remove_created(created: tuple[Path | None, set[str] | None], run_dir: Path | None = None) -> None:
+    top, before = created
+    if top is not None:
+        shutil.rmtree(top, ignore_errors=True)
+    elif before is not None and run_dir is not None:
+        for name in set(os.listdir(run_dir)) - before:
+            target = run_dir / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                target.unlink(missing_ok=True)
+
+
 def run(
     config: RunConfig | dict[str, Any] | str | Path,
     *,
@@ -145,13 +207,21 @@ def run(
 
     stages = list(suite.stages())
     ctx = StageContext(cfg, opts, run_dir)
-    plan = stages[0].plan(ctx)
-    if not plan.trials:
-        raise AuditError("the plan is empty: no case has an applicable condition")
-    built, per_model = build(ctx, stages[0])
-    # a bad image fails before the store exists; files an earlier invocation hashed, unchanged since, are not re-read
-    source_keys = check_sources(TrialIndex(plan.trials), _known_image_keys(run_dir))
-    store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
+    created = _created_by_us(run_dir)
+    try:  # a failed start leaves nothing behind, so the same command works once the cause is fixed
+        preflight(ctx, suite, stages)
+        plan = stages[0].plan(ctx)
+        if not plan.trials:
+            raise AuditError("the plan is empty: no case has an applicable condition")
+        built, per_model = build(ctx, stages[0])
+        # a bad image fails before the store exists; files an earlier invocation hashed, unchanged since, are not
+        # re-read
+        source_keys = check_sources(TrialIndex(plan.trials), _known_image_keys(run_dir))
+        store = RunStore.open_for_run(run_dir, lock_wait_s=cfg.store_lock_wait_s)  # refuses a second writer
+    except BaseException as e:
+        if not isinstance(e, RunLockedError):  # another process runs here: what it writes is not ours to remove
+            _remove_created(created, run_dir)
+        raise
     summaries: list[RunSummary] = []
     try:
         meta = store.meta()

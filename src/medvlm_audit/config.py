@@ -26,6 +26,11 @@ from medvlm_audit.errors import ConfigError
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.registry import did_you_mean
 
+#: bounds of the run's numbers (a typo such as ``workers: 1e20`` is one named line, not a traceback)
+MAX_PARALLEL = 4096  # workers, a model's max_concurrency
+MAX_REPEATS = 100_000
+MAX_WAIT_S = 7 * 86_400.0  # any timeout or wait: finite, positive, at most a week
+
 
 class ModelSpec(BaseModel):
     """One model: a backend name plus that backend's parameters (extra keys are passed to the backend)."""
@@ -62,15 +67,15 @@ class RunConfig(BaseModel):
     probe_sets: list[str] = Field(min_length=1)
     models: list[ModelSpec] = Field(min_length=1)
     decoding: Decoding = Decoding()
-    repeats: int = 1
-    seed: int = 42
-    workers: int = 2
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
+    seed: int = Field(default=42, ge=0, lt=2**63)
+    workers: int = Field(default=2, ge=1, le=MAX_PARALLEL)
     #: where images are rendered during a run: worker processes when every image model takes encoded
     #: bytes (HTTP backends) and there are 64+ images, else threads ("auto"), or as named
     render_in: Literal["auto", "threads", "processes"] = "auto"
     #: how long a write to the run store waits (retrying with backoff) while another process holds its write
     #: lock; past this the run stops with an error (every committed answer kept) instead of dropping answers
-    store_lock_wait_s: float = Field(default=60.0, ge=0)
+    store_lock_wait_s: float = Field(default=60.0, ge=0, le=MAX_WAIT_S, allow_inf_nan=False)
     #: the suite's options, as validated by its ``Options`` model
     options: dict[str, Any] = {}
     #: where the config came from (a file, flags, an embedded default), named in error messages

@@ -430,7 +430,8 @@ class RunLock:
 
     def holder(self) -> str:
         try:
-            return self.path.read_text().strip() or "unknown"
+            # the first line: while a new holder's shorter PID overwrites a longer one, the tail is stale
+            return self.path.read_text().split("\n", 1)[0].strip() or "unknown"
         except OSError:
             return "unknown"
 
@@ -459,9 +460,10 @@ class RunLock:
         except BaseException:
             os.close(fd)
             raise
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the PID over whatever was there, then cut to its length: the file is never observed empty
+            data = f"{os.getpid()}\n".encode()
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
         except OSError as e:  # e.g. a full disk: name the lock file
             os.close(fd)
             raise OSError(e.errno, e.strerror, str(self.path)) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -76,6 +77,21 @@ class Decoding:
     seed: int | None = None
     logprobs: bool = True
     top_logprobs: int = 20
+
+    def __post_init__(self) -> None:
+        """Ranges (a NaN or infinite temperature, a billion beams): one named line where the config is read."""
+        t, p = self.temperature, self.top_p
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or not 0 <= t <= 100:
+            raise ValueError(f"temperature must be a finite number in [0, 100], got {t!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0 < p <= 1:
+            raise ValueError(f"top_p must be a finite number in (0, 1], got {p!r}")
+        for f, lo, hi in (("max_new_tokens", 1, 10_000_000), ("num_beams", 1, 256), ("top_logprobs", 0, 10_000)):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{f} must be an integer in [{lo}, {hi}], got {v!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or not 1 <= self.top_k <= 10_000_000):
+            raise ValueError(f"top_k must be empty or an integer >= 1, got {self.top_k!r}")
 
     def as_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__slots__}  # flat fields: no deep copy needed

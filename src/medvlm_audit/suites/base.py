@@ -37,6 +37,7 @@ class Suite(Protocol):
     * ``image_ops``: image operations this suite brings (e.g. overlays) -> ``"module:function"`` (default: none);
     * ``parquet_tables``: also write each extra report table as Parquet (default: CSV only);
     * :meth:`commands`: this suite's own CLI commands (default: none);
+    * :meth:`preflight`: problems found before the run (default: none);
     * :meth:`reader_tasks`: this suite's reader-study tasks (default: none).
     """
 
@@ -65,6 +66,12 @@ class Suite(Protocol):
         The CLI reads them from every registered suite when a command it does not know is asked for, or when
         it lists its commands."""
         return {}
+
+    def preflight(self, ctx: StageContext) -> Sequence[str]:
+        """Every problem that would stop this suite's run or report and can be found before any work or any
+        file (its extras and optional packages, knowledge bases, corpora, model paths), one line each; the run
+        lists them all at once and writes nothing. Default: none."""
+        return ()
 
     def reader_tasks(self) -> Sequence[ReaderTask]:
         """The reading tasks this suite brings to the reader study (:class:`~medvlm_audit.readers.tasks.ReaderTask`:

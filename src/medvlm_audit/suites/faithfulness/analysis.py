@@ -268,8 +268,10 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                 rows.append(_row(model, "flip_rate", subset, _blank(e) if why else e,
                                  "fraction", f"flip vs baseline ({mode} mode)",
                                  note=f"{why}; {note}" if why else note, probe_set=probe_set))
-            for part, pm in (("", np.ones(len(sub), bool)), ("|flip", (sub["flip"] == True).to_numpy(dtype=bool)),
-                             ("|nonflip", (sub["flip"] == False).to_numpy(dtype=bool))):
+            # ``flip`` is nullable (unparsed or unpaired answers): a missing flip is in neither part
+            flip = sub["flip"].astype("boolean")
+            for part, pm in (("", np.ones(len(sub), bool)), ("|flip", flip.fillna(False).to_numpy(dtype=bool)),
+                             ("|nonflip", (~flip).fillna(False).to_numpy(dtype=bool))):
                 for metric in ("cf", "ca", "tone", "cc"):
                     v = sub[metric].to_numpy(dtype=float)[pm]
                     v = v[np.isfinite(v)]

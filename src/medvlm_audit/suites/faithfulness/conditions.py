@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -208,9 +209,13 @@ def expand_conditions(opts: FaithOptions) -> list[str]:
 
 
 def items_hash(items: Sequence[VQAItem]) -> str:
+    """The item set's identity; image paths are taken absolute, so one run resumed from another working
+    directory (a relative ``--run-dir``) keeps its hash."""
     h = hashlib.sha256()
     for it in sorted(items, key=lambda x: x.item_id):
-        h.update(json.dumps(it.to_record(), sort_keys=True, default=str).encode())
+        rec = it.to_record()
+        rec["image"] = os.path.abspath(rec["image"])
+        h.update(json.dumps(rec, sort_keys=True, default=str).encode())
         h.update(b"\n")
     return h.hexdigest()
 

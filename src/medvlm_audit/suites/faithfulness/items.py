@@ -126,29 +126,33 @@ def validate_items(items: Iterable[VQAItem], source: str = "<items>") -> list[VQ
 
 def load_items(path: str | Path, image_root: str | Path | None = None, check_images: bool = True) -> list[VQAItem]:
     """Read a JSONL item file (images relative to ``image_root`` or the file's folder)."""
+    from medvlm_audit.jsonl import iter_jsonl
+
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise ItemError(f"{p}: cannot read ({exc})") from None
     base = Path(image_root) if image_root is not None else p.parent
-    items = []
-    for ln, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ItemError(f"{p}:{ln}: not JSON ({exc.msg})") from None
-        items.append(make_item(rec, f"{p}:{ln}", base, check_images))
+    items = [make_item(rec, f"{p}:{ln}", base, check_images)  # streamed; errors name the file and line
+             for ln, rec in iter_jsonl(p, error=ItemError, what="item file")]
     return validate_items(items, str(p))
 
 
 def save_items(items: Sequence[VQAItem], path: str | Path) -> None:
-    """Write items as JSONL atomically (image paths as given)."""
+    """Write items as JSONL atomically. Image paths are stored as :func:`load_items` reads them: relative to
+    the file's folder when the image lies under it, else absolute (never relative to the working directory,
+    which a later run need not share)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(it.to_record(), sort_keys=True) + "\n" for it in items)
+    folder = p.parent.resolve()
+
+    def record(it: VQAItem) -> dict[str, Any]:
+        rec = it.to_record()
+        img = Path(it.image).resolve()
+        try:
+            rec["image"] = img.relative_to(folder).as_posix()
+        except ValueError:
+            rec["image"] = str(img)
+        return rec
+
+    data = "".join(json.dumps(record(it), sort_keys=True) + "\n" for it in items)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(data)

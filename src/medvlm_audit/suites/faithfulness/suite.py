@@ -14,7 +14,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from medvlm_audit.config import SHARED_FIELDS
-from medvlm_audit.errors import ConfigError
+from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.suites.base import Stage, Suite, SuiteResult
 from medvlm_audit.suites.faithfulness.plan import FaithfulnessOptions
 
@@ -190,6 +190,18 @@ class FaithfulnessSuite(Suite):
         from medvlm_audit.suites.faithfulness.readers import READER_TASKS
 
         return READER_TASKS
+
+    def preflight(self, ctx: Any) -> list[str]:
+        """Before any work: the knowledge base loads (it is used by the judge stage and the scoring, so a bad
+        file would otherwise be found only after the answers were asked)."""
+        from medvlm_audit.suites.faithfulness.plan import knowledge_base
+
+        opts: FaithfulnessOptions = ctx.options
+        try:
+            knowledge_base(opts)
+        except (AuditError, ValueError, OSError, KeyError, TypeError) as e:  # KBError is an AuditError
+            return [f"option 'kb' ({opts.kb}): {e}"]
+        return []
 
     def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, n_items: int = 36,
                         **flags: Any) -> dict[str, Any]:

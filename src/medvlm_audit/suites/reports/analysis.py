@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from html import escape as html_escape
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,8 @@ def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> 
 
 def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
          ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> dict[str, Any]:
+    if not note and not _defined(point):  # an undefined value says why (the specific rows say more)
+        note = "undefined: too few reports, or too few words in a group's reports, to compute it"
     return {"suite": "reports", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
             "point": float(point), "se": math.nan, "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
             "unit": unit, "method": method, "note": note}
@@ -109,8 +112,12 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
                         ("delta_wae_ref", ("ref", "delta")), ("wae_pred_F", ("pred", "F")),
                         ("wae_pred_M", ("pred", "M"))):
         r = w.loc[key]
-        note = (f"permutation test p = {format_p(r['p_perm'])} (null median {r['null_median']:.3g}, 95th percentile "
-                f"{r['null_p95']:.3g}); every bootstrap interval in wae.csv")
+        if _defined(r["value"]):
+            note = (f"permutation test p = {format_p(r['p_perm'])} (null median {_g(r['null_median'])}, 95th "
+                    f"percentile {_g(r['null_p95'])}); every bootstrap interval in wae.csv")
+        else:
+            note = ("undefined: no word is scored in both groups' reports (too few reports or words, e.g. one-word "
+                    "reports)")
         meth = (f"interval: {r['ci_print_method']} over reports (B = {B}); p: label permutation ({n_perm})")
         rows.append(_row(model, metric, strategy, r["value"], n=n, unit="z^2", method=meth,
                          note=note, ci=(r["ci_low_print"], r["ci_high_print"]), probe_set=probe_set))
@@ -118,15 +125,55 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
     if ("delta_dir", "predictions") in base.index:
         rows.append(_row(model, "delta_dir", strategy, base.loc[("delta_dir", "predictions"), "value"], n=n,
                          unit="ratio", method="DIR(pred) - DIR(ref); DIR = tokens per M / per F report",
+                         note="" if _defined(base.loc[("delta_dir", "predictions"), "value"]) else
+                         "undefined: a group has no reports, or the F reports have no words (DIR divides by them)",
                          probe_set=probe_set))
     return rows
 
 
+#: the metrics the strategy table shows (a column each, NaN where undefined)
+TABLE_METRICS: tuple[str, ...] = (
+    "template_diversity", "ttr", "one_minus_self_bleu", "vocabulary_size",
+    *(f"{c}_count{u}" for c in CATEGORIES for u in ("", "_ungated", "_headline", "_null")), "absent_strong_count",
+    "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
+
+
+def _fixed(v: Any, digits: int) -> str:
+    """``v`` to ``digits`` decimals, or "—" when undefined (NaN)."""
+    return f"{float(v):.{digits}f}" if _defined(v) else format_number(None)
+
+
+def _g(v: Any) -> str:
+    """``v`` to 3 significant digits, or "—" when undefined (NaN)."""
+    return f"{float(v):.3g}" if _defined(v) else format_number(None)
+
+
+def _count_or_none(v: Any) -> int | None:
+    """A count for summary.json, or None (JSON null) when undefined."""
+    return int(v) if _defined(v) else None
+
+
+def _defined(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _int(v: Any) -> str:
+    return str(int(v)) if _defined(v) else format_number(None)
+
+
 def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per model x strategy with the headline numbers (for the report and ``by_strategy.csv``)."""
-    wide = metrics.pivot_table(index=["model", "subset"], columns="metric", values="point", aggfunc="first")
-    lo = metrics.pivot_table(index=["model", "subset"], columns="metric", values="ci_low", aggfunc="first")
-    hi = metrics.pivot_table(index=["model", "subset"], columns="metric", values="ci_high", aggfunc="first")
+    # every headline column is present even where no row defines it (a WAE of one-word reports is undefined:
+    # NaN, shown as "—", never a KeyError); pivot_table would drop an all-NaN metric
+    def pivot(values: str) -> pd.DataFrame:
+        t = metrics.pivot_table(index=["model", "subset"], columns="metric", values=values, aggfunc="first",
+                                dropna=False)
+        return t.reindex(columns=list(dict.fromkeys([*t.columns, *TABLE_METRICS])))
+
+    wide, lo, hi = pivot("point"), pivot("ci_low"), pivot("ci_high")
     n = metrics[metrics["metric"] == "template_diversity"].set_index(["model", "subset"])["n"]
     out = wide.copy()
     for m in ("wae_pred", "wae_ref", "delta_wae"):
@@ -154,21 +201,21 @@ def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, k
     if f is None:
         return "—"
     r = f.set_index(["weighting", "group"]).loc[key]
-    return f"p {format_p(r['p_perm'])} (null {r['null_median']:.3g} / {r['null_p95']:.3g})"
+    return f"p {format_p(r['p_perm'])} (null {_g(r['null_median'])} / {_g(r['null_p95'])})"
 
 
 def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, str], pd.DataFrame] | None = None
                 ) -> str:
     wae = wae or {}
-    pair = lambda c: [f"{int(a)} / {int(b)}" for a, b in zip(t[f"{c}_count_headline"], t[f"{c}_count_null"])]
+    pair = lambda c: [f"{_int(a)} / {_int(b)}" for a, b in zip(t[f"{c}_count_headline"], t[f"{c}_count_null"])]
     show = pd.DataFrame({
-        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].astype(int),
-        "template div.": t["template_diversity"].map(lambda v: f"{v:.3f}"),
-        "TTR": t["ttr"].map(lambda v: f"{v:.4f}"),
-        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: f"{v:.3f}"),
-        "vocabulary": t["vocabulary_size"].astype(int),
+        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].map(_int),
+        "template div.": t["template_diversity"].map(lambda v: _fixed(v, 3)),
+        "TTR": t["ttr"].map(lambda v: _fixed(v, 4)),
+        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: _fixed(v, 3)),
+        "vocabulary": t["vocabulary_size"].map(_int),
         "erasure (model / null)": pair("erasure"),
-        "absent strong words": t["absent_strong_count"].astype(int),
+        "absent strong words": t["absent_strong_count"].map(_int),
         "new bias": pair("new_bias"),
         "bias flip": pair("bias_flip"),
         "preservation": pair("preservation"),
@@ -178,8 +225,9 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
         "ΔWAE [95% CI]": [_ci(*x) for x in zip(t["delta_wae"], t["delta_wae_ci_low"], t["delta_wae_ci_high"])],
     })
     ref = {"model": "reference corpus", "strategy": "—", "reports": ref_div["n_reports"],
-           "template div.": f"{ref_div['template_diversity']:.3f}", "TTR": f"{ref_div['ttr']:.4f}",
-           "1 - Self-BLEU": f"{ref_div['one_minus_self_bleu']:.3f}", "vocabulary": ref_div["vocabulary_size"]}
+           "template div.": _fixed(ref_div.get("template_diversity"), 3), "TTR": _fixed(ref_div.get("ttr"), 4),
+           "1 - Self-BLEU": _fixed(ref_div.get("one_minus_self_bleu"), 3),
+           "vocabulary": _int(ref_div.get("vocabulary_size"))}
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
     cap = ("By decoding strategy: diversity; CAD headline counts beside the same count on a null (the reference "
            "corpus split in two at random, what chance gives): erasure = BH-gated erasures plus words strong in the "
@@ -266,9 +314,17 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                 ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
     metrics = pd.DataFrame(rows, columns=list(METRICS_COLUMNS))
-    if metrics.empty:
-        raise CorpusError("no model x strategy has reports of both groups to audit: "
-                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
+        why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
+        return SuiteResult(
+            metrics=metrics, sections=[Section("Nothing to audit", (
+                "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
+                f"suite is undefined:</p><ul>{why}</ul>"))],
+            verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
+            summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
+                     "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
+                     "undefined": "no model x strategy has reports of both groups to audit"},
+            intro="No reports to audit: see the section below for why.")
     table = strategy_table(metrics)
     cad = pd.concat(cads, ignore_index=True)
     front = ["model", "strategy"]
@@ -293,11 +349,11 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
-            td = ", ".join(f"{s} {t.loc[s, 'template_diversity']:.3f} (n = {int(t.loc[s, 'n_reports'])})"
+            td = ", ".join(f"{s} {_fixed(t.loc[s, 'template_diversity'], 3)} (n = {_int(t.loc[s, 'n_reports'])})"
                            for s in strategies)
-            er = ", ".join(f"{s} {int(t.loc[s, 'erasure_count_headline'])} (null {int(t.loc[s, 'erasure_count_null'])})"
+            er = ", ".join(f"{s} {_int(t.loc[s, 'erasure_count_headline'])} (null {_int(t.loc[s, 'erasure_count_null'])})"
                            for s in strategies)
-            nb = ", ".join(f"{s} {int(t.loc[s, 'new_bias_count_headline'])} (null {int(t.loc[s, 'new_bias_count_null'])})"
+            nb = ", ".join(f"{s} {_int(t.loc[s, 'new_bias_count_headline'])} (null {_int(t.loc[s, 'new_bias_count_null'])})"
                            for s in strategies)
             wae = ", ".join(f"{s} {_ci(t.loc[s, 'wae_pred'], t.loc[s, 'wae_pred_ci_low'], t.loc[s, 'wae_pred_ci_high'])}"
                             f" {_perm(wae_by, model, s, ('pred', 'all'))}" for s in (det[0], sto[-1]))
@@ -308,9 +364,9 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},
                "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "headline", "skipped": skipped,
-               "categories_headline": {f"{m} / {s}": {c: int(r[f"{c}_count_headline"]) for c in CATEGORIES}
+               "categories_headline": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_headline"]) for c in CATEGORIES}
                                        for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
-               "categories_null": {f"{m} / {s}": {c: int(r[f"{c}_count_null"]) for c in CATEGORIES}
+               "categories_null": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_null"]) for c in CATEGORIES}
                                    for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
                "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "

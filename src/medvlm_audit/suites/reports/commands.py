@@ -4,9 +4,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+
+def _read(path: Path, what: str, allow_duplicate_ids: bool) -> Any:
+    """A corpus read before anything is written (streamed; errors name the file and row)."""
+    from medvlm_audit.suites.reports.corpus import CorpusError, read_corpus
+
+    try:
+        return read_corpus(path, allow_duplicate_ids=allow_duplicate_ids)
+    except CorpusError as e:
+        raise CorpusError(f"{what}: {e}") from None
 
 
 def corpus_audit_cmd(
@@ -30,6 +40,9 @@ def corpus_audit_cmd(
                            "local model path; repeat for several")] = None,
     surface_max: Annotated[int, typer.Option(
         "--surface-max", help="at most this many id pairs for the paired metrics (seeded sample; 0: all)")] = 1000,
+    allow_duplicate_ids: Annotated[bool, typer.Option(
+        "--allow-duplicate-ids", help="keep reports that repeat an id (refused by default, naming both rows)")
+    ] = False,
 ) -> None:
     """Clinical Association Displacement, WAE and diversity of PREDICTIONS against REFERENCE (paper 002)."""
     from medvlm_audit.errors import AuditError
@@ -44,7 +57,9 @@ def corpus_audit_cmd(
         raise typer.BadParameter(f"--bertscore must be auto, on or off, got {bertscore!r}")
     try:
         metrics = [load_clinical_metric(*_name_path(spec), where="--clinical") for spec in clinical or ()]
-        res = corpus_audit(reference, predictions, out, B=B, n_perm=n_perm, seed=seed, alpha=alpha, p_star=p_star,
+        ref_c = _read(reference, "reference", allow_duplicate_ids)
+        pred_c = _read(predictions, "predictions", allow_duplicate_ids)
+        res = corpus_audit(ref_c, pred_c, out, B=B, n_perm=n_perm, seed=seed, alpha=alpha, p_star=p_star,
                            semantic=sem, bertscore=bs, bertscore_model=bertscore_model,
                            bertscore_layers=bertscore_layers, clinical=metrics, surface_max=surface_max or None)
     except AuditError as e:

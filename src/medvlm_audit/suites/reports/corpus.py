@@ -65,8 +65,10 @@ def normalise_group(value: Any) -> str | None:
 
 
 def make_corpus(rows: Iterable[Mapping[str, Any]], source: str = "<memory>",
-                require_both_groups: bool = True) -> Corpus:
-    """Validate rows ``{id, text, group}`` (row numbers from 1) into a :class:`Corpus`."""
+                require_both_groups: bool = True, *, allow_duplicate_ids: bool = False) -> Corpus:
+    """Validate rows ``{id, text, group}`` (row numbers from 1) into a :class:`Corpus`. A repeated id is refused
+    (naming both rows) unless ``allow_duplicate_ids``."""
+    first_row: dict[str, int] = {}
     ids: list[str] = []
     texts: list[str] = []
     groups: list[str] = []
@@ -86,6 +88,11 @@ def make_corpus(rows: Iterable[Mapping[str, Any]], source: str = "<memory>",
         g = normalise_group(row["group"])
         if g is None:
             raise CorpusError(f"{where}: field 'group' must be F or M, got {row['group']!r}")
+        if not allow_duplicate_ids:
+            prev = first_row.setdefault(str(rid), n)
+            if prev != n:
+                raise CorpusError(f"{where}: id {str(rid)!r} repeats row {prev} (ids must be unique; "
+                                  "--allow-duplicate-ids keeps both)")
         ids.append(str(rid))
         texts.append(text)
         groups.append(g)
@@ -100,29 +107,15 @@ def make_corpus(rows: Iterable[Mapping[str, Any]], source: str = "<memory>",
 
 
 def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise CorpusError(f"{path}: cannot read the corpus ({e.strerror or e})") from e
-    for n, line in enumerate(raw.split(b"\n"), 1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CorpusError(f"{path}, row {n}: not UTF-8 (byte {e.start}: {line[e.start:e.start + 1]!r}); "
-                              "corpora must be UTF-8 JSONL") from e
-        if not text.strip():
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise CorpusError(f"{path}, row {n}: not valid JSON ({e.msg} at column {e.colno})") from e
-        if not isinstance(obj, dict):
-            raise CorpusError(f"{path}, row {n}: expected a JSON object with id, text and group")
+    """The corpus's objects, streamed (one line in memory; a per-line size limit, see :mod:`medvlm_audit.jsonl`)."""
+    from medvlm_audit.jsonl import iter_jsonl
+
+    for n, obj in iter_jsonl(path, error=CorpusError, what="corpus", unit="row", hint=" with id, text and group"):
         obj.setdefault("_row", n)
         yield obj
 
 
-def read_corpus(path: str | Path, require_both_groups: bool = True) -> Corpus:
+def read_corpus(path: str | Path, require_both_groups: bool = True, *, allow_duplicate_ids: bool = False) -> Corpus:
     """Read and validate a JSONL corpus (one ``{id, text, group}`` object per line; blank lines skipped).
 
     Errors name the file and the row (its line number): empty corpus, one group only, a missing or invalid
@@ -143,7 +136,7 @@ def read_corpus(path: str | Path, require_both_groups: bool = True) -> Corpus:
                 raise CorpusError(f"{p}, row {n}: field 'group' must be F or M, got {obj['group']!r}")
             yield obj
 
-    return make_corpus(rows(), str(p), require_both_groups)
+    return make_corpus(rows(), str(p), require_both_groups, allow_duplicate_ids=allow_duplicate_ids)
 
 
 def corpus_jsonl_bytes(corpus: Corpus) -> bytes:

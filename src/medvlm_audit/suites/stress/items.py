@@ -36,7 +36,7 @@ import pandas as pd
 
 from medvlm_audit.atomic import write_bytes_atomic
 from medvlm_audit.errors import ProbeSetError
-from medvlm_audit.scorers.option import LETTERS, norm_option  # noqa: F401  (part of the item format)
+from medvlm_audit.scorers.option import LETTERS, norm_option
 
 OnError = Literal["raise", "exclude"]
 
@@ -356,24 +356,35 @@ def validate_items(items: Sequence[MCQItem], *, on_error: OnError = "raise") -> 
 
 
 def _read_records(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The file's records, streamed line by line (a per-line size limit, see :mod:`medvlm_audit.jsonl`); every
+    error names the file and the line."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        out = []
-        with path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ItemError(f"{path}:{n}: not valid JSON ({e})") from None
-                if not isinstance(rec, dict):
-                    raise ItemError(f"{path}:{n}: a line must be a JSON object")
-                out.append((f"{path}:{n}", rec))
-        return out
+        from medvlm_audit.jsonl import iter_jsonl
+
+        return [(f"{path}:{n}", rec) for n, rec in iter_jsonl(path, error=ItemError, what="item file")]
     if suffix == ".csv":
-        with path.open(encoding="utf-8", newline="") as f:
-            return [(f"{path} row {n}", dict(r)) for n, r in enumerate(csv.DictReader(f), 2)]
+        from medvlm_audit.jsonl import max_line_bytes
+
+        out: list[tuple[str, dict[str, Any]]] = []
+        limit = max_line_bytes()
+        csv.field_size_limit(max(limit, 131072))
+        try:
+            f = path.open(encoding="utf-8", newline="")
+        except OSError as e:
+            raise ItemError(f"{path}: cannot read the item file ({e.strerror or e})") from None
+        with f:
+            reader = csv.DictReader(f)
+            n = 1
+            try:
+                for n, r in enumerate(reader, 2):
+                    out.append((f"{path} row {n}", dict(r)))
+            except UnicodeDecodeError as e:
+                raise ItemError(f"{path}, line {reader.line_num + 1}: not UTF-8 (byte {e.start} of its chunk); "
+                                "the item file must be UTF-8") from None
+            except csv.Error as e:
+                raise ItemError(f"{path}, line {reader.line_num}: {e}") from None
+        return out
     raise ItemError(f"{path}: unknown item file type {suffix!r} (use .jsonl or .csv)")
 
 

@@ -479,7 +479,9 @@ def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
     rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
              "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
              "n": r["n_items"], "unit": "fraction", "method": r.get("ci_method") or "item bootstrap (percentile)",
-             "note": r.get("note") or ""}
+             "note": r.get("note") or ("" if pd.notna(r["accuracy"]) else
+                                       f"undefined: no scored trial among {int(r.get('n_trials', 0) or 0)} (every "
+                                       "answer errored or missing)")}
             for r in acc.to_dict("records")]
     for r in res.robustness.to_dict("records"):
         rows.append({"probe_set": probe_set, "model": r["model"], "metric": "robustness", "subset": r["component"],
