@@ -501,5 +501,14 @@ def _add_readers() -> None:
 _add_readers()
 
 
+def _add_view() -> None:
+    from medvlm_audit.view.commands import view_cmd
+
+    app.command("view")(view_cmd)
+
+
+_add_view()
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())

@@ -1,0 +1,158 @@
+"""The run explorer (`medvlm-audit view`): filters, the case page, images as the model saw them, and the reader
+app's security rules (token, no path from the request, escaped text, CSP, read-only). The browser test is
+tests/test_view_browser.py."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from grounding_demo_run import small_grounding_demo
+from PIL import Image
+from starlette.testclient import TestClient
+from typer.testing import CliRunner
+
+from medvlm_audit.cli import app as cli_app
+from medvlm_audit.models.base import pixel_sha256
+from medvlm_audit.view.app import create_app
+from medvlm_audit.view.data import load_run
+
+TOKEN = "tok-" + "x" * 28
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return small_grounding_demo(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def client(run: Path) -> TestClient:
+    return TestClient(create_app(run, TOKEN))
+
+
+def _flipped_under_mask(run: Path, model: str) -> set[str]:
+    """Computed here from results.parquet alone: the model's default-setting cases whose target-mask answer
+    differs from its original answer (both parsed)."""
+    df = pd.read_parquet(run / "results.parquet")
+    df = df[(df.model == model) & (df.resolution == 224) & (df.prompt_variant == "default") & (df.parsed >= 0)]
+    piv = df.pivot_table(index="case_id", columns="condition", values="parsed")
+    piv = piv.dropna(subset=["original", "target_mask"])
+    return set(piv.index[piv["original"] != piv["target_mask"]])
+
+
+def _listed(html: str) -> list[str]:
+    return re.findall(r'class="case-link" href="[^"]+">([^<]+)</a>', html)
+
+
+def test_filter_to_cases_that_flipped_under_the_target_mask(client: TestClient, run: Path) -> None:
+    want = _flipped_under_mask(run, "local-evidence")
+    assert want  # the model built to read the finding region flips when it is masked
+    r = client.get(f"/v/{TOKEN}/?model=local-evidence&condition=target_mask&flipped=yes")
+    assert r.status_code == 200
+    assert set(_listed(r.text)) == want and len(_listed(r.text)) == len(want)
+    assert f">{len(want)} trial" in r.text
+    r = client.get(f"/v/{TOKEN}/?model=local-evidence&condition=target_mask&flipped=no")
+    assert not set(_listed(r.text)) & want
+    # the text-only prior never flips: its answer does not depend on the image
+    r = client.get(f"/v/{TOKEN}/?model=finding-prior&condition=target_mask&flipped=yes")
+    assert _listed(r.text) == [] and ">0 trials" in r.text
+    # category filter: only the model in that category
+    r = client.get(f"/v/{TOKEN}/?category=uses_image&condition=original")
+    assert set(re.findall(r"<tr class=\"[^\"]*\">\s*<td>([^<]+)</td>", r.text)) == {"local-evidence"}
+    # unparsed filter on a run where everything parsed; an unknown value is ignored and said so
+    assert ">0 trials" in client.get(f"/v/{TOKEN}/?parsed=no").text
+    r = client.get(f"/v/{TOKEN}/?model=<b>nobody</b>")
+    assert "unknown model" in r.text and "<b>nobody</b>" not in r.text and "&lt;b&gt;nobody&lt;/b&gt;" in r.text
+
+
+def test_case_page_shows_every_condition_side_by_side_with_the_models_pixels(client: TestClient, run: Path) -> None:
+    case_id = min(_flipped_under_mask(run, "local-evidence"))
+    r = client.get(f"/v/{TOKEN}/?model=local-evidence&condition=target_mask&flipped=yes")
+    href = re.search(rf'href="([^"]+)">{re.escape(case_id)}</a>', r.text).group(1).replace("&amp;", "&")
+    page = client.get(href)
+    assert page.status_code == 200
+    first = page.text.split('<section class="group">')[1]  # the default setting comes first
+    conds = re.findall(r'data-condition="([^"]+)"', first)
+    assert conds == ["original", "target_mask", "irrelevant_mask", "swap", "no_image"]
+    df = pd.read_parquet(run / "results.parquet")
+    mine = df[(df.model == "local-evidence") & (df.case_id == case_id) & (df.resolution == 224)
+              & (df.prompt_variant == "default")].set_index("condition")
+    cards = first.split('<article class="card')[1:]
+    for cond, card in zip(conds, cards):
+        assert f"<pre class=\"answer-text\">{mine.loc[cond, 'answer_text']}</pre>" in card
+        sha = mine.loc[cond, "image_sha256"]
+        if cond == "no_image":
+            assert "no image" in card and "<img" not in card
+            continue
+        url = re.search(r'<img src="([^"]+)"', card).group(1)
+        assert url.endswith(sha)
+        png = client.get(url)
+        assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+        px = np.asarray(Image.open(io.BytesIO(png.content)))
+        assert pixel_sha256(px) == sha  # exactly the pixels the model was given
+        assert "pixels match the run" in card
+    tm = cards[conds.index("target_mask")]
+    assert 'class="card flipped"' in '<article class="card' + tm and ">flipped<" in tm
+    assert "Is " in first and "present" in first  # the question as asked
+
+
+def test_security_token_paths_hosts_headers(client: TestClient, run: Path) -> None:
+    assert client.get("/v/not-the-token-at-all-0000000/").status_code == 404
+    assert client.get(f"/v/{TOKEN[:-1]}/").status_code == 404
+    assert client.get("/").status_code == 404
+    assert client.get(f"/v/{TOKEN}/img/" + "0" * 64).status_code == 404  # not an image of this run
+    assert client.get(f"/v/{TOKEN}/img/..%2F..%2Frun.sqlite").status_code == 404
+    assert client.get("/static/..%2F..%2Fapp.py").status_code == 404
+    assert client.get("/static/app.py").status_code == 404
+    assert client.get(f"/v/{TOKEN}/case/99999").status_code == 404
+    assert client.get(f"/v/{TOKEN}/case/-1").status_code == 404
+    assert client.post(f"/v/{TOKEN}/").status_code == 405
+    r = client.get(f"/v/{TOKEN}/")
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "default-src 'none'" in csp and "unsafe-inline" not in csp
+    assert r.headers["referrer-policy"] == "no-referrer" and r.headers["x-frame-options"] == "DENY"
+    assert "<script>" not in r.text and 'style="' not in r.text  # nothing inline for the CSP to block
+    assert client.get(f"/v/{TOKEN}/", headers={"host": "evil.example"}).status_code == 400
+    with pytest.raises(ValueError, match="at least 16"):
+        create_app(run, "short")
+
+
+def test_model_text_is_escaped_and_a_changed_source_is_refused(run: Path) -> None:
+    view = load_run(run)
+    i = view.rows.index[(view.rows.model == "local-evidence") & (view.rows.condition == "original")][0]
+    view.rows.loc[i, "answer_text"] = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    k = int(view.rows.loc[i, "case_idx"])
+    sha = view.rows.loc[i, "image_sha256"]
+    other = next(s for s in view.recipes if s != sha and view.recipes[s] != view.recipes[sha])
+    view.recipes[sha] = view.recipes[other]  # as if the source file had changed since the run
+    c = TestClient(create_app(run, TOKEN, view=view))
+    page = c.get(f"/v/{TOKEN}/case/{k}?model=local-evidence").text
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "onerror=alert(2)>" not in page
+    assert "source file changed since the run" in page
+    r = c.get(f"/v/{TOKEN}/img/{sha}")
+    assert r.status_code == 409 and "not the pixels the model saw" in r.text
+
+
+def test_read_only_nothing_written(run: Path, client: TestClient) -> None:
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(run)): (p.stat().st_size, p.stat().st_mtime_ns) for p in run.rglob("*")
+                if p.is_file() and not p.name.endswith(("-shm", "-wal"))}
+
+    before = snapshot()
+    for k in range(3):
+        page = client.get(f"/v/{TOKEN}/case/{k}").text
+        for url in re.findall(r'<img src="([^"]+)"', page):
+            assert client.get(url).status_code == 200
+    client.get(f"/v/{TOKEN}/?model=local-evidence&flipped=yes")
+    assert snapshot() == before
+    assert not list(run.parent.rglob("*.png.tmp"))
+
+
+def test_view_command_names_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli_app, ["view", str(tmp_path)])
+    assert r.exit_code == 2 and "no run store" in r.output and "Traceback" not in r.output
