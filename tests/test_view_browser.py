@@ -1,0 +1,122 @@
+"""The run explorer in a real headless Chromium: filter the grounding demo to the cases that flipped under the
+target mask for one model (with the page's own select-and-submit script), open a case, and see the four image
+conditions' pictures (loaded under the page's CSP), answers and flip marks.
+
+Needs Debian's chromium and chromium-driver (`apt-get install -y chromium chromium-driver`) and selenium; skipped
+with the reason when the browser is missing. MEDVLM_VIEW_SCREENSHOT=DIR writes the two screenshots there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
+                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
+    pytest.mark.slow,
+]
+webdriver = pytest.importorskip("selenium.webdriver")
+uvicorn = pytest.importorskip("uvicorn")
+
+from grounding_demo_run import small_grounding_demo
+from selenium.webdriver.chrome.options import Options as ChromeOptions
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from medvlm_audit.view.app import create_app
+
+SCREENSHOTS = os.environ.get("MEDVLM_VIEW_SCREENSHOT")
+TOKEN = "browser-" + "y" * 24
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    run = small_grounding_demo(tmp_path_factory)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(run, TOKEN), host="127.0.0.1", port=port, log_level="warning"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    t0 = time.time()
+    while not srv.started:
+        if time.time() - t0 > 20:
+            raise RuntimeError("server did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/v/{TOKEN}/"
+    srv.should_exit = True
+    th.join(10)
+
+
+@pytest.fixture
+def browser():
+    opts = ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1360,900",
+              "--disable-extensions", "--no-first-run"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    yield d
+    d.quit()
+
+
+def _choose(driver, name: str, value: str) -> None:
+    """Pick a filter value; the page's script submits the form on change (a new page loads)."""
+    old = driver.find_element(By.ID, "trials")
+    Select(driver.find_element(By.NAME, name)).select_by_value(value)
+    WebDriverWait(driver, 15).until(lambda d: old.id != d.find_element(By.ID, "trials").id)
+
+
+def test_filter_flipped_under_target_mask_then_open_a_case(server: str, browser) -> None:
+    browser.get(server)
+    assert "Trials" in browser.title or browser.find_element(By.TAG_NAME, "h1").text == "Trials"
+    _choose(browser, "model", "local-evidence")
+    _choose(browser, "condition", "target_mask")
+    _choose(browser, "flipped", "yes")
+    assert "model=local-evidence" in browser.current_url and "flipped=yes" in browser.current_url
+    rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")
+    assert rows, "the model built to read the finding region must flip on some masked cases"
+    for tr in rows:
+        cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        assert cells[0] == "local-evidence" and "target_mask" in cells and cells[-1] == "flipped"
+    if SCREENSHOTS:
+        browser.save_screenshot(str(Path(SCREENSHOTS) / "view-trials.png"))
+    rows[0].find_element(By.CLASS_NAME, "case-link").click()
+    WebDriverWait(browser, 15).until(lambda d: "/case/" in d.current_url)
+    group = browser.find_elements(By.CSS_SELECTOR, "section.group")[0]
+    cards = group.find_elements(By.CSS_SELECTOR, "article.card")
+    conds = [c.get_attribute("data-condition") for c in cards]
+    assert conds == ["original", "target_mask", "irrelevant_mask", "swap", "no_image"]
+    imgs = group.find_elements(By.CSS_SELECTOR, "img.shot")
+    assert len(imgs) == 4  # every image condition; no_image has none
+    WebDriverWait(browser, 15).until(
+        lambda d: all(d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", i) for i in imgs))
+    assert {browser.execute_script("return arguments[0].naturalWidth", i) for i in imgs} == {224}
+    by = {c.get_attribute("data-condition"): c for c in cards}
+    assert by["target_mask"].find_element(By.CLASS_NAME, "flipmark").text == "flipped"
+    assert "flipped" in by["target_mask"].get_attribute("class")
+    assert by["original"].find_element(By.CLASS_NAME, "flipmark").text == "—"
+    for c in cards:
+        assert c.find_element(By.CLASS_NAME, "answer-text").text in ("Yes", "No")
+        assert "present" in c.find_element(By.CLASS_NAME, "question").text
+    assert by["original"].find_element(By.CLASS_NAME, "answer-text").text != \
+        by["target_mask"].find_element(By.CLASS_NAME, "answer-text").text
+    errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not errors, errors  # no CSP violation, no failed image
+    if SCREENSHOTS:
+        browser.save_screenshot(str(Path(SCREENSHOTS) / "view-case.png"))
