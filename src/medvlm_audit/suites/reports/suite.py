@@ -111,11 +111,26 @@ def load_source(spec: str, run_dir: str | Path, opts: ReportsOptions, seed: int)
     return load_image_set(spec)
 
 
+def preflight(opts: ReportsOptions) -> None:
+    """Before any work: the `reports` extra and, for the IU X-ray reference corpus, torchxrayvision's data must be
+    installed; else one line with the one command that installs what is missing (CPU torch first when torch is
+    absent, so no CUDA wheel is fetched)."""
+    from medvlm_audit.extras import EXTRA_MODULES, MissingExtraError, _absent, install_command, torchxrayvision_data_dir
+
+    cmd = install_command("reports", torchxrayvision=opts.reference == "iu")
+    if cmd:
+        missing = [m for m in EXTRA_MODULES["reports"] if _absent(m)]
+        if opts.reference == "iu" and torchxrayvision_data_dir() is None:
+            missing.append("torchxrayvision (the IU X-ray reference reports)")
+        raise MissingExtraError(f"the reports suite needs {', '.join(missing)}, not installed; install with: {cmd}")
+
+
 def plan_stage(ctx: StageContext) -> Plan:
     """One trial per image x strategy x sample; the strategy is only the trial's decoding overrides."""
     from medvlm_audit.suites.reports.decoding import samples_for
 
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
+    preflight(opts)
     if opts.reference != "iu" and not Path(opts.reference).is_file():
         raise ConfigError(f"option 'reference': {opts.reference!r} is not a file (a JSONL of {{id, text, group}}) "
                           "nor 'iu' (the IU X-ray reports from torchxrayvision)")
