@@ -72,12 +72,17 @@ CPU_TORCH = "pip install torch==2.13.0 --index-url https://download.pytorch.org/
 TORCHXRAYVISION = "pip install --no-deps torchxrayvision==1.5.7"
 
 
+def absent_modules(extra: str) -> list[str]:
+    """The modules of ``extra`` that are not installed (checked without importing them)."""
+    return [m for m in EXTRA_MODULES[extra] if _absent(m)]
+
+
 def install_command(extra: str, *, torchxrayvision: bool = False) -> str | None:
     """One shell command that installs what is missing of ``extra`` (and torchxrayvision's data, without its
     dependencies, when asked), with torch from the CPU index when torch itself is absent; None when nothing is
     missing."""
     steps: list[str] = []
-    missing = [m for m in EXTRA_MODULES[extra] if _absent(m)]
+    missing = absent_modules(extra)
     if "torch" in missing:
         steps.append(CPU_TORCH)
     if missing:

@@ -115,11 +115,16 @@ def preflight(opts: ReportsOptions) -> None:
     """Before any work: the `reports` extra and, for the IU X-ray reference corpus, torchxrayvision's data must be
     installed; else one line with the one command that installs what is missing (CPU torch first when torch is
     absent, so no CUDA wheel is fetched)."""
-    from medvlm_audit.extras import EXTRA_MODULES, MissingExtraError, _absent, install_command, torchxrayvision_data_dir
+    from medvlm_audit.extras import (
+        MissingExtraError,
+        absent_modules,
+        install_command,
+        torchxrayvision_data_dir,
+    )
 
     cmd = install_command("reports", torchxrayvision=opts.reference == "iu")
     if cmd:
-        missing = [m for m in EXTRA_MODULES["reports"] if _absent(m)]
+        missing = absent_modules("reports")
         if opts.reference == "iu" and torchxrayvision_data_dir() is None:
             missing.append("torchxrayvision (the IU X-ray reference reports)")
         raise MissingExtraError(f"the reports suite needs {', '.join(missing)}, not installed; install with: {cmd}")
