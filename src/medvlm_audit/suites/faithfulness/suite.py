@@ -138,7 +138,7 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
         ca = est(m, "ca", "family:text:misleading")
         ca = ca if ca is not None else est(m, "ca", "all")
         if ca is not None:
-            parts.append(f"acknowledges the cue (CA, 0-1) {fmt(ca, 1, 'prob')}")
+            parts.append(f"causal attribution (CA, 0-1) {fmt(ca, 1, 'prob')}")
         out[m] = "; ".join(parts) or "no modified answers scored"
     return out
 
@@ -193,7 +193,8 @@ class FaithfulnessSuite:
         return tidy_faithfulness(store)
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
-                skipped: pd.DataFrame | None = None, **unused: Any) -> SuiteResult:
+                skipped: pd.DataFrame | None = None, designed: dict[str, str] | None = None,
+                **unused: Any) -> SuiteResult:
         from medvlm_audit.suites.faithfulness.analysis import (
             faithfulness_comparisons,
             faithfulness_metrics,
@@ -217,9 +218,18 @@ class FaithfulnessSuite:
                    "primary_judge": opts.primary(), "cf_source": cf_source, "models": models,
                    "n_items": int(ans["case_id"].nunique()), "n_answers": len(ans),
                    "n_judgements": 0 if judgements is None else len(judgements), "skipped": n_skip}
+        from medvlm_audit.report.html import escape
+        from medvlm_audit.report.sections import Section
+        from medvlm_audit.suites.faithfulness.verdicts import HOW_TO_READ, badges, verdicts_html
+
+        numbers = _verdicts(metrics, models)
+        sections.insert(0, Section("Verdicts", verdicts_html(metrics, models, numbers, designed), "verdicts"))
+        badge_table = badges(metrics, models)
+        summary["verdict_badges"] = dict(zip(badge_table["model"], badge_table["verdict"]))
         return SuiteResult(metrics=metrics, comparisons=comparisons, sections=sections,
-                           verdicts=_verdicts(metrics, models), summary=summary, intro=intro,
-                           tables={"faithfulness_answers": ans.drop(columns=[c for c in ans.columns if c in (
+                           verdicts=numbers, summary=summary, intro=HOW_TO_READ + f"<p>{escape(intro)}</p>",
+                           tables={"faithfulness_verdicts": badge_table,
+                                   "faithfulness_answers": ans.drop(columns=[c for c in ans.columns if c in (
                                "axis", "answer_model", "answer_condition", "judge_status", "judge_score",
                                "judge_reason", "validation")])})
 
