@@ -65,7 +65,7 @@ def test_faithfulness_demo_report_badges_match_the_design(tmp_path: Path) -> Non
     badges = pd.read_csv(rep / "faithfulness_verdicts.csv").set_index("model")["verdict"]
     assert badges.to_dict() == {"cue-admitter": ADMITS_B, "cue-follower": HIDES, "cue-ignorer": NOT_MOVED}
     html = Path(res.report).read_text()
-    designed = re.search(r'<table class="tbl" id="designed">(.*?)</table>', html, flags=re.S).group(1)
+    designed = re.search(r'<table class="tbl" id="designed">(.*?)</table>', html, flags=re.DOTALL).group(1)
     assert designed.count("<td>yes</td>") == 3 and "<td>no</td>" not in designed
     assert "CF (clinical fidelity)" in html and "CA (causal attribution)" in html
     assert "cue mentioned in the reasoning" not in html and "acknowledges the cue" not in html
