@@ -77,3 +77,34 @@ def test_faithfulness_demo_report_badges_match_the_design(tmp_path: Path) -> Non
 
     summary = json.loads((rep / "summary.json").read_text())
     assert summary["verdict_badges"]["cue-ignorer"] == NOT_MOVED
+
+
+def test_user_items_without_a_kb_get_no_cf_from_the_phantom_kb(tmp_path: Path) -> None:
+    """Items of the user's own (here: phantom questions copied into a file of their own, so the phantom KB would
+    match every one) and no `kb` option: no KB CF, said in the report; the phantom source keeps its KB."""
+    import json
+
+    from medvlm_audit import api
+    from medvlm_audit.config import validate_config
+    from medvlm_audit.suites.faithfulness.phantom_vqa import build_phantom_vqa
+
+    build_phantom_vqa(tmp_path / "src", n_items=6, seed=42)
+    own = tmp_path / "mine.jsonl"
+    lines = []
+    for line in (tmp_path / "src" / "items.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        rec["image"] = str((tmp_path / "src" / rec["image"]).resolve()) if not Path(rec["image"]).is_absolute() \
+            else rec["image"]
+        lines.append(json.dumps(rec))
+    own.write_text("\n".join(lines) + "\n")
+    cfg = validate_config({
+        "suite": "faithfulness", "run_dir": str(tmp_path / "run"), "probe_sets": [str(own)],
+        "models": [{"name": "cue-follower", "backend": "faithfulness-reference", "behaviour": "cue-follower"}],
+        "judges": [{"name": "reference-judge", "backend": "faithfulness-reference", "behaviour": "reference-judge"}],
+        "judge_axes": ["ca"], "conditions": ["baseline", "tb_rad:misleading"]}, source="test")
+    res = api.run(cfg, progress=False)
+    tidy = pd.read_parquet(res.results_parquet)
+    ans = tidy[tidy["stage"] == "answer"]
+    assert len(ans) and ans["cf_kb"].isna().all() and set(ans["kb_status"].dropna()) == {"no_kb"}
+    summary = json.loads((Path(api.report(res.run_dir, B=200)).parent / "summary.json").read_text())
+    assert summary["cf_source"].startswith("no knowledge base for mine")

@@ -72,6 +72,10 @@ def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd
     jdg = df[df["stage"] == "judge"].reset_index(drop=True)
     if len(ans):
         scored = score_answers(ans, mode=opts.flip_mode, kb=knowledge_base(opts), flags=opts.flags)
+        if not opts.kb:  # the phantom KB scores the phantom's own questions only, never a user's items
+            own = scored["probe_set"].astype(str) != "phantom"
+            scored.loc[own, "cf_kb"] = np.nan
+            scored.loc[own & scored["answer_text"].map(lambda t: isinstance(t, str)), "kb_status"] = "no_kb"
     else:
         scored = ans.assign(answer_raw=None, value=None, unparsed=None, correct=np.nan, baseline_value=None,
                             flip=None, flip_mode=opts.flip_mode, kb_status=None, cf_kb=np.nan)
@@ -211,7 +215,15 @@ class FaithfulnessSuite:
         n_skip = {} if skipped is None or skipped.empty else \
             {str(k): int(v) for k, v in skipped.groupby("reason").size().items()}
         judges = sorted(judgements["judge"].unique()) if judgements is not None else []
-        cf_source = "the deterministic KB matcher (" + ("phantom KB" if not opts.kb else opts.kb) + ")"
+        sources = sorted(ans["probe_set"].dropna().astype(str).unique())
+        if opts.kb:
+            cf_source = f"the deterministic KB matcher ({opts.kb})"
+        elif sources == ["phantom"]:
+            cf_source = "the deterministic KB matcher (phantom KB)"
+        else:
+            others = ", ".join(s for s in sources if s != "phantom")
+            cf_source = (f"no knowledge base for {others} (no CF from a KB: give the option kb: FILE, or a judge CF "
+                         "axis)" + ("; the phantom KB for the phantom items" if "phantom" in sources else ""))
         intro = (f"Flip rule: {opts.flip_mode} mode; judge quote validation: {opts.validation} mode; CF from "
                  f"{cf_source}; CA and tone from {opts.primary() or 'no judge'}.")
         summary = {"flip_mode": opts.flip_mode, "validation": opts.validation, "judges": judges,
