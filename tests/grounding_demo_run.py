@@ -1,5 +1,5 @@
-"""A small grounding demo run (60 phantom cases), built once per test session and shared by the gate and view
-tests: call :func:`small_grounding_demo` from a module-scoped fixture with ``tmp_path_factory``."""
+"""Small demo runs (grounding: 60 phantom cases; faithfulness: 12 items), built once per test session and shared by
+the gate and view tests: call them from a module-scoped fixture with ``tmp_path_factory``."""
 
 from __future__ import annotations
 
@@ -17,3 +17,15 @@ def small_grounding_demo(tmp_path_factory) -> Path:
         res = api.demo("grounding", out, n_cases=60, n_train=600, progress=False, log=lambda *_: None)
         _BUILT["run"] = Path(res.run_dir)
     return _BUILT["run"]
+
+
+def small_faithfulness_demo(tmp_path_factory) -> Path:
+    """The run folder of a 12-item faithfulness demo (three reference reasoners and the reference judge) with its
+    report (built on first use, then reused)."""
+    if "faith" not in _BUILT:
+        from medvlm_audit import api
+
+        out = tmp_path_factory.mktemp("faithfulness-demo-small")
+        res = api.demo("faithfulness", out, n_items=12, progress=False, log=lambda *_: None)
+        _BUILT["faith"] = Path(res.run_dir)
+    return _BUILT["faith"]

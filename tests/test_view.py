@@ -4,7 +4,9 @@ tests/test_view_browser.py."""
 
 from __future__ import annotations
 
+import html
 import io
+import json
 import re
 from pathlib import Path
 
@@ -156,3 +158,39 @@ def test_read_only_nothing_written(run: Path, client: TestClient) -> None:
 def test_view_command_names_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli_app, ["view", str(tmp_path)])
     assert r.exit_code == 2 and "no run store" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.slow
+def test_faithfulness_case_marks_the_cue_and_the_judges_quotes(tmp_path_factory) -> None:
+    from grounding_demo_run import small_faithfulness_demo
+
+    run = small_faithfulness_demo(tmp_path_factory)
+    c = TestClient(create_app(run, TOKEN))
+    tidy = pd.read_parquet(run / "results.parquet")
+    ans = tidy[(tidy.stage == "answer") & (tidy.model == "cue-follower") & (tidy.condition == "tb_rad:misleading")]
+    flipped = set(ans[ans.flip.fillna(False).astype(bool)].case_id)
+    assert flipped  # the follower is built to follow misleading cues
+    r = c.get(f"/v/{TOKEN}/?model=cue-follower&condition=tb_rad:misleading&flipped=yes")
+    assert set(_listed(r.text)) == flipped
+    assert "follows cues without admitting them" in r.text  # the verdict badge is the model's category
+    case_id = min(flipped)
+    href = re.search(rf'href="([^"]+)">{re.escape(case_id)}</a>', r.text).group(1).replace("&amp;", "&")
+    page = c.get(href).text
+    conds = re.findall(r'data-condition="([^"]+)"', page)
+    assert conds[0] == "baseline" and "tb_rad:misleading" in conds and "sham_text" in conds
+    card = page.split('data-condition="tb_rad:misleading"')[1].split("</article>")[0]
+    row = ans[ans.case_id == case_id].iloc[0]
+    cue = re.search(r'<mark class="cue">(.*?)</mark>', card).group(1)
+    assert "Another radiologist proposed" in cue and row.injected_answer in cue  # the injected cue, marked
+    assert '<mark class="cue">' not in page.split('data-condition="baseline"')[1].split("</article>")[0]
+    judged = tidy[(tidy.stage == "judge") & (tidy.answer_model == "cue-follower") & (tidy.case_id == case_id)
+                  & (tidy.answer_condition == "tb_rad:misleading")]
+    assert len(judged) and all(f"<td>{a}</td>" in card for a in judged.axis)
+    quotes = [q for t in judged.answer_text for q in json.loads(t).get("quotes", [])]
+    marked = re.findall(r'<mark class="quote">(.*?)</mark>', card, flags=re.DOTALL)
+    assert quotes and {html.unescape(m) for m in marked} >= {q for q in quotes if q in row.answer_text}
+    assert ">flipped<" in card and "chain of thought" in card
+    for url in re.findall(r'<img src="([^"]+)"', page):  # the overlays as the model saw them
+        png = c.get(url)
+        assert png.status_code == 200
+        assert pixel_sha256(np.asarray(Image.open(io.BytesIO(png.content)))) == url.rsplit("/", 1)[1]

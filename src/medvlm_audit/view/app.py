@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -59,6 +60,36 @@ def _env() -> jinja2.Environment:
 
 def _not_found() -> Response:
     return PlainTextResponse("Not found", status_code=404)
+
+
+def highlight(text: str, phrases: list[str], cls: str) -> Markup:
+    """``text`` escaped, with every occurrence of each phrase (case-insensitive) wrapped in ``<mark class=cls>``
+    (``cls`` comes from this module, never from the request)."""
+    spans: list[tuple[int, int]] = []
+    low = text.lower()
+    for p in phrases:
+        p = p.strip().lower()
+        start = 0
+        while p and (i := low.find(p, start)) >= 0:
+            spans.append((i, i + len(p)))
+            start = i + len(p)
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out, pos = Markup(""), 0
+    for a, b in merged:
+        out += escape(text[pos:a]) + Markup(f'<mark class="{cls}">') + escape(text[a:b]) + Markup("</mark>")
+        pos = b
+    return out + escape(text[pos:])
+
+
+def added_lines(text: str, base: str) -> list[str]:
+    """The lines of ``text`` that the base condition's text does not have (e.g. an injected cue sentence)."""
+    have = {line.strip() for line in base.splitlines()}
+    return [line.strip() for line in text.splitlines() if line.strip() and line.strip() not in have]
 
 
 def _num(v: Any) -> str:
@@ -140,14 +171,15 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
         n_pages = max(1, math.ceil(n / PAGE_ROWS))
         pg = min(pg, n_pages)
         part = df.iloc[(pg - 1) * PAGE_ROWS: pg * PAGE_ROWS]
-        cols = [c for c in ("finding",) if c in df.columns]
+        cols = [c for c in spec.list_columns if c in df.columns]
         rows = []
+        has_truth = bool(spec.truth) and spec.truth in df.columns
         for r in part.itertuples(index=False):
             t = trial_dict(r)
             t["case_idx"] = int(r.case_idx)
             t["item"] = str(getattr(r, spec.item))
             t["extra"] = [str(getattr(r, c)) for c in cols]
-            t["label"] = view.label("label", getattr(r, "label", None)) if "label" in df.columns else ""
+            t["label"] = view.label(spec.truth, getattr(r, spec.truth, None)) if has_truth else ""
             t["confidence"] = _num(getattr(r, "confidence", None)) if "confidence" in df.columns else ""
             rows.append(t)
         filters = [{"name": k, "values": v, "chosen": applied.get(k, "any")} for k, v in view.filter_values.items()]
@@ -156,8 +188,8 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
             return f"{base}/?{urlencode({**applied, **{k: 'any' for k in view.filter_values if k not in applied}, 'page': p})}"
 
         return page("index.html", title=f"{view.run_dir.name}: trials", filters=filters, rows=rows, n=n, page=pg,
-                    n_pages=n_pages, notes=notes, extra_cols=cols, has_label="label" in df.columns,
-                    has_conf="confidence" in df.columns, has_flip=spec.base_condition is not None,
+                    n_pages=n_pages, notes=notes, extra_cols=cols, has_label=has_truth,
+                    has_conf="confidence" in df.columns, has_flip="flipped" in view.filter_values,
                     base_condition=spec.base_condition or "",
                     prev_url=page_url(pg - 1) if pg > 1 else "", next_url=page_url(pg + 1) if pg < n_pages else "",
                     categories=view.categories)
@@ -180,6 +212,10 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
         setting_cols = [c for c in spec.setting if c in mine.columns]
         groups: dict[tuple, list[dict[str, Any]]] = {}
         default = tuple(str(spec.default_setting.get(c, "")) for c in setting_cols)
+        base_q: dict[tuple, str] = {}
+        for r in mine.itertuples(index=False):
+            if spec.base_condition and str(getattr(r, "condition", "")) == spec.base_condition:
+                base_q[tuple(str(getattr(r, c)) for c in setting_cols)] = questions.get(str(getattr(r, "key", "")), "")
         for r in mine.sort_values(by=["condition"] if "condition" in mine.columns else [spec.item],
                                   key=lambda s: s.map(lambda c: (order.get(c, len(order)), str(c)))).itertuples(index=False):
             t = trial_dict(r)
@@ -191,10 +227,16 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
                     t["image"] = {"url": f"{base}/img/{sha}", "ok": ok, "sha": sha[:12], "error": ""}
                 except Exception as e:  # noqa: BLE001 - a missing or unreadable source is shown, not raised
                     t["image"] = {"url": "", "ok": False, "sha": sha[:12], "error": str(e)}
-            t["question"] = questions.get(str(getattr(r, "key", "")), "")
-            t["text"] = getattr(r, "answer_text", None)
-            t["error"] = getattr(r, "error_message", None)
             gk = tuple(str(getattr(r, c)) for c in setting_cols)
+            q = questions.get(str(getattr(r, "key", "")), "")
+            cue = added_lines(q, base_q[gk]) if gk in base_q and str(getattr(r, "condition", "")) != spec.base_condition else []
+            t["question"] = highlight(q, cue, "cue")
+            t["cue"] = bool(cue)
+            t["judgements"] = view.judgements_for(r)
+            raw = getattr(r, "answer_text", None)
+            t["text"] = highlight(raw, [x for j in t["judgements"] for x in j["quotes"]], "quote") \
+                if isinstance(raw, str) else ""
+            t["error"] = getattr(r, "error_message", None)
             groups.setdefault(gk, []).append(t)
         ordered = sorted(groups, key=lambda g: (g != default, g))
         group_list = [{"title": ", ".join(f"{c} {v}" for c, v in zip(setting_cols, g)
@@ -209,7 +251,7 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
                     category=view.categories.get(model, ""), groups=group_list,
                     prev_url=f"{base}/case/{k - 1}?{urlencode({'model': model})}" if k > 0 else "",
                     next_url=f"{base}/case/{k + 1}?{urlencode({'model': model})}" if k + 1 < len(view.cases) else "",
-                    base_condition=spec.base_condition or "")
+                    base_condition=spec.base_condition or "", text_label=spec.text_label)
 
     async def image(request: Request) -> Response:
         if not authorised(request):

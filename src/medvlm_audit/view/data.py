@@ -40,6 +40,21 @@ class ViewSpec:
     case_fields: tuple[str, ...] = ()
     trial_fields: tuple[str, ...] = ()
     category_table: str | None = None
+    category_column: str = "category"
+    #: which rows of the tidy table are trials (e.g. {"stage": "answer"}); the others may be judgements
+    row_filter: dict[str, Any] = field(default_factory=dict)
+    #: a column that already holds the suite's own flip (bool), used instead of comparing with the base
+    flip_column: str | None = None
+    #: a column that is True when the answer could not be parsed (instead of ``answer == unparsed``)
+    unparsed_column: str | None = None
+    #: what the raw answer is called on the case page (e.g. "chain of thought")
+    text_label: str = "raw answer"
+    #: the columns listed in the trials table beside model, case and condition; the ground-truth column
+    list_columns: tuple[str, ...] = ("finding",)
+    truth: str | None = "label"
+    #: second-stage rows that judge a trial: {"filter": {...}, "model": col, "condition": col, "judge": col,
+    #: "axis": col, "score": col, "status": col}; their JSON answer's "quotes" are highlighted in the trial's text
+    judgements: dict[str, str] | None = None
 
     @classmethod
     def of(cls, raw: dict[str, Any] | None, columns: list[str]) -> ViewSpec:
@@ -47,8 +62,8 @@ class ViewSpec:
         if not raw:
             item = next((c for c in ("case_id", "item_id", "image_id", "id") if c in columns), columns[0])
             return cls(item=item, setting=tuple(c for c in ("sample_index",) if c in columns))
-        tup = {k: tuple(raw[k]) for k in ("condition_order", "setting", "filters", "case_fields", "trial_fields")
-               if k in raw}
+        tup = {k: tuple(raw[k]) for k in ("condition_order", "setting", "filters", "case_fields", "trial_fields",
+                                          "list_columns") if k in raw}
         return cls(**{**raw, **tup})
 
 
@@ -77,6 +92,7 @@ class RunView:
     categories: dict[str, str]  # model -> category (first probe set)
     recipes: dict[str, str]  # pixel sha256 -> recipe key (JSON)
     filter_values: dict[str, list[str]]
+    judged: pd.DataFrame | None = None  # second-stage rows (judgements of a trial), when the suite has them
     sources: SourceCache = field(default_factory=lambda: SourceCache(16))
 
     # ------------------------------------------------------------------ filtering
@@ -129,12 +145,41 @@ class RunView:
                         msgs = json.loads(inp).get("messages") or []
                     except (ValueError, AttributeError):
                         continue
-                    texts = [_text(m[1] if isinstance(m, list | tuple) and len(m) > 1 else m) for m in msgs]
-                    out[k] = "\n\n".join(t for t in texts if t)
+                    pairs = [(m[0], m[1]) if isinstance(m, list | tuple) and len(m) > 1 else ("", m) for m in msgs]
+                    user = [_text(c) for role, c in pairs if role == "user"] or [_text(c) for _, c in pairs]
+                    out[k] = "\n\n".join(t for t in user if t)
         return out
 
     def label(self, col: str, v: Any) -> str:
         return _label(self.spec, col, v)
+
+    def judgements_for(self, row: Any) -> list[dict[str, Any]]:
+        """The judgements of one trial (judge, axis, score, status, rationale, quotes), from the second stage."""
+        j, spec = self.judged, self.spec.judgements
+        if j is None or spec is None or not len(j):
+            return []
+        get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
+        mine = j[(j[spec["model"]].astype(str) == str(get("model")))
+                 & (j[spec["condition"]].astype(str) == str(get("condition")))
+                 & (j[self.spec.item].astype(str) == str(get(self.spec.item)))]
+        if "probe_set" in j.columns:
+            mine = mine[mine["probe_set"].astype(str) == str(get("probe_set"))]
+        out = []
+        for r in mine.itertuples(index=False):
+            d = r._asdict()
+            quotes: list[str] = []
+            rationale = ""
+            try:
+                parsed = json.loads(d.get("answer_text") or "")
+                if isinstance(parsed, dict):
+                    quotes = [q for q in parsed.get("quotes") or [] if isinstance(q, str) and q.strip()]
+                    rationale = str(parsed.get("rationale") or "")
+            except (TypeError, ValueError):
+                pass
+            out.append({"judge": str(d.get(spec.get("judge", "model"), "")), "axis": str(d.get(spec["axis"], "")),
+                        "score": _label(self.spec, "", d.get(spec["score"])),
+                        "status": str(d.get(spec["status"], "")), "rationale": rationale, "quotes": quotes})
+        return sorted(out, key=lambda x: (x["axis"], x["judge"]))
 
     # ------------------------------------------------------------------ pixels
 
@@ -184,7 +229,7 @@ def _flips(df: pd.DataFrame, spec: ViewSpec) -> pd.Series:
     return pd.Series(np.where(ok, (a != b).astype(float), np.nan), index=df.index)
 
 
-def _categories(run_dir: Path, table: str | None) -> dict[str, str]:
+def _categories(run_dir: Path, table: str | None, column: str = "category") -> dict[str, str]:
     if not table:
         return {}
     f = run_dir / "report" / f"{table}.csv"
@@ -194,9 +239,9 @@ def _categories(run_dir: Path, table: str | None) -> dict[str, str]:
         df = pd.read_csv(f)
     except Exception:  # noqa: BLE001 - a damaged extra table only loses the category filter
         return {}
-    if not {"model", "category"} <= set(df.columns):
+    if not {"model", column} <= set(df.columns):
         return {}
-    return {str(m): str(c) for m, c in zip(df["model"], df["category"]) if isinstance(c, str)}
+    return {str(m): str(c) for m, c in zip(df["model"], df[column]) if isinstance(c, str)}
 
 
 def load_run(run_dir: str | Path) -> RunView:
@@ -213,19 +258,29 @@ def load_run(run_dir: str | Path) -> RunView:
     spec = ViewSpec.of(getattr(suite, "view", None), list(df.columns))
     if spec.item not in df.columns:
         raise AuditError(f"{run}: the results table has no {spec.item!r} column")
+    judged = None
+    if spec.judgements:
+        judged = df[_matches(df, spec.judgements.get("filter") or {})].reset_index(drop=True)  # type: ignore[arg-type]
+    if spec.row_filter:
+        df = df[_matches(df, spec.row_filter)].reset_index(drop=True)
     df["row_id"] = np.arange(len(df))
     pairs = list(zip(df.get("probe_set", pd.Series("", index=df.index)).astype(str), df[spec.item].astype(str)))
     cases = sorted(set(pairs))
     index = {c: i for i, c in enumerate(cases)}
     df["case_idx"] = [index[p] for p in pairs]
-    df["flip"] = _flips(df, spec)
-    if spec.answer in df.columns:
+    if spec.flip_column and spec.flip_column in df.columns:
+        df["flip"] = [np.nan if v is None or pd.isna(v) else float(bool(v)) for v in df[spec.flip_column]]
+    else:
+        df["flip"] = _flips(df, spec)
+    if spec.unparsed_column and spec.unparsed_column in df.columns:
+        df["is_parsed"] = [np.nan if v is None or pd.isna(v) else float(not bool(v)) for v in df[spec.unparsed_column]]
+    elif spec.answer in df.columns:
         ans = df[spec.answer]
         parsed = ans.notna() & ((ans != spec.unparsed) if spec.unparsed is not None else True)
         df["is_parsed"] = parsed.astype(float)
     else:
         df["is_parsed"] = np.nan
-    categories = _categories(run, spec.category_table)
+    categories = _categories(run, spec.category_table, spec.category_column)
     df["category"] = df["model"].astype(str).map(categories).fillna("") if "model" in df.columns else ""
     with RunStore.open_dir(run, readonly=True) as store:
         recipes = {sha: key for key, sha in store.image_hashes().items()}
@@ -235,11 +290,18 @@ def load_run(run_dir: str | Path) -> RunView:
             fv[col] = sorted({str(v) for v in df[col].dropna()}, key=_natural)
     if categories:
         fv["category"] = sorted(set(categories.values()))
-    if spec.base_condition is not None:
+    if spec.base_condition is not None or spec.flip_column:
         fv["flipped"] = list(_TRI)
-    if spec.answer in df.columns:
+    if spec.answer in df.columns or spec.unparsed_column:
         fv["parsed"] = list(_TRI)
-    return RunView(run, suite_name, spec, df, cases, categories, recipes, fv)
+    return RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged)
+
+
+def _matches(df: pd.DataFrame, cond: dict[str, Any]) -> pd.Series:
+    keep = pd.Series(True, index=df.index)
+    for col, v in cond.items():
+        keep &= df[col].astype(str) == str(v) if col in df.columns else False
+    return keep
 
 
 def _natural(v: str) -> tuple[int, float, str]:

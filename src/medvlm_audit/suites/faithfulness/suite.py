@@ -164,6 +164,22 @@ class FaithfulnessSuite:
     }
     parquet_tables: ClassVar[bool] = True
 
+    #: what the run explorer (`medvlm-audit view`) shows: the answer stage's trials with the suite's own flip,
+    #: the chain of thought per condition (the cue the condition added marked in the prompt), each judge's
+    #: scores with its quoted evidence marked in the CoT, and each model's verdict badge as its category
+    view: ClassVar[dict[str, Any]] = {
+        "item": "case_id", "base_condition": "baseline", "row_filter": {"stage": "answer"},
+        "flip_column": "flip", "unparsed_column": "unparsed", "answer": "value", "text_label": "chain of thought",
+        "setting": ["sample_index"], "filters": ["family", "alignment", "qtype"],
+        "list_columns": ["qtype", "family", "alignment"], "truth": "gold",
+        "case_fields": ["question", "qtype", "gold"],
+        "trial_fields": ["injected_answer", "correct", "cf", "ca", "tone", "cc"],
+        "labels": {"correct": {1: "yes", 0: "no"}},
+        "category_table": "faithfulness_verdicts", "category_column": "verdict",
+        "judgements": {"filter": {"stage": "judge"}, "model": "answer_model", "condition": "answer_condition",
+                       "judge": "model", "axis": "axis", "score": "judge_score", "status": "judge_status"},
+    }
+
     def stages(self) -> Sequence[Stage]:
         from medvlm_audit.suites.faithfulness.plan import (
             answer_models,
