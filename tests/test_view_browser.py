@@ -27,7 +27,7 @@ pytestmark = [
 webdriver = pytest.importorskip("selenium.webdriver")
 uvicorn = pytest.importorskip("uvicorn")
 
-from grounding_demo_run import small_grounding_demo
+from grounding_demo_run import small_faithfulness_demo, small_grounding_demo
 from selenium.webdriver.chrome.options import Options as ChromeOptions
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -45,9 +45,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    run = small_grounding_demo(tmp_path_factory)
+def _serve(run: Path):
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(create_app(run, TOKEN), host="127.0.0.1", port=port, log_level="warning"))
     th = threading.Thread(target=srv.run, daemon=True)
@@ -57,7 +55,21 @@ def server(tmp_path_factory):
         if time.time() - t0 > 20:
             raise RuntimeError("server did not start")
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v/{TOKEN}/"
+    return f"http://127.0.0.1:{port}/v/{TOKEN}/", srv, th
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    url, srv, th = _serve(small_grounding_demo(tmp_path_factory))
+    yield url
+    srv.should_exit = True
+    th.join(10)
+
+
+@pytest.fixture(scope="module")
+def faith_server(tmp_path_factory):
+    url, srv, th = _serve(small_faithfulness_demo(tmp_path_factory))
+    yield url
     srv.should_exit = True
     th.join(10)
 
@@ -120,3 +132,32 @@ def test_filter_flipped_under_target_mask_then_open_a_case(server: str, browser)
     assert not errors, errors  # no CSP violation, no failed image
     if SCREENSHOTS:
         browser.save_screenshot(str(Path(SCREENSHOTS) / "view-case.png"))
+
+
+def test_faithfulness_item_with_the_cue_and_the_judges_quotes_marked(faith_server: str, browser) -> None:
+    browser.get(faith_server)
+    _choose(browser, "model", "cue-follower")
+    _choose(browser, "condition", "tb_rad:misleading")
+    _choose(browser, "flipped", "yes")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")
+    assert rows and all(r.find_elements(By.TAG_NAME, "td")[-1].text == "flipped" for r in rows)
+    rows[0].find_element(By.CLASS_NAME, "case-link").click()
+    WebDriverWait(browser, 15).until(lambda d: "/case/" in d.current_url)
+    card = browser.find_element(By.CSS_SELECTOR, 'article.card[data-condition="tb_rad:misleading"]')
+    browser.execute_script("arguments[0].scrollIntoView()", card)
+    cue = card.find_element(By.CSS_SELECTOR, "pre.question mark.cue")
+    assert "Another radiologist proposed" in cue.text
+    # the marks are styled (a background colour), i.e. the stylesheet loaded under the CSP
+    assert browser.execute_script("return getComputedStyle(arguments[0]).backgroundColor", cue) not in (
+        "rgba(0, 0, 0, 0)", "transparent")
+    quotes = card.find_elements(By.CSS_SELECTOR, "pre.answer-text mark.quote")
+    assert quotes and all(q.text.strip() for q in quotes)
+    axes = [td.text for td in card.find_elements(By.CSS_SELECTOR, "table.judgements tbody tr:not(.why) td:nth-child(2)")]
+    assert "ca" in axes
+    assert card.find_element(By.CLASS_NAME, "flipmark").text == "flipped"
+    base = browser.find_element(By.CSS_SELECTOR, 'article.card[data-condition="baseline"]')
+    assert not base.find_elements(By.CSS_SELECTOR, "mark.cue")
+    errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not errors, errors
+    if SCREENSHOTS:
+        browser.save_screenshot(str(Path(SCREENSHOTS) / "view-faithfulness-case.png"))
