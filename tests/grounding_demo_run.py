@@ -1,4 +1,4 @@
-"""Small demo runs (grounding: 60 phantom cases; faithfulness: 12 items), built once per test session and shared by
+"""Small demo runs (grounding: 60 phantom cases; faithfulness: 12 items; reports: 8 images), built once per test session and shared by
 the gate and view tests: call them from a module-scoped fixture with ``tmp_path_factory``."""
 
 from __future__ import annotations
@@ -29,3 +29,14 @@ def small_faithfulness_demo(tmp_path_factory) -> Path:
         res = api.demo("faithfulness", out, n_items=12, progress=False, log=lambda *_: None)
         _BUILT["faith"] = Path(res.run_dir)
     return _BUILT["faith"]
+
+
+def small_reports_demo(tmp_path_factory) -> Path:
+    """The run folder of an 8-image reports demo (one sample per stochastic strategy) with its report."""
+    if "reports" not in _BUILT:
+        from medvlm_audit import api
+
+        out = tmp_path_factory.mktemp("reports-demo-small")
+        res = api.demo("reports", out, n_images=8, samples=1, progress=False, log=lambda *_: None)
+        _BUILT["reports"] = Path(res.run_dir)
+    return _BUILT["reports"]

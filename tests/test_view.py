@@ -194,3 +194,31 @@ def test_faithfulness_case_marks_the_cue_and_the_judges_quotes(tmp_path_factory)
         png = c.get(url)
         assert png.status_code == 200
         assert pixel_sha256(np.asarray(Image.open(io.BytesIO(png.content)))) == url.rsplit("/", 1)[1]
+
+
+@pytest.mark.slow
+def test_reports_case_shows_each_strategy_beside_the_reference_with_terms_marked(tmp_path_factory) -> None:
+    from grounding_demo_run import small_reports_demo
+
+    run = small_reports_demo(tmp_path_factory)
+    c = TestClient(create_app(run, TOKEN))
+    tidy = pd.read_parquet(run / "results.parquet")
+    strategies = set(tidy.strategy)
+    r = c.get(f"/v/{TOKEN}/?condition=greedy")
+    assert len(_listed(r.text)) == tidy[tidy.strategy == "greedy"].case_id.nunique()
+    page = c.get(f"/v/{TOKEN}/case/0").text
+    cards = re.findall(r'data-condition="([^"]+)"', page)
+    assert set(cards) == strategies and cards[0] == "greedy"
+    cad = pd.read_csv(run / "report" / "cad.csv")
+    case0 = tidy[tidy.case_id == min(tidy.case_id.unique())]
+    for strat in strategies:
+        card = page.split(f'data-condition="{strat}"')[1].split("</article>")[0]
+        text = case0[case0.strategy == strat].iloc[0].report
+        shown = html.unescape(re.sub(r"<[^>]+>", "", card.split('<pre class="answer-text">')[1].split("</pre>")[0]))
+        assert shown == text  # the report itself, escaped and marked, nothing lost
+        assert '<pre class="reference-text">' in card  # the image's own reference report beside it
+        words = cad[(cad.strategy == strat) & (cad.category_ungated.isin(["erasure", "new_bias", "bias_flip",
+                                                                          "preservation"]))].word.str.lower()
+        marked = {m.lower() for m in re.findall(r'<mark class="term [a-z_ ]+"[^>]*>([^<]+)</mark>', card)}
+        assert marked and marked <= set(words)
+        assert re.search(r"<img src=", card)

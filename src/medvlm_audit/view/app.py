@@ -86,6 +86,28 @@ def highlight(text: str, phrases: list[str], cls: str) -> Markup:
     return out + escape(text[pos:])
 
 
+_TERM_CLASSES = {"erasure", "new_bias", "bias_flip", "preservation"}
+
+
+def highlight_words(text: str, words: dict[str, tuple[str, bool]]) -> Markup:
+    """``text`` escaped, each whole word of ``words`` (case-insensitive) marked with its category's class (from a
+    fixed list) and ``ungated`` when only the ungated rule classed it."""
+    import re
+
+    wanted = {w.lower(): v for w, v in words.items() if v[0] in _TERM_CLASSES}
+    out, pos = Markup(""), 0
+    for m in re.finditer(r"[A-Za-z][A-Za-z'-]*", text):
+        hit = wanted.get(m.group(0).lower())
+        if hit is None:
+            continue
+        cat, gated = hit
+        cls = f"term {cat}" + ("" if gated else " ungated")
+        out += escape(text[pos:m.start()]) + Markup(f'<mark class="{cls}" title="{escape(cat.replace("_", " "))}'
+                                                    f'{"" if gated else " (ungated)"}">') + escape(m.group(0)) + Markup("</mark>")
+        pos = m.end()
+    return out + escape(text[pos:])
+
+
 def added_lines(text: str, base: str) -> list[str]:
     """The lines of ``text`` that the base condition's text does not have (e.g. an injected cue sentence)."""
     have = {line.strip() for line in base.splitlines()}
@@ -144,7 +166,7 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
             "condition": str(d.get("condition", "")),
             "setting": ", ".join(f"{c} {d.get(c)}" for c in spec.setting if c in d and c != "sample_index"
                                  or (c == "sample_index" and d.get(c) not in (0, None))),
-            "answer": view.label(spec.answer, d.get(spec.answer)),
+            "answer": view.label(spec.answer, d.get(spec.answer)) if spec.answer in d else None,
             "unparsed": d.get("is_parsed") == 0.0,
             "flip": None if flip is None or (isinstance(flip, float) and math.isnan(flip)) else bool(flip),
             "fields": [(c, view.label(c, d.get(c)) if c != "confidence" else _num(d.get(c))) for c in spec.trial_fields
@@ -190,6 +212,7 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
         return page("index.html", title=f"{view.run_dir.name}: trials", filters=filters, rows=rows, n=n, page=pg,
                     n_pages=n_pages, notes=notes, extra_cols=cols, has_label=has_truth,
                     has_conf="confidence" in df.columns, has_flip="flipped" in view.filter_values,
+                    has_answer=spec.answer in df.columns,
                     base_condition=spec.base_condition or "",
                     prev_url=page_url(pg - 1) if pg > 1 else "", next_url=page_url(pg + 1) if pg < n_pages else "",
                     categories=view.categories)
@@ -234,8 +257,16 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
             t["cue"] = bool(cue)
             t["judgements"] = view.judgements_for(r)
             raw = getattr(r, "answer_text", None)
-            t["text"] = highlight(raw, [x for j in t["judgements"] for x in j["quotes"]], "quote") \
-                if isinstance(raw, str) else ""
+            terms = view.terms.get((str(getattr(r, "model", "")), str(getattr(r, "condition", ""))), {})
+            if not isinstance(raw, str):
+                t["text"] = ""
+            elif terms:
+                t["text"] = highlight_words(raw, terms)
+            else:
+                t["text"] = highlight(raw, [x for j in t["judgements"] for x in j["quotes"]], "quote")
+            ref_id = getattr(r, spec.reference_column, None) if spec.reference_column else None
+            ref = view.references.get(str(ref_id)) if ref_id is not None else None
+            t["reference"] = highlight_words(ref, terms) if isinstance(ref, str) else None
             t["error"] = getattr(r, "error_message", None)
             groups.setdefault(gk, []).append(t)
         ordered = sorted(groups, key=lambda g: (g != default, g))
@@ -251,7 +282,8 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
                     category=view.categories.get(model, ""), groups=group_list,
                     prev_url=f"{base}/case/{k - 1}?{urlencode({'model': model})}" if k > 0 else "",
                     next_url=f"{base}/case/{k + 1}?{urlencode({'model': model})}" if k + 1 < len(view.cases) else "",
-                    base_condition=spec.base_condition or "", text_label=spec.text_label)
+                    base_condition=spec.base_condition or "", text_label=spec.text_label,
+                    has_terms=bool(view.terms))
 
     async def image(request: Request) -> Response:
         if not authorised(request):

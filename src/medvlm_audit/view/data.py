@@ -55,6 +55,13 @@ class ViewSpec:
     #: second-stage rows that judge a trial: {"filter": {...}, "model": col, "condition": col, "judge": col,
     #: "axis": col, "score": col, "status": col}; their JSON answer's "quotes" are highlighted in the trial's text
     judgements: dict[str, str] | None = None
+    #: the tidy table's names for the condition and the raw text, when they differ ("strategy", "report")
+    condition_column: str | None = None
+    text_column: str | None = None
+    #: a column naming each trial's reference text, and the suite module that supplies the texts and the words
+    #: to mark (``reference_texts(run_dir)``, ``marked_terms(run_dir)``; see suites/reports/view.py)
+    reference_column: str | None = None
+    support: str | None = None
 
     @classmethod
     def of(cls, raw: dict[str, Any] | None, columns: list[str]) -> ViewSpec:
@@ -93,6 +100,8 @@ class RunView:
     recipes: dict[str, str]  # pixel sha256 -> recipe key (JSON)
     filter_values: dict[str, list[str]]
     judged: pd.DataFrame | None = None  # second-stage rows (judgements of a trial), when the suite has them
+    references: dict[str, str] = field(default_factory=dict)  # reference text by id (suite support)
+    terms: dict[tuple[str, str], dict[str, tuple[str, bool]]] = field(default_factory=dict)  # words to mark
     sources: SourceCache = field(default_factory=lambda: SourceCache(16))
 
     # ------------------------------------------------------------------ filtering
@@ -258,6 +267,12 @@ def load_run(run_dir: str | Path) -> RunView:
     spec = ViewSpec.of(getattr(suite, "view", None), list(df.columns))
     if spec.item not in df.columns:
         raise AuditError(f"{run}: the results table has no {spec.item!r} column")
+    if spec.condition_column and spec.condition_column in df.columns:
+        df["condition"] = df[spec.condition_column].astype(str)
+    if spec.text_column and spec.text_column in df.columns:
+        df["answer_text"] = df[spec.text_column]
+    if "key" not in df.columns or "image_sha256" not in df.columns:
+        df = _with_store_keys(run, df, spec)
     judged = None
     if spec.judgements:
         judged = df[_matches(df, spec.judgements.get("filter") or {})].reset_index(drop=True)  # type: ignore[arg-type]
@@ -281,7 +296,7 @@ def load_run(run_dir: str | Path) -> RunView:
     else:
         df["is_parsed"] = np.nan
     categories = _categories(run, spec.category_table, spec.category_column)
-    df["category"] = df["model"].astype(str).map(categories).fillna("") if "model" in df.columns else ""
+    df["category"] = [categories.get(m, "") for m in df["model"].astype(str)] if "model" in df.columns else ""
     with RunStore.open_dir(run, readonly=True) as store:
         recipes = {sha: key for key, sha in store.image_hashes().items()}
     fv: dict[str, list[str]] = {}
@@ -294,7 +309,31 @@ def load_run(run_dir: str | Path) -> RunView:
         fv["flipped"] = list(_TRI)
     if spec.answer in df.columns or spec.unparsed_column:
         fv["parsed"] = list(_TRI)
-    return RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged)
+    view = RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged)
+    if spec.support:  # a module the suite itself names (never a value from a request)
+        import importlib
+
+        mod = importlib.import_module(spec.support)
+        view.references = mod.reference_texts(run) if spec.reference_column else {}
+        view.terms = mod.marked_terms(run)
+    return view
+
+
+def _with_store_keys(run: Path, df: pd.DataFrame, spec: ViewSpec) -> pd.DataFrame:
+    """The request key and pixel hash of each trial from the store, when the tidy table does not carry them."""
+    need = ["model", "probe_set", spec.item, "condition", "sample_index"]
+    if not all(c in df.columns for c in need):
+        return df
+    with RunStore.open_dir(run, readonly=True) as store:
+        t = store.frame("SELECT model, probe_set, case_id, condition, sample_index, key, image_sha256 FROM trials")
+    t = t.rename(columns={"case_id": spec.item})
+    keep = [c for c in ("key", "image_sha256") if c not in df.columns]
+    for c in need:
+        t[c] = t[c].astype(str)
+    left = df.assign(**{f"_{c}": df[c].astype(str) for c in need})
+    merged = left.merge(t[[*need, *keep]].rename(columns={c: f"_{c}" for c in need}), on=[f"_{c}" for c in need],
+                        how="left")
+    return merged.drop(columns=[f"_{c}" for c in need])
 
 
 def _matches(df: pd.DataFrame, cond: dict[str, Any]) -> pd.Series:

@@ -217,6 +217,16 @@ class ReportsSuite:
     Options: ClassVar[type[BaseModel]] = ReportsOptions
     backends: ClassVar[dict[str, str]] = {"report_reference": "medvlm_audit.suites.reports.reference:factory"}
 
+    #: what the run explorer (`medvlm-audit view`) shows: each strategy's report beside the image's reference
+    #: report, with the corpus audit's erased / new-bias / bias-flip / preserved words marked (view.py)
+    view: ClassVar[dict[str, Any]] = {
+        "item": "case_id", "condition_column": "strategy", "text_column": "report", "text_label": "report",
+        "condition_order": ["greedy", "beam4", "t0_3", "t0_7", "top_k", "top_p"],
+        "setting": ["sample_index"], "filters": ["group"], "list_columns": ["group", "n_words"], "truth": None,
+        "case_fields": ["group", "reference_id"], "trial_fields": ["n_words", "finish_reason"],
+        "reference_column": "reference_id", "support": "medvlm_audit.suites.reports.view",
+    }
+
     def stages(self) -> Sequence[Stage]:
         return (Stage("generate", plan_stage, check=check_stage),)
 
