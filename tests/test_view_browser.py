@@ -27,7 +27,7 @@ pytestmark = [
 webdriver = pytest.importorskip("selenium.webdriver")
 uvicorn = pytest.importorskip("uvicorn")
 
-from grounding_demo_run import small_faithfulness_demo, small_grounding_demo
+from grounding_demo_run import small_faithfulness_demo, small_grounding_demo, small_reports_demo
 from selenium.webdriver.chrome.options import Options as ChromeOptions
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -69,6 +69,14 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def faith_server(tmp_path_factory):
     url, srv, th = _serve(small_faithfulness_demo(tmp_path_factory))
+    yield url
+    srv.should_exit = True
+    th.join(10)
+
+
+@pytest.fixture(scope="module")
+def reports_server(tmp_path_factory):
+    url, srv, th = _serve(small_reports_demo(tmp_path_factory))
     yield url
     srv.should_exit = True
     th.join(10)
@@ -161,3 +169,28 @@ def test_faithfulness_item_with_the_cue_and_the_judges_quotes_marked(faith_serve
     assert not errors, errors
     if SCREENSHOTS:
         browser.save_screenshot(str(Path(SCREENSHOTS) / "view-faithfulness-case.png"))
+
+
+def test_reports_image_with_each_strategy_beside_the_reference_and_terms_marked(reports_server: str, browser) -> None:
+    browser.get(reports_server)
+    _choose(browser, "condition", "greedy")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#trials tbody tr")
+    assert rows
+    rows[0].find_element(By.CLASS_NAME, "case-link").click()
+    WebDriverWait(browser, 15).until(lambda d: "/case/" in d.current_url)
+    cards = browser.find_elements(By.CSS_SELECTOR, "article.card")
+    assert [c.get_attribute("data-condition") for c in cards][:2] == ["greedy", "beam4"]
+    for c in cards:
+        assert c.find_element(By.CLASS_NAME, "answer-text").text.strip()
+        assert c.find_element(By.CLASS_NAME, "reference-text").text.strip()
+    marks = browser.find_elements(By.CSS_SELECTOR, "article.card mark.term")
+    assert marks  # the audit's classed words, in the reports and the references
+    assert {m.get_attribute("class").split()[1] for m in marks} <= {"erasure", "new_bias", "bias_flip", "preservation"}
+    imgs = browser.find_elements(By.CSS_SELECTOR, "img.shot")
+    WebDriverWait(browser, 15).until(
+        lambda d: all(d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", i) for i in imgs))
+    errors = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not errors, errors
+    if SCREENSHOTS:
+        browser.execute_script("arguments[0].scrollIntoView()", cards[0].find_element(By.CLASS_NAME, "answer-text"))
+        browser.save_screenshot(str(Path(SCREENSHOTS) / "view-reports-case.png"))

@@ -221,7 +221,7 @@ class ReportsSuite:
     #: report, with the corpus audit's erased / new-bias / bias-flip / preserved words marked (view.py)
     view: ClassVar[dict[str, Any]] = {
         "item": "case_id", "condition_column": "strategy", "text_column": "report", "text_label": "report",
-        "condition_order": ["greedy", "beam4", "t0_3", "t0_7", "top_k", "top_p"],
+        "condition_order": ["greedy", "beam4", "t0.3", "t0.7", "top_k", "top_p"],
         "setting": ["sample_index"], "filters": ["group"], "list_columns": ["group", "n_words"], "truth": None,
         "case_fields": ["group", "reference_id"], "trial_fields": ["n_words", "finish_reason"],
         "reference_column": "reference_id", "support": "medvlm_audit.suites.reports.view",
