@@ -1,5 +1,6 @@
-"""Small demo runs (grounding: 60 phantom cases; faithfulness: 12 items; reports: 8 images), built once per test session and shared by
-the gate and view tests: call them from a module-scoped fixture with ``tmp_path_factory``."""
+"""Small demo runs (grounding: 60 phantom cases; faithfulness: 12 items; reports: 8 images; stress: its default),
+built once per test session and shared by the gate and view tests: call them from a module-scoped fixture with
+``tmp_path_factory``."""
 
 from __future__ import annotations
 
@@ -40,3 +41,14 @@ def small_reports_demo(tmp_path_factory) -> Path:
         res = api.demo("reports", out, n_images=8, samples=1, progress=False, log=lambda *_: None)
         _BUILT["reports"] = Path(res.run_dir)
     return _BUILT["reports"]
+
+
+def small_stress_demo(tmp_path_factory) -> Path:
+    """The run folder of the stress suite's embedded default (phantom multiple-choice items) with its report."""
+    if "stress" not in _BUILT:
+        from medvlm_audit import api
+
+        out = tmp_path_factory.mktemp("stress-demo")
+        res = api.demo("stress", out, progress=False, log=lambda *_: None)
+        _BUILT["stress"] = Path(res.run_dir)
+    return _BUILT["stress"]

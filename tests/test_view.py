@@ -222,3 +222,31 @@ def test_reports_case_shows_each_strategy_beside_the_reference_with_terms_marked
         marked = {m.lower() for m in re.findall(r'<mark class="term [a-z_ ]+"[^>]*>([^<]+)</mark>', card)}
         assert marked and marked <= set(words)
         assert re.search(r"<img src=", card)
+
+
+def test_stress_case_shows_the_options_per_condition_with_the_gold_relettered(tmp_path_factory) -> None:
+    from grounding_demo_run import small_stress_demo
+
+    run = small_stress_demo(tmp_path_factory)
+    c = TestClient(create_app(run, TOKEN))
+    tidy = pd.read_parquet(run / "results.parquet")
+    m = tidy[(tidy.model == "first-option")]
+    piv = m.pivot_table(index="item_id", columns="condition", values="correct")
+    want = set(piv.index[(piv["original"].notna()) & (piv["reordered"].notna()) & (piv["original"] != piv["reordered"])])
+    assert want  # always answering A is right or wrong depending on where the gold lands
+    r = c.get(f"/v/{TOKEN}/?model=first-option&condition=reordered&flipped=yes")
+    assert set(_listed(r.text)) == want
+    item = min(want)
+    href = re.search(rf'href="([^"]+)">{re.escape(item)}</a>', r.text).group(1).replace("&amp;", "&")
+    page = c.get(href).text
+    for cond in ("original", "reordered"):
+        card = page.split(f'data-condition="{cond}"')[1].split("</article>")[0]
+        row = m[(m.item_id == item) & (m.condition == cond)].iloc[0]
+        options = json.loads(row.options)
+        shown = re.findall(r"<li class=\"([^\"]*)\"><b>([A-Z])\.</b> ([^<]+)", card)
+        assert [(letter, text.strip()) for _, letter, text in shown] == [
+            ("ABCDEFGHIJ"[i], o) for i, o in enumerate(options)]
+        gold = [letter for cls, letter, _ in shown if "gold" in cls.split()]
+        chosen = [letter for cls, letter, _ in shown if "chosen" in cls.split()]
+        assert gold == [row.gold] and chosen == [row.parsed]  # the gold as re-lettered for this condition
+    assert ">flipped<" in page.split('data-condition="reordered"')[1].split("</article>")[0]

@@ -114,6 +114,22 @@ def added_lines(text: str, base: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip() and line.strip() not in have]
 
 
+def _options(raw: Any, gold: Any, chosen: Any) -> list[dict[str, Any]] | None:
+    """A trial's options as shown to the model, lettered A, B, ..., with the gold and the chosen one flagged."""
+    import json
+
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, list | tuple) or not raw:
+        return None
+    letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return [{"letter": letters[i], "text": str(o), "gold": str(gold) == letters[i], "chosen": str(chosen) == letters[i]}
+            for i, o in enumerate(raw[:26])]
+
+
 def _num(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
@@ -268,6 +284,9 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
             ref = view.references.get(str(ref_id)) if ref_id is not None else None
             t["reference"] = highlight_words(ref, terms) if isinstance(ref, str) else None
             t["error"] = getattr(r, "error_message", None)
+            t["options"] = _options(getattr(r, spec.options_column, None) if spec.options_column else None,
+                                    getattr(r, spec.gold_column, None) if spec.gold_column else None,
+                                    getattr(r, spec.answer, None))
             groups.setdefault(gk, []).append(t)
         ordered = sorted(groups, key=lambda g: (g != default, g))
         group_list = [{"title": ", ".join(f"{c} {v}" for c, v in zip(setting_cols, g)

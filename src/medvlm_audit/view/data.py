@@ -62,6 +62,14 @@ class ViewSpec:
     #: to mark (``reference_texts(run_dir)``, ``marked_terms(run_dir)``; see suites/reports/view.py)
     reference_column: str | None = None
     support: str | None = None
+    #: flips compare this column with the base condition's (default: ``answer``; e.g. "correct" when the options
+    #: are re-lettered between conditions); the answer counts as parsed when ``parsed_status`` = {column: value}
+    flip_on: str | None = None
+    parsed_status: dict[str, str] | None = None
+    #: multiple-choice items: the column holding each trial's options (a JSON list, lettered A, B, ...) and the
+    #: gold letter's column, shown per condition with the gold and the chosen option marked
+    options_column: str | None = None
+    gold_column: str | None = None
 
     @classmethod
     def of(cls, raw: dict[str, Any] | None, columns: list[str]) -> ViewSpec:
@@ -224,16 +232,17 @@ def _read_results(run_dir: Path) -> pd.DataFrame:
 def _flips(df: pd.DataFrame, spec: ViewSpec) -> pd.Series:
     """1.0 when a trial's parsed answer differs from the base condition's in the same model, item and setting,
     0.0 when it is the same, NaN for the base trial itself or when either answer is unparsed or missing."""
-    if spec.base_condition is None or "condition" not in df.columns or spec.answer not in df.columns:
+    col = spec.flip_on or spec.answer
+    if spec.base_condition is None or "condition" not in df.columns or col not in df.columns:
         return pd.Series(np.nan, index=df.index)
     keys = [c for c in ("model", "probe_set", spec.item, *spec.setting) if c in df.columns]
-    base = df[df["condition"] == spec.base_condition][[*keys, spec.answer]].rename(columns={spec.answer: "_base"})
+    base = df[df["condition"] == spec.base_condition][[*keys, col]].rename(columns={col: "_base"})
     base = base.drop_duplicates(keys)
-    merged = df[[*keys, spec.answer, "condition"]].merge(base, on=keys, how="left")
+    merged = df[[*keys, col, "condition"]].merge(base, on=keys, how="left")
     merged.index = df.index
-    a, b = merged[spec.answer], merged["_base"]
+    a, b = merged[col], merged["_base"]
     ok = a.notna() & b.notna() & (merged["condition"] != spec.base_condition)
-    if spec.unparsed is not None:
+    if spec.unparsed is not None and not spec.flip_on:
         ok &= (a != spec.unparsed) & (b != spec.unparsed)
     return pd.Series(np.where(ok, (a != b).astype(float), np.nan), index=df.index)
 
@@ -287,7 +296,12 @@ def load_run(run_dir: str | Path) -> RunView:
         df["flip"] = [np.nan if v is None or pd.isna(v) else float(bool(v)) for v in df[spec.flip_column]]
     else:
         df["flip"] = _flips(df, spec)
-    if spec.unparsed_column and spec.unparsed_column in df.columns:
+    if spec.parsed_status and all(c in df.columns for c in spec.parsed_status):
+        ok = pd.Series(True, index=df.index)
+        for c, v in spec.parsed_status.items():
+            ok &= df[c].astype(str) == str(v)
+        df["is_parsed"] = ok.astype(float)
+    elif spec.unparsed_column and spec.unparsed_column in df.columns:
         df["is_parsed"] = [np.nan if v is None or pd.isna(v) else float(not bool(v)) for v in df[spec.unparsed_column]]
     elif spec.answer in df.columns:
         ans = df[spec.answer]
@@ -307,7 +321,7 @@ def load_run(run_dir: str | Path) -> RunView:
         fv["category"] = sorted(set(categories.values()))
     if spec.base_condition is not None or spec.flip_column:
         fv["flipped"] = list(_TRI)
-    if spec.answer in df.columns or spec.unparsed_column:
+    if spec.answer in df.columns or spec.unparsed_column or spec.parsed_status:
         fv["parsed"] = list(_TRI)
     view = RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged)
     if spec.support:  # a module the suite itself names (never a value from a request)
