@@ -250,3 +250,16 @@ def test_stress_case_shows_the_options_per_condition_with_the_gold_relettered(tm
         chosen = [letter for cls, letter, _ in shown if "chosen" in cls.split()]
         assert gold == [row.gold] and chosen == [row.parsed]  # the gold as re-lettered for this condition
     assert ">flipped<" in page.split('data-condition="reordered"')[1].split("</article>")[0]
+
+
+def test_report_lists_the_cases_behind_the_verdicts_with_the_view_command(run: Path) -> None:
+    page = (run / "report" / "report.html").read_text()
+    sec = page.split('<section id="driving-cases"')[1].split("</section>")[0]
+    assert f"medvlm-audit view {run}" in html.unescape(sec)
+    want = _flipped_under_mask(run, "local-evidence")
+    row = re.search(r"<tr><td[^>]*>local-evidence</td><td[^>]*>target_mask</td><td[^>]*>(\d+)</td><td[^>]*>(\d+)</td>"
+                    r"<td[^>]*>([^<]*)</td>", sec)
+    assert row and int(row.group(1)) == len(want)
+    shown = re.findall(r"(test-[a-z]+-\d+) \((Yes|No) → (Yes|No)\)", html.unescape(row.group(3)))
+    assert [c for c, _, _ in shown] == sorted(want)[:5] and all(a != b for _, a, b in shown)
+    assert "<img" not in sec  # ids and answers, no pixels

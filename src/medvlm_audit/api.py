@@ -227,6 +227,21 @@ def designed_behaviours(store: RunStore) -> dict[str, str]:
     return {k.split(":", 1)[1]: str(v) for k, v in meta.items() if k.startswith("designed:") and v}
 
 
+def _add_driving_cases(result: Any, run_dir: Path) -> None:
+    """The report's "cases behind the verdicts" section (flipped answers per model and condition, with how to open
+    them in `medvlm-audit view`); left out when the run has no results table or the suite no flips."""
+    from medvlm_audit.view.cases import cases_section
+
+    if not (run_dir / "results.parquet").is_file() and not (run_dir / "results.csv").is_file():
+        return
+    try:
+        sec = cases_section(run_dir)
+    except (AuditError, OSError, ValueError, KeyError):  # an aid to reading; never a reason to lose the report
+        return
+    if sec is not None:
+        result.sections.append(sec)
+
+
 def report_title(suite_title: str, run_dir: Path, models: list[str]) -> str:
     """``"<suite title>: <run folder> — <models>"``: the folder as the user named it (with its parent when the
     folder is a generic ``run``, e.g. ``demo-run/run``) and up to four model names (then how many more)."""
@@ -259,6 +274,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     if designed:  # reference models: the report shows each one's designed behaviour beside the observed one
         report_options.setdefault("designed", designed)
     result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
+    _add_driving_cases(result, run_dir)
     title = report_title(suite.title, run_dir, model_names)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=getattr(suite, "parquet_tables", False))
