@@ -14,7 +14,7 @@ from medvlm_audit.view.data import RunView, load_run
 
 __all__ = ["cases_section", "driving_cases"]
 
-MAX_CASES = 5
+MAX_CASES = 3
 
 
 def driving_cases(view: RunView, max_cases: int = MAX_CASES) -> pd.DataFrame:
@@ -34,15 +34,14 @@ def driving_cases(view: RunView, max_cases: int = MAX_CASES) -> pd.DataFrame:
             continue
         shown = []
         col = spec.flip_on or spec.answer  # what changed (e.g. correctness, when options are re-lettered)
-        prefix = f"{col} " if spec.flip_on else ""
         for r in flipped.head(max_cases).itertuples(index=False):
             k = tuple(getattr(r, c) for c in keys)
             before = view.label(col, base.loc[k, col]) if k in base.index and col in base.columns else "?"
             after = view.label(col, getattr(r, col, None))
-            shown.append(f"{getattr(r, spec.item)} ({prefix}{before} → {after})")
+            shown.append(f"{getattr(r, spec.item)} ({before} → {after})")
         more = len(flipped) - len(shown)
         rows.append({"model": str(model), "condition": str(cond), "flipped": len(flipped), "compared": len(g),
-                     "cases": ", ".join(shown) + (f", … {more} more" if more > 0 else "")})
+                     "cases": ", ".join(shown) + (f", +{more}" if more > 0 else "")})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -56,9 +55,11 @@ def cases_section(run_dir: str | Path) -> Any | None:
     if table.empty:
         return None
     cmd = f"medvlm-audit view {shlex.quote(str(run_dir))}"
+    what = view.spec.flip_on or "answer"
     intro = (f"<p>Which answers changed, so the verdicts can be checked case by case: per model and condition, "
              f"the answers that differ from the same model's answer under <b>{escape(view.spec.base_condition)}</b> "
-             f"(answer before → after; the first {MAX_CASES} of each, by case id; default setting only). To see "
+             f"(cases: the first {MAX_CASES} by id with the {escape(what)} before → after, then how many more; "
+             "default setting only). To see "
              f"one with its images, question and raw answer, run <code>{escape(cmd)}</code> and filter "
              "<i>model</i>, <i>condition</i> and <i>flipped = yes</i>.</p>")
     return Section("Cases behind the verdicts", intro + table_to_html(table, table_id="driving-cases-table"),
