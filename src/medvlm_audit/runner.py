@@ -1064,7 +1064,9 @@ def summary_table(summary: dict[str, Any]) -> Any:
             str(m.get("missing_logprobs", 0)), str(s.get("answered", "")),
             ", ".join(f"{k} {v}" for k, v in errs.items()) + (f" (total {sum(errs.values())})" if errs else "0"),
             str(s.get("not_asked", "")),
-            "n/a" if cov is None else f"{100 * cov:.1f}% ({s.get('logprobs_missing', 0)} missing)",
+            # nothing to say (no request wanted them, or the model never returns them): n/a, not "0.0%"
+            "n/a" if cov is None else "n/a (none returned)" if cov == 0
+            else f"{100 * cov:.1f}% ({s.get('logprobs_missing', 0)} missing)",
         )
     return t
 

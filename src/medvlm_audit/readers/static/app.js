@@ -4,6 +4,16 @@
 (function () {
   "use strict";
   var body = document.body;
+  if (body.classList.contains("done-page")) {  // the end page: one key opens the first unanswered item
+    var first = body.dataset.first;
+    if (first) {
+      document.addEventListener("keydown", function (e) {
+        if (e.ctrlKey || e.metaKey || e.altKey) { return; }
+        if (e.key === "Enter" || e.key === "ArrowRight") { e.preventDefault(); window.location.assign(first); }
+      });
+    }
+    return;
+  }
   if (!body.classList.contains("reading")) { return; }
   var csrf = body.dataset.csrf, postUrl = body.dataset.post, itemId = body.dataset.item;
   var nextUrl = body.dataset.next, prevUrl = body.dataset.prev, single = body.dataset.single === "true";
@@ -11,6 +21,15 @@
   var status = document.getElementById("status");
   var scales = Array.prototype.slice.call(document.querySelectorAll("fieldset.scale"));
   var pending = 0, leaving = false;
+  // Answering moves on by itself. A reader who answers and then presses → out of habit must not skip the item
+  // that answering just opened: on a page reached by answering, the first →/Enter while the item is still open
+  // only says so; a second press skips it.
+  var here = window.location.pathname + window.location.search;
+  var arrivedByAnswer = false;
+  try {
+    arrivedByAnswer = sessionStorage.getItem("medvlm-auto-advanced") === here;
+    sessionStorage.removeItem("medvlm-auto-advanced");
+  } catch (err) { arrivedByAnswer = false; }
 
   function setStatus(text, cls) { status.textContent = text; status.className = "status " + (cls || ""); }
   function activeScale() { return document.querySelector("fieldset.scale.active") || scales[0]; }
@@ -20,6 +39,22 @@
   }
   function allAnswered() { return scales.every(function (s) { return s.dataset.chosen !== ""; }); }
   function go(url) { if (url && !leaving) { leaving = true; window.location.assign(url); } }
+  function advanceAfterAnswer() {
+    if (leaving) { return; }
+    try {
+      var a = document.createElement("a"); a.href = nextUrl;
+      sessionStorage.setItem("medvlm-auto-advanced", a.pathname + a.search);
+    } catch (err) { /* no storage: the guard is off */ }
+    go(nextUrl);
+  }
+  function next() {
+    if (arrivedByAnswer && !allAnswered()) {
+      arrivedByAnswer = false;
+      setStatus("Answering already moved you here: answer this item, or press → again to skip it", "error");
+      return;
+    }
+    go(nextUrl);
+  }
 
   // An answer counts as pending from the click until the server confirms it: a busy store (503, busy: true:
   // another process holds its write lock, nothing was written) is retried until it saves, with the page saying
@@ -45,7 +80,7 @@
       })
       .then(function (j) {
         pending -= 1; btn.classList.remove("saving"); setStatus("Saved", "saved");
-        if (j.complete && single) { setTimeout(function () { go(nextUrl); }, 120); }
+        if (j.complete && single) { setStatus("Saved · next item", "saved"); setTimeout(advanceAfterAnswer, 120); }
         else if (j.complete && allAnswered() && !single) { setStatus("Saved · item complete (→ next)", "saved"); }
         return j;
       })
@@ -168,7 +203,7 @@
       return b.dataset.key === k.toLowerCase();
     })[0];
     if (btn) { e.preventDefault(); choose(btn); return; }
-    if (k === "ArrowRight" || k === "Enter") { e.preventDefault(); go(nextUrl); return; }
+    if (k === "ArrowRight" || k === "Enter") { e.preventDefault(); next(); return; }
     if (k === "ArrowLeft") { e.preventDefault(); go(prevUrl); return; }
     if (!single && (k === "ArrowDown" || k === "ArrowUp" || k === "Tab")) {
       e.preventDefault();

@@ -1,6 +1,6 @@
 """The faithfulness suite (paper 001): does a model's chain of thought admit what changed its answer?
 
-Flow: items (:mod:`.items`, :mod:`.phantom_vqa`) -> stage ``answer``: :func:`.conditions.plan_answers`
+Flow: items (:mod:`.items`, :mod:`.embedded`) -> stage ``answer``: :func:`.conditions.plan_answers`
 (baseline, text cues, visual cues as image ops of :mod:`.overlays`, shams; the released protocol prompt of
 :mod:`.prompts`) -> stage ``judge``: :func:`.analysis.plan_judge` (judge models read the stored modified
 CoTs; prompts, parsing and quote validation of :mod:`.judge`) -> scoring: extraction and flips

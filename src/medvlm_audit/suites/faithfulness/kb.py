@@ -480,7 +480,7 @@ def _effusion_absent(side: str) -> dict[str, Any]:
 
 
 def phantom_kb() -> KnowledgeBase:
-    """The KB of the phantom VQA questions (:mod:`.phantom_vqa`), in the published schema."""
+    """The KB of the phantom VQA questions (:mod:`.embedded`), in the published schema."""
     from medvlm_audit.suites.faithfulness.embedded import PHANTOM_QUESTIONS
 
     kb: dict[str, Any] = {}

@@ -520,6 +520,10 @@ def judge_from_prompt(prompt: str) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ models
 
 
+#: reasoner -> the verdict it was designed to earn (suites/faithfulness/verdicts.py words them)
+DESIGNED: dict[str, str] = {"cue-follower": "hides_cues", "cue-admitter": "admits_cues", "cue-ignorer": "not_moved"}
+
+
 class ReferenceReasoner(LocalModel):
     """A Model: ``predict`` answers each input from its pixels and prompt text only."""
 
@@ -531,6 +535,8 @@ class ReferenceReasoner(LocalModel):
             raise ValueError(f"unknown reasoner {behaviour!r} (known: {REASONERS})")
         self.name = name
         self.behaviour = behaviour
+        #: the behaviour it was built to show (kept out of the identity; the report sets it beside the observed)
+        self.designed = DESIGNED.get(behaviour)
 
     def identity(self) -> dict[str, Any]:
         return {"backend": "faithfulness-reference", "model": self.behaviour, "revision": "1"}

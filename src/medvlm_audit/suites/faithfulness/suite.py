@@ -76,6 +76,10 @@ def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd
     jdg = df[df["stage"] == "judge"].reset_index(drop=True)
     if len(ans):
         scored = score_answers(ans, mode=opts.flip_mode, kb=knowledge_base(opts), flags=opts.flags)
+        if not opts.kb:  # the phantom KB scores the phantom's own questions only, never a user's items
+            own = scored["probe_set"].astype(str) != "phantom"
+            scored.loc[own, "cf_kb"] = np.nan
+            scored.loc[own & scored["answer_text"].map(lambda t: isinstance(t, str)), "kb_status"] = "no_kb"
     else:
         scored = ans.assign(answer_raw=None, value=None, unparsed=None, correct=np.nan, baseline_value=None,
                             flip=None, flip_mode=opts.flip_mode, kb_status=None, cf_kb=np.nan)
@@ -154,7 +158,7 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
         ca = est(m, "ca", "family:text:misleading")
         ca = ca if ca is not None else est(m, "ca", "all")
         if ca is not None:
-            parts.append(f"acknowledges the cue (CA, 0-1) {fmt(ca, 1, 'prob')}")
+            parts.append(f"causal attribution (CA, 0-1) {fmt(ca, 1, 'prob')}")
         out[m] = "; ".join(parts) or "no modified answers scored"
     return out
 
@@ -175,6 +179,22 @@ class FaithfulnessSuite(Suite):
         "faith_rgb": "medvlm_audit.suites.faithfulness.overlays:to_rgb",
     }
     parquet_tables: ClassVar[bool] = True
+
+    #: what the run explorer (`medvlm-audit view`) shows: the answer stage's trials with the suite's own flip,
+    #: the chain of thought per condition (the cue the condition added marked in the prompt), each judge's
+    #: scores with its quoted evidence marked in the CoT, and each model's verdict badge as its category
+    view: ClassVar[dict[str, Any]] = {
+        "item": "case_id", "base_condition": "baseline", "row_filter": {"stage": "answer"},
+        "flip_column": "flip", "unparsed_column": "unparsed", "answer": "value", "text_label": "chain of thought",
+        "setting": ["sample_index"], "filters": ["family", "alignment", "qtype"],
+        "list_columns": ["qtype", "family", "alignment"], "truth": "gold",
+        "case_fields": ["question", "qtype", "gold"],
+        "trial_fields": ["injected_answer", "correct", "cf", "ca", "tone", "cc"],
+        "labels": {"correct": {1: "yes", 0: "no"}},
+        "category_table": "faithfulness_verdicts", "category_column": "verdict",
+        "judgements": {"filter": {"stage": "judge"}, "model": "answer_model", "condition": "answer_condition",
+                       "judge": "model", "axis": "axis", "score": "judge_score", "status": "judge_status"},
+    }
 
     def stages(self) -> Sequence[Stage]:
         from medvlm_audit.suites.faithfulness.plan import (
@@ -226,7 +246,8 @@ class FaithfulnessSuite(Suite):
         return tidy_faithfulness(store)
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
-                skipped: pd.DataFrame | None = None, **unused: Any) -> SuiteResult:
+                skipped: pd.DataFrame | None = None, designed: dict[str, str] | None = None,
+                **unused: Any) -> SuiteResult:
         from medvlm_audit.suites.faithfulness.analysis import (
             faithfulness_comparisons,
             faithfulness_metrics,
@@ -243,16 +264,33 @@ class FaithfulnessSuite(Suite):
         n_skip = {} if skipped is None or skipped.empty else \
             {str(k): int(v) for k, v in skipped.groupby("reason").size().items()}
         judges = sorted(judgements["judge"].unique()) if judgements is not None else []
-        cf_source = "the deterministic KB matcher (" + ("phantom KB" if not opts.kb else opts.kb) + ")"
+        sources = sorted(ans["probe_set"].dropna().astype(str).unique())
+        if opts.kb:
+            cf_source = f"the deterministic KB matcher ({opts.kb})"
+        elif sources == ["phantom"]:
+            cf_source = "the deterministic KB matcher (phantom KB)"
+        else:
+            others = ", ".join(s for s in sources if s != "phantom")
+            cf_source = (f"no knowledge base for {others} (no CF from a KB: give the option kb: FILE, or a judge CF "
+                         "axis)" + ("; the phantom KB for the phantom items" if "phantom" in sources else ""))
         intro = (f"Flip rule: {opts.flip_mode} mode; judge quote validation: {opts.validation} mode; CF from "
                  f"{cf_source}; CA and tone from {opts.primary() or 'no judge'}.")
         summary = {"flip_mode": opts.flip_mode, "validation": opts.validation, "judges": judges,
                    "primary_judge": opts.primary(), "cf_source": cf_source, "models": models,
                    "n_items": int(ans["case_id"].nunique()), "n_answers": len(ans),
                    "n_judgements": 0 if judgements is None else len(judgements), "skipped": n_skip}
+        from medvlm_audit.report.html import escape
+        from medvlm_audit.report.sections import Section
+        from medvlm_audit.suites.faithfulness.verdicts import HOW_TO_READ, badges, verdicts_html
+
+        numbers = _verdicts(metrics, models)
+        sections.insert(0, Section("Verdicts", verdicts_html(metrics, models, numbers, designed), "verdicts"))
+        badge_table = badges(metrics, models)
+        summary["verdict_badges"] = dict(zip(badge_table["model"], badge_table["verdict"]))
         return SuiteResult(metrics=metrics, comparisons=comparisons, sections=sections,
-                           verdicts=_verdicts(metrics, models), summary=summary, intro=intro,
-                           tables={"faithfulness_answers": ans.drop(columns=[c for c in ans.columns if c in (
+                           verdicts=numbers, summary=summary, intro=HOW_TO_READ + f"<p>{escape(intro)}</p>",
+                           tables={"faithfulness_verdicts": badge_table,
+                                   "faithfulness_answers": ans.drop(columns=[c for c in ans.columns if c in (
                                "axis", "answer_model", "answer_condition", "judge_status", "judge_score",
                                "judge_reason", "validation")])})
 

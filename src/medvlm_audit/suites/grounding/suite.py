@@ -206,6 +206,23 @@ class GroundingSuite(Suite):
         "vision_probe": "medvlm_audit.suites.grounding.vision_probe:build_vision_probe",
     }
 
+    #: what the run explorer (`medvlm-audit view`) shows of this suite's tidy table: the item column, the
+    #: condition flips are measured against, the columns that make two trials comparable, the filters, the
+    #: columns shown per trial (with value labels) and the report table holding each model's category
+    view: ClassVar[dict[str, Any]] = {
+        "item": "case_id", "base_condition": "original",
+        "condition_order": ["original", "target_mask", "irrelevant_mask", "swap", "no_image"],
+        "setting": ["resolution", "prompt_variant", "sample_index"],
+        "default_setting": {"resolution": 224, "prompt_variant": "default"},
+        "filters": ["finding", "resolution", "prompt_variant"],
+        "answer": "parsed", "unparsed": -1,
+        "labels": {"parsed": {1: "Yes", 0: "No", -1: "unparsed"}, "label": {1: "Yes", 0: "No"},
+                   "correct": {1: "yes", 0: "no"}},
+        "case_fields": ["finding", "label", "kind", "source", "sex", "age", "view", "has_box"],
+        "trial_fields": ["parsed", "confidence", "correct"],
+        "category_table": "categories",
+    }
+
     def stages(self) -> Sequence[Stage]:
         return (Stage("answer", plan_stage, answer_models),)
 

@@ -114,6 +114,9 @@ def plan_stage(ctx: StageContext) -> Plan:
     from medvlm_audit.suites.reports.decoding import samples_for
 
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
+    problems = preflight(ctx)  # `run` checked these before any work; a plan made elsewhere (batch export) too
+    if problems:
+        raise ConfigError("; ".join(problems))
     if opts.reference != "iu" and not Path(opts.reference).is_file():
         raise ConfigError(f"option 'reference': {opts.reference!r} is not a file (a JSONL of {{id, text, group}}) "
                           "nor 'iu' (the IU X-ray reports from torchxrayvision)")
@@ -139,21 +142,24 @@ def plan_stage(ctx: StageContext) -> Plan:
 
 def preflight(ctx: StageContext) -> list[str]:
     """Every problem that would stop the run or its report, found before any work (each one line): the
-    ``reports`` extra's modules, torchxrayvision for the IU corpus (the ``iu`` reference or the reference
-    generator, fitted on it), a reference corpus file that is not there, clinical-metric paths and the
-    BERTScore backbone."""
-    from medvlm_audit.extras import EXTRA_MODULES, _absent, torchxrayvision_data_dir
+    ``reports`` extra's modules and torchxrayvision for the IU corpus (the ``iu`` reference or the reference
+    generator, fitted on it) in one line with the one command that installs them (CPU torch first when torch is
+    absent, so no CUDA wheel is fetched), a reference corpus file that is not there, clinical-metric paths and
+    the BERTScore backbone."""
+    from medvlm_audit.extras import absent_modules, install_command, torchxrayvision_data_dir
 
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
     problems = []
-    missing = [m for m in EXTRA_MODULES["reports"] if _absent(m)]
-    if missing:
-        problems.append(f"the reports suite needs the optional 'reports' extra (module(s) {', '.join(missing)} "
-                        "not installed): pip install 'medvlm-audit[reports]'")
     needs_iu = opts.reference == "iu" or any(m.backend == "report_reference" for m in ctx.config.models)
+    parts = []
+    modules = absent_modules("reports")
+    if modules:
+        parts.append(f"the optional 'reports' extra ({', '.join(modules)})")
     if needs_iu and torchxrayvision_data_dir() is None:
-        problems.append("the IU X-ray reports (the 'iu' reference corpus and the reference generator) need "
-                        "torchxrayvision: pip install --no-deps torchxrayvision==1.5.7")
+        parts.append("torchxrayvision (the IU X-ray reference reports)")
+    if parts:
+        problems.append(f"the reports suite needs {' and '.join(parts)}, not installed; install with: "
+                        f"{install_command('reports', torchxrayvision=needs_iu)}")
     if opts.reference != "iu" and not Path(opts.reference).expanduser().is_file():
         problems.append(f"option 'reference': {opts.reference} does not exist (a JSONL of {{id, text, group}} or "
                         "'iu')")
@@ -223,6 +229,16 @@ class ReportsSuite(Suite):
     title: ClassVar[str] = "Report audit"
     Options: ClassVar[type[BaseModel]] = ReportsOptions
     backends: ClassVar[dict[str, str]] = {"report_reference": "medvlm_audit.suites.reports.reference:factory"}
+
+    #: what the run explorer (`medvlm-audit view`) shows: each strategy's report beside the image's reference
+    #: report, with the corpus audit's erased / new-bias / bias-flip / preserved words marked (view.py)
+    view: ClassVar[dict[str, Any]] = {
+        "item": "case_id", "condition_column": "strategy", "text_column": "report", "text_label": "report",
+        "condition_order": ["greedy", "beam4", "t0.3", "t0.7", "top_k", "top_p"],
+        "setting": ["sample_index"], "filters": ["group"], "list_columns": ["group", "n_words"], "truth": None,
+        "case_fields": ["group", "reference_id"], "trial_fields": ["n_words", "finish_reason"],
+        "reference_column": "reference_id", "support": "medvlm_audit.suites.reports.view",
+    }
 
     def stages(self) -> Sequence[Stage]:
         return (Stage("generate", plan_stage, check=check_stage),)

@@ -59,6 +59,19 @@ class StressSuite(Suite):
     #: the stress tables are written as CSV and Parquet
     parquet_tables: ClassVar[bool] = True
 
+    #: what the run explorer (`medvlm-audit view`) shows: per condition the options as the model saw them (gold
+    #: re-lettered) with the chosen one, the raw answer and whether correctness changed from the original
+    view: ClassVar[dict[str, Any]] = {
+        "item": "item_id", "base_condition": "original", "flip_on": "correct", "answer": "parsed",
+        "parsed_status": {"status": "answer"},
+        "condition_order": ["original", "no_image", "reordered", "reordered+no_image", "unknown", "unknown+no_image",
+                            "replaced:1", "replaced:2", "replaced:3", "replaced:4", "substitution", "cot"],
+        "setting": ["sample_index"], "filters": ["benchmark", "test"], "list_columns": ["benchmark", "test"],
+        "truth": "gold", "case_fields": ["benchmark", "required", "n_options"],
+        "trial_fields": ["status", "correct", "via"], "labels": {"correct": {1: "yes", 0: "no"}},
+        "options_column": "options", "gold_column": "gold",
+    }
+
     def stages(self) -> Sequence[Stage]:
         from medvlm_audit.suites.stress.plan import plan_stage
 
