@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import datetime
 import email.utils
 import functools
@@ -50,6 +51,11 @@ from medvlm_audit.models.base import (
     Response,
 )
 from medvlm_audit.models.encoding import data_url_bytes
+from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning
+from medvlm_audit.models.flavours import check as check_flavour
+from medvlm_audit.models.flavours import effective as effective_decoding
+from medvlm_audit.models.flavours import max_tokens_field as resolve_max_tokens_field
+from medvlm_audit.models.flavours import request_fields
 
 ApiStyle = Literal["openai", "azure"]
 
@@ -222,13 +228,15 @@ class OpenAIChatModel(Model):
         revision: str | None = None,
         *,
         modality: Modality = "multimodal",
-        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         retry_after_max_s: float = 300.0,
         png_level: int | None = None,
         encode_in_thread: bool = False,
         image_cache_mb: float = 64.0,
         circuit_breaker: int = 10,
-        server: Literal["auto", "openai", "vllm"] = "auto",
+        server: str = "auto",
+        reasoning: bool | None = None,
+        reasoning_effort: str | None = None,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -245,7 +253,7 @@ class OpenAIChatModel(Model):
             png_level = 0 if all(_is_loopback(u) for u in urls) else 1
         if not 0 <= png_level <= 9:
             raise ConfigError(f"model {name!r}: png_level must be 0-9, got {png_level}")
-        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+        if max_tokens_field not in (None, "max_tokens", "max_completion_tokens"):
             raise ConfigError(f"model {name!r}: max_tokens_field must be 'max_tokens' or 'max_completion_tokens'")
         if api_key_env and any(urlsplit(u).username for u in urls):
             raise ConfigError(f"model {name!r}: a base URL carries user:password and api_key_env is set; use one")
@@ -267,9 +275,21 @@ class OpenAIChatModel(Model):
         self.extra_body = dict(extra_body or {})
         self.revision = revision
         self.max_tokens_field = max_tokens_field
-        if server not in ("auto", "openai", "vllm"):
-            raise ConfigError(f"model {name!r}: server must be 'auto', 'openai' or 'vllm', got {server!r}")
+        if server not in FLAVOURS:
+            raise ConfigError(f"model {name!r}: server must be one of {', '.join(FLAVOURS)}, got {server!r}")
+        if server == "azure" and api_style == "openai":
+            self.api_style = api_style = "azure"
+        if reasoning_effort is not None and reasoning_effort not in ("minimal", "low", "medium", "high"):
+            raise ConfigError(f"model {name!r}: reasoning_effort must be minimal, low, medium or high, "
+                              f"got {reasoning_effort!r}")
         self.server = server
+        #: the engine the requests are built for: the configured flavour, or what :meth:`identify_server` found
+        #: for ``auto`` ('unknown' until then: only the fields every engine takes are sent)
+        self.flavour = server if server != "auto" else ("azure" if api_style == "azure" else UNKNOWN)
+        #: a reasoning model: declared, or implied by a known family name (o-series, GPT-5, DeepSeek-R1, QwQ)
+        self.reasoning = bool(implies_reasoning(model) if reasoning is None else reasoning)
+        self.reasoning_effort = reasoning_effort
+        self._checked: dict[Decoding, str | None] = {}
         # URL user info and query values may be credentials: scrubbed from every message
         self._url_secrets = [c for u in urls for c in url_credentials(u)]
         self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u), URL(u)) for u in urls]
@@ -281,6 +301,7 @@ class OpenAIChatModel(Model):
         self._images = _DataUrlCache(int(image_cache_mb * 2**20), image_format, self.png_level)
         self._placeholder = f"@medvlm-image-{os.urandom(8).hex()}-"
         self._templates: dict[tuple, tuple[bytes, ...]] = {}
+        self._effective: dict[tuple, dict[str, Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -298,6 +319,8 @@ class OpenAIChatModel(Model):
             ident["image_format"] = self.image_format  # lossy encoding changes the pixels the model sees
         if self.extra_body:
             ident["extra_body"] = json.loads(json.dumps(self.extra_body, sort_keys=True, default=str))
+        if self.reasoning_effort:
+            ident["reasoning_effort"] = self.reasoning_effort
         return ident
 
     def __repr__(self) -> str:
@@ -359,10 +382,17 @@ class OpenAIChatModel(Model):
     def _images_of(self, inp: ModelInput) -> tuple[ImageData, ...]:
         return inp.images if self.modality != "text_only" else ()
 
-    def build_body(self, inp: ModelInput) -> dict[str, Any]:
-        """The JSON body for one input: images as data URLs before the text of the first user message."""
+    def request_body(self, inp: ModelInput) -> dict[str, Any]:
+        """Exactly the JSON body the online path sends for one input (the decoding contract applied for this
+        model's server flavour; images as data URLs before the text of the first user message). The batch
+        path writes the same body. Raises ConfigError when the flavour cannot run the input's decoding."""
+        problem = self._decoding_problem(inp.decoding)
+        if problem is not None:
+            raise ConfigError(problem)
         urls = [self._images.get(im).decode("ascii") for im in self._images_of(inp)]
         return self._body(inp, urls)
+
+    build_body = request_body  # the earlier name
 
     def encode_payload(self, inp: ModelInput) -> bytes:
         """The exact request bytes: ``build_body`` serialised, with the (already JSON-safe) base64 image
@@ -412,41 +442,92 @@ class OpenAIChatModel(Model):
         if not placed:  # no user message at all: the images form one
             messages.append({"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": u}} for u in image_urls]})
-        d = inp.decoding
         body: dict[str, Any] = {}
         if self.api_style == "openai":
             body["model"] = self.model
         body["messages"] = messages
-        body[self.max_tokens_field] = d.max_new_tokens
-        body["temperature"] = d.temperature
-        body["top_p"] = d.top_p
-        if d.seed is not None:
-            body["seed"] = d.seed + inp.sample_index
-        if d.logprobs:
-            body["logprobs"] = True
-            body["top_logprobs"] = d.top_logprobs
-        if d.top_k is not None and d.top_k > 0:
-            body["top_k"] = d.top_k  # vLLM / llama.cpp extension
-        if d.num_beams > 1:
-            body["use_beam_search"] = True  # vLLM extension
-            body["best_of"] = d.num_beams
+        body.update(request_fields(
+            self.flavour, inp.decoding, inp.sample_index, reasoning=self.reasoning,
+            max_tokens_field=resolve_max_tokens_field(self.flavour, self.reasoning, self.max_tokens_field),
+            reasoning_effort=self.reasoning_effort))
         if self.extra_body:
             body.update(self.extra_body)
         return body
 
+    def effective(self, inp: ModelInput) -> dict[str, Any]:
+        """What the engine is asked for this input, in the contract's field names (read off the sent body as
+        this flavour's engine reads it; None where a field is left to the server), plus the flavour."""
+        key = (inp.decoding, inp.sample_index)
+        hit = self._effective.get(key)
+        if hit is None:
+            body = self._body(ModelInput((), (), inp.decoding, inp.sample_index), ())
+            hit = effective_decoding(self.flavour, body, reasoning=self.reasoning)
+            hit["server"] = self.flavour
+            if len(self._effective) >= 4096:
+                self._effective.clear()
+            self._effective[key] = hit
+        return hit
+
     # -- decoding capabilities ------------------------------------------------------------------------
     def check_decoding(self, d: Decoding) -> None:
-        """Raise ConfigError before a run when this server cannot honour ``d``: top-k and beam search are vLLM
-        extensions (sent as ``top_k`` and ``use_beam_search``/``best_of``), refused for ``server: openai``.
-        ``server: auto`` sends them as given and leaves the answer to the server."""
-        if self.server != "openai":
-            return
-        if d.top_k is not None and d.top_k > 0:
-            raise ConfigError(f"model {self.name!r}: top_k={d.top_k} needs a vLLM server (set server: vllm); "
-                              "the OpenAI API has no top-k sampling")
-        if d.num_beams > 1:
-            raise ConfigError(f"model {self.name!r}: beam search (num_beams={d.num_beams}) needs a vLLM server "
-                              "(set server: vllm); the OpenAI API has no beam search")
+        """Raise ConfigError before a run when this model's server flavour cannot run exactly ``d`` (see
+        :mod:`medvlm_audit.models.flavours`): e.g. top-k, min-p or beams on ``server: openai``, or on ``auto``
+        when the engine could not be identified. The message names the option to set."""
+        problem = self._decoding_problem(d)
+        if problem is not None:
+            raise ConfigError(problem)
+
+    def _decoding_problem(self, d: Decoding) -> str | None:
+        if d not in self._checked:
+            try:
+                check_flavour(self.flavour, d, reasoning=self.reasoning, configured=self.server)
+                self._checked[d] = None
+            except ConfigError as e:
+                self._checked[d] = f"model {self.name!r}: {e}"
+        return self._checked[d]
+
+    async def identify_server(self, timeout_s: float = 10.0) -> str:
+        """For ``server: auto``: identify the engine behind the first base URL that answers (``GET /models``
+        ``owned_by`` and extra fields, then ``GET /api/version`` for Ollama and ``GET /info`` for TGI) and
+        build requests for it. Returns the flavour ('unknown' when nothing identifies it)."""
+        if self.server != "auto" or self.flavour != UNKNOWN:
+            return self.flavour
+        key = self._api_key()
+        headers = {k: v for k, v in self._headers(key).items() if k != "Content-Type"}
+        timeout = aiohttp.ClientTimeout(total=min(self.timeout_s, timeout_s))
+
+        async def get(session: aiohttp.ClientSession, url: URL) -> Any:
+            try:
+                async with session.get(url, headers=headers) as resp:
+                    if resp.status >= 400:
+                        return None
+                    return json.loads(await resp.read())
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+                return None
+
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                                         timeout=timeout) as session:
+            for ep in self._endpoints:
+                base = ep.base
+                models = await get(session, base.with_path(base.path.rstrip("/") + "/models").with_query(base.query))
+                found = flavour_from_models(models, str(base))
+                if found is None and models is not None:
+                    root = base.with_path("/").with_query(base.query)
+                    if isinstance(await get(session, root / "api" / "version"), dict):
+                        found = "ollama"
+                    else:
+                        info = await get(session, root / "info")
+                        if isinstance(info, dict) and "model_id" in info and (
+                                "max_total_tokens" in info or "router" in info):
+                            found = "tgi"
+                if models is not None or found is not None:
+                    if found:
+                        self.flavour = found
+                        self._checked.clear()
+                        self._templates.clear()
+                        self._effective.clear()
+                    break
+        return self.flavour
 
     # -- session -------------------------------------------------------------------------------------
     def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
@@ -524,6 +605,9 @@ class OpenAIChatModel(Model):
             key = self._api_key()
             if key:
                 secrets.append(key)
+            problem = self._decoding_problem(inp.decoding)
+            if problem is not None:  # never send a request that would not run the decoding asked for
+                return Response(text=None, error=ErrorInfo("other", problem, 1, False))
             if self.encode_in_thread and any(self._images.peek(im) is None for im in self._images_of(inp)):
                 payload = await asyncio.to_thread(self.encode_payload, inp)
             else:
@@ -537,7 +621,10 @@ class OpenAIChatModel(Model):
                 result = await self._attempt(payload, headers)
                 self._breaker(result)
                 if isinstance(result, Response):
-                    return result
+                    eff = self.effective(inp)
+                    if result.effective:  # the server's echo of what it ran, beside what was sent
+                        eff = {**eff, "echo": result.effective}
+                    return dataclasses.replace(result, effective=eff)
                 fail = result
                 if not fail.transient or attempt > self.max_retries:
                     return Response(text=None, error=ErrorInfo(
@@ -675,6 +762,25 @@ class OpenAIChatModel(Model):
         return _parse_completion(raw, latency, ep.display)
 
 
+def flavour_from_models(models: Any, base_url: str = "") -> str | None:
+    """The engine a ``GET /models`` answer names, or None: ``owned_by`` 'vllm', 'sglang', 'llamacpp'; OpenAI's
+    owners ('openai', 'system', 'openai-internal') or api.openai.com; ``transformers serve`` lists a ``status``
+    object per model (not an OpenAI field)."""
+    if not isinstance(models, dict) or not isinstance(models.get("data"), list):
+        return None
+    for m in models["data"]:
+        if not isinstance(m, dict):
+            continue
+        owner = str(m.get("owned_by") or "").lower()
+        if owner in ("vllm", "sglang", "llamacpp"):
+            return owner
+        if isinstance(m.get("status"), dict) and "value" in m["status"]:
+            return "transformers"
+        if owner in ("openai", "system", "openai-internal") or "api.openai.com" in base_url:
+            return "openai"
+    return None
+
+
 def _is_loopback(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     if host == "localhost":
@@ -721,6 +827,10 @@ def _parse_completion(raw: bytes, latency: float, where: str) -> Response | _Fai
             return _Failure("empty", f"empty answer from {where}: max tokens reached before any content", False)
         else:
             return _Failure("empty", f"empty answer from {where} (finish_reason={finish})", True)
+    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    if isinstance(reasoning, list):
+        reasoning = "".join(p.get("text", "") for p in reasoning if isinstance(p, dict))
+    reasoning = str(reasoning) if reasoning else None
     top: tuple[tuple[str, float], ...] | None = None
     lp = choice.get("logprobs")
     if isinstance(lp, dict):
@@ -744,4 +854,18 @@ def _parse_completion(raw: bytes, latency: float, where: str) -> Response | _Fai
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
         latency_s=latency,
+        effective=_echo(data),
+        reasoning=reasoning,
     )
+
+
+#: fields a server may echo at the top level of a completion (what it ran, or which build ran it)
+_ECHO = ("model", "system_fingerprint", "service_tier", "temperature", "top_p", "top_k", "min_p",
+         "repetition_penalty", "seed", "reasoning_effort")
+
+
+def _echo(data: Any) -> dict[str, Any] | None:
+    if not isinstance(data, dict):
+        return None
+    echo = {k: data[k] for k in _ECHO if data.get(k) is not None}
+    return echo or None
