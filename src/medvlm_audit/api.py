@@ -20,6 +20,7 @@ import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
+from medvlm_audit.aio import run_sync
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.export import export_table
@@ -27,7 +28,16 @@ from medvlm_audit.export import tidy as _tidy
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, load_model
 from medvlm_audit.registry import did_you_mean
-from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
+from medvlm_audit.runner import (
+    RunSummary,
+    TrialIndex,
+    check_decodings,
+    check_endpoints,
+    check_models,
+    check_sources,
+    execute,
+    identify_servers,
+)
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
 from medvlm_audit.suites.base import Plan, StageContext
@@ -125,7 +135,9 @@ def run(
     answer as it arrives; then the tidy table is exported.
 
     ``models`` overrides the config's models of the same name with already-built Model objects;
-    ``max_error_rate`` is recorded in the summary (:func:`medvlm_audit.health.failing_models` judges by it)."""
+    ``max_error_rate`` is recorded in the summary (:func:`medvlm_audit.health.failing_models` judges by it).
+    Works inside a running event loop (a Jupyter notebook): the run then goes on its own loop in a worker thread
+    while the caller waits; from async code, ``await run_async(...)`` keeps the caller's loop free."""
     cfg, suite, opts = resolve_config(config)
     run_dir = Path(cfg.run_dir)
     override = {m.name: m for m in models or ()}
@@ -135,11 +147,14 @@ def run(
         specs = stage.models(ctx)
         built = [override.get(s.name) or load_model(s, context=context) for s in specs]
         check_models(built)
+        decodings = {s.name: s.decoding for s in specs if s.decoding is not None}
+        identify_servers(built)  # server: auto -> the engine, so the decoding is sent where it reads it
+        check_decodings(built, decodings, cfg.decoding)  # a decoding a server cannot run is refused here
         check = getattr(stage, "check", None)
         if check is not None:  # the suite refuses what a model cannot do, before anything is written
             check(ctx, built)
         check_endpoints(built)  # a dead or refusing endpoint fails here, naming the URL, before anything is written
-        return built, {s.name: s.decoding for s in specs if s.decoding is not None}
+        return built, decodings
 
     stages = list(suite.stages())
     ctx = StageContext(cfg, opts, run_dir)
@@ -169,7 +184,7 @@ def run(
                     continue
                 built, per_model = build(ctx, stage)
                 source_keys = check_sources(TrialIndex(plan.trials))
-            summaries.append(asyncio.run(execute(
+            summaries.append(run_sync(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
                 retry_missing_logprobs=retry_missing_logprobs,
                 workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
@@ -180,6 +195,12 @@ def run(
         store.close()
     pq, csv = export(run_dir)
     return RunResult(run_dir, summary, pq, csv)
+
+
+async def run_async(config: RunConfig | dict[str, Any] | str | Path, **kw: Any) -> RunResult:
+    """:func:`run` from async code (a notebook cell with ``await``): the run goes in a worker thread, so the
+    caller's event loop stays responsive. Same arguments and result as :func:`run`."""
+    return await asyncio.to_thread(run, config, **kw)
 
 
 def _open(run_dir: str | Path) -> RunStore:

@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS skipped(probe_set TEXT NOT NULL, case_id TEXT NOT NUL
     reason TEXT NOT NULL, PRIMARY KEY(probe_set, case_id, condition));
 CREATE TABLE IF NOT EXISTS image_hashes(recipe TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS imported(key TEXT PRIMARY KEY, parsed INTEGER NOT NULL, confidence REAL);
+CREATE TABLE IF NOT EXISTS answer_details(key TEXT PRIMARY KEY, effective TEXT, reasoning TEXT);
 """
 
 STORE_FILE = "run.sqlite"
@@ -383,8 +384,16 @@ class RunStore:
             )
             for key, r in items
         ]
-        self._write(lambda: self.db.executemany(
-            "INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows), wait_s=wait_s)
+        # what the engine was asked (effective decoding) and the reasoning text, beside the answer
+        details = [(key, json.dumps(r.effective, sort_keys=True, default=str) if r.effective else None, r.reasoning)
+                   for key, r in items if r.effective or r.reasoning]
+
+        def write() -> None:
+            self.db.executemany("INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            if details:
+                self.db.executemany("INSERT OR REPLACE INTO answer_details VALUES(?, ?, ?)", details)
+
+        self._write(write, wait_s=wait_s)
 
     def get_response(self, key: str) -> Response | None:
         row = self.db.execute(
@@ -395,6 +404,9 @@ class RunStore:
         if row is None:
             return None
         text, tl, fr, pt, ct, lat, ek, em, att = row
+        det = (self.db.execute("SELECT effective, reasoning FROM answer_details WHERE key = ?", (key,)).fetchone()
+               if self.has_table("answer_details") else None)
+        eff, reasoning = (json.loads(det[0]) if det and det[0] else None), (det[1] if det else None)
         return Response(
             text,
             tuple((t, lp) for t, lp in json.loads(tl)) if tl else None,
@@ -403,7 +415,14 @@ class RunStore:
             ct,
             lat,
             ErrorInfo(ek, em or "", att or 1) if ek else None,
+            effective=eff,
+            reasoning=reasoning,
         )
+
+    def has_table(self, name: str) -> bool:
+        """Whether the store has this table (a run written by an older version may lack a later one)."""
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() \
+            is not None
 
     def add_imported(self, rows: Sequence[tuple[str, int, float | None]]) -> None:
         self._write(lambda: self.db.executemany("INSERT OR REPLACE INTO imported VALUES(?, ?, ?)", rows))

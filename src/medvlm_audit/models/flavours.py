@@ -105,11 +105,10 @@ def check(flavour: str, d: Decoding, *, reasoning: bool = False, configured: str
         raise ConfigError("sampling (temperature > 0) cannot be pinned on server: ollama: its OpenAI-compatible "
                           "API cannot set top_k / min_p / repeat_penalty, so Ollama's own top_k 40 would apply; "
                           "serve the model with llama.cpp (server: llamacpp) or vLLM for sampled strategies")
-    if reasoning and flavour in ("openai", "azure"):
-        if d.temperature not in (0.0, 1.0) or d.top_p != 1.0:
-            raise ConfigError(f"temperature={d.temperature:g}, top_p={d.top_p:g} cannot be sent to a reasoning "
-                              f"model on {where}: the API refuses temperature and top_p (it samples at its "
-                              "fixed settings); use greedy or T = 1.0 with top-p 1.0")
+    if reasoning and flavour in ("openai", "azure") and (d.temperature not in (0.0, 1.0) or d.top_p != 1.0):
+        raise ConfigError(f"temperature={d.temperature:g}, top_p={d.top_p:g} cannot be sent to a reasoning "
+                          f"model on {where}: the API refuses temperature and top_p (it samples at its "
+                          "fixed settings); use greedy or T = 1.0 with top-p 1.0")
 
 
 def max_tokens_field(flavour: str, reasoning: bool, configured: str | None) -> str:
@@ -216,9 +215,7 @@ def effective(flavour: str, body: dict[str, Any], *, reasoning: bool = False) ->
                    repetition_penalty=body.get("repetition_penalty"))
     elif flavour == "llamacpp":
         out.update(top_k=body.get("top_k"), min_p=body.get("min_p"), repetition_penalty=body.get("repeat_penalty"))
-    elif flavour == "tgi":  # applies none of these unless asked
-        out.update(top_k=0, min_p=0.0, repetition_penalty=1.0)
-    elif flavour in ("openai", "azure"):  # the API has none of them
+    elif flavour == "tgi" or flavour in ("openai", "azure"):  # applies none of these unless asked
         out.update(top_k=0, min_p=0.0, repetition_penalty=1.0)
     if flavour == "vllm":
         out["num_beams"] = int(body.get("n") or 1) if body.get("use_beam_search") else 1

@@ -51,11 +51,10 @@ from medvlm_audit.models.base import (
     Response,
 )
 from medvlm_audit.models.encoding import data_url_bytes
-from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning
+from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning, request_fields
 from medvlm_audit.models.flavours import check as check_flavour
 from medvlm_audit.models.flavours import effective as effective_decoding
 from medvlm_audit.models.flavours import max_tokens_field as resolve_max_tokens_field
-from medvlm_audit.models.flavours import request_fields
 
 ApiStyle = Literal["openai", "azure"]
 
@@ -706,9 +705,7 @@ class OpenAIChatModel(Model):
             elif status == 404:
                 problems.append(text + " (neither GET /models nor POST /chat/completions exists here: "
                                 "is the base URL right? OpenAI-style base URLs usually end in /v1)")
-            elif status in RETRYABLE_STATUS:
-                warnings.append(text)
-            elif status not in (400, 422):  # 400 / 422: the chat route rejected our empty body, so it exists
+            elif status in RETRYABLE_STATUS or status not in (400, 422):
                 warnings.append(text)
 
         async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,

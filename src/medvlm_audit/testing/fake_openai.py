@@ -231,6 +231,8 @@ class FakeOpenAIServer:
         record_bodies: bool = False,
         model_name: str = "fake-vlm",
         api_key: str | None = None,
+        owned_by: str | None = None,
+        reasoning_fn: Callable[[Mapping[str, Any]], str] | None = None,
     ) -> None:
         self.delay_s = delay_ms / 1000.0
         self.api_key = api_key
@@ -246,6 +248,10 @@ class FakeOpenAIServer:
         self.answer_fn = answer_fn
         self.record_bodies = record_bodies
         self.model_name = model_name
+        #: ``owned_by`` of its ``/v1/models`` entry (e.g. "vllm", to be identified as that engine); None: absent
+        self.owned_by = owned_by
+        #: a thinking model: the text of ``message.reasoning_content`` beside each answer
+        self.reasoning_fn = reasoning_fn
         self.stats = ServerStats()
         self._runner: web.AppRunner | None = None
         self.base_url: str = ""
@@ -301,7 +307,10 @@ class FakeOpenAIServer:
                             content_type="application/json")
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+        entry = {"id": self.model_name, "object": "model"}
+        if self.owned_by is not None:
+            entry["owned_by"] = self.owned_by
+        return web.json_response({"object": "list", "data": [entry]})
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats.as_json())
@@ -421,6 +430,8 @@ class FakeOpenAIServer:
             text, alts = "", None
         choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
                                   "logprobs": None, "finish_reason": "stop"}
+        if self.reasoning_fn is not None:
+            choice["message"]["reasoning_content"] = self.reasoning_fn(body)
         if logprobs and body.get("logprobs") and alts is not None:
             k = int(body.get("top_logprobs") or 0)
             top = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in alts[:k]]

@@ -22,7 +22,7 @@ from medvlm_audit.suites.reports.corpus import (
     make_corpus,
     read_corpus,
 )
-from medvlm_audit.suites.reports.decoding import STRATEGIES
+from medvlm_audit.suites.reports.decoding import STRATEGIES, effective_table
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -279,6 +279,20 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                                        for k, v in ref_div.items()},
                "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
                "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
+    eff = effective_table(tidy, getattr(opts, "max_new_tokens", None))
+    if len(eff):
+        tables["effective_decoding"] = eff
+        flagged = eff[eff["mismatch"].astype(str).str.len() > 0]
+        summary["decoding_mismatches"] = {f"{r.model} / {r.strategy}": r.mismatch for r in flagged.itertuples()}
+        for r in flagged.itertuples():
+            if r.model in verdicts and r.mismatch != "not recorded":
+                verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
+        show = eff.drop(columns=["stop"]).fillna("server default")
+        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
+               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
+               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
+               "the strategy its label names.")
+        sections.append(Section("Decoding as run", table_to_html(show, caption=cap)))
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
              "words erased, newly biased, flipped or preserved (ungated rule for headlines, BH-gated beside it); "
