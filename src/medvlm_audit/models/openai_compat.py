@@ -136,7 +136,8 @@ def redact_url(url: str) -> str:
 
 
 class _Endpoint:
-    __slots__ = ("base", "cooldown_until", "display", "inflight", "sent", "url")
+    __slots__ = ("base", "consecutive", "cooldown_until", "display", "down", "inflight", "rate_limited", "sent",
+                 "url")
 
     def __init__(self, url: URL, display: str, base: URL | None = None) -> None:
         self.url = url
@@ -144,6 +145,9 @@ class _Endpoint:
         self.display = display
         self.inflight = 0
         self.cooldown_until = 0.0
+        self.rate_limited = False  # the cooldown is a 429's Retry-After (wait it out), not a failed connection
+        self.consecutive = 0  # connection / auth failures in a row at this endpoint
+        self.down = False  # past the circuit breaker's count: the model stops when every endpoint is down
         self.sent = 0
 
 
@@ -293,7 +297,7 @@ class OpenAIChatModel(Model):
         self._url_secrets = [c for u in urls for c in url_credentials(u)]
         self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u), URL(u)) for u in urls]
         self.circuit_breaker = int(circuit_breaker)
-        self._consecutive = 0  # connection / auth failures in a row, over all requests of this model
+        self._consecutive = 0  # the longest run of connection / auth failures at one endpoint (for messages)
         self._tripped: str | None = None  # why the breaker stopped this model
         self._rr = 0
         self._rng = random.Random()
@@ -575,7 +579,8 @@ class OpenAIChatModel(Model):
         return out  # type: ignore[return-value]
 
     def _pick(self) -> _Endpoint:
-        """Least outstanding requests; ties go round robin; endpoints cooling down after a 429 come last."""
+        """Least outstanding requests; ties go round robin; endpoints cooling down (after a 429 or a failed
+        connection) come last, so a dead replica is only probed as its cooldown ends."""
         eps = self._endpoints
         n = len(eps)
         if n == 1:
@@ -618,7 +623,6 @@ class OpenAIChatModel(Model):
                     return Response(text=None, error=ErrorInfo(NOT_ASKED, scrub(self._tripped, secrets), attempt, True))
                 attempt += 1
                 result = await self._attempt(payload, headers)
-                self._breaker(result)
                 if isinstance(result, Response):
                     eff = self.effective(inp)
                     if result.effective:  # the server's echo of what it ran, beside what was sent
@@ -628,7 +632,9 @@ class OpenAIChatModel(Model):
                 if not fail.transient or attempt > self.max_retries:
                     return Response(text=None, error=ErrorInfo(
                         fail.kind, scrub(fail.message, secrets), attempt, fail.transient))
-                await asyncio.sleep(self._backoff(attempt, fail.retry_after))
+                if not (fail.kind == "connection" and self._healthy_endpoint()):
+                    # one replica's failed connection is that replica's: retry at once on a healthy one
+                    await asyncio.sleep(self._backoff(attempt, fail.retry_after))
                 key = self._api_key()  # keys can rotate between attempts
                 if key and key not in secrets:
                     secrets.append(key)
@@ -639,17 +645,35 @@ class OpenAIChatModel(Model):
             return Response(text=None, error=ErrorInfo(
                 "other", scrub(f"{type(exc).__name__}: {exc}", secrets), 1, False))
 
-    def _breaker(self, result: Response | _Failure) -> None:
-        """Count consecutive connection / auth failures; trip after ``circuit_breaker`` of them in a row.
-        Any other outcome (an answer, a 429, a 5xx, a timeout...) shows the server is there and resets it."""
+    def _healthy_endpoint(self) -> bool:
+        """Whether some endpoint is neither cooling down nor down (a retry can go there at once)."""
+        if len(self._endpoints) == 1:
+            return False
+        now = time.monotonic()
+        return any(not e.down and e.cooldown_until <= now for e in self._endpoints)
+
+    def _breaker(self, result: Response | _Failure, ep: _Endpoint) -> None:
+        """Per endpoint: count consecutive connection / auth failures, cool a failed connection's endpoint down
+        (exponential backoff, so selection skips it while others answer) and mark it down after
+        ``circuit_breaker`` of them in a row; the model stops only when every endpoint is down. Any other
+        outcome (an answer, a 429, a 5xx...) shows the server is there and resets its count."""
         if not isinstance(result, _Failure) or not result.unreachable:
             if not isinstance(result, _Failure) or result.kind != "timeout":
-                self._consecutive = 0
+                ep.consecutive = 0
+                ep.down = False
             return
-        self._consecutive += 1
-        if self.circuit_breaker and self._consecutive >= self.circuit_breaker and self._tripped is None:
-            self._tripped = (f"not asked: model {self.name!r} stopped after {self._consecutive} consecutive "
-                             f"connection/authentication failures (circuit_breaker={self.circuit_breaker}); "
+        ep.consecutive += 1
+        self._consecutive = max(self._consecutive, ep.consecutive)
+        if result.kind == "connection" and len(self._endpoints) > 1:
+            pause = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** min(ep.consecutive - 1, 16))
+            ep.cooldown_until = max(ep.cooldown_until, time.monotonic() + pause)
+            ep.rate_limited = False
+        if self.circuit_breaker and ep.consecutive >= self.circuit_breaker:
+            ep.down = True
+        if (self.circuit_breaker and self._tripped is None and all(e.down for e in self._endpoints)):
+            many = "" if len(self._endpoints) == 1 else f" at each of its {len(self._endpoints)} endpoints"
+            self._tripped = (f"not asked: model {self.name!r} stopped after {self.circuit_breaker} consecutive "
+                             f"connection/authentication failures{many} (circuit_breaker={self.circuit_breaker}); "
                              f"last: {result.message}")
 
     @property
@@ -664,15 +688,19 @@ class OpenAIChatModel(Model):
         """Ask every base URL a cheap ``GET /models`` (Azure: ``/openai/models``) with this model's credentials.
 
         Returns (problems, warnings), each naming the redacted URL, the HTTP status and the server's message
-        (credentials scrubbed). Problems, which no retry fixes: no connection, 401, 403, or 404 on both
-        ``/models`` and the chat route. Warnings (the run goes on; the retries handle them): a timeout,
-        429, 5xx."""
+        (credentials scrubbed). A failed connection (refused, dropped) is retried twice before it counts.
+        Problems, which no retry fixes: no connection, 401, 403, or 404 on both ``/models`` and the chat route.
+        Warnings (the run goes on; the retries handle them): a timeout, 429, 5xx. With several base URLs, one
+        that cannot be reached while another answers is a warning, not a problem: it starts the run down
+        (selection skips it; it is probed again as its cooldown ends)."""
         key = self._api_key()
         headers = {k: v for k, v in self._headers(key).items() if k != "Content-Type"}
         secrets = self._secrets(key)
         timeout = aiohttp.ClientTimeout(total=min(self.timeout_s, timeout_s))
         problems: list[str] = []
         warnings: list[str] = []
+        unreachable: list[tuple[_Endpoint, str]] = []
+        answered: list[_Endpoint] = []  # endpoints that gave an HTTP answer
 
         async def fetch(session: aiohttp.ClientSession, method: str, url: URL) -> tuple[int, bytes]:
             async with session.request(method, url, headers=headers,
@@ -686,16 +714,24 @@ class OpenAIChatModel(Model):
                     ep.base.query).update_query({"api-version": self.azure_api_version})
             else:
                 url = ep.base.with_path(ep.base.path.rstrip("/") + "/models").with_query(ep.base.query)
-            try:
-                status, raw = await fetch(session, "GET", url)
-                if status in (404, 405):  # no model list here: does the chat route exist? ({} is a cheap 400)
-                    status, raw = await fetch(session, "POST", ep.url)
-            except TimeoutError:
-                warnings.append(f"{where}: no answer to GET /models within {timeout.total:g} s")
-                return
-            except (aiohttp.ClientError, OSError) as exc:
-                problems.append(scrub(f"{where}: cannot connect ({type(exc).__name__}: {exc})", secrets))
-                return
+            for attempt in range(3):
+                try:
+                    status, raw = await fetch(session, "GET", url)
+                    if status in (404, 405):  # no model list here: does the chat route exist? ({} is a cheap 400)
+                        status, raw = await fetch(session, "POST", ep.url)
+                    break
+                except TimeoutError:
+                    warnings.append(f"{where}: no answer to GET /models within {timeout.total:g} s")
+                    return
+                except (aiohttp.ClientError, OSError) as exc:
+                    if attempt < 2:  # a dropped response or a server still starting: ask again
+                        await asyncio.sleep(0.5 * 2 ** attempt)
+                        continue
+                    unreachable.append((ep, scrub(f"{where}: cannot connect ({type(exc).__name__}: {exc})",
+                                                  secrets)))
+                    return
+            if status < 400 or status in (400, 422) or status in RETRYABLE_STATUS:
+                answered.append(ep)
             if status < 400:
                 return
             text = scrub(f"{where}: HTTP {status}: {_error_message(raw, 200)}", secrets)
@@ -711,6 +747,14 @@ class OpenAIChatModel(Model):
         async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
                                          timeout=timeout) as session:
             await asyncio.gather(*(one(session, ep) for ep in self._endpoints))
+        if unreachable and answered:  # another replica answers: start without the unreachable ones
+            for ep, text in unreachable:
+                ep.down = True
+                ep.consecutive = max(ep.consecutive, 1)
+                ep.cooldown_until = time.monotonic() + self.backoff_max_s
+                warnings.append(f"{text}; the run starts without it (probed again after {self.backoff_max_s:g} s)")
+        else:
+            problems += [text for _, text in unreachable]
         return problems, warnings
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -722,14 +766,24 @@ class OpenAIChatModel(Model):
         return delay
 
     async def _attempt(self, payload: bytes, headers: Mapping[str, str]) -> Response | _Failure:
+        """One request to the endpoint :meth:`_pick` chooses; its outcome feeds that endpoint's health."""
+        picked: list[_Endpoint] = []
+        result = await self._attempt_at(payload, headers, picked)
+        if picked:
+            self._breaker(result, picked[0])
+        return result
+
+    async def _attempt_at(self, payload: bytes, headers: Mapping[str, str],
+                          picked: list[_Endpoint]) -> Response | _Failure:
         session, sem = self._ensure_session()
         async with sem:
             ep = self._pick()
+            picked.append(ep)
             if ep.cooldown_until:
                 wait = ep.cooldown_until - time.monotonic()
-                if wait > 0:  # every endpoint is rate limited: wait here rather than collect another 429
+                if wait > 0 and ep.rate_limited:  # every endpoint is rate limited: wait rather than collect a 429
                     await asyncio.sleep(wait)
-                else:
+                elif wait <= 0:
                     ep.cooldown_until = 0.0
             ep.inflight += 1
             ep.sent += 1
@@ -753,6 +807,7 @@ class OpenAIChatModel(Model):
         if status >= 400:
             if status == 429 and retry_after:
                 ep.cooldown_until = max(ep.cooldown_until, time.monotonic() + min(retry_after, self.retry_after_max_s))
+                ep.rate_limited = True
             kind = "http_429" if status == 429 else ("http_5xx" if status >= 500 else "http_4xx")
             return _Failure(kind, f"HTTP {status} from {ep.display}: {_error_message(raw)}",
                             status in RETRYABLE_STATUS, retry_after, status)
