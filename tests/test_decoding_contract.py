@@ -17,6 +17,7 @@ from medvlm_audit.models.openai_compat import OpenAIChatModel
 from medvlm_audit.suites.reports import decoding as D
 from medvlm_audit.testing.fake_openai import ThreadedFakeServer
 
+
 #: the fields vLLM's chat request reads that change the token distribution: every one must be in every body
 def _report(body: dict) -> str:
     """A report-like answer that varies with the request (the analysis needs words, not Yes / No)."""

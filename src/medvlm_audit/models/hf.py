@@ -44,6 +44,31 @@ def import_torch_transformers() -> tuple[Any, Any]:
     return torch, transformers
 
 
+#: the torchvision release built for each torch release (CPU wheels: https://download.pytorch.org/whl/cpu)
+TORCHVISION_FOR_TORCH = {"2.9": "0.24", "2.10": "0.25", "2.11": "0.26", "2.12": "0.27", "2.13": "0.28", "2.14": "0.29"}
+
+
+def load_processor(transformers: Any, path: Path, torch: Any, **kw: Any) -> Any:
+    """``AutoProcessor`` from a local folder; a processor that needs torchvision (Qwen2-VL-style: its video
+    processor) fails with one line naming the torchvision build that matches the installed torch, not a raw
+    ImportError. LLaVA- and Idefics-style processors load without it (transformers falls back to PIL)."""
+    try:
+        return transformers.AutoProcessor.from_pretrained(str(path), **kw)
+    except (ImportError, AttributeError) as e:
+        if "torchvision" not in str(e).lower() and "VIDEO_PROCESSOR" not in str(e):
+            raise
+        version = str(getattr(torch, "__version__", "?"))
+        base = ".".join(version.split("+")[0].split(".")[:2])
+        tv = TORCHVISION_FOR_TORCH.get(base)
+        pin = f"torchvision=={tv}.*" if tv else "the torchvision release built for your torch"
+        cpu = " --index-url https://download.pytorch.org/whl/cpu" if "+cpu" in version else ""
+        raise MissingDependencyError(
+            f"{path}: this model's processor needs torchvision (Qwen2-VL-style processors load a video processor "
+            f"that requires it), which is not installed or does not match torch {version}: "
+            f"pip install '{pin}'{cpu} (PyPI's default torchvision wheels are CUDA builds and fail to import "
+            "beside a CPU torch)") from None
+
+
 def resolve_device(device: str, torch: Any) -> str:
     """'auto' -> 'cuda' when a GPU is visible, else 'cpu'."""
     if device == "auto":
@@ -165,7 +190,7 @@ class HFModel(LocalModel):
         self.kind = kind
 
         if kind == "image_text_to_text":
-            self.processor = transformers.AutoProcessor.from_pretrained(str(self.path), **common)
+            self.processor = load_processor(transformers, self.path, torch, **common)
             self.tokenizer = self.processor.tokenizer
             template_owner = self.processor
         else:
