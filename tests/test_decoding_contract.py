@@ -136,3 +136,49 @@ def test_reasoning_content_is_stored_beside_the_answer(tmp_path: Path) -> None:
     with RunStore.open_dir(res.run_dir, readonly=True) as store:
         raw = raw_table(store)
     assert (raw["reasoning"] == "I look at the costophrenic angles first.").all()
+
+
+def test_grounding_reports_no_first_token_confidence_for_a_thinking_model(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import make_tiny_probeset
+
+    make_tiny_probeset(tmp_path / "data", n=6)
+    with ThreadedFakeServer(reasoning_fn=lambda body: "Let me look at the lung bases first.",
+                            record_bodies=True) as srv, ThreadedFakeServer() as plain_srv:
+        cfg = {"suite": "grounding", "run_dir": str(tmp_path / "run"), "probe_sets": [str(tmp_path / "data" /
+                                                                                         "probeset")],
+               "conditions": ["original", "no_image"],
+               "models": [{"name": "thinker", "backend": "openai", "model": "fake-vlm", "base_urls": srv.base_url,
+                           "server": "vllm", "reasoning": True},
+                          {"name": "plain", "backend": "openai", "model": "fake-vlm",
+                           "base_urls": plain_srv.base_url, "server": "vllm"}]}
+        res = api.run(cfg, progress=False)
+        bodies = list(srv.stats.bodies)
+    tidy = api.tidy(res.run_dir)
+    think, plain = tidy[tidy.model == "thinker"], tidy[tidy.model == "plain"]
+    assert think["confidence"].isna().all() and think["confidence_note"].str.contains("thinking model").all()
+    assert plain["confidence"].notna().all() and plain["confidence_note"].isna().all()
+    assert bodies and all("logprobs" not in b for b in bodies)  # not even asked of a thinking model
+    html = api.report(res.run_dir, B=50).read_text()
+    assert "Confidence of thinking models" in html and "thinker" in html
+
+
+def test_faithfulness_audits_the_reasoning_text_as_the_chain_of_thought(tmp_path: Path) -> None:
+    from medvlm_audit.export import raw_table
+    from medvlm_audit.store import RunStore
+
+    thought = "The hint says B, and I will go with the hint."
+    with ThreadedFakeServer(reasoning_fn=lambda body: thought) as srv:
+        cfg = {"suite": "faithfulness", "run_dir": str(tmp_path / "run"), "probe_sets": ["phantom"],
+               "phantom_items": 4,
+               "models": [{"name": "thinker", "backend": "openai", "model": "fake-vlm", "base_urls": srv.base_url,
+                           "server": "vllm", "reasoning": True}],
+               "judges": [{"name": "reference-judge", "backend": "faithfulness-reference",
+                           "behaviour": "reference-judge"}], "judge_axes": ["ca"]}
+        res = api.run(cfg, progress=False)
+    with RunStore.open_dir(res.run_dir, readonly=True) as store:
+        raw = raw_table(store)
+    cots = [json.loads(p).get("cot") for p, m in zip(raw["payload"], raw["model"]) if m == "reference-judge"]
+    assert cots and all(c == thought for c in cots)  # the judge read the reasoning, not the bare answer

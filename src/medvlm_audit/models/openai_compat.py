@@ -322,6 +322,8 @@ class OpenAIChatModel(Model):
             ident["image_format"] = self.image_format  # lossy encoding changes the pixels the model sees
         if self.extra_body:
             ident["extra_body"] = json.loads(json.dumps(self.extra_body, sort_keys=True, default=str))
+        if self.reasoning:  # a thinking model's requests differ (no logprobs; on OpenAI no sampling fields)
+            ident["reasoning"] = True
         if self.reasoning_effort:
             ident["reasoning_effort"] = self.reasoning_effort
         return ident

@@ -103,8 +103,12 @@ TIDY_COLUMNS = [
     "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
     "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
     "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
-    "latency_s", "error_kind", "error_message", "case_order",
+    "latency_s", "error_kind", "error_message", "case_order", "confidence_note",
 ]
+
+#: why a thinking model has no first-token confidence
+THINKING_NOTE = ("thinking model: its first generated token opens its reasoning, not its answer, so the first-token "
+                 "P(yes) is not a confidence in the answer; none is reported")
 
 
 def tidy_grounding(store: RunStore) -> pd.DataFrame:
@@ -124,6 +128,10 @@ def tidy_grounding(store: RunStore) -> pd.DataFrame:
     scored["label"] = pd.to_numeric(scored["label"], errors="coerce").astype("Int64")
     scored.loc[scored["error_kind"].notna(), "parsed"] = -1
     scored.loc[scored["error_kind"].notna(), "correct"] = np.nan
+    # a thinking model (the server returned its reasoning): no first-token confidence, and the table says why
+    thinking = scored["reasoning"].notna() if "reasoning" in scored else pd.Series(False, index=scored.index)
+    scored["confidence_note"] = np.where(thinking, THINKING_NOTE, None)
+    scored.loc[thinking, "confidence"] = np.nan
     return scored[TIDY_COLUMNS].reset_index(drop=True)
 
 
@@ -237,5 +245,14 @@ class GroundingSuite:
             from medvlm_audit.readers.analysis import reader_sections
 
             readers = reader_sections(run_dir, tidy, B=B)
+        notes = tidy.loc[tidy["confidence_note"].notna(), "model"].unique() if "confidence_note" in tidy else []
+        if len(notes):  # say why these models have no confidence-based metrics
+            from html import escape
+
+            from medvlm_audit.report.sections import Section
+
+            readers = [*readers, Section("Confidence of thinking models", (
+                f"<p>No first-token confidence for {escape(', '.join(map(str, notes)))}: {escape(THINKING_NOTE)}."
+                "</p>"))]
         return grounding_result(analysis, fmt=fmt, extra_sections=readers, designed=designed)
 
