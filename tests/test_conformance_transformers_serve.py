@@ -58,15 +58,17 @@ def _model(name: str, srv: TransformersServe, **kw: object) -> dict:
 def test_no_generation_config_default_leaks_through_transformers_serve(servers, tmp_path: Path) -> None:
     cfg = {"suite": "reports", "run_dir": str(tmp_path / "run"), "probe_sets": ["phantom"], "phantom_images": 2,
            "samples": 2, "max_new_tokens": 12, "semantic": "off", "bertscore": "off", "B": 20, "n_perm": 20,
-           "models": [_model("plain", servers["plain"], text_only=True),  # server: auto -> identified
-                      _model("qwen-like", servers["qwen"], text_only=True)]}
+           # concurrency 1: transformers serve seeds torch's global RNG per request, so two requests in flight
+           # share one random stream and a sampled answer depends on the other's timing
+           "models": [_model("plain", servers["plain"], text_only=True, max_concurrency=1),  # auto -> identified
+                      _model("qwen-like", servers["qwen"], text_only=True, max_concurrency=1)]}
     res = api.run(cfg, progress=False)
     tidy = pd.read_parquet(res.results_parquet)
     assert tidy["error_kind"].isna().all(), tidy["error_message"].dropna().unique()[:3]
     a = tidy[tidy.model == "plain"].set_index(["case_id", "strategy", "sample_index"])["report"].sort_index()
     b = tidy[tidy.model == "qwen-like"].set_index(["case_id", "strategy", "sample_index"])["report"].sort_index()
     assert len(a) == 2 * (2 + 4 * 2)
-    assert a.equals(b), pd.concat([a, b], axis=1)[a != b]
+    assert a.equals(b), pd.concat([a, b], axis=1, keys=["plain", "qwen-like"])[a != b].to_string()
     # the sampled strategies really sample: not all equal to greedy (top_k 1 would make them greedy)
     g = a.xs("greedy", level="strategy").droplevel("sample_index")
     t = a.xs("top_p", level="strategy")
@@ -80,14 +82,15 @@ def test_every_suite_model_stage_runs_through_transformers_serve(servers, tmp_pa
     from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
 
     llava = servers["llava"]
-    items = build_phantom_mcq(tmp_path / "mcq", n_items=6, size=64).source
+    items = build_phantom_mcq(tmp_path / "mcq", n_items=4, size=64).source
     stress = {"suite": "stress", "run_dir": str(tmp_path / "stress"), "probe_sets": [str(items)],
+              "conditions": ["original", "no_image", "reordered"], "decoding": {"max_new_tokens": 6},
               "models": [_model("tiny-llava", llava, server="transformers")]}
     res = api.run(stress, progress=False)
     tidy = api.tidy(res.run_dir)
     assert len(tidy) > 0 and tidy["error_kind"].isna().mean() > 0.95
     faith = {"suite": "faithfulness", "run_dir": str(tmp_path / "faith"), "probe_sets": ["phantom"],
-             "phantom_items": 4, "models": [_model("tiny-llava", llava)],
+             "phantom_items": 2, "decoding": {"max_new_tokens": 12}, "models": [_model("tiny-llava", llava)],
              "judges": [{"name": "reference-judge", "backend": "faithfulness-reference",
                          "behaviour": "reference-judge"}], "judge_axes": ["ca"]}
     res = api.run(faith, progress=False)

@@ -17,14 +17,14 @@ pytestmark = pytest.mark.slow
 def _notebook(out: Path) -> object:
     cells = [
         "import asyncio\nasyncio.get_running_loop()  # the kernel's loop runs: asyncio.run would refuse here",
-        "from medvlm_audit import api\n"
-        f"stress = api.run(api.embedded_config('stress', {str(out / 'stress')!r}, log=lambda *a: None), "
-        "progress=False)\nstress.summary.n_trials",
-        f"faith = await api.run_async(api.embedded_config('faithfulness', {str(out / 'faith')!r}, n_items=8, "
-        "log=lambda *a: None), progress=False)",
-        "t1 = api.tidy(stress.run_dir); t2 = api.tidy(faith.run_dir)\n"
-        "print('ROWS', len(t1), len(t2), int(t1['error_kind'].notna().sum()), int(t2['error_kind'].notna().sum()))\n"
-        "print('REPORT', api.report(faith.run_dir).name)",
+        ("from medvlm_audit import api\n"
+         f"stress = api.run(api.embedded_config('stress', {str(out / 'stress')!r}, log=lambda *a: None), "
+         "progress=False)\nstress.summary.n_trials"),
+        (f"faith = await api.run_async(api.embedded_config('faithfulness', {str(out / 'faith')!r}, n_items=8, "
+         "log=lambda *a: None), progress=False)"),
+        ("t1 = api.tidy(stress.run_dir); t2 = api.tidy(faith.run_dir)\n"
+         "print('ROWS', len(t1), len(t2), int(t1['error_kind'].notna().sum()), int(t2['error_kind'].notna().sum()))\n"
+         "print('REPORT', api.report(faith.run_dir).name)"),
     ]
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 

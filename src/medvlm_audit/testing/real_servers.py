@@ -7,6 +7,7 @@ loopback port in its own process and waits until ``GET /v1/models`` answers; ``L
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -40,10 +41,12 @@ class _Server:
 
     def start(self, log_dir: Path) -> str:
         self.log_path = Path(log_dir) / f"server-{self.port}.log"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
+        atexit.register(self.stop)  # never outlive the test process, even when its teardown does not run
         deadline = time.monotonic() + self.startup_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

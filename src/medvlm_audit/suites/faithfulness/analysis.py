@@ -247,8 +247,10 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                 rows.append(_row(model, "flip_rate", subset, stats.proportion(fl, B=B, seed=seed, wilson_below=30),
                                  "fraction", f"flip vs baseline ({mode} mode)",
                                  note=f"{int(sub['flip'].isna().sum())} unparsed or unpaired", probe_set=probe_set))
-            for part, pm in (("", np.ones(len(sub), bool)), ("|flip", (sub["flip"] == True).to_numpy(dtype=bool)),
-                             ("|nonflip", (sub["flip"] == False).to_numpy(dtype=bool))):
+            # an unparsed answer has no flip (NA): in neither part
+            flip = sub["flip"].astype("boolean")
+            for part, pm in (("", np.ones(len(sub), bool)), ("|flip", flip.eq(True).fillna(False).to_numpy(dtype=bool)),
+                             ("|nonflip", flip.eq(False).fillna(False).to_numpy(dtype=bool))):
                 for metric in ("cf", "ca", "tone", "cc"):
                     v = sub[metric].to_numpy(dtype=float)[pm]
                     v = v[np.isfinite(v)]
