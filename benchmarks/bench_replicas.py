@@ -93,8 +93,9 @@ def main() -> None:
             urls = [s.base_url for s in servers]
             results["a"].append(asyncio.run(_run(urls[:3], a.n, a.concurrency)))
             results["b"].append(asyncio.run(_run([*urls[:3], _dead_url()], a.n, a.concurrency)))
-            victim = servers[3]
-            results["c"].append(asyncio.run(_run(urls, a.n, a.concurrency, kill=lambda: victim.proc.kill())))
+            victim = servers[3].proc
+            assert victim is not None
+            results["c"].append(asyncio.run(_run(urls, a.n, a.concurrency, kill=victim.kill)))
         finally:
             for s in servers:
                 s.stop()

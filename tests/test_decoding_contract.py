@@ -182,3 +182,17 @@ def test_faithfulness_audits_the_reasoning_text_as_the_chain_of_thought(tmp_path
         raw = raw_table(store)
     cots = [json.loads(p).get("cot") for p, m in zip(raw["payload"], raw["model"]) if m == "reference-judge"]
     assert cots and all(c == thought for c in cots)  # the judge read the reasoning, not the bare answer
+
+
+def test_the_report_flags_a_strategy_whose_effective_decoding_differs_from_its_label() -> None:
+    """A served model whose engine was left top_k and repetition penalty (unidentified server) is flagged."""
+    from medvlm_audit.suites.reports.analysis import analyse_reports  # noqa: F401  (the table's consumer)
+
+    unknown = effective("unknown", request_fields("unknown", D.strategy("t0.7").decoding, 0))
+    vllm = effective("vllm", request_fields("vllm", D.strategy("t0.7").decoding, 0))
+    tidy = pd.DataFrame({"model": ["a", "a", "b"], "strategy": ["t0.7", "t0.7", "t0.7"],
+                         "effective_decoding": [json.dumps(unknown), json.dumps(unknown), json.dumps(vllm)]})
+    eff = D.effective_table(tidy).set_index("model")
+    assert "top_k: server default" in eff.loc["a", "mismatch"]
+    assert "repetition_penalty: server default" in eff.loc["a", "mismatch"]
+    assert eff.loc["b", "mismatch"] == "" and eff.loc["a", "answers"] == 2

@@ -266,9 +266,10 @@ def test_generation_config_comes_from_the_decoding_alone(causal_path, tmp_path):
     leaky = HFModel(qwen_like, name="qwen-like", device="cpu", batch_size=4)
     assert leaky.folder_generation_config["top_k"] == 1  # kept for the record, never used
     prompts = ["Is there edema?", "Is there cardiomegaly? Answer Yes or No.", Q, "Is pneumothorax present?"]
-    decodings = [dict(max_new_tokens=12), dict(max_new_tokens=12, temperature=0.7, top_p=0.95, seed=3),
-                 dict(max_new_tokens=12, temperature=1.0, top_p=0.9, seed=3),
-                 dict(max_new_tokens=12, temperature=1.0, top_k=50, seed=3), dict(max_new_tokens=12, num_beams=3)]
+    decodings = [{"max_new_tokens": 12}, {"max_new_tokens": 12, "temperature": 0.7, "top_p": 0.95, "seed": 3},
+                 {"max_new_tokens": 12, "temperature": 1.0, "top_p": 0.9, "seed": 3},
+                 {"max_new_tokens": 12, "temperature": 1.0, "top_k": 50, "seed": 3},
+                 {"max_new_tokens": 12, "num_beams": 3}]
     for dec in decodings:
         inputs = [ask(p, **dec) for p in prompts]
         a = [r.text for r in plain.predict(inputs)]

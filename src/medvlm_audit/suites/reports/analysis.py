@@ -282,10 +282,10 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     eff = effective_table(tidy, getattr(opts, "max_new_tokens", None))
     if len(eff):
         tables["effective_decoding"] = eff
-        flagged = eff[eff["mismatch"].astype(str).str.len() > 0]
+        flagged = eff[(eff["mismatch"].astype(str).str.len() > 0) & (eff["mismatch"] != "not recorded")]
         summary["decoding_mismatches"] = {f"{r.model} / {r.strategy}": r.mismatch for r in flagged.itertuples()}
         for r in flagged.itertuples():
-            if r.model in verdicts and r.mismatch != "not recorded":
+            if r.model in verdicts:
                 verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
         show = eff.drop(columns=["stop"]).fillna("server default")
         cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
