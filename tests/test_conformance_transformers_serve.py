@@ -96,3 +96,17 @@ def test_every_suite_model_stage_runs_through_transformers_serve(servers, tmp_pa
     res = api.run(faith, progress=False)
     assert res.summary.per_model["tiny-llava"]["errors"] == 0
     assert api.report(res.run_dir).is_file()
+    # grounding: images as data URLs; transformers serve returns no log-probabilities, so no confidence
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from conftest import make_tiny_probeset
+
+    make_tiny_probeset(tmp_path / "data", n=4)
+    grounding = {"suite": "grounding", "run_dir": str(tmp_path / "grounding"),
+                 "probe_sets": [str(tmp_path / "data" / "probeset")], "conditions": ["original", "no_image"],
+                 "decoding": {"max_new_tokens": 4}, "models": [_model("tiny-llava", llava)]}
+    res = api.run(grounding, progress=False)
+    tidy = api.tidy(res.run_dir)
+    assert len(tidy) == 8 and tidy["error_kind"].isna().all() and tidy["confidence"].isna().all()
+    assert res.summary.per_model["tiny-llava"]["missing_logprobs"] == 8

@@ -196,3 +196,17 @@ def test_the_report_flags_a_strategy_whose_effective_decoding_differs_from_its_l
     assert "top_k: server default" in eff.loc["a", "mismatch"]
     assert "repetition_penalty: server default" in eff.loc["a", "mismatch"]
     assert eff.loc["b", "mismatch"] == "" and eff.loc["a", "answers"] == 2
+
+
+def test_the_store_keeps_effective_decoding_and_reasoning_once_per_distinct_value(tmp_path: Path) -> None:
+    from medvlm_audit.models.base import Response
+    from medvlm_audit.store import RunStore
+
+    eff = effective("vllm", request_fields("vllm", D.strategy("beam4").decoding, 0))
+    with RunStore.open_dir(tmp_path, readonly=False) as store:
+        store.put_responses([(f"k{i}", Response("ok", effective=eff, reasoning="why" if i == 0 else None))
+                             for i in range(50)] + [("plain", Response("ok"))])
+        back = store.get_response("k0")
+        assert back is not None and back.effective == eff and back.reasoning == "why"
+        assert store.get_response("k1").reasoning is None and store.get_response("plain").effective is None
+        assert store.db.execute("SELECT COUNT(*) FROM effective_decodings").fetchone()[0] == 1

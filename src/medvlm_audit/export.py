@@ -21,19 +21,21 @@ CASE_COLUMNS = ("kind", "finding", "label", "source", "patient_id", "study_id", 
 
 def raw_table(store: RunStore) -> pd.DataFrame:
     """Trials joined with answers, models and case metadata (answers not yet scored)."""
-    details = store.has_table("answer_details")  # absent from runs written before it existed
+    # absent from runs written before they existed
+    details = store.has_table("answer_details") and store.has_table("effective_decodings")
     df = store.frame(
         f"""
         SELECT t.model, m.modality, t.probe_set, t.case_id, t.condition, t.sample_index, t.key, t.image_sha256,
                t.payload, r.text AS answer_text, r.top_logprobs, r.finish_reason, r.latency_s,
                r.error_kind, r.error_message, i.parsed AS imported_parsed, i.confidence AS imported_confidence,
-               {"d.effective AS effective_decoding, d.reasoning" if details else
+               {"e.decoding AS effective_decoding, d.reasoning" if details else
                 "NULL AS effective_decoding, NULL AS reasoning"}
         FROM trials t
         JOIN models m ON m.name = t.model
         LEFT JOIN responses r ON r.key = t.key
         LEFT JOIN imported i ON i.key = t.key
-        {"LEFT JOIN answer_details d ON d.key = t.key" if details else ""}
+        {"LEFT JOIN answer_details d ON d.key = t.key LEFT JOIN effective_decodings e ON e.id = d.effective"
+         if details else ""}
         ORDER BY t.model, t.probe_set, t.case_id, t.condition, t.sample_index
         """
     )

@@ -9,6 +9,7 @@ answers and confidences imported from another tool's result files).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS skipped(probe_set TEXT NOT NULL, case_id TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS image_hashes(recipe TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS imported(key TEXT PRIMARY KEY, parsed INTEGER NOT NULL, confidence REAL);
 CREATE TABLE IF NOT EXISTS answer_details(key TEXT PRIMARY KEY, effective TEXT, reasoning TEXT);
+CREATE TABLE IF NOT EXISTS effective_decodings(id TEXT PRIMARY KEY, decoding TEXT NOT NULL);
 """
 
 STORE_FILE = "run.sqlite"
@@ -384,12 +386,23 @@ class RunStore:
             )
             for key, r in items
         ]
-        # what the engine was asked (effective decoding) and the reasoning text, beside the answer
-        details = [(key, json.dumps(r.effective, sort_keys=True, default=str) if r.effective else None, r.reasoning)
-                   for key, r in items if r.effective or r.reasoning]
+        # what the engine was asked (effective decoding, stored once per distinct value: most answers of a
+        # strategy share it) and the reasoning text, beside the answer
+        details, decodings = [], {}
+        for key, r in items:
+            if not (r.effective or r.reasoning):
+                continue
+            eid = None
+            if r.effective:
+                text = json.dumps(r.effective, sort_keys=True, default=str)
+                eid = hashlib.sha1(text.encode()).hexdigest()[:20]
+                decodings[eid] = text
+            details.append((key, eid, r.reasoning))
 
         def write() -> None:
             self.db.executemany("INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            if decodings:
+                self.db.executemany("INSERT OR IGNORE INTO effective_decodings VALUES(?, ?)", decodings.items())
             if details:
                 self.db.executemany("INSERT OR REPLACE INTO answer_details VALUES(?, ?, ?)", details)
 
@@ -404,8 +417,9 @@ class RunStore:
         if row is None:
             return None
         text, tl, fr, pt, ct, lat, ek, em, att = row
-        det = (self.db.execute("SELECT effective, reasoning FROM answer_details WHERE key = ?", (key,)).fetchone()
-               if self.has_table("answer_details") else None)
+        det = (self.db.execute("SELECT e.decoding, d.reasoning FROM answer_details d LEFT JOIN effective_decodings e "
+                               "ON e.id = d.effective WHERE d.key = ?", (key,)).fetchone()
+               if self.has_table("answer_details") and self.has_table("effective_decodings") else None)
         eff, reasoning = (json.loads(det[0]) if det and det[0] else None), (det[1] if det else None)
         return Response(
             text,

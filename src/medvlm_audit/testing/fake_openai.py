@@ -35,6 +35,10 @@ hostile or careless server might).
 key (``Authorization: Bearer KEY``, ``api-key: KEY`` or ``Basic`` with password KEY), like a real server
 given a wrong or missing key; its message repeats the credential it got (to test scrubbing).
 
+Its ``/v1/models`` entry says ``owned_by: vllm`` (``owned_by=None``: an engine that cannot be identified), so
+``server: auto`` sends it the whole decoding contract as to vLLM; ``reasoning_fn`` adds a thinking model's
+``reasoning_content`` to every answer.
+
 The server counts requests, answers and faults per prompt key, records the Authorization / api-key
 headers it saw, the peak number of requests in flight, and optionally every request body.
 """
@@ -231,7 +235,7 @@ class FakeOpenAIServer:
         record_bodies: bool = False,
         model_name: str = "fake-vlm",
         api_key: str | None = None,
-        owned_by: str | None = None,
+        owned_by: str | None = "vllm",
         reasoning_fn: Callable[[Mapping[str, Any]], str] | None = None,
     ) -> None:
         self.delay_s = delay_ms / 1000.0
@@ -248,7 +252,9 @@ class FakeOpenAIServer:
         self.answer_fn = answer_fn
         self.record_bodies = record_bodies
         self.model_name = model_name
-        #: ``owned_by`` of its ``/v1/models`` entry (e.g. "vllm", to be identified as that engine); None: absent
+        #: ``owned_by`` of its ``/v1/models`` entry: "vllm" by default (it takes every vLLM sampling field, so
+        #: ``server: auto`` identifies it as vLLM and sends the whole decoding contract); None: an engine that
+        #: cannot be identified
         self.owned_by = owned_by
         #: a thinking model: the text of ``message.reasoning_content`` beside each answer
         self.reasoning_fn = reasoning_fn
