@@ -161,8 +161,14 @@ def test_grounding_reports_no_first_token_confidence_for_a_thinking_model(tmp_pa
     assert think["confidence"].isna().all() and think["confidence_note"].str.contains("thinking model").all()
     assert plain["confidence"].notna().all() and plain["confidence_note"].isna().all()
     assert bodies and all("logprobs" not in b for b in bodies)  # not even asked of a thinking model
-    html = api.report(res.run_dir, B=50).read_text()
+    page = api.report(res.run_dir, B=50)
+    html = page.read_text()
     assert "Confidence of thinking models" in html and "thinker" in html
+    # every suite's report shows the decoding each model's engine was asked
+    assert "Decoding as run" in html
+    dec = pd.read_csv(page.parent / "effective_decoding.csv")
+    assert set(dec["model"]) == {"thinker", "plain"} and set(dec["server"]) == {"vllm"}
+    assert dec["not_pinned"].isna().all() and (dec["top_k"] == 0).all() and (dec["repetition_penalty"] == 1).all()
 
 
 def test_faithfulness_audits_the_reasoning_text_as_the_chain_of_thought(tmp_path: Path) -> None:

@@ -241,6 +241,42 @@ def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     }
 
 
+def decodings_as_run(store: RunStore) -> pd.DataFrame:
+    """Per model, each distinct decoding its engine was asked (the answers' stored effective decoding, in the
+    contract's field names) with the number of answers, and ``not_pinned``: the fields left to the server's
+    defaults or the model's generation config (empty when every field was sent). Empty for a run whose models
+    do not record one (in-process reference models) or that predates the record."""
+    import json
+
+    from medvlm_audit.models.flavours import CONTRACT_FIELDS
+
+    cols = ["model", "server", "answers", *CONTRACT_FIELDS, "not_pinned"]
+    if not (store.has_table("answer_details") and store.has_table("effective_decodings")):
+        return pd.DataFrame(columns=cols)
+    df = store.frame("SELECT q.model, e.decoding, COUNT(*) AS answers FROM answer_details d "
+                     "JOIN effective_decodings e ON e.id = d.effective JOIN requests q ON q.key = d.key "
+                     "GROUP BY 1, 2 ORDER BY 1, 2")
+    rows = []
+    for model, text, n in df.itertuples(index=False):
+        eff = json.loads(text)
+        row = {"model": model, "server": eff.get("server"), "answers": int(n)}
+        row.update({f: (", ".join(map(str, eff.get(f) or [])) if f == "stop" else eff.get(f))
+                    for f in CONTRACT_FIELDS})
+        row["not_pinned"] = ", ".join(f for f in CONTRACT_FIELDS if f != "seed" and eff.get(f) is None)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _decoding_section(decodings: pd.DataFrame) -> Any:
+    from medvlm_audit.report.html import table_to_html
+    from medvlm_audit.report.sections import Section
+
+    cap = ("What each model's engine was asked, read off the sent requests as that engine reads them (top_k 0 = "
+           "off), with the answers asked so. 'not_pinned' lists the fields left to the server's defaults or the "
+           "model's generation config (set the model's server: to pin them).")
+    return Section("Decoding as run", table_to_html(decodings.fillna("server default"), caption=cap))
+
+
 def designed_behaviours(store: RunStore) -> dict[str, str]:
     """model -> the behaviour its reference model was built to show (recorded by the runner from the model's
     ``designed`` attribute; empty for real models)."""
@@ -262,6 +298,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
                               "ORDER BY probe_set, case_id, condition")
         designed = designed_behaviours(store)
+        decodings = decodings_as_run(store)
     recorded = {k: v for k, v in (meta.get("config") or {}).items() if k not in SHARED_FIELDS}
     try:
         opts = suite.Options.model_validate(recorded)
@@ -270,6 +307,9 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     if designed:  # reference models: the report shows each one's designed behaviour beside the observed one
         report_options.setdefault("designed", designed)
     result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
+    if len(decodings) and not any(sec.title == "Decoding as run" for sec in result.sections):
+        result.sections.append(_decoding_section(decodings))  # a suite with its own (per strategy) keeps it
+        result.tables.setdefault("effective_decoding", decodings)
     title = f"{suite.title}: {meta.get('run_id', run_dir.name)}"
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=getattr(suite, "parquet_tables", False))
