@@ -281,3 +281,9 @@ def test_generation_config_comes_from_the_decoding_alone(causal_path, tmp_path):
     # the leak this guards against: with the folder's defaults merged, greedy output changes
     gc = leaky._generation_config(Decoding(max_new_tokens=12))
     assert gc.repetition_penalty == 1.0 and gc.top_k == 0 and gc.do_sample is False
+
+
+def test_a_folder_whose_generation_config_was_merged_before_gets_a_new_identity(causal_path, tmp_path):
+    qwen_like = _with_qwen_like_generation_config(causal_path, tmp_path / "qwen_like2")
+    assert "generation" not in HFModel(causal_path, device="cpu").identity()  # cache keys unchanged
+    assert HFModel(qwen_like, device="cpu").identity()["generation"] == "decoding-only"

@@ -238,6 +238,10 @@ class HFModel(LocalModel):
         # repetition_penalty 1.05) is kept for the record but never merged into generate (transformers fills
         # every field left None from model.generation_config); only the special token ids are taken from it
         self.folder_generation_config = gen.to_diff_dict() if gen is not None else {}
+        neutral = {"do_sample": False, "top_k": 50, "top_p": 1.0, "temperature": 1.0, "min_p": None,
+                   "repetition_penalty": 1.0, "typical_p": 1.0, "num_beams": 1, "no_repeat_ngram_size": 0}
+        self._folder_sampling = {k: v for k, v in self.folder_generation_config.items()
+                                 if k in neutral and v is not None and v != neutral[k]}
         if gen is not None:
             from transformers import GenerationConfig
 
@@ -263,6 +267,8 @@ class HFModel(LocalModel):
             "chat_template": hashlib.sha256(self._template_text.encode()).hexdigest()[:16],
             "dtype": self.dtype_name,
         }
+        if self._folder_sampling:  # earlier versions merged these folder defaults into generate: not the same answers
+            ident["generation"] = "decoding-only"
         if self.gguf_file and self.revision is None:  # a revision already pins the weights
             ident["gguf_file"] = self.gguf_file
         return ident
