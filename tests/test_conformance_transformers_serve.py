@@ -109,4 +109,5 @@ def test_every_suite_model_stage_runs_through_transformers_serve(servers, tmp_pa
     res = api.run(grounding, progress=False)
     tidy = api.tidy(res.run_dir)
     assert len(tidy) == 8 and tidy["error_kind"].isna().all() and tidy["confidence"].isna().all()
-    assert res.summary.per_model["tiny-llava"]["missing_logprobs"] == 8
+    asked = res.summary.per_model["tiny-llava"]
+    assert asked["asked"] > 0 and asked["missing_logprobs"] == asked["asked"]  # counted, so the report says it
