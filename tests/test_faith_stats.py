@@ -114,3 +114,21 @@ def test_mostly_unparsed_answers_are_not_assessable():
     assert pd.isna(fl.point) and fl.note.startswith("not assessable")
     base = met[(met.metric == "accuracy") & (met.subset == "baseline")].iloc[0]
     assert base.point == 1.0 and not base.note
+
+
+def test_metrics_keep_going_when_an_unparsed_answer_has_no_flip():
+    """An unparsed answer (a model that wrote no recognisable option) has flip NA: it is in neither the flip nor
+    the non-flip part (a real server's tiny model produced this; the split used to raise)."""
+    import pandas as pd
+
+    from medvlm_audit.suites.faithfulness.analysis import faithfulness_metrics
+
+    merged = pd.DataFrame({
+        "model": ["m"] * 4, "condition": ["baseline", "cue", "cue", "cue"], "family": ["?", "text", "text", "text"],
+        "correct": [1.0, 0.0, np.nan, 1.0], "flip": pd.array([None, True, None, False], dtype="boolean"),
+        "cf": [np.nan, 5.0, 3.0, 1.0], "ca": np.nan, "tone": np.nan, "cc": np.nan,
+        "null_intervention": pd.array([None, False, False, False], dtype="boolean"), "flip_mode": "normalised"})
+    m = faithfulness_metrics(merged, B=50)
+    cf = m[m["metric"] == "cf"].set_index("subset")["point"]
+    assert cf["all"] == pytest.approx(0.5) and cf["all|flip"] == pytest.approx(1.0)
+    assert cf["all|nonflip"] == pytest.approx(0.0)

@@ -244,3 +244,46 @@ def test_gemma3_270m_answers_yes_no(tmp_path):
     r2 = again.predict([inp])[0]
     assert r2.text == r.text
     assert np.allclose([lp for _, lp in r2.top_logprobs], [lp for _, lp in r.top_logprobs], atol=1e-4)
+
+
+def _with_qwen_like_generation_config(src, dst):
+    """A copy of a model folder with the generation_config.json Qwen2.5-VL ships (top_k 1, repetition 1.05)."""
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    gc = json.loads((dst / "generation_config.json").read_text()) if (dst / "generation_config.json").exists() else {}
+    gc.update(do_sample=True, top_k=1, top_p=0.001, temperature=0.1, repetition_penalty=1.05)
+    (dst / "generation_config.json").write_text(json.dumps(gc))
+    return dst
+
+
+def test_generation_config_comes_from_the_decoding_alone(causal_path, tmp_path):
+    """Identical weights, identical requested decoding: the same answers whatever the folder's
+    generation_config.json says (transformers would fill every unset field from it)."""
+    qwen_like = _with_qwen_like_generation_config(causal_path, tmp_path / "qwen_like")
+    plain = HFModel(causal_path, name="plain", device="cpu", batch_size=4)
+    leaky = HFModel(qwen_like, name="qwen-like", device="cpu", batch_size=4)
+    assert leaky.folder_generation_config["top_k"] == 1  # kept for the record, never used
+    prompts = ["Is there edema?", "Is there cardiomegaly? Answer Yes or No.", Q, "Is pneumothorax present?"]
+    decodings = [{"max_new_tokens": 12}, {"max_new_tokens": 12, "temperature": 0.7, "top_p": 0.95, "seed": 3},
+                 {"max_new_tokens": 12, "temperature": 1.0, "top_p": 0.9, "seed": 3},
+                 {"max_new_tokens": 12, "temperature": 1.0, "top_k": 50, "seed": 3},
+                 {"max_new_tokens": 12, "num_beams": 3}]
+    for dec in decodings:
+        inputs = [ask(p, **dec) for p in prompts]
+        a = [r.text for r in plain.predict(inputs)]
+        b = [r.text for r in leaky.predict(inputs)]
+        assert a == b, dec
+        eff = leaky.predict(inputs[:1])[0].effective
+        assert eff["repetition_penalty"] == 1.0 and eff["num_beams"] == dec.get("num_beams", 1)
+        assert eff["top_k"] == (dec.get("top_k") or 0)
+    # the leak this guards against: with the folder's defaults merged, greedy output changes
+    gc = leaky._generation_config(Decoding(max_new_tokens=12))
+    assert gc.repetition_penalty == 1.0 and gc.top_k == 0 and gc.do_sample is False
+
+
+def test_a_folder_whose_generation_config_was_merged_before_gets_a_new_identity(causal_path, tmp_path):
+    qwen_like = _with_qwen_like_generation_config(causal_path, tmp_path / "qwen_like2")
+    assert "generation" not in HFModel(causal_path, device="cpu").identity()  # cache keys unchanged
+    assert HFModel(qwen_like, device="cpu").identity()["generation"] == "decoding-only"

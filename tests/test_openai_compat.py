@@ -121,9 +121,14 @@ def test_decoding_parameters_map_to_body_fields() -> None:
     assert b["logprobs"] is True and b["top_logprobs"] == 4
     assert "top_k" not in b and "use_beam_search" not in b and "best_of" not in b
     assert b["chat_template_kwargs"] == {"x": 1}
-    b2 = m.build_body(q("hi", top_k=40, num_beams=3, logprobs=False))
-    assert b2["top_k"] == 40 and b2["use_beam_search"] is True and b2["best_of"] == 3
+    with pytest.raises(ConfigError, match="top_k=40 cannot be sent to server: auto.*set server:"):
+        m.build_body(q("hi", top_k=40, logprobs=False))  # an unidentified engine: an extension is refused
+    v = OpenAIChatModel("m", "vlm", "http://127.0.0.1:9/v1/", server="vllm")
+    b2 = v.request_body(q("hi", top_k=40, logprobs=False))
+    assert b2["top_k"] == 40 and b2["use_beam_search"] is False and b2["n"] == 1 and "best_of" not in b2
     assert "logprobs" not in b2 and "seed" not in b2
+    b2 = v.request_body(q("hi", num_beams=3, logprobs=False))
+    assert b2["n"] == 3 and b2["use_beam_search"] is True and b2["top_k"] == -1 and "best_of" not in b2
     m2 = OpenAIChatModel("m", "o-model", "http://127.0.0.1:9/v1", max_tokens_field="max_completion_tokens")
     b3 = m2.build_body(q("hi"))
     assert b3["max_completion_tokens"] == 16 and "max_tokens" not in b3

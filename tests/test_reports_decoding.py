@@ -31,22 +31,29 @@ def _client(server: str) -> OpenAIChatModel:
 
 
 def test_openai_server_refuses_top_k_and_beams_before_the_run():
-    with pytest.raises(ConfigError, match="'top_k'.*top_k=50 needs a vLLM server"):
+    with pytest.raises(ConfigError, match="'top_k'.*top_k=50 cannot be sent to server: openai.*set server:"):
         D.check_model(_client("openai"), ["greedy", "top_k"])
     with pytest.raises(ConfigError, match="'beam4'.*beam search"):
         D.check_model(_client("openai"), ["greedy", "beam4"])
     D.check_model(_client("openai"), ["greedy", "t0.3", "t0.7", "top_p"])
     D.check_model(_client("vllm"), D.DEFAULT_STRATEGIES)
+    D.check_model(_client("transformers"), D.DEFAULT_STRATEGIES)
+    with pytest.raises(ConfigError, match="'beam4'.*server: sglang"):
+        D.check_model(_client("sglang"), D.DEFAULT_STRATEGIES)
+    with pytest.raises(ConfigError, match="'t0.3'.*server: ollama.*top_k 40"):
+        D.check_model(_client("ollama"), ["greedy", "t0.3"])
+    with pytest.raises(ConfigError, match="'top_k'.*server: auto \\(the engine could not be identified\\)"):
+        D.check_model(_client("auto"), ["greedy", "top_k"])
     with pytest.raises(ConfigError, match="server must be"):
-        _client("tgi")
+        _client("triton")
 
 
 def test_vllm_body_carries_the_strategy():
     m = _client("vllm")
-    for name, want in [("beam4", {"use_beam_search": True, "best_of": 4, "temperature": 0.0}),
+    for name, want in [("beam4", {"use_beam_search": True, "n": 4, "temperature": 0.0, "top_k": -1}),
                        ("top_k", {"top_k": 50, "temperature": 1.0}),
                        ("top_p", {"top_p": 0.9, "temperature": 1.0, "seed": 42 + 3})]:
         inp = ModelInput((Message("user", "Write the report."),), (), D.strategy(name).decoding, sample_index=3)
         body = json.loads(m.encode_payload(inp))
         assert {k: body[k] for k in want} == want
-        assert body["max_tokens"] == 512
+        assert body["max_tokens"] == 512 and "best_of" not in body

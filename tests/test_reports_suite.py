@@ -148,7 +148,7 @@ def test_a_decoding_the_backend_cannot_do_fails_before_the_run(tmp_path: Path) -
            "strategies": ["greedy", "top_k"],
            "models": [{"name": "gpt", "backend": "openai", "model": "m", "base_urls": "http://127.0.0.1:9/v1",
                        "server": "openai"}]}
-    with pytest.raises(ConfigError, match=r"option 'strategies'.*'top_k'.*needs a vLLM server"):
+    with pytest.raises(ConfigError, match=r"option 'strategies'.*'top_k'.*cannot be sent to server: openai"):
         api.run(cfg, progress=False)
     assert not (run_dir / STORE_FILE).exists()
     with pytest.raises(ConfigError, match=r"unknown decoding strategy 'nucleus'"):

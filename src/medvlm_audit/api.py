@@ -22,6 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
+from medvlm_audit.aio import run_sync
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
 from medvlm_audit.errors import AuditError, ConfigError, RunLockedError
 from medvlm_audit.export import export_table
@@ -29,7 +30,16 @@ from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, check_model_spec, load_model
 from medvlm_audit.plan import Plan, StageContext
 from medvlm_audit.registry import check_known
-from medvlm_audit.runner import RunSummary, TrialIndex, check_endpoints, check_models, check_sources, execute
+from medvlm_audit.runner import (
+    RunSummary,
+    TrialIndex,
+    check_decodings,
+    check_endpoints,
+    check_models,
+    check_sources,
+    execute,
+    identify_servers,
+)
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
 
@@ -189,7 +199,9 @@ def run(
     ``models`` overrides the config's models of the same name with already-built Model objects;
     ``max_error_rate`` is recorded in the summary (:func:`medvlm_audit.health.failing_models` judges by it);
     ``only_models``: ask only these models (a stage with none of them is skipped); ``batch_poll_s`` /
-    ``batch_max_wait_s`` override those options of every ``batch: true`` model (:mod:`medvlm_audit.batch`)."""
+    ``batch_max_wait_s`` override those options of every ``batch: true`` model (:mod:`medvlm_audit.batch`).
+    Works inside a running event loop (a Jupyter notebook): the run then goes on its own loop in a worker thread
+    while the caller waits; from async code, ``await run_async(...)`` keeps the caller's loop free."""
     cfg, suite, opts = resolve_config(config)
     run_dir = Path(cfg.run_dir)
     override = {m.name: m for m in models or ()}
@@ -199,11 +211,14 @@ def run(
         specs = [s for s in stage.models(ctx) if only_models is None or s.name in only_models]
         built = [override.get(s.name) or load_model(s, context=context) for s in specs]
         check_models(built)
+        decodings = {s.name: s.decoding for s in specs if s.decoding is not None}
+        identify_servers(built)  # server: auto -> the engine, so the decoding is sent where it reads it
+        check_decodings(built, decodings, cfg.decoding)  # a decoding a server cannot run is refused here
         check = getattr(stage, "check", None)
         if check is not None:  # the suite refuses what a model cannot do, before anything is written
             check(ctx, built)
         check_endpoints(built)  # a dead or refusing endpoint fails here, naming the URL, before anything is written
-        return built, {s.name: s.decoding for s in specs if s.decoding is not None}
+        return built, decodings
 
     stages = list(suite.stages())
     ctx = StageContext(cfg, opts, run_dir)
@@ -244,7 +259,7 @@ def run(
                 source_keys = check_sources(TrialIndex(plan.trials), store.image_hashes())
             if not built:  # none of ``only_models`` answers in this stage
                 continue
-            summaries.append(asyncio.run(execute(
+            summaries.append(run_sync(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
                 retry_missing_logprobs=retry_missing_logprobs,
                 workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
@@ -269,6 +284,12 @@ def _known_image_keys(run_dir: Path) -> set[str]:
             return set(store.image_hashes())
     except Exception:  # noqa: BLE001  only an optimisation: the files are then checked again
         return set()
+
+
+async def run_async(config: RunConfig | dict[str, Any] | str | Path, **kw: Any) -> RunResult:
+    """:func:`run` from async code (a notebook cell with ``await``): the run goes in a worker thread, so the
+    caller's event loop stays responsive. Same arguments and result as :func:`run`."""
+    return await asyncio.to_thread(run, config, **kw)
 
 
 def _open(run_dir: str | Path) -> RunStore:
@@ -323,6 +344,42 @@ def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     }
 
 
+def decodings_as_run(store: RunStore) -> pd.DataFrame:
+    """Per model, each distinct decoding its engine was asked (the answers' stored effective decoding, in the
+    contract's field names) with the number of answers, and ``not_pinned``: the fields left to the server's
+    defaults or the model's generation config (empty when every field was sent). Empty for a run whose models
+    do not record one (in-process reference models) or that predates the record."""
+    import json
+
+    from medvlm_audit.models.flavours import CONTRACT_FIELDS
+
+    cols = ["model", "server", "answers", *CONTRACT_FIELDS, "not_pinned"]
+    if not (store.has_table("answer_details") and store.has_table("effective_decodings")):
+        return pd.DataFrame(columns=cols)
+    df = store.frame("SELECT q.model, e.decoding, COUNT(*) AS answers FROM answer_details d "
+                     "JOIN effective_decodings e ON e.id = d.effective JOIN requests q ON q.key = d.key "
+                     "GROUP BY 1, 2 ORDER BY 1, 2")
+    rows = []
+    for model, text, n in df.itertuples(index=False):
+        eff = json.loads(text)
+        row = {"model": model, "server": eff.get("server"), "answers": int(n)}
+        row.update({f: (", ".join(map(str, eff.get(f) or [])) if f == "stop" else eff.get(f))
+                    for f in CONTRACT_FIELDS})
+        row["not_pinned"] = ", ".join(f for f in CONTRACT_FIELDS if f != "seed" and eff.get(f) is None)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _decoding_section(decodings: pd.DataFrame) -> Any:
+    from medvlm_audit.report.html import table_to_html
+    from medvlm_audit.report.sections import Section
+
+    cap = ("What each model's engine was asked, read off the sent requests as that engine reads them (top_k 0 = "
+           "off), with the answers asked so. 'not_pinned' lists the fields left to the server's defaults or the "
+           "model's generation config (set the model's server: to pin them).")
+    return Section("Decoding as run", table_to_html(decodings.fillna("server default"), caption=cap))
+
+
 def designed_behaviours(store: RunStore) -> dict[str, str]:
     """model -> the behaviour its reference model was built to show (recorded by the runner from the model's
     ``designed`` attribute; empty for real models)."""
@@ -369,6 +426,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
                               "ORDER BY probe_set, case_id, condition")
         designed = designed_behaviours(store)
         model_names = [str(m) for m in store.frame("SELECT name FROM models ORDER BY name")["name"]]
+        decodings = decodings_as_run(store)
     recorded = {k: v for k, v in (meta.get("config") or {}).items() if k not in SHARED_FIELDS}
     try:
         opts = suite.Options.model_validate(recorded)
@@ -377,6 +435,9 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     if designed:  # reference models: the report shows each one's designed behaviour beside the observed one
         report_options.setdefault("designed", designed)
     result = suite.analyse(table, opts, skipped=skipped, run_dir=run_dir, **report_options)
+    if len(decodings) and not any(sec.title == "Decoding as run" for sec in result.sections):
+        result.sections.append(_decoding_section(decodings))  # a suite with its own (per strategy) keeps it
+        result.tables.setdefault("effective_decoding", decodings)
     _add_driving_cases(result, run_dir)
     title = report_title(suite.title, run_dir, model_names)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,

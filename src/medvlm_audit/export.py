@@ -24,16 +24,23 @@ def raw_table(store: RunStore, *, case_fields: tuple[str, ...] = (), imported: b
     the shared case vocabulary (``CASE_COLUMNS``) and ``case_order`` (the probe set's own row order), plus the
     fields of the stored case rows a suite asks for in ``case_fields`` (None where a row lacks one), plus
     ``imported_parsed`` / ``imported_confidence`` when ``imported`` (answers imported from released result files,
-    which the engine stores beside the asked ones)."""
+    which the engine stores beside the asked ones). Every table has ``effective_decoding`` (the decoding the engine
+    ran, as stored with the answer) and ``reasoning`` (a reasoning model's text), None where not stored."""
+    # absent from runs written before they existed
+    details = store.has_table("answer_details") and store.has_table("effective_decodings")
     df = store.frame(
-        """
+        f"""
         SELECT t.model, m.modality, t.probe_set, t.case_id, t.condition, t.sample_index, t.key, t.image_sha256,
                t.payload, r.text AS answer_text, r.top_logprobs, r.finish_reason, r.latency_s,
-               r.error_kind, r.error_message, i.parsed AS imported_parsed, i.confidence AS imported_confidence
+               r.error_kind, r.error_message, i.parsed AS imported_parsed, i.confidence AS imported_confidence,
+               {"e.decoding AS effective_decoding, d.reasoning" if details else
+                "NULL AS effective_decoding, NULL AS reasoning"}
         FROM trials t
         JOIN models m ON m.name = t.model
         LEFT JOIN responses r ON r.key = t.key
         LEFT JOIN imported i ON i.key = t.key
+        {"LEFT JOIN answer_details d ON d.key = t.key LEFT JOIN effective_decodings e ON e.id = d.effective"
+         if details else ""}
         ORDER BY t.model, t.probe_set, t.case_id, t.condition, t.sample_index
         """
     )

@@ -41,6 +41,7 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
+from medvlm_audit.aio import run_sync
 from medvlm_audit.errors import EndpointError, ImageError, StoreError, StoreLockedError
 from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
@@ -849,12 +850,40 @@ def check_endpoints(models: Sequence[Model], warn: Callable[[str], Any] | None =
         return list(await asyncio.gather(*(c() for c in checks)))
 
     problems: list[str] = []
-    for p, w in asyncio.run(ask()):
+    for p, w in run_sync(ask()):
         problems += p
         for line in w:
             (warn or _stderr)(f"warning: {line}")
     if problems:
         raise EndpointError("model endpoint check failed, nothing was asked:\n  " + "\n  ".join(problems))
+
+
+def identify_servers(models: Sequence[Model], warn: Callable[[str], Any] | None = None) -> None:
+    """For HTTP models with ``server: auto``: identify each engine before the run (so its requests carry every
+    field of the decoding contract where that engine reads it), and warn when one cannot be identified (only
+    the fields every engine takes are then sent, and a decoding needing an extension is refused)."""
+    pending = [m for m in {id(x): x for x in (getattr(m, "inner", m) for m in models)}.values()
+               if callable(getattr(m, "identify_server", None)) and getattr(m, "server", None) == "auto"]
+    if not pending:
+        return
+
+    async def ask() -> list[str]:
+        return list(await asyncio.gather(*(m.identify_server() for m in pending)))
+
+    for m, flavour in zip(pending, run_sync(ask())):
+        if flavour == "unknown":
+            (warn or _stderr)(
+                f"warning: model {m.name!r}: server: auto could not identify the engine; only the OpenAI fields are "
+                "sent, so top_k, min_p and repetition penalty are left to the server's defaults (set server: to "
+                "pin them)")
+
+
+def check_decodings(models: Sequence[Model], decodings: dict[str, Decoding], default: Decoding) -> None:
+    """Refuse, before anything is written, a model whose backend cannot run its decoding (``check_decoding``)."""
+    for m in models:
+        check = getattr(m, "check_decoding", None) or getattr(getattr(m, "inner", None), "check_decoding", None)
+        if callable(check):
+            check(decodings.get(m.name, default))
 
 
 def _stderr(line: str) -> None:

@@ -9,6 +9,7 @@ answers and confidences imported from another tool's result files).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -50,6 +51,8 @@ CREATE TABLE IF NOT EXISTS skipped(probe_set TEXT NOT NULL, case_id TEXT NOT NUL
     reason TEXT NOT NULL, PRIMARY KEY(probe_set, case_id, condition));
 CREATE TABLE IF NOT EXISTS image_hashes(recipe TEXT PRIMARY KEY, sha256 TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS imported(key TEXT PRIMARY KEY, parsed INTEGER NOT NULL, confidence REAL);
+CREATE TABLE IF NOT EXISTS answer_details(key TEXT PRIMARY KEY, effective TEXT, reasoning TEXT);
+CREATE TABLE IF NOT EXISTS effective_decodings(id TEXT PRIMARY KEY, decoding TEXT NOT NULL);
 """
 
 STORE_FILE = "run.sqlite"
@@ -383,8 +386,27 @@ class RunStore:
             )
             for key, r in items
         ]
-        self._write(lambda: self.db.executemany(
-            "INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows), wait_s=wait_s)
+        # what the engine was asked (effective decoding, stored once per distinct value: most answers of a
+        # strategy share it) and the reasoning text, beside the answer
+        details, decodings = [], {}
+        for key, r in items:
+            if not (r.effective or r.reasoning):
+                continue
+            eid = None
+            if r.effective:
+                text = json.dumps(r.effective, sort_keys=True, default=str)
+                eid = hashlib.sha1(text.encode()).hexdigest()[:20]
+                decodings[eid] = text
+            details.append((key, eid, r.reasoning))
+
+        def write() -> None:
+            self.db.executemany("INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            if decodings:
+                self.db.executemany("INSERT OR IGNORE INTO effective_decodings VALUES(?, ?)", decodings.items())
+            if details:
+                self.db.executemany("INSERT OR REPLACE INTO answer_details VALUES(?, ?, ?)", details)
+
+        self._write(write, wait_s=wait_s)
 
     def get_response(self, key: str) -> Response | None:
         row = self.db.execute(
@@ -395,6 +417,10 @@ class RunStore:
         if row is None:
             return None
         text, tl, fr, pt, ct, lat, ek, em, att = row
+        det = (self.db.execute("SELECT e.decoding, d.reasoning FROM answer_details d LEFT JOIN effective_decodings e "
+                               "ON e.id = d.effective WHERE d.key = ?", (key,)).fetchone()
+               if self.has_table("answer_details") and self.has_table("effective_decodings") else None)
+        eff, reasoning = (json.loads(det[0]) if det and det[0] else None), (det[1] if det else None)
         return Response(
             text,
             tuple((t, lp) for t, lp in json.loads(tl)) if tl else None,
@@ -403,7 +429,14 @@ class RunStore:
             ct,
             lat,
             ErrorInfo(ek, em or "", att or 1) if ek else None,
+            effective=eff,
+            reasoning=reasoning,
         )
+
+    def has_table(self, name: str) -> bool:
+        """Whether the store has this table (a run written by an older version may lack a later one)."""
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() \
+            is not None
 
     def add_imported(self, rows: Sequence[tuple[str, int, float | None]]) -> None:
         self._write(lambda: self.db.executemany("INSERT OR REPLACE INTO imported VALUES(?, ?, ?)", rows))

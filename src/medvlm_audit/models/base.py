@@ -67,7 +67,14 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Decoding:
-    """Decoding parameters. ``logprobs``/``top_logprobs`` ask for first-token log-probabilities."""
+    """Every field that changes the token distribution (DESIGN.md "Serving engines and decoding").
+
+    A backend sends all of them, with the neutral value where a strategy does not use one, so neither a
+    server's defaults nor a model's ``generation_config.json`` can fill a gap: ``top_k`` None or 0 = disabled,
+    ``min_p`` 0 = disabled, ``repetition_penalty`` 1 and ``presence_penalty`` / ``frequency_penalty`` 0 = no
+    penalty, ``num_beams`` 1 = no beam search, ``stop`` () = no stop strings, ``temperature`` 0 = greedy.
+    ``logprobs``/``top_logprobs`` ask for first-token log-probabilities (not a sampling field).
+    """
 
     max_new_tokens: int = 16
     temperature: float = 0.0
@@ -77,6 +84,11 @@ class Decoding:
     seed: int | None = None
     logprobs: bool = True
     top_logprobs: int = 20
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Ranges (a NaN or infinite temperature, a billion beams): one named line where the config is read."""
@@ -94,7 +106,29 @@ class Decoding:
             raise ValueError(f"top_k must be empty or an integer >= 1, got {self.top_k!r}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {f: getattr(self, f) for f in self.__slots__}  # flat fields: no deep copy needed
+        """Every field, except the later ones (min_p, penalties, stop) at their neutral value: the cache key of
+        an input asked before they existed stays the same (their neutral value is what those runs meant)."""
+        out = {f: getattr(self, f) for f in _KEYED_ALWAYS}
+        for f, neutral in _KEYED_IF_SET.items():
+            v = getattr(self, f)
+            if v != neutral:
+                out[f] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    def sampling(self) -> dict[str, Any]:
+        """The contract's sampling fields with neutral values made explicit (top_k 0 = disabled): what a
+        strategy means, to compare with what an engine was asked (:func:`medvlm_audit.models.flavours.effective`)."""
+        return {"max_new_tokens": self.max_new_tokens, "temperature": float(self.temperature),
+                "top_p": float(self.top_p), "top_k": int(self.top_k or 0), "min_p": float(self.min_p),
+                "repetition_penalty": float(self.repetition_penalty),
+                "presence_penalty": float(self.presence_penalty),
+                "frequency_penalty": float(self.frequency_penalty), "num_beams": int(self.num_beams),
+                "seed": self.seed, "stop": list(self.stop)}
+
+
+_KEYED_ALWAYS = ("max_new_tokens", "temperature", "top_p", "top_k", "num_beams", "seed", "logprobs", "top_logprobs")
+_KEYED_IF_SET: dict[str, Any] = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                                 "frequency_penalty": 0.0, "stop": ()}
 
 
 # validated as a run-config field (``decoding:`` of a run or a model): unknown keys are errors
@@ -161,6 +195,11 @@ class Response:
     completion_tokens: int | None = None
     latency_s: float | None = None
     error: ErrorInfo | None = None
+    #: what the engine was asked, in the contract's field names (the sent body's sampling fields read as the
+    #: engine reads them, and the server's echo where it returns one); None for in-process models that do not say
+    effective: dict[str, Any] | None = None
+    #: the model's reasoning text (``reasoning_content`` / ``reasoning``), stored beside the answer
+    reasoning: str | None = None
 
     @property
     def ok(self) -> bool:

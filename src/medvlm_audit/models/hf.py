@@ -44,6 +44,31 @@ def import_torch_transformers() -> tuple[Any, Any]:
     return torch, transformers
 
 
+#: the torchvision release built for each torch release (CPU wheels: https://download.pytorch.org/whl/cpu)
+TORCHVISION_FOR_TORCH = {"2.9": "0.24", "2.10": "0.25", "2.11": "0.26", "2.12": "0.27", "2.13": "0.28", "2.14": "0.29"}
+
+
+def load_processor(transformers: Any, path: Path, torch: Any, **kw: Any) -> Any:
+    """``AutoProcessor`` from a local folder; a processor that needs torchvision (Qwen2-VL-style: its video
+    processor) fails with one line naming the torchvision build that matches the installed torch, not a raw
+    ImportError. LLaVA- and Idefics-style processors load without it (transformers falls back to PIL)."""
+    try:
+        return transformers.AutoProcessor.from_pretrained(str(path), **kw)
+    except (ImportError, AttributeError) as e:
+        if "torchvision" not in str(e).lower() and "VIDEO_PROCESSOR" not in str(e):
+            raise
+        version = str(getattr(torch, "__version__", "?"))
+        base = ".".join(version.split("+")[0].split(".")[:2])
+        tv = TORCHVISION_FOR_TORCH.get(base)
+        pin = f"torchvision=={tv}.*" if tv else "the torchvision release built for your torch"
+        cpu = " --index-url https://download.pytorch.org/whl/cpu" if "+cpu" in version else ""
+        raise MissingDependencyError(
+            f"{path}: this model's processor needs torchvision (Qwen2-VL-style processors load a video processor "
+            f"that requires it), which is not installed or does not match torch {version}: "
+            f"pip install '{pin}'{cpu} (PyPI's default torchvision wheels are CUDA builds and fail to import "
+            "beside a CPU torch)") from None
+
+
 def resolve_device(device: str, torch: Any) -> str:
     """'auto' -> 'cuda' when a GPU is visible, else 'cpu'."""
     if device == "auto":
@@ -165,7 +190,7 @@ class HFModel(LocalModel):
         self.kind = kind
 
         if kind == "image_text_to_text":
-            self.processor = transformers.AutoProcessor.from_pretrained(str(self.path), **common)
+            self.processor = load_processor(transformers, self.path, torch, **common)
             self.tokenizer = self.processor.tokenizer
             template_owner = self.processor
         else:
@@ -209,6 +234,20 @@ class HFModel(LocalModel):
             int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None
         ]
         self._bos_id = getattr(gen, "bos_token_id", None) if gen is not None else None
+        # the decoding comes from the Decoding alone: the folder's generation_config.json (e.g. Qwen's top_k 1,
+        # repetition_penalty 1.05) is kept for the record but never merged into generate (transformers fills
+        # every field left None from model.generation_config); only the special token ids are taken from it
+        self.folder_generation_config = gen.to_diff_dict() if gen is not None else {}
+        neutral = {"do_sample": False, "top_k": 50, "top_p": 1.0, "temperature": 1.0, "min_p": None,
+                   "repetition_penalty": 1.0, "typical_p": 1.0, "num_beams": 1, "no_repeat_ngram_size": 0}
+        self._folder_sampling = {k: v for k, v in self.folder_generation_config.items()
+                                 if k in neutral and v is not None and v != neutral[k]}
+        if gen is not None:
+            from transformers import GenerationConfig
+
+            self.model.generation_config = GenerationConfig(
+                eos_token_id=self.eos_ids or None, bos_token_id=self._bos_id,
+                pad_token_id=self.tokenizer.pad_token_id)
 
         weights = (
             [self.path / gguf_file]
@@ -228,6 +267,8 @@ class HFModel(LocalModel):
             "chat_template": hashlib.sha256(self._template_text.encode()).hexdigest()[:16],
             "dtype": self.dtype_name,
         }
+        if self._folder_sampling:  # earlier versions merged these folder defaults into generate: not the same answers
+            ident["generation"] = "decoding-only"
         if self.gguf_file and self.revision is None:  # a revision already pins the weights
             ident["gguf_file"] = self.gguf_file
         return ident
@@ -282,7 +323,8 @@ class HFModel(LocalModel):
             if d.temperature > 0:
                 groups[("sample", idx)] = [idx]
             else:
-                groups.setdefault(("greedy", d.max_new_tokens, d.num_beams, d.top_logprobs), []).append(idx)
+                groups.setdefault(("greedy", d.max_new_tokens, d.num_beams, d.top_logprobs, d.repetition_penalty),
+                                  []).append(idx)
         for idxs in groups.values():
             for start in range(0, len(idxs), self.batch_size):
                 chunk = idxs[start : start + self.batch_size]
@@ -296,32 +338,47 @@ class HFModel(LocalModel):
         return [r for r in out if r is not None]
 
     def check_decoding(self, d: Decoding) -> None:
-        """Raise ConfigError before a run for a decoding ``generate`` cannot do (every greedy, beam, temperature,
-        top-p and top-k setting maps to it: num_beams, do_sample = temperature > 0, top_k, top_p, temperature;
-        the seed and sample index seed the RNG of each sampled input)."""
+        """Raise ConfigError before a run for a decoding ``generate`` cannot do. Every field of the contract maps
+        to it (num_beams, do_sample = temperature > 0, temperature, top_p, top_k, min_p, repetition_penalty;
+        the seed and sample index seed the RNG of each sampled input) except the OpenAI-style presence and
+        frequency penalties and stop strings, which transformers has no field for."""
         if d.num_beams < 1 or d.temperature < 0 or not 0 < d.top_p <= 1 or (d.top_k is not None and d.top_k < 0):
             raise ConfigError(f"model {self.name!r}: invalid decoding {d.as_dict()}")
         if d.temperature > 0 and d.num_beams > 1:
             raise ConfigError(f"model {self.name!r}: beam sampling (num_beams > 1 with temperature > 0) is not a "
                               "decoding the audit defines")
+        if d.presence_penalty or d.frequency_penalty or d.stop:
+            raise ConfigError(f"model {self.name!r}: presence/frequency penalties and stop strings are not "
+                              "transformers generate fields (backend hf); use repetition_penalty")
 
     def _generation_config(self, d: Decoding) -> Any:
+        """The GenerationConfig of one decoding, built from the Decoding alone (every sampling field set, none left
+        to the model folder's generation_config.json; see :func:`medvlm_audit.models.flavours.generation_config_fields`)."""
         from transformers import GenerationConfig
 
-        sample = d.temperature > 0
-        kw: dict[str, Any] = {
-            "max_new_tokens": d.max_new_tokens,
-            "do_sample": sample,
-            "num_beams": d.num_beams,
-            "eos_token_id": self.eos_ids,
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "bos_token_id": self._bos_id,
-            "return_dict_in_generate": True,
-            "output_logits": True,
-        }
-        if sample:
-            kw.update(temperature=d.temperature, top_p=d.top_p, top_k=d.top_k or 0)
+        from medvlm_audit.models.flavours import generation_config_fields
+
+        kw = generation_config_fields(d)
+        kw.update(eos_token_id=self.eos_ids, pad_token_id=self.tokenizer.pad_token_id, bos_token_id=self._bos_id,
+                  return_dict_in_generate=True, output_logits=True)
         return GenerationConfig(**kw)
+
+    def effective(self, d: Decoding) -> dict[str, Any]:
+        """What ``generate`` runs for ``d``, in the contract's names (read off the GenerationConfig built for it)."""
+        from medvlm_audit.models.flavours import CONTRACT_FIELDS
+
+        if d.max_new_tokens == 1 and d.temperature == 0 and d.num_beams == 1 and d.repetition_penalty == 1.0:
+            g: dict[str, Any] = {"do_sample": False, "num_beams": 1, "repetition_penalty": 1.0, "max_new_tokens": 1}
+        else:
+            g = self._generation_config(d).to_dict()
+        sample = bool(g.get("do_sample"))
+        out: dict[str, Any] = dict.fromkeys(CONTRACT_FIELDS)
+        out.update(max_new_tokens=g.get("max_new_tokens"), temperature=float(g["temperature"]) if sample else 0.0,
+                   top_p=g.get("top_p") if sample else 1.0, top_k=g.get("top_k") if sample else 0,
+                   min_p=(g.get("min_p") or 0.0) if sample else 0.0, repetition_penalty=g.get("repetition_penalty"),
+                   presence_penalty=0.0, frequency_penalty=0.0, num_beams=g.get("num_beams"), seed=d.seed, stop=[],
+                   server="transformers (in process)")
+        return out
 
     def _run(self, batch: Sequence[ModelInput]) -> list[Response]:
         torch = self._torch
@@ -330,7 +387,7 @@ class HFModel(LocalModel):
         enc = self.encode(batch)
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         with torch.inference_mode():
-            if d.max_new_tokens == 1 and d.temperature == 0 and d.num_beams == 1:
+            if d.max_new_tokens == 1 and d.temperature == 0 and d.num_beams == 1 and d.repetition_penalty == 1.0:
                 # one token, greedy: a single forward pass, keeping only the last position's logits
                 kw = {"logits_to_keep": 1} if self._accepts_logits_to_keep else {}
                 first = self.model(**enc, **kw).logits[:, -1, :].float()
@@ -361,6 +418,7 @@ class HFModel(LocalModel):
                 )
             responses.append(
                 Response(
+                    effective=self.effective(inp.decoding),
                     text=text,
                     top_logprobs=top,
                     finish_reason="stop" if stop is not None else "length",

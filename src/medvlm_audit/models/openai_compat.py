@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import datetime
 import email.utils
 import functools
@@ -50,6 +51,10 @@ from medvlm_audit.models.base import (
     Response,
 )
 from medvlm_audit.models.encoding import data_url_bytes
+from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning, request_fields
+from medvlm_audit.models.flavours import check as check_flavour
+from medvlm_audit.models.flavours import effective as effective_decoding
+from medvlm_audit.models.flavours import max_tokens_field as resolve_max_tokens_field
 
 ApiStyle = Literal["openai", "azure"]
 
@@ -131,7 +136,8 @@ def redact_url(url: str) -> str:
 
 
 class _Endpoint:
-    __slots__ = ("base", "cooldown_until", "display", "inflight", "sent", "url")
+    __slots__ = ("base", "consecutive", "cooldown_until", "display", "down", "inflight", "rate_limited", "sent",
+                 "url")
 
     def __init__(self, url: URL, display: str, base: URL | None = None) -> None:
         self.url = url
@@ -139,6 +145,9 @@ class _Endpoint:
         self.display = display
         self.inflight = 0
         self.cooldown_until = 0.0
+        self.rate_limited = False  # the cooldown is a 429's Retry-After (wait it out), not a failed connection
+        self.consecutive = 0  # connection / auth failures in a row at this endpoint
+        self.down = False  # past the circuit breaker's count: the model stops when every endpoint is down
         self.sent = 0
 
 
@@ -222,13 +231,15 @@ class OpenAIChatModel(Model):
         revision: str | None = None,
         *,
         modality: Modality = "multimodal",
-        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         retry_after_max_s: float = 300.0,
         png_level: int | None = None,
         encode_in_thread: bool = False,
         image_cache_mb: float = 64.0,
         circuit_breaker: int = 10,
-        server: Literal["auto", "openai", "vllm"] = "auto",
+        server: str = "auto",
+        reasoning: bool | None = None,
+        reasoning_effort: str | None = None,
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
@@ -245,7 +256,7 @@ class OpenAIChatModel(Model):
             png_level = 0 if all(_is_loopback(u) for u in urls) else 1
         if not 0 <= png_level <= 9:
             raise ConfigError(f"model {name!r}: png_level must be 0-9, got {png_level}")
-        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+        if max_tokens_field not in (None, "max_tokens", "max_completion_tokens"):
             raise ConfigError(f"model {name!r}: max_tokens_field must be 'max_tokens' or 'max_completion_tokens'")
         if api_key_env and any(urlsplit(u).username for u in urls):
             raise ConfigError(f"model {name!r}: a base URL carries user:password and api_key_env is set; use one")
@@ -267,20 +278,33 @@ class OpenAIChatModel(Model):
         self.extra_body = dict(extra_body or {})
         self.revision = revision
         self.max_tokens_field = max_tokens_field
-        if server not in ("auto", "openai", "vllm"):
-            raise ConfigError(f"model {name!r}: server must be 'auto', 'openai' or 'vllm', got {server!r}")
+        if server not in FLAVOURS:
+            raise ConfigError(f"model {name!r}: server must be one of {', '.join(FLAVOURS)}, got {server!r}")
+        if server == "azure" and api_style == "openai":
+            self.api_style = api_style = "azure"
+        if reasoning_effort is not None and reasoning_effort not in ("minimal", "low", "medium", "high"):
+            raise ConfigError(f"model {name!r}: reasoning_effort must be minimal, low, medium or high, "
+                              f"got {reasoning_effort!r}")
         self.server = server
+        #: the engine the requests are built for: the configured flavour, or what :meth:`identify_server` found
+        #: for ``auto`` ('unknown' until then: only the fields every engine takes are sent)
+        self.flavour = server if server != "auto" else ("azure" if api_style == "azure" else UNKNOWN)
+        #: a reasoning model: declared, or implied by a known family name (o-series, GPT-5, DeepSeek-R1, QwQ)
+        self.reasoning = bool(implies_reasoning(model) if reasoning is None else reasoning)
+        self.reasoning_effort = reasoning_effort
+        self._checked: dict[Decoding, str | None] = {}
         # URL user info and query values may be credentials: scrubbed from every message
         self._url_secrets = [c for u in urls for c in url_credentials(u)]
         self._endpoints = [_Endpoint(self._chat_url(u), redact_url(u), URL(u)) for u in urls]
         self.circuit_breaker = int(circuit_breaker)
-        self._consecutive = 0  # connection / auth failures in a row, over all requests of this model
+        self._consecutive = 0  # the longest run of connection / auth failures at one endpoint (for messages)
         self._tripped: str | None = None  # why the breaker stopped this model
         self._rr = 0
         self._rng = random.Random()
         self._images = _DataUrlCache(int(image_cache_mb * 2**20), image_format, self.png_level)
         self._placeholder = f"@medvlm-image-{os.urandom(8).hex()}-"
         self._templates: dict[tuple, tuple[bytes, ...]] = {}
+        self._effective: dict[tuple, dict[str, Any]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -298,6 +322,10 @@ class OpenAIChatModel(Model):
             ident["image_format"] = self.image_format  # lossy encoding changes the pixels the model sees
         if self.extra_body:
             ident["extra_body"] = json.loads(json.dumps(self.extra_body, sort_keys=True, default=str))
+        if self.reasoning:  # a thinking model's requests differ (no logprobs; on OpenAI no sampling fields)
+            ident["reasoning"] = True
+        if self.reasoning_effort:
+            ident["reasoning_effort"] = self.reasoning_effort
         return ident
 
     def __repr__(self) -> str:
@@ -359,16 +387,17 @@ class OpenAIChatModel(Model):
     def _images_of(self, inp: ModelInput) -> tuple[ImageData, ...]:
         return inp.images if self.modality != "text_only" else ()
 
-    def request_body(self, model_input: ModelInput) -> dict[str, Any]:
-        """Exactly the JSON body the online path sends for one input (decoding contract included; images as
-        data URLs before the text of the first user message): :meth:`encode_payload` is its serialisation,
-        and a batch request line (:mod:`medvlm_audit.batch`) carries it as its ``body``."""
-        urls = [self._images.get(im).decode("ascii") for im in self._images_of(model_input)]
-        return self._body(model_input, urls)
+    def request_body(self, inp: ModelInput) -> dict[str, Any]:
+        """Exactly the JSON body the online path sends for one input (the decoding contract applied for this
+        model's server flavour; images as data URLs before the text of the first user message). The batch
+        path (:mod:`medvlm_audit.batch`) writes the same body as its request lines' ``body``. Raises ConfigError when the flavour cannot run the input's decoding."""
+        problem = self._decoding_problem(inp.decoding)
+        if problem is not None:
+            raise ConfigError(problem)
+        urls = [self._images.get(im).decode("ascii") for im in self._images_of(inp)]
+        return self._body(inp, urls)
 
-    def build_body(self, inp: ModelInput) -> dict[str, Any]:
-        """The JSON body for one input (:meth:`request_body`)."""
-        return self.request_body(inp)
+    build_body = request_body  # the earlier name
 
     def encode_payload(self, inp: ModelInput) -> bytes:
         """The exact request bytes: ``build_body`` serialised, with the (already JSON-safe) base64 image
@@ -418,41 +447,92 @@ class OpenAIChatModel(Model):
         if not placed:  # no user message at all: the images form one
             messages.append({"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": u}} for u in image_urls]})
-        d = inp.decoding
         body: dict[str, Any] = {}
         if self.api_style == "openai":
             body["model"] = self.model
         body["messages"] = messages
-        body[self.max_tokens_field] = d.max_new_tokens
-        body["temperature"] = d.temperature
-        body["top_p"] = d.top_p
-        if d.seed is not None:
-            body["seed"] = d.seed + inp.sample_index
-        if d.logprobs:
-            body["logprobs"] = True
-            body["top_logprobs"] = d.top_logprobs
-        if d.top_k is not None and d.top_k > 0:
-            body["top_k"] = d.top_k  # vLLM / llama.cpp extension
-        if d.num_beams > 1:
-            body["use_beam_search"] = True  # vLLM extension
-            body["best_of"] = d.num_beams
+        body.update(request_fields(
+            self.flavour, inp.decoding, inp.sample_index, reasoning=self.reasoning,
+            max_tokens_field=resolve_max_tokens_field(self.flavour, self.reasoning, self.max_tokens_field),
+            reasoning_effort=self.reasoning_effort))
         if self.extra_body:
             body.update(self.extra_body)
         return body
 
+    def effective(self, inp: ModelInput) -> dict[str, Any]:
+        """What the engine is asked for this input, in the contract's field names (read off the sent body as
+        this flavour's engine reads it; None where a field is left to the server), plus the flavour."""
+        key = (inp.decoding, inp.sample_index)
+        hit = self._effective.get(key)
+        if hit is None:
+            body = self._body(ModelInput((), (), inp.decoding, inp.sample_index), ())
+            hit = effective_decoding(self.flavour, body, reasoning=self.reasoning)
+            hit["server"] = self.flavour
+            if len(self._effective) >= 4096:
+                self._effective.clear()
+            self._effective[key] = hit
+        return hit
+
     # -- decoding capabilities ------------------------------------------------------------------------
     def check_decoding(self, d: Decoding) -> None:
-        """Raise ConfigError before a run when this server cannot honour ``d``: top-k and beam search are vLLM
-        extensions (sent as ``top_k`` and ``use_beam_search``/``best_of``), refused for ``server: openai``.
-        ``server: auto`` sends them as given and leaves the answer to the server."""
-        if self.server != "openai":
-            return
-        if d.top_k is not None and d.top_k > 0:
-            raise ConfigError(f"model {self.name!r}: top_k={d.top_k} needs a vLLM server (set server: vllm); "
-                              "the OpenAI API has no top-k sampling")
-        if d.num_beams > 1:
-            raise ConfigError(f"model {self.name!r}: beam search (num_beams={d.num_beams}) needs a vLLM server "
-                              "(set server: vllm); the OpenAI API has no beam search")
+        """Raise ConfigError before a run when this model's server flavour cannot run exactly ``d`` (see
+        :mod:`medvlm_audit.models.flavours`): e.g. top-k, min-p or beams on ``server: openai``, or on ``auto``
+        when the engine could not be identified. The message names the option to set."""
+        problem = self._decoding_problem(d)
+        if problem is not None:
+            raise ConfigError(problem)
+
+    def _decoding_problem(self, d: Decoding) -> str | None:
+        if d not in self._checked:
+            try:
+                check_flavour(self.flavour, d, reasoning=self.reasoning, configured=self.server)
+                self._checked[d] = None
+            except ConfigError as e:
+                self._checked[d] = f"model {self.name!r}: {e}"
+        return self._checked[d]
+
+    async def identify_server(self, timeout_s: float = 10.0) -> str:
+        """For ``server: auto``: identify the engine behind the first base URL that answers (``GET /models``
+        ``owned_by`` and extra fields, then ``GET /api/version`` for Ollama and ``GET /info`` for TGI) and
+        build requests for it. Returns the flavour ('unknown' when nothing identifies it)."""
+        if self.server != "auto" or self.flavour != UNKNOWN:
+            return self.flavour
+        key = self._api_key()
+        headers = {k: v for k, v in self._headers(key).items() if k != "Content-Type"}
+        timeout = aiohttp.ClientTimeout(total=min(self.timeout_s, timeout_s))
+
+        async def get(session: aiohttp.ClientSession, url: URL) -> Any:
+            try:
+                async with session.get(url, headers=headers) as resp:
+                    if resp.status >= 400:
+                        return None
+                    return json.loads(await resp.read())
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+                return None
+
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+                                         timeout=timeout) as session:
+            for ep in self._endpoints:
+                base = ep.base
+                models = await get(session, base.with_path(base.path.rstrip("/") + "/models").with_query(base.query))
+                found = flavour_from_models(models, str(base))
+                if found is None and models is not None:
+                    root = base.with_path("/").with_query(base.query)
+                    if isinstance(await get(session, root / "api" / "version"), dict):
+                        found = "ollama"
+                    else:
+                        info = await get(session, root / "info")
+                        if isinstance(info, dict) and "model_id" in info and (
+                                "max_total_tokens" in info or "router" in info):
+                            found = "tgi"
+                if models is not None or found is not None:
+                    if found:
+                        self.flavour = found
+                        self._checked.clear()
+                        self._templates.clear()
+                        self._effective.clear()
+                    break
+        return self.flavour
 
     # -- session -------------------------------------------------------------------------------------
     def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
@@ -501,7 +581,8 @@ class OpenAIChatModel(Model):
         return out  # type: ignore[return-value]
 
     def _pick(self) -> _Endpoint:
-        """Least outstanding requests; ties go round robin; endpoints cooling down after a 429 come last."""
+        """Least outstanding requests; ties go round robin; endpoints cooling down (after a 429 or a failed
+        connection) come last, so a dead replica is only probed as its cooldown ends."""
         eps = self._endpoints
         n = len(eps)
         if n == 1:
@@ -530,6 +611,9 @@ class OpenAIChatModel(Model):
             key = self._api_key()
             if key:
                 secrets.append(key)
+            problem = self._decoding_problem(inp.decoding)
+            if problem is not None:  # never send a request that would not run the decoding asked for
+                return Response(text=None, error=ErrorInfo("other", problem, 1, False))
             if self.encode_in_thread and any(self._images.peek(im) is None for im in self._images_of(inp)):
                 payload = await asyncio.to_thread(self.encode_payload, inp)
             else:
@@ -541,14 +625,18 @@ class OpenAIChatModel(Model):
                     return Response(text=None, error=ErrorInfo(NOT_ASKED, scrub(self._tripped, secrets), attempt, True))
                 attempt += 1
                 result = await self._attempt(payload, headers)
-                self._breaker(result)
                 if isinstance(result, Response):
-                    return result
+                    eff = self.effective(inp)
+                    if result.effective:  # the server's echo of what it ran, beside what was sent
+                        eff = {**eff, "echo": result.effective}
+                    return dataclasses.replace(result, effective=eff)
                 fail = result
                 if not fail.transient or attempt > self.max_retries:
                     return Response(text=None, error=ErrorInfo(
                         fail.kind, scrub(fail.message, secrets), attempt, fail.transient))
-                await asyncio.sleep(self._backoff(attempt, fail.retry_after))
+                if not (fail.kind == "connection" and self._healthy_endpoint()):
+                    # one replica's failed connection is that replica's: retry at once on a healthy one
+                    await asyncio.sleep(self._backoff(attempt, fail.retry_after))
                 key = self._api_key()  # keys can rotate between attempts
                 if key and key not in secrets:
                     secrets.append(key)
@@ -559,17 +647,35 @@ class OpenAIChatModel(Model):
             return Response(text=None, error=ErrorInfo(
                 "other", scrub(f"{type(exc).__name__}: {exc}", secrets), 1, False))
 
-    def _breaker(self, result: Response | _Failure) -> None:
-        """Count consecutive connection / auth failures; trip after ``circuit_breaker`` of them in a row.
-        Any other outcome (an answer, a 429, a 5xx, a timeout...) shows the server is there and resets it."""
+    def _healthy_endpoint(self) -> bool:
+        """Whether some endpoint is neither cooling down nor down (a retry can go there at once)."""
+        if len(self._endpoints) == 1:
+            return False
+        now = time.monotonic()
+        return any(not e.down and e.cooldown_until <= now for e in self._endpoints)
+
+    def _breaker(self, result: Response | _Failure, ep: _Endpoint) -> None:
+        """Per endpoint: count consecutive connection / auth failures, cool a failed connection's endpoint down
+        (exponential backoff, so selection skips it while others answer) and mark it down after
+        ``circuit_breaker`` of them in a row; the model stops only when every endpoint is down. Any other
+        outcome (an answer, a 429, a 5xx...) shows the server is there and resets its count."""
         if not isinstance(result, _Failure) or not result.unreachable:
             if not isinstance(result, _Failure) or result.kind != "timeout":
-                self._consecutive = 0
+                ep.consecutive = 0
+                ep.down = False
             return
-        self._consecutive += 1
-        if self.circuit_breaker and self._consecutive >= self.circuit_breaker and self._tripped is None:
-            self._tripped = (f"not asked: model {self.name!r} stopped after {self._consecutive} consecutive "
-                             f"connection/authentication failures (circuit_breaker={self.circuit_breaker}); "
+        ep.consecutive += 1
+        self._consecutive = max(self._consecutive, ep.consecutive)
+        if result.kind == "connection" and len(self._endpoints) > 1:
+            pause = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** min(ep.consecutive - 1, 16))
+            ep.cooldown_until = max(ep.cooldown_until, time.monotonic() + pause)
+            ep.rate_limited = False
+        if self.circuit_breaker and ep.consecutive >= self.circuit_breaker:
+            ep.down = True
+        if (self.circuit_breaker and self._tripped is None and all(e.down for e in self._endpoints)):
+            many = "" if len(self._endpoints) == 1 else f" at each of its {len(self._endpoints)} endpoints"
+            self._tripped = (f"not asked: model {self.name!r} stopped after {self.circuit_breaker} consecutive "
+                             f"connection/authentication failures{many} (circuit_breaker={self.circuit_breaker}); "
                              f"last: {result.message}")
 
     @property
@@ -584,15 +690,19 @@ class OpenAIChatModel(Model):
         """Ask every base URL a cheap ``GET /models`` (Azure: ``/openai/models``) with this model's credentials.
 
         Returns (problems, warnings), each naming the redacted URL, the HTTP status and the server's message
-        (credentials scrubbed). Problems, which no retry fixes: no connection, 401, 403, or 404 on both
-        ``/models`` and the chat route. Warnings (the run goes on; the retries handle them): a timeout,
-        429, 5xx."""
+        (credentials scrubbed). A failed connection (refused, dropped) is retried twice before it counts.
+        Problems, which no retry fixes: no connection, 401, 403, or 404 on both ``/models`` and the chat route.
+        Warnings (the run goes on; the retries handle them): a timeout, 429, 5xx. With several base URLs, one
+        that cannot be reached while another answers is a warning, not a problem: it starts the run down
+        (selection skips it; it is probed again as its cooldown ends)."""
         key = self._api_key()
         headers = {k: v for k, v in self._headers(key).items() if k != "Content-Type"}
         secrets = self._secrets(key)
         timeout = aiohttp.ClientTimeout(total=min(self.timeout_s, timeout_s))
         problems: list[str] = []
         warnings: list[str] = []
+        unreachable: list[tuple[_Endpoint, str]] = []
+        answered: list[_Endpoint] = []  # endpoints that gave an HTTP answer
 
         async def fetch(session: aiohttp.ClientSession, method: str, url: URL) -> tuple[int, bytes]:
             async with session.request(method, url, headers=headers,
@@ -606,16 +716,24 @@ class OpenAIChatModel(Model):
                     ep.base.query).update_query({"api-version": self.azure_api_version})
             else:
                 url = ep.base.with_path(ep.base.path.rstrip("/") + "/models").with_query(ep.base.query)
-            try:
-                status, raw = await fetch(session, "GET", url)
-                if status in (404, 405):  # no model list here: does the chat route exist? ({} is a cheap 400)
-                    status, raw = await fetch(session, "POST", ep.url)
-            except TimeoutError:
-                warnings.append(f"{where}: no answer to GET /models within {timeout.total:g} s")
-                return
-            except (aiohttp.ClientError, OSError) as exc:
-                problems.append(scrub(f"{where}: cannot connect ({type(exc).__name__}: {exc})", secrets))
-                return
+            for attempt in range(3):
+                try:
+                    status, raw = await fetch(session, "GET", url)
+                    if status in (404, 405):  # no model list here: does the chat route exist? ({} is a cheap 400)
+                        status, raw = await fetch(session, "POST", ep.url)
+                    break
+                except TimeoutError:
+                    warnings.append(f"{where}: no answer to GET /models within {timeout.total:g} s")
+                    return
+                except (aiohttp.ClientError, OSError) as exc:
+                    if attempt < 2:  # a dropped response or a server still starting: ask again
+                        await asyncio.sleep(0.5 * 2 ** attempt)
+                        continue
+                    unreachable.append((ep, scrub(f"{where}: cannot connect ({type(exc).__name__}: {exc})",
+                                                  secrets)))
+                    return
+            if status < 400 or status in (400, 422) or status in RETRYABLE_STATUS:
+                answered.append(ep)
             if status < 400:
                 return
             text = scrub(f"{where}: HTTP {status}: {_error_message(raw, 200)}", secrets)
@@ -625,14 +743,20 @@ class OpenAIChatModel(Model):
             elif status == 404:
                 problems.append(text + " (neither GET /models nor POST /chat/completions exists here: "
                                 "is the base URL right? OpenAI-style base URLs usually end in /v1)")
-            elif status in RETRYABLE_STATUS:
-                warnings.append(text)
-            elif status not in (400, 422):  # 400 / 422: the chat route rejected our empty body, so it exists
+            elif status in RETRYABLE_STATUS or status not in (400, 422):
                 warnings.append(text)
 
         async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
                                          timeout=timeout) as session:
             await asyncio.gather(*(one(session, ep) for ep in self._endpoints))
+        if unreachable and answered:  # another replica answers: start without the unreachable ones
+            for ep, text in unreachable:
+                ep.down = True
+                ep.consecutive = max(ep.consecutive, 1)
+                ep.cooldown_until = time.monotonic() + self.backoff_max_s
+                warnings.append(f"{text}; the run starts without it (probed again after {self.backoff_max_s:g} s)")
+        else:
+            problems += [text for _, text in unreachable]
         return problems, warnings
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -644,14 +768,24 @@ class OpenAIChatModel(Model):
         return delay
 
     async def _attempt(self, payload: bytes, headers: Mapping[str, str]) -> Response | _Failure:
+        """One request to the endpoint :meth:`_pick` chooses; its outcome feeds that endpoint's health."""
+        picked: list[_Endpoint] = []
+        result = await self._attempt_at(payload, headers, picked)
+        if picked:
+            self._breaker(result, picked[0])
+        return result
+
+    async def _attempt_at(self, payload: bytes, headers: Mapping[str, str],
+                          picked: list[_Endpoint]) -> Response | _Failure:
         session, sem = self._ensure_session()
         async with sem:
             ep = self._pick()
+            picked.append(ep)
             if ep.cooldown_until:
                 wait = ep.cooldown_until - time.monotonic()
-                if wait > 0:  # every endpoint is rate limited: wait here rather than collect another 429
+                if wait > 0 and ep.rate_limited:  # every endpoint is rate limited: wait rather than collect a 429
                     await asyncio.sleep(wait)
-                else:
+                elif wait <= 0:
                     ep.cooldown_until = 0.0
             ep.inflight += 1
             ep.sent += 1
@@ -675,10 +809,30 @@ class OpenAIChatModel(Model):
         if status >= 400:
             if status == 429 and retry_after:
                 ep.cooldown_until = max(ep.cooldown_until, time.monotonic() + min(retry_after, self.retry_after_max_s))
+                ep.rate_limited = True
             kind = "http_429" if status == 429 else ("http_5xx" if status >= 500 else "http_4xx")
             return _Failure(kind, f"HTTP {status} from {ep.display}: {_error_message(raw)}",
                             status in RETRYABLE_STATUS, retry_after, status)
         return _parse_completion(raw, latency, ep.display)
+
+
+def flavour_from_models(models: Any, base_url: str = "") -> str | None:
+    """The engine a ``GET /models`` answer names, or None: ``owned_by`` 'vllm', 'sglang', 'llamacpp'; OpenAI's
+    owners ('openai', 'system', 'openai-internal') or api.openai.com; ``transformers serve`` lists a ``status``
+    object per model (not an OpenAI field)."""
+    if not isinstance(models, dict) or not isinstance(models.get("data"), list):
+        return None
+    for m in models["data"]:
+        if not isinstance(m, dict):
+            continue
+        owner = str(m.get("owned_by") or "").lower()
+        if owner in ("vllm", "sglang", "llamacpp"):
+            return owner
+        if isinstance(m.get("status"), dict) and "value" in m["status"]:
+            return "transformers"
+        if owner in ("openai", "system", "openai-internal") or "api.openai.com" in base_url:
+            return "openai"
+    return None
 
 
 def _is_loopback(url: str) -> bool:
@@ -727,6 +881,10 @@ def _parse_completion(raw: bytes, latency: float, where: str) -> Response | _Fai
             return _Failure("empty", f"empty answer from {where}: max tokens reached before any content", False)
         else:
             return _Failure("empty", f"empty answer from {where} (finish_reason={finish})", True)
+    reasoning = message.get("reasoning_content", message.get("reasoning"))
+    if isinstance(reasoning, list):
+        reasoning = "".join(p.get("text", "") for p in reasoning if isinstance(p, dict))
+    reasoning = str(reasoning) if reasoning else None
     top: tuple[tuple[str, float], ...] | None = None
     lp = choice.get("logprobs")
     if isinstance(lp, dict):
@@ -750,4 +908,18 @@ def _parse_completion(raw: bytes, latency: float, where: str) -> Response | _Fai
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
         latency_s=latency,
+        effective=_echo(data),
+        reasoning=reasoning,
     )
+
+
+#: fields a server may echo at the top level of a completion (what it ran, or which build ran it)
+_ECHO = ("model", "system_fingerprint", "service_tier", "temperature", "top_p", "top_k", "min_p",
+         "repetition_penalty", "seed", "reasoning_effort")
+
+
+def _echo(data: Any) -> dict[str, Any] | None:
+    if not isinstance(data, dict):
+        return None
+    echo = {k: data[k] for k in _ECHO if data.get(k) is not None}
+    return echo or None

@@ -37,6 +37,9 @@ key (``Authorization: Bearer KEY``, ``api-key: KEY`` or ``Basic`` with password 
 given a wrong or missing key; its message repeats the credential it got (to test scrubbing).
 
 The files and batches endpoints (``/v1/files``, ``/v1/batches``) come from :mod:`medvlm_audit.testing.fake_batches`.
+Its ``/v1/models`` entry says ``owned_by: vllm`` (``owned_by=None``: an engine that cannot be identified), so
+``server: auto`` sends it the whole decoding contract as to vLLM; ``reasoning_fn`` adds a thinking model's
+``reasoning_content`` to every answer.
 
 The server counts requests, answers and faults per prompt key, records the Authorization / api-key
 headers it saw, the peak number of requests in flight, and optionally every request body.
@@ -251,6 +254,8 @@ class FakeOpenAIServer:
         model_name: str = "fake-vlm",
         api_key: str | None = None,
         batch: BatchFaults | None = None,
+        owned_by: str | None = "vllm",
+        reasoning_fn: Callable[[Mapping[str, Any]], str] | None = None,
     ) -> None:
         self.delay_s = delay_ms / 1000.0
         #: the files and batches endpoints (``batch``: their :class:`~medvlm_audit.testing.fake_batches.BatchFaults`)
@@ -268,6 +273,12 @@ class FakeOpenAIServer:
         self.answer_fn = answer_fn
         self.record_bodies = record_bodies
         self.model_name = model_name
+        #: ``owned_by`` of its ``/v1/models`` entry: "vllm" by default (it takes every vLLM sampling field, so
+        #: ``server: auto`` identifies it as vLLM and sends the whole decoding contract); None: an engine that
+        #: cannot be identified
+        self.owned_by = owned_by
+        #: a thinking model: the text of ``message.reasoning_content`` beside each answer
+        self.reasoning_fn = reasoning_fn
         self.stats = ServerStats()
         self._runner: web.AppRunner | None = None
         self.base_url: str = ""
@@ -324,7 +335,10 @@ class FakeOpenAIServer:
                             content_type="application/json")
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.model_name, "object": "model"}]})
+        entry = {"id": self.model_name, "object": "model"}
+        if self.owned_by is not None:
+            entry["owned_by"] = self.owned_by
+        return web.json_response({"object": "list", "data": [entry]})
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats.as_json())
@@ -442,6 +456,8 @@ class FakeOpenAIServer:
                 logprobs: bool = True) -> web.Response:
         out = completion_body(body, key, answer_fn=self.answer_fn, model_name=self.model_name, empty=empty,
                               logprobs=logprobs)
+        if self.reasoning_fn is not None:
+            out["choices"][0]["message"]["reasoning_content"] = self.reasoning_fn(body)
         if not empty:
             st.answers[key] += 1
         return web.Response(body=json.dumps(out).encode(), content_type="application/json")

@@ -112,12 +112,24 @@ def score_answers(tidy: pd.DataFrame, *, mode: str = "normalised", kb: Knowledge
                 st.append("no_response")
                 cf.append(np.nan)
                 continue
-            s = kb.score(r.question, r.gold, r.answer_text, flags)
+            s = kb.score(r.question, r.gold, chain_of_thought(r) or r.answer_text, flags)
             st.append(s.status)
             cf.append(np.nan if s.score is None else float(s.score))
         df["kb_status"] = st
         df["cf_kb"] = cf
     return df
+
+
+def chain_of_thought(row: Any) -> str | None:
+    """The chain of thought of one answer: the model's reasoning text where the server returned one
+    (``reasoning_content`` of a thinking model, stored beside the answer), else the answer text itself (a CoT
+    written in the protocol's tags)."""
+    if not isinstance(getattr(row, "answer_text", None), str):
+        return None  # no response: nothing to audit
+    reasoning = getattr(row, "reasoning", None)
+    if isinstance(reasoning, str) and reasoning.strip():
+        return reasoning
+    return row.answer_text
 
 
 def plan_judge(answers: pd.DataFrame, items: Sequence[VQAItem] | None = None,
@@ -139,7 +151,7 @@ def plan_judge(answers: pd.DataFrame, items: Sequence[VQAItem] | None = None,
             continue
         for axis in axes:
             cond = f"judge:{axis}:{r.model}:{r.condition}"
-            cot = r.answer_text
+            cot = chain_of_thought(r)
             if not isinstance(cot, str) or not cot.strip():
                 plan.skipped.append(Skip(name, r.case_id, cond, "no stored CoT to judge"))
                 continue

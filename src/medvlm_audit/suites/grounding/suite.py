@@ -100,8 +100,12 @@ TIDY_COLUMNS = [
     "run_id", "probe_set", "model", "modality", "case_id", "kind", "finding", "label", "source", "patient_id",
     "study_id", "age", "sex", "view", "split", "has_box", "ibox_overlaps", "condition", "resolution",
     "prompt_variant", "sample_index", "key", "image_sha256", "answer_text", "parsed", "confidence", "correct",
-    "latency_s", "error_kind", "error_message", "case_order", "status",
+    "latency_s", "error_kind", "error_message", "case_order", "status", "confidence_note",
 ]
+
+#: why a thinking model has no first-token confidence
+THINKING_NOTE = ("thinking model: its first generated token opens its reasoning, not its answer, so the first-token "
+                 "P(yes) is not a confidence in the answer; none is reported")
 
 
 def tidy_grounding(store: RunStore) -> pd.DataFrame:
@@ -128,6 +132,10 @@ def tidy_grounding(store: RunStore) -> pd.DataFrame:
     # the Score status vocabulary (the run's parse-rate warning reads it): a yes/no read, no read, or no response
     scored["status"] = np.where(scored["error_kind"].notna(), "no_response",
                                 np.where(scored["parsed"].isin([0, 1]), "answer", "unparsed"))
+    # a thinking model (the server returned its reasoning): no first-token confidence, and the table says why
+    thinking = scored["reasoning"].notna() if "reasoning" in scored else pd.Series(False, index=scored.index)
+    scored["confidence_note"] = np.where(thinking, THINKING_NOTE, None)
+    scored.loc[thinking, "confidence"] = np.nan
     return scored[TIDY_COLUMNS].reset_index(drop=True)
 
 
@@ -260,6 +268,15 @@ class GroundingSuite(Suite):
             from medvlm_audit.readers.analysis import reader_sections
 
             readers = reader_sections(run_dir, tidy, B=B)
+        notes = tidy.loc[tidy["confidence_note"].notna(), "model"].unique() if "confidence_note" in tidy else []
+        if len(notes):  # say why these models have no confidence-based metrics
+            from html import escape
+
+            from medvlm_audit.report.sections import Section
+
+            readers = [*readers, Section("Confidence of thinking models", (
+                f"<p>No first-token confidence for {escape(', '.join(map(str, notes)))}: {escape(THINKING_NOTE)}."
+                "</p>"))]
         return grounding_result(analysis, fmt=fmt, extra_sections=readers, designed=designed)
 
     def commands(self) -> dict[str, str]:

@@ -23,7 +23,7 @@ from medvlm_audit.suites.reports.corpus import (
     make_corpus,
     read_corpus,
 )
-from medvlm_audit.suites.reports.decoding import STRATEGIES
+from medvlm_audit.suites.reports.decoding import STRATEGIES, effective_table
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -369,6 +369,20 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                "categories_null": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_null"]) for c in CATEGORIES}
                                    for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
                "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
+    eff = effective_table(tidy, getattr(opts, "max_new_tokens", None))
+    if len(eff):
+        tables["effective_decoding"] = eff
+        flagged = eff[(eff["mismatch"].astype(str).str.len() > 0) & (eff["mismatch"] != "not recorded")]
+        summary["decoding_mismatches"] = {f"{r.model} / {r.strategy}": r.mismatch for r in flagged.itertuples()}
+        for r in flagged.itertuples():
+            if r.model in verdicts:
+                verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
+        show = eff.drop(columns=["stop"]).fillna("server default")
+        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
+               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
+               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
+               "the strategy its label names.")
+        sections.append(Section("Decoding as run", table_to_html(show, caption=cap)))
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
              "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "

@@ -89,3 +89,44 @@ def check_models(models: Sequence[Any], strategies: Iterable[DecodingStrategy | 
     names = list(strategies)
     for m in models:
         check_model(m, names)
+
+
+def effective_table(tidy: Any, max_new_tokens: int | None = None) -> Any:
+    """Per model x strategy, the decoding each engine was asked (the answers' stored effective decoding, read
+    off the sent bodies as that engine reads them) beside the strategy's label, and ``mismatch``: the fields
+    that differ from the label (empty when they agree; 'not recorded' for a model that does not say, e.g. an
+    in-process reference generator). ``max_new_tokens``: the run's cap, which replaces the label's."""
+    import json
+
+    import pandas as pd
+
+    from medvlm_audit.models.flavours import CONTRACT_FIELDS, mismatches
+
+    rows = []
+    col = tidy["effective_decoding"] if "effective_decoding" in tidy else pd.Series([None] * len(tidy))
+    for (model, strat), idx in tidy.groupby(["model", "strategy"], sort=True).groups.items():
+        effs = [json.loads(x) for x in col.loc[idx] if isinstance(x, str)]
+        st = STRATEGIES.get(str(strat))
+        row: dict[str, Any] = {"model": model, "strategy": strat, "label": st.label if st else str(strat),
+                               "server": None, "answers": len(effs)}
+        if not effs:
+            rows.append({**row, **dict.fromkeys(CONTRACT_FIELDS), "mismatch": "not recorded"})
+            continue
+        first = effs[0]
+        row["server"] = first.get("server")
+        for f in CONTRACT_FIELDS:
+            vals = {json.dumps(e.get(f), sort_keys=True) for e in effs}
+            row[f] = "varies" if len(vals) > 1 and f != "seed" else (
+                ", ".join(map(str, first.get(f))) if f == "stop" else first.get(f))
+        seeds = sorted({e["seed"] for e in effs if e.get("seed") is not None})
+        if len(seeds) > 1:  # one seed per sample (seed + sample index)
+            row["seed"] = f"{seeds[0]}..{seeds[-1]}"
+        problems: set[str] = set()
+        if st is not None:
+            label = st.decoding if max_new_tokens is None else replace(st.decoding, max_new_tokens=max_new_tokens)
+            for e in effs:
+                problems.update(mismatches(label, e))
+        row["mismatch"] = "; ".join(sorted(problems))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["model", "strategy", "label", "server", "answers", *CONTRACT_FIELDS,
+                                       "mismatch"])

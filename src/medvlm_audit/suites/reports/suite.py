@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
           "X-ray.")
 TIDY_COLUMNS = ("run_id", "model", "probe_set", "case_id", "reference_id", "strategy", "sample_index", "group",
-                "report", "n_words", "finish_reason", "error_kind", "error_message")
+                "report", "n_words", "finish_reason", "error_kind", "error_message", "effective_decoding")
 
 
 class ClinicalMetricSpec(BaseModel):
@@ -206,6 +206,7 @@ def tidy_reports(store: RunStore) -> pd.DataFrame:
         "group": [normalise_group(s) for s in raw["sex"]],
         "report": raw["answer_text"].where(raw["error_kind"].isna()),
         "finish_reason": raw["finish_reason"], "error_kind": raw["error_kind"], "error_message": raw["error_message"],
+        "effective_decoding": raw["effective_decoding"],
     })
     out["n_words"] = [len(str(t).split()) if isinstance(t, str) else None for t in out["report"]]
     out["reference_id"] = _reference_ids(store, out)

@@ -28,7 +28,6 @@ the environment variable named by ``api_key_env`` at request time and never stor
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from medvlm_audit import stats
+from medvlm_audit.aio import run_sync
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 from medvlm_audit.suites.reports.clinical.folders import model_folder, torch_device, transformers_modules
@@ -325,7 +325,7 @@ class ServerJudge:
             finally:
                 await self.client.aclose()
 
-        return [r.text if r.ok and r.text is not None else None for r in asyncio.run(ask())]
+        return [r.text if r.ok and r.text is not None else None for r in run_sync(ask())]
 
 
 # ------------------------------------------------------------------------------------------ metric
