@@ -69,8 +69,9 @@ def online(data: Path) -> Path:
 
 
 def test_request_line_body_is_the_online_body(data: Path) -> None:
-    """The body of a batch line is byte for byte what the online client sends (decoding contract included)."""
-    m = OpenAIChatModel("m", "fake-vlm", "http://127.0.0.1:9/v1", extra_body={"repetition_penalty": 1.0})
+    """The body of a batch line is byte for byte what the online client sends (decoding contract included: on a
+    vLLM server every sampling field is pinned, so a batch run on vLLM's run_batch runs the same decoding)."""
+    m = OpenAIChatModel("m", "fake-vlm", "http://127.0.0.1:9/v1", server="vllm")
     img = ImageData.from_array(__import__("numpy").full((8, 8), 7, dtype="uint8"))
     inp = ModelInput((Message("system", "s"), Message("user", "Is there a nodule?")), (img,),
                      Decoding(max_new_tokens=5, seed=3, top_k=2), sample_index=2)
@@ -78,6 +79,7 @@ def test_request_line_body_is_the_online_body(data: Path) -> None:
     assert line["custom_id"] == "k" * 64 and line["method"] == "POST" and line["url"] == "/v1/chat/completions"
     assert line["body"] == json.loads(m.encode_payload(inp)) == m.request_body(inp)
     assert line["body"]["seed"] == 5 and line["body"]["top_k"] == 2 and line["body"]["repetition_penalty"] == 1.0
+    assert line["body"]["min_p"] == 0 and line["body"]["presence_penalty"] == 0
 
 
 def test_output_lines_parse_like_online_answers() -> None:
@@ -183,6 +185,7 @@ def test_ingest_refuses_unknown_and_repeated_ids_before_writing(data: Path) -> N
     assert not (data / "offline" / "run.sqlite").exists()
 
 
+@pytest.mark.slow
 def test_cli_dry_run_counts_missing_inputs(data: Path, online: Path) -> None:
     rows = offline.dry_run(online)
     assert {r["model"]: r["missing"] for r in rows} == {"vlm": 0, "vlm-text": 0}

@@ -79,7 +79,7 @@ def test_no_generation_config_default_leaks_through_transformers_serve(servers, 
 
 
 def test_every_suite_model_stage_runs_through_transformers_serve(servers, tmp_path: Path) -> None:
-    from medvlm_audit.suites.stress.phantom_mcq import build_phantom_mcq
+    from medvlm_audit.suites.stress.embedded import build_phantom_mcq
 
     llava = servers["llava"]
     items = build_phantom_mcq(tmp_path / "mcq", n_items=4, size=64).source

@@ -62,6 +62,7 @@ def test_tau_rows_with_per_row_y_and_subsets():
     assert T2[0, 2] == pytest.approx(kendalltau(xc[0, m], Y[2, m]).statistic, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_tau_bootstrap_is_seeded_and_brackets_the_point():
     x = [1, 2, 2, 3, 4, 5, 5, 1, 3, 4]
     y = [0.1, 0.5, 0.3, 0.2, 0.9, 1.2, 0.8, -0.3, 0.4, 0.6]
@@ -126,6 +127,7 @@ def test_metrics_keep_going_when_an_unparsed_answer_has_no_flip():
     merged = pd.DataFrame({
         "model": ["m"] * 4, "condition": ["baseline", "cue", "cue", "cue"], "family": ["?", "text", "text", "text"],
         "correct": [1.0, 0.0, np.nan, 1.0], "flip": pd.array([None, True, None, False], dtype="boolean"),
+        "unparsed": [False, False, True, False],
         "cf": [np.nan, 5.0, 3.0, 1.0], "ca": np.nan, "tone": np.nan, "cc": np.nan,
         "null_intervention": pd.array([None, False, False, False], dtype="boolean"), "flip_mode": "normalised"})
     m = faithfulness_metrics(merged, B=50)

@@ -63,7 +63,13 @@ def backend_parameters(backend: str) -> list[str] | None:
             rest = backend_parameters("hf")
             return None if rest is None else sorted({*sig.parameters, *rest} - {"kw", "self"})
         return None
-    return sorted(set(sig.parameters) - {"self"})
+    names = set(sig.parameters) - {"self"}
+    if backend == "openai":  # `batch: true` and its `batch_*` options (medvlm_audit.batch.cycle.BatchModel)
+        from medvlm_audit.batch.cycle import BatchModel
+
+        names |= {"batch"} | {f"batch_{p}" for p in inspect.signature(BatchModel.__init__).parameters
+                              if p not in ("self", "inner", "run_dir", "log")}
+    return sorted(names)
 
 
 def _check_number(where: str, key: str, v: Any) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit.report.html import format_number, format_p
-from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
+from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
 from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
 from medvlm_audit.suites.reports.corpus import (
@@ -236,7 +236,7 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
            "percentile), with an interval only where one contains the point (bias-corrected percentile, else the "
            "basic interval clipped at 0; all in wae.csv). WAE falls when associated words are erased (a word never "
            "written has z_disp² < 0.8): a low WAE is not 'no erasure'; read it beside the absent strong words.")
-    return table_to_html(show, caption=cap)
+    return compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False)
 
 
 def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
@@ -382,7 +382,8 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
                "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
                "the strategy its label names.")
-        sections.append(Section("Decoding as run", table_to_html(show, caption=cap)))
+        sections.append(Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
+                                                                      drop_constant=False)))
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
              "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "
