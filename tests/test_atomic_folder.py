@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from medvlm_audit.atomic import write_folder_atomic
 
 
@@ -59,6 +61,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_report_write_never_leaves_a_mixed_folder(tmp_path: Path) -> None:
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)

@@ -169,6 +169,7 @@ def test_build_phantom(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "n_cases must be at least 60" in res.text and "Traceback" not in res.output
 
 
+@pytest.mark.slow
 def test_stdout_carries_only_the_paths_written(tmp_path: Path) -> None:
     """Progress and logs on stderr, the paths of what was written on stdout: `$(medvlm-audit export RUN)` works."""
     out = tmp_path / "stress-demo"

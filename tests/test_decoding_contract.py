@@ -41,6 +41,7 @@ def _reports_cfg(run_dir: Path, base_url: str, **model: object) -> dict:
                         "max_retries": 0, **model}]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", ["vllm", "auto"])
 def test_vllm_bodies_set_every_sampling_field_of_every_strategy(tmp_path: Path, server: str) -> None:
     with ThreadedFakeServer(record_bodies=True, owned_by="vllm", answer_fn=_report) as srv:
@@ -123,6 +124,7 @@ def test_openai_reasoning_model_gets_no_sampling_fields_and_max_completion_token
         ModelInput((Message("user", "x"),), (), Decoding()))
 
 
+@pytest.mark.slow
 def test_reasoning_content_is_stored_beside_the_answer(tmp_path: Path) -> None:
     with ThreadedFakeServer(record_bodies=True, owned_by="vllm", answer_fn=_report,
                             reasoning_fn=lambda body: "I look at the costophrenic angles first.") as srv:
@@ -138,6 +140,7 @@ def test_reasoning_content_is_stored_beside_the_answer(tmp_path: Path) -> None:
     assert (raw["reasoning"] == "I look at the costophrenic angles first.").all()
 
 
+@pytest.mark.slow
 def test_grounding_reports_no_first_token_confidence_for_a_thinking_model(tmp_path: Path) -> None:
     import sys
 

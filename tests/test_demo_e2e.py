@@ -15,6 +15,9 @@ from medvlm_audit.cli import app
 from medvlm_audit.suites.grounding.embedded import run_demo
 from medvlm_audit.suites.grounding.sections import badge
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 DESIGNED = {"local-evidence": "uses_image", "global-probe": "uses_image", "finding-prior": "ignores_image",
             "always-yes": "ignores_image", "occlusion-unstable": "unstable"}
 

@@ -25,6 +25,9 @@ from medvlm_audit.suites.faithfulness.reference import (
     reason,
 )
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory):

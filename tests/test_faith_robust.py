@@ -15,6 +15,7 @@ from medvlm_audit import api
 CONDITIONS = ["baseline", "tb_rad:aligned", "tb_rad:misleading"]
 
 
+@pytest.mark.slow
 def test_report_on_a_run_with_mixed_parsed_and_unparsed_answers(tmp_path: Path) -> None:
     from medvlm_audit.testing.fake_openai import ThreadedFakeServer
 
@@ -37,6 +38,7 @@ def test_report_on_a_run_with_mixed_parsed_and_unparsed_answers(tmp_path: Path) 
     assert summary  # written
 
 
+@pytest.mark.slow
 def test_relative_run_dir_resumes_twice_from_another_working_directory(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "a").mkdir()

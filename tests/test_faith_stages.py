@@ -58,6 +58,7 @@ def _judge_answers(db: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_judge_stage_resumes_after_a_kill_without_reasking_stage_one(tmp_path: Path) -> None:
     judge = [{"name": "reference-judge", "backend": "faithfulness-reference", "behaviour": "reference-judge"}]
     cfg = _config(tmp_path / "run", judge)
@@ -89,6 +90,7 @@ def test_judge_stage_resumes_after_a_kill_without_reasking_stage_one(tmp_path: P
     assert len(judged) == 2 * n_modified and set(judged["judge_status"]) == {"valid"}
 
 
+@pytest.mark.slow
 def test_judge_stage_against_the_fault_injecting_openai_server(tmp_path: Path) -> None:
     from medvlm_audit.testing.fake_openai import ThreadedFakeServer, judge_answer
 

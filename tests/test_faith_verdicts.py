@@ -79,6 +79,7 @@ def test_faithfulness_demo_report_badges_match_the_design(tmp_path: Path) -> Non
     assert summary["verdict_badges"]["cue-ignorer"] == NOT_MOVED
 
 
+@pytest.mark.slow
 def test_user_items_without_a_kb_get_no_cf_from_the_phantom_kb(tmp_path: Path) -> None:
     """Items of the user's own (here: phantom questions copied into a file of their own, so the phantom KB would
     match every one) and no `kb` option: no KB CF, said in the report; the phantom source keeps its KB."""

@@ -58,6 +58,7 @@ def _unshare_ok() -> bool:
     return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_disk_full_and_read_only_folders_in_every_command(tmp_path: Path) -> None:
     """A read-only bind mount (EROFS) and a full 256 kB tmpfs (ENOSPC), in a private mount namespace."""
     if not _unshare_ok():

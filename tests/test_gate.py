@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 from medvlm_audit.cli import app
 from medvlm_audit.gate import GateError, evaluate, junit_xml, load_rules, parse_rule, table_text
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:

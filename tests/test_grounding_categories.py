@@ -96,6 +96,7 @@ def test_forty_case_pilot_gives_no_category_its_intervals_do_not_support():
     assert (row.ci_low, row.ci_high) == pytest.approx((100 * lo, 100 * hi))
 
 
+@pytest.mark.slow
 def test_vectorised_rule_agrees_with_the_scalar_rule():
     rng = np.random.default_rng(3)
     agree = checked = 0
@@ -116,6 +117,7 @@ def test_vectorised_rule_agrees_with_the_scalar_rule():
     assert checked > 350 and agree == checked
 
 
+@pytest.mark.slow
 def test_categories_csv_has_support(tmp_path):
     from medvlm_audit.report import write_report
     from medvlm_audit.suites.grounding.suite import grounding_result
@@ -128,6 +130,7 @@ def test_categories_csv_has_support(tmp_path):
     assert "too few to call unstable" in html
 
 
+@pytest.mark.slow
 def test_paper_sized_run_prints_no_zero_width_rate_interval():
     """Issue 21: on a paper-sized run (9 models x 2,575 cases, boxed subset, per-finding and subgroup cells) no
     printed rate interval has zero width (CGR 0/33 printed [0, 0] before)."""

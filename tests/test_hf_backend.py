@@ -258,6 +258,7 @@ def _with_qwen_like_generation_config(src, dst):
     return dst
 
 
+@pytest.mark.slow
 def test_generation_config_comes_from_the_decoding_alone(causal_path, tmp_path):
     """Identical weights, identical requested decoding: the same answers whatever the folder's
     generation_config.json says (transformers would fill every unset field from it)."""

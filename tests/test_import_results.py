@@ -121,6 +121,7 @@ def test_manifest_with_a_wrong_column_names_the_header_row(tmp_path: Path) -> No
         import_results(man, res, tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_cli_import_then_report_end_to_end(tmp_path: Path) -> None:
     man = _manifest(tmp_path)
     res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0], "swap": [1, 1, 0, 1, 0],
@@ -164,6 +165,7 @@ def test_cli_report_failure_after_import_is_a_message(tmp_path: Path, monkeypatc
     assert "analysis failed" in out.output
 
 
+@pytest.mark.slow
 def test_cli_report_options_change_the_analysis(tmp_path: Path) -> None:
     man = _manifest(tmp_path)
     res = _results(tmp_path, "gpt", {"original": [1, 1, 0, 1, 0], "swap": [1, 1, 0, 1, 0],

@@ -55,6 +55,7 @@ def _run_cli(cfg: Path, env: dict | None = None) -> tuple[subprocess.CompletedPr
     return out, time.monotonic() - t0
 
 
+@pytest.mark.slow
 def test_closed_port_fails_at_once_naming_the_url(tmp_path: Path, probeset: Path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     out, took = _run_cli(_config(tmp_path, probeset, url))
@@ -65,6 +66,7 @@ def test_closed_port_fails_at_once_naming_the_url(tmp_path: Path, probeset: Path
     assert not (tmp_path / "run" / "run.sqlite").exists()  # nothing planned, nothing stored
 
 
+@pytest.mark.slow
 def test_401_server_fails_at_once_with_status_and_message(tmp_path: Path, probeset: Path) -> None:
     with ThreadedFakeServer(api_key="the-right-key") as srv:
         cfg = _config(tmp_path, probeset, srv.base_url, api_key_env="MEDVLM_LOUD_KEY")
@@ -78,6 +80,7 @@ def test_401_server_fails_at_once_with_status_and_message(tmp_path: Path, probes
     assert chat == 0  # the check needs no chat request
 
 
+@pytest.mark.slow
 def test_circuit_breaker_stops_a_refused_model_and_a_rerun_asks_what_was_not_asked(
         tmp_path: Path, probeset: Path) -> None:
     """/models answers but every chat request gets 401: after 3 in a row the model stops; the rest is not asked,

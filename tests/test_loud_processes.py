@@ -20,6 +20,9 @@ from PIL import Image
 
 from medvlm_audit.testing.fake_openai import ThreadedFakeServer
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 
 def _big_probeset(root: Path, n: int) -> Path:
     """The tiny probe set with its images replaced by large, well-compressed PNGs: decoding and resizing them

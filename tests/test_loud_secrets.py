@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import make_tiny_probeset
 
@@ -45,6 +46,7 @@ def _run(cfg: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180, check=False)
 
 
+@pytest.mark.slow
 def test_echoed_credentials_reach_no_store_export_report_or_output(tmp_path: Path) -> None:
     with ThreadedFakeServer(rules=[FaultRule("", "echo_request", times=None)]) as srv:
         out = _run(_config(tmp_path, srv.base_url))
@@ -65,6 +67,7 @@ def test_echoed_credentials_reach_no_store_export_report_or_output(tmp_path: Pat
             assert s.encode() not in p.read_bytes(), (p.name, s)
 
 
+@pytest.mark.slow
 def test_credentials_echoed_by_a_refusing_server_are_not_printed(tmp_path: Path) -> None:
     with ThreadedFakeServer(api_key="another-key") as srv:
         out = _run(_config(tmp_path, srv.base_url))

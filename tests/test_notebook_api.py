@@ -33,6 +33,7 @@ def _notebook(out: Path) -> object:
     return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
 
 
+@pytest.mark.slow
 def test_api_run_works_in_a_jupyter_kernel(tmp_path: Path) -> None:
     nb = _notebook(tmp_path)
     client = nbclient.NotebookClient(nb, timeout=540, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})

@@ -200,6 +200,7 @@ def test_missing_logprobs_is_a_normal_response() -> None:
 TRANSIENT = ["429", "500", "502", "503", "504", "drop", "disconnect", "malformed", "empty", "hang"]
 
 
+@pytest.mark.slow
 def test_every_transient_fault_is_retried_and_answered_once() -> None:
     prompts = {k: f"Pneumothorax? [[fault:{k}:2]]" for k in TRANSIENT}
     prompts["mixed"] = "Mixed? [[fault:429:1]][[fault:drop:1]][[fault:malformed:1]]"
@@ -271,6 +272,7 @@ def test_permanent_errors_are_recorded_not_retried(status: str) -> None:
     assert status in r.error.message and "injected fault" in r.error.message
 
 
+@pytest.mark.slow
 def test_exhausted_retries_return_error_with_kind_and_attempts() -> None:
     cases = {
         "Opacity? [[fault:503]]": "http_5xx",
@@ -414,6 +416,7 @@ def test_least_outstanding_favours_the_faster_replica() -> None:
     assert slow * 3 < min(fast1, fast2)  # round robin would give each 40
 
 
+@pytest.mark.slow
 def test_rate_limited_replica_is_avoided_while_it_cools_down() -> None:
     async def go() -> tuple[list[Response], Any, Any]:
         limited = FakeOpenAIServer(rules=[FaultRule("", "429", times=1, param=0.5)])
@@ -551,6 +554,7 @@ def test_threaded_server_rules_and_process_server() -> None:
         assert stats["total"] == 20 + sum(len(v) for v in stats["faults"].values()) > 20
 
 
+@pytest.mark.slow
 def test_fake_server_speaks_the_official_sdk_protocol() -> None:
     """The official ``openai`` SDK (when installed) parses the fake server's answers, errors and Azure path."""
     openai = pytest.importorskip("openai")

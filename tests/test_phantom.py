@@ -21,6 +21,9 @@ from medvlm_audit.suites.grounding.conditions import Condition
 from medvlm_audit.suites.grounding.phantom_probeset import STAMP, _draw, build_phantom
 from medvlm_audit.suites.grounding.probeset import ProbeSet
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 N_CASES, N_TRAIN = 200, 400
 
 

@@ -100,6 +100,7 @@ def _check_any_answers(base: Path, work: Path, examples: int, max_cases: int) ->
     prop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("suite", SUITES)
 def test_any_answers_give_a_report(suite: str, base_runs: Any, tmp_path: Path) -> None:

@@ -15,6 +15,9 @@ from scipy import stats as sstats
 
 from medvlm_audit import stats
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 GRID_N = (10, 20, 30, 40, 50, 75, 100, 200, 500, 1000)
 GRID_P = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95, 0.98, 0.99)
 

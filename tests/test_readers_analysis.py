@@ -15,6 +15,9 @@ from medvlm_audit import stats
 from medvlm_audit.readers.analysis import analyse_exports, write_analysis
 from medvlm_audit.readers.study import Study, create_study
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 B = 400
 
 

@@ -92,6 +92,7 @@ def _press(driver, key: str) -> None:
     ActionChains(driver).send_keys(key).perform()
 
 
+@pytest.mark.slow
 def test_reader_session_in_a_real_browser(tmp_path: Path) -> None:
     from medvlm_audit.readers.analysis import reader_sections
     from medvlm_audit.suites.grounding.analysis import analyse_grounding

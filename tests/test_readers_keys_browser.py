@@ -57,6 +57,7 @@ def _position(driver) -> str:
     return driver.find_element(By.ID, "position").text
 
 
+@pytest.mark.slow
 def test_answer_then_arrow_does_not_skip_and_the_end_page_lists_open_items(tmp_path_factory) -> None:
     run = small_grounding_demo(tmp_path_factory)
     study_dir = tmp_path_factory.mktemp("keys") / "study"

@@ -78,6 +78,7 @@ def test_a_page_view_writes_nothing_and_its_time_is_kept_with_the_next_answer(st
             assert stat.S_IMODE(os.stat(f).st_mode) == 0o600, f
 
 
+@pytest.mark.slow
 def test_pages_stay_fast_and_answers_are_retried_while_another_process_holds_the_write_lock(study) -> None:
     study_dir, res = study
     c = TestClient(create_app(study_dir, write_wait_s=0.3), base_url="http://127.0.0.1")

@@ -13,6 +13,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 from starlette.testclient import TestClient

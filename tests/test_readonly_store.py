@@ -47,6 +47,7 @@ def _chmod_tree(root: Path, writable: bool) -> None:
         p.chmod(mode | stat.S_IWUSR if writable else mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
+@pytest.mark.slow
 def test_export_and_report_of_a_read_only_run_dir_to_another_folder(tmp_path: Path) -> None:
     run_dir = _make_run(tmp_path)
     _leave_a_pending_wal(run_dir)
@@ -65,6 +66,7 @@ def test_export_and_report_of_a_read_only_run_dir_to_another_folder(tmp_path: Pa
     assert (run_dir / "run.sqlite").read_bytes() == before  # nothing written into the store
 
 
+@pytest.mark.slow
 def test_a_read_only_store_refuses_writes(tmp_path: Path) -> None:
     run_dir = _make_run(tmp_path)
     with RunStore.open_dir(run_dir, readonly=True) as store:
@@ -79,6 +81,7 @@ def _unshare_ok() -> bool:
     return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True).returncode == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pending_wal", [False, True], ids=["clean", "crashed"])
 def test_cli_export_and_report_from_read_only_media(tmp_path: Path, pending_wal: bool) -> None:
     """A read-only bind mount (EROFS even for root), in a private mount namespace."""

@@ -23,6 +23,9 @@ from medvlm_audit.suites.grounding.reference import (
     yes_no_response,
 )
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 # the paper's phrasings (Supplementary Note 1), written out here so the parser is tested against the text itself
 FINDING_PROMPTS = {
     "default": "Is {d} present in this chest X-ray? Answer with a single word: Yes or No.",

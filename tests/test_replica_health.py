@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
 from aiohttp import web
 
 from medvlm_audit.models.base import Decoding, Message, ModelInput
@@ -80,6 +81,7 @@ class _DropsFirst:
         return web.json_response({"object": "list", "data": [{"id": "vlm", "object": "model"}]})
 
 
+@pytest.mark.slow
 def test_endpoint_check_retries_a_dropped_answer_and_drops_an_unreachable_replica() -> None:
     async def go() -> tuple:
         drops = _DropsFirst()

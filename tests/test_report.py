@@ -22,6 +22,9 @@ from medvlm_audit.suites.grounding.figures import build_figures, caption_of
 from medvlm_audit.suites.grounding.suite import REPORT_FILES
 from medvlm_audit.suites.grounding.suite import write_grounding_report as write_report
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 NAN = float("nan")
 PS = "phantom"
 

@@ -103,6 +103,7 @@ def _embedded_report(suite: str, out: Path) -> Path:
     return api.report(res.run_dir, B=200)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suite", suite_names())
 def test_embedded_report_fits_1280_px_and_figure_text_is_readable(suite: str, tmp_path: Path, browser) -> None:
     page = _embedded_report(suite, tmp_path / suite)

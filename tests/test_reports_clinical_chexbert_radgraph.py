@@ -54,6 +54,7 @@ def test_multilabel_f1_hand_computed():
         multilabel_f1([[0, 0, 0], [0, 0, 2]], [[0, 0, 0], [0, 0, 0]])
 
 
+@pytest.mark.slow
 def test_multilabel_f1_matches_sklearn_and_bootstrap_draws():
     metrics = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(3)

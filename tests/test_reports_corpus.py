@@ -129,6 +129,7 @@ def test_iu_layout_sex_from_indication_only(tmp_path):
     assert C.sex_from_indication("Patient is a man") == "M" and C.sex_from_indication("Human bite") is None
 
 
+@pytest.mark.slow
 def test_build_iu_reports_from_torchxrayvision(tmp_path):
     try:
         C.torchxrayvision_iu_reports()

@@ -49,6 +49,7 @@ def test_random_halves_of_one_corpus_have_no_headline_bias():
     assert (h["erasure"], h["new_bias"], h["bias_flip"]) == (0, 0, 0)
 
 
+@pytest.mark.slow
 def test_iu_halves_headline_is_zero_and_null_is_written():
     from medvlm_audit.suites.reports.corpus import iu_reference_corpus
 

@@ -38,6 +38,7 @@ def _small_default(out: Path, n_images: int = 24, samples: int = 2) -> dict:
     return cfg
 
 
+@pytest.mark.slow
 @needs_iu
 def test_embedded_default_greedy_collapses_and_sampling_diversifies(tmp_path: Path) -> None:
     from medvlm_audit import api
@@ -85,6 +86,7 @@ def test_embedded_default_greedy_collapses_and_sampling_diversifies(tmp_path: Pa
     assert elapsed < 90
 
 
+@pytest.mark.slow
 @needs_iu
 def test_cli_run_suite_reports_offline(tmp_path: Path) -> None:
     from medvlm_audit.cli import app
@@ -98,6 +100,7 @@ def test_cli_run_suite_reports_offline(tmp_path: Path) -> None:
     assert set(tidy["strategy"]) == {"greedy", "beam4", "t0.3", "t0.7", "top_k", "top_p"}
 
 
+@pytest.mark.slow
 @needs_iu
 def test_a_clinical_metric_scores_each_strategy_against_the_paired_reports(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
@@ -139,6 +142,7 @@ def test_cli_exposes_corpus_audit_and_build_iu_reports() -> None:
     assert r.exit_code == 0 and "--reference" in r.output
 
 
+@pytest.mark.slow
 def test_a_decoding_the_backend_cannot_do_fails_before_the_run(tmp_path: Path) -> None:
     from medvlm_audit import api
     from medvlm_audit.store import STORE_FILE

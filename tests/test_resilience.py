@@ -96,6 +96,7 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted_run(tmp_path
 URL_PASSWORD, URL_QUERY_SECRET = "SuperSecretPw123", "QuerySecret999"
 
 
+@pytest.mark.slow
 def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
     """Neither the API key nor credentials carried in a base URL (user:password@, ?api-key=) reach the run store,
     the exports, the report or the logs."""
@@ -134,6 +135,7 @@ def test_api_key_never_in_store_exports_or_logs(tmp_path: Path) -> None:
 
 
 
+@pytest.mark.slow
 def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> None:
     make_tiny_probeset(tmp_path / "data", n=4)
     env = {k: v for k, v in os.environ.items() if k != "MEDVLM_TEST_KEY"}
@@ -147,6 +149,7 @@ def test_missing_api_key_variable_fails_before_any_request(tmp_path: Path) -> No
     assert "MEDVLM_TEST_KEY" in out.stdout + out.stderr and "Traceback" not in out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_runner_completes_through_transient_faults_without_duplicates(tmp_path: Path) -> None:
     """429 (Retry-After), 500/503, dropped connections, malformed JSON, empty content and missing logprobs:
     every input ends with one stored answer, none duplicated, none lost."""

@@ -69,6 +69,7 @@ def test_the_lock_file_is_never_observed_empty_while_held(tmp_path: Path, monkey
         held.release()
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_directory_refuses_and_a_crashed_holder_is_taken_over(tmp_path: Path) -> None:
     _takeover(tmp_path)
 

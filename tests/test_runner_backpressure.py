@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import make_tiny_probeset
 
 from medvlm_audit import runner
@@ -52,6 +53,7 @@ class SlowEncodedModel(Model):
         return out
 
 
+@pytest.mark.slow
 def test_rendering_waits_for_the_model_and_encoded_images_are_released(tmp_path: Path, monkeypatch) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=120)
     held: list[int] = []
@@ -92,6 +94,7 @@ def test_rendering_waits_for_the_model_and_encoded_images_are_released(tmp_path:
     assert made[0].encoded.data == {} and not made[0].encoded.uses  # every encoded image was released
 
 
+@pytest.mark.slow
 def test_without_backpressure_the_bound_would_fail(tmp_path: Path, monkeypatch) -> None:
     """The check above can fail: with the room always free, the renderer runs ahead of the slow model."""
     ps = make_tiny_probeset(tmp_path / "data", n=120)

@@ -65,6 +65,7 @@ def _unsaved(msg: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+@pytest.mark.slow
 def test_a_store_locked_longer_than_the_wait_stops_the_run_and_a_rerun_completes(tmp_path: Path) -> None:
     plan = plan_grounding([make_tiny_probeset(tmp_path / "data", n=12)], GroundingOptions())
     path = tmp_path / "run" / "run.sqlite"
@@ -104,6 +105,7 @@ def test_a_store_locked_longer_than_the_wait_stops_the_run_and_a_rerun_completes
     store.close()
 
 
+@pytest.mark.slow
 def test_a_lock_shorter_than_the_wait_loses_nothing(tmp_path: Path) -> None:
     plan = plan_grounding([make_tiny_probeset(tmp_path / "data", n=8)], GroundingOptions())
     path = tmp_path / "run.sqlite"
@@ -190,6 +192,7 @@ def _error_lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.startswith("error:")]
 
 
+@pytest.mark.slow
 def test_cli_run_exits_non_zero_while_another_process_holds_the_lock_then_resumes(tmp_path: Path) -> None:
     make_tiny_probeset(tmp_path / "data", n=12)
     run_dir = tmp_path / "run"
@@ -259,6 +262,7 @@ _TMPFS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_cli_run_on_a_full_filesystem_exits_non_zero_and_a_resume_completes(tmp_path: Path) -> None:
     """A real ENOSPC: the run directory on a 4 MB tmpfs (in a private mount namespace) that fills mid-run."""
     if shutil.which("unshare") is None or sys.platform != "linux":

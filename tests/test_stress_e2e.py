@@ -17,6 +17,9 @@ from medvlm_audit.suites.stress.embedded import build_phantom_mcq
 from medvlm_audit.suites.stress.items import load_items
 from medvlm_audit.suites.stress.reference import ask_plan, reference_mcq_panel
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory):

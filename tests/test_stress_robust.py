@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from medvlm_audit import api
 from medvlm_audit.suites import get_suite
 from medvlm_audit.testing.answers import StoreEdit, apply_edit, check_report, report_of, store_shape
 
 
+@pytest.mark.slow
 def test_one_model_one_item_one_condition_gives_a_report(tmp_path: Path) -> None:
     base = api.run(get_suite("stress").embedded_config(tmp_path / "base"), progress=False).run_dir
     shape = store_shape(base / "run.sqlite")

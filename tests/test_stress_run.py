@@ -23,6 +23,9 @@ from medvlm_audit.suites.stress.plan import plan_stress
 from medvlm_audit.suites.stress.reference import reference_mcq_panel
 from medvlm_audit.suites.stress.sections import report_stress, tidy_stress
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 
 def config(tmp_path: Path, items: str, **kw):
     return validate_config({"suite": "stress", "run_dir": str(tmp_path / "run"), "probe_sets": [items],

@@ -259,6 +259,7 @@ def _module_graph() -> dict[str, set[str]]:
     return edges
 
 
+@pytest.mark.slow
 def test_no_import_cycles() -> None:
     edges = _module_graph()
     state: dict[str, int] = {}
@@ -279,6 +280,7 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_core_imports_no_suite_internals_and_no_dataset_builder() -> None:
     allowed_suite = {"medvlm_audit.suites", "medvlm_audit.suites.base"}
     bad = []
@@ -306,6 +308,7 @@ def test_the_cli_starts_without_loading_a_suite_or_pandas() -> None:
     assert all(m.endswith(".commands") or m.count(".") == 2 for m in loaded if m.startswith("medvlm_audit.suites."))
 
 
+@pytest.mark.slow
 def test_no_suite_name_switch_outside_suites() -> None:
     names = set(suite_names())
     bad = []

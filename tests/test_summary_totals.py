@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import make_tiny_probeset
 
@@ -85,6 +86,7 @@ def test_missing_logprobs_are_counted_and_retried_and_store_totals_reported(tmp_
     store.close()
 
 
+@pytest.mark.slow
 def test_cli_summary_shows_store_totals_and_retry_recovers_missing_logprobs(tmp_path: Path) -> None:
     make_tiny_probeset(tmp_path / "data", n=12)
     run_dir = tmp_path / "run"

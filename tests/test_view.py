@@ -227,6 +227,7 @@ def test_reports_case_shows_each_strategy_beside_the_reference_with_terms_marked
         assert re.search(r"<img src=", card)
 
 
+@pytest.mark.slow
 def test_stress_case_shows_the_options_per_condition_with_the_gold_relettered(tmp_path_factory) -> None:
     from grounding_demo_run import small_stress_demo
 

@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 from medvlm_audit.suites.grounding.embedded import run_demo
 
 
+@pytest.mark.slow
 def test_demo_with_vision_probe(tmp_path: Path) -> None:
     res = run_demo(tmp_path, n_cases=120, n_train=300, vision_probe=True, progress=False, log=lambda *_: None)
     df = pd.read_parquet(res.results_parquet)

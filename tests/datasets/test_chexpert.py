@@ -8,6 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+#: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
+pytestmark = pytest.mark.slow
+
 sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import dsfixtures as F
+import pytest
 from typer.testing import CliRunner
 
 from medvlm_audit import api
@@ -19,6 +20,7 @@ SMALL = {"n_subjects": 60, "n_studies": 150, "n_images": 220, "test_every": 2, "
          "ms_eligible": dict.fromkeys(F.MS_CATS, 3), "ms_ineligible_per_cat": 2, "size": (256, 320), "gz": True}
 
 
+@pytest.mark.slow
 def test_build_mimic_cli_reports_shortfalls_and_runs(tmp_path: Path) -> None:
     roots = F.make_mimic_tree(tmp_path / "mimic", images=True, **SMALL)
     out = tmp_path / "ps"
@@ -44,6 +46,7 @@ def test_build_mimic_cli_reports_shortfalls_and_runs(tmp_path: Path) -> None:
     assert result.summary.n_skipped == 2 * (len(ps) - len(boxed))  # target + irrelevant mask skipped, counted
 
 
+@pytest.mark.slow
 def test_build_nih_and_folder_cli(tmp_path: Path) -> None:
     root = F.make_nih_tree(tmp_path / "nih", n_images=300, n_boxes=30)
     res = CliRunner().invoke(app, ["build", "nih", "--nih-root", str(root), "--out", str(tmp_path / "nih_ps"),

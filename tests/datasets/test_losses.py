@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import dsfixtures as F
@@ -51,6 +52,7 @@ def assert_counts_agree(res, printed: str) -> None:
         assert f"lost after sampling: {lost} case(s)" in printed and "shortfalls: none" not in printed
 
 
+@pytest.mark.slow
 def test_mimic_swap_losses_are_counted(tmp_path, capsys):
     tree = F.make_mimic_tree(tmp_path / "t", images=False, **TREE)
     full = build_mimic(out_dir=tmp_path / "o1", check_images=False, verbose=False, **tree)
@@ -79,6 +81,7 @@ def test_mimic_swap_losses_are_counted(tmp_path, capsys):
     assert_counts_agree(res, printed)
 
 
+@pytest.mark.slow
 def test_chexpert_swap_losses_are_counted(tmp_path, capsys):
     root = F.make_chexpert_tree(tmp_path / "c", n_patients=2000, images=False, rare_negative="")
     full = build_chexpert(root, tmp_path / "o1", per_finding=6, n_normal=6, check_images=False, verbose=False)

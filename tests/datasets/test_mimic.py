@@ -38,6 +38,7 @@ def _labels(tree) -> pd.DataFrame:
     return pd.read_csv(tree["mimic_root"] / "mimic-cxr-2.0.0-chexpert.csv.gz")
 
 
+@pytest.mark.slow
 def test_small_tree_counts_and_shortfalls(small_build):
     res, _ = small_build
     df = res.probe_set.df
@@ -111,6 +112,7 @@ def test_exclusions_are_logged_with_reasons(small_build):
     assert "neither" in reasons["rexerr:error_type"]
 
 
+@pytest.mark.slow
 def test_deterministic_and_checked_images_resume(small_build, tmp_path):
     res, tree = small_build
     again = build_mimic(out_dir=tmp_path / "again", check_images=False, verbose=False, **tree)
@@ -123,6 +125,7 @@ def test_deterministic_and_checked_images_resume(small_build, tmp_path):
     assert rerun.probe_set.content_hash == res.probe_set.content_hash
 
 
+@pytest.mark.slow
 def test_corrupt_image_is_excluded_and_replaced(small_tree, tmp_path):
     tree = {k: tmp_path / "t" / v.relative_to(small_tree["mimic_root"].parents[1]) for k, v in small_tree.items()}
     shutil.copytree(small_tree["mimic_root"].parents[1], tmp_path / "t")
@@ -215,6 +218,7 @@ def test_full_size_tree_gives_the_paper_counts(tmp_path):
     ProbeSet.load(res.out_dir, validate=False).validate(check_files=False)
 
 
+@pytest.mark.slow
 def test_image_missing_from_the_split_csv_is_logged(small_tree, tmp_path):
     tree = _copy(small_tree, tmp_path)
     f = tree["mimic_root"] / "mimic-cxr-2.0.0-split.csv.gz"
@@ -247,6 +251,7 @@ def test_duplicate_ms_cxr_annotation_rows_are_reported(small_tree, small_build, 
     assert (ms_cases.dicom_id == ms.dicom_id.iloc[row]).sum() == (kept[kept.source == "ms_cxr"].dicom_id == ms.dicom_id.iloc[row]).sum()
 
 
+@pytest.mark.slow
 def test_top_coded_anchor_age_stays_90_plus(small_tree, tmp_path):
     """MIMIC-IV anchor_age 91 means "over 89 in anchor_year": no year offset is added to it (ages reached 119)."""
     tree = _copy(small_tree, tmp_path)
@@ -268,6 +273,7 @@ def test_top_coded_anchor_age_stays_90_plus(small_tree, tmp_path):
     assert (anchor.age[anchor.age_top_coded] == 90).all() and anchor.age_top_coded.any()
 
 
+@pytest.mark.slow
 def test_rexerr_error_types_get_70_each_as_the_released_builder(tmp_path):
     """The released builder takes 70 sentences per image-dependent error type (560 // 8, fewer where a type has
     fewer), which is 483 on the paper's data. Two scarce types (here 30 and 33 sentences): the other six get 70

@@ -99,6 +99,7 @@ def test_chexpert_training_split_is_disjoint_from_the_probe_set(tmp_path):
         build_probe_train("nih", tmp_path / "x")
 
 
+@pytest.mark.slow
 def test_probe_fitted_on_it_answers_the_normal_studies(mimic_train, tree, tmp_path):
     """End to end on builder output: normals (no_finding, label 0 only) get an answer, not an error."""
     pytest.importorskip("torch")

@@ -20,6 +20,7 @@ DATA = torchxrayvision_data_dir()
 pytestmark = pytest.mark.skipif(DATA is None, reason="torchxrayvision is not installed")
 
 
+@pytest.mark.slow
 def test_nih_real_csvs(tmp_path):
     res = build_nih(tmp_path / "no_images", tmp_path / "o", check_images=False, verbose=False)
     df = res.probe_set.df
@@ -31,6 +32,7 @@ def test_nih_real_csvs(tmp_path):
     assert (res.exclusions.stage == "nih_box:box_size").sum() == 665
 
 
+@pytest.mark.slow
 def test_chexpert_real_train_csv_reproduces_table9_total(tmp_path):
     from medvlm_audit.suites.grounding.datasets.chexpert import build_chexpert
 
