@@ -508,7 +508,9 @@ def stress_result(res: StressAnalysis, probe_set: str = "stress", *, fmt: str = 
     """A stress analysis as the suite result the report writer renders."""
     tables = dict(res.frames())
     tables["exclusions"] = res.exclusions[list(EXCLUSION_COLUMNS)]
-    verdicts = {m: f"{', '.join(tags)}: {text}" for m, (tags, text) in stress_verdicts(res).items()}
+    # the tags, then the text; a text that already opens with its tag (a "not assessable (...)" verdict) says it once
+    verdicts = {m: text if text.startswith(", ".join(tags)) else f"{', '.join(tags)}: {text}"
+                for m, (tags, text) in stress_verdicts(res).items()}
     return SuiteResult(metrics=metrics_long(res, probe_set), comparisons=comparisons_long(res, probe_set),
                        sections=stress_sections(res, fmt=fmt, designed=designed), summary=res.summary(),
                        tables=tables, verdicts=verdicts, intro=_intro(res.meta))
