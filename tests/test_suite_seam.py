@@ -338,3 +338,19 @@ def test_the_core_tidy_columns_name_no_grounding_column() -> None:
 
     src = inspect.getsource(export.raw_table)
     assert "has_box" not in src and "ibox_overlaps" not in src and "tbox" not in src
+
+
+@pytest.mark.parametrize("setting, message", [("n_cases=40", "n_cases must be at least 60"),
+                                              ("n_cases=fourty", "n_cases must be a whole number"),
+                                              ("gemma=maybe", "gemma must be true or false"),
+                                              ("n_casess=100", "takes no option")])
+def test_demo_set_values_the_default_refuses_get_one_line_and_nothing_written(tmp_path: Path, setting: str,
+                                                                              message: str) -> None:
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--set", setting, "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "d").exists()

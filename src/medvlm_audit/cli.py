@@ -298,7 +298,7 @@ def demo_cmd(
                                                       ("vision_probe", vision_probe, False)) if v != d}
         flags.update(_settings(set_))
         res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
-    except AuditError as e:
+    except (AuditError, ValueError, TypeError) as e:  # a --set value the embedded default refuses: one line
         _fail(e)
     except KeyboardInterrupt:
         _interrupted(out, f"resume with: medvlm-audit run {out / 'demo.yaml'}")

@@ -246,6 +246,12 @@ class GroundingSuite(Suite):
         run config (also written to OUT/demo.yaml so `medvlm-audit run` can resume or repeat it)."""
         if flags:
             raise ConfigError(f"the grounding default takes no option(s) {sorted(flags)}")
+        for key, v in (("n_cases", n_cases), ("n_train", n_train)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"the grounding default's {key} must be a whole number, got {v!r}")
+        for key, v in (("gemma", gemma), ("vision_probe", vision_probe)):
+            if not isinstance(v, bool):
+                raise ConfigError(f"the grounding default's {key} must be true or false, got {v!r}")
         from medvlm_audit.suites.grounding.embedded import prepare_demo
 
         return prepare_demo(Path(out), n_cases=n_cases, n_train=n_train, gemma=gemma, vision_probe=vision_probe,
