@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_faith_validate import write_release
 
 from medvlm_audit import stats
 from medvlm_audit.suites.faithfulness.validate import judge_validate, load_placebo, sham_fpr_table
-from tests.test_faith_validate import write_release
 
 SHOWN = [f"<think>\n<step> The {side} base is hazy, which suggests a small effusion. </step>\n</think>\n"
          f"<answer> yes </answer>" for side in ("left", "right", "left", "right", "left")]

@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 import pytest
+from test_reports_stats import _planted
 
 from medvlm_audit import stats
 from medvlm_audit.suites.reports.audit import _printed_interval, corpus_audit
 from medvlm_audit.suites.reports.corpus import CorpusError, make_corpus
-from tests.test_reports_stats import _planted
 
 FAST = {"B": 200, "n_perm": 200, "semantic": False, "bertscore": False, "self_bleu_max": 50, "surface_max": 50}
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from test_stress_analysis import probe_items
 
 from medvlm_audit.suites.stress.analysis import ASSESSABLE_PARSE_RATE, analyse_stress
 from medvlm_audit.suites.stress.sections import metrics_long, stress_result, stress_verdicts
-from tests.test_stress_analysis import probe_items
 
 
 def _answers(texts: dict[str, str], n5: int = 12) -> pd.DataFrame:
