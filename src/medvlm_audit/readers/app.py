@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from medvlm_audit.readers.render import PngCache
 from medvlm_audit.readers.study import Reader, StoreBusyError, Study
+from medvlm_audit.security_headers import SecurityHeaders
 
 __all__ = ["create_app"]
 
@@ -277,31 +278,11 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("Method not allowed", status_code=405)
 
-    class SecurityHeaders:
-        def __init__(self, app: Any) -> None:
-            self.app = app
-
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] != "http":
-                await self.app(scope, receive, send)
-                return
-
-            async def send_with_headers(message: Any) -> None:
-                if message["type"] == "http.response.start":
-                    headers = list(message.get("headers", []))
-                    present = {k.lower() for k, _ in headers}
-                    for k, v in _SECURITY_HEADERS.items():
-                        if k.lower().encode() not in present:
-                            headers.append((k.lower().encode(), v.encode()))
-                    message["headers"] = headers
-                await send(message)
-
-            await self.app(scope, receive, send_with_headers)
-
     hosts = allowed_hosts or ["127.0.0.1", "localhost", "::1", "[::1]", "testserver"]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
+        middleware=[Middleware(SecurityHeaders, headers=_SECURITY_HEADERS),
+                    Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
         exception_handlers={404: not_found, 405: method_not_allowed},
     )
     app.state.study = study

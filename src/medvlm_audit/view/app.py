@@ -35,6 +35,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from medvlm_audit.cache import LRU
+from medvlm_audit.security_headers import SecurityHeaders
 from medvlm_audit.view.data import RunView, load_run
 
 __all__ = ["create_app"]
@@ -333,29 +334,8 @@ def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | No
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("Method not allowed", status_code=405)
 
-    class SecurityHeaders:
-        def __init__(self, app: Any) -> None:
-            self.app = app
-
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            if scope["type"] != "http":
-                await self.app(scope, receive, send)
-                return
-
-            async def send_with_headers(message: Any) -> None:
-                if message["type"] == "http.response.start":
-                    headers = list(message.get("headers", []))
-                    present = {k.lower() for k, _ in headers}
-                    for k, v in _SECURITY_HEADERS.items():
-                        if k.lower().encode() not in present:
-                            headers.append((k.lower().encode(), v.encode()))
-                    message["headers"] = headers
-                await send(message)
-
-            await self.app(scope, receive, send_with_headers)
-
     app = Starlette(routes=routes,
-                    middleware=[Middleware(SecurityHeaders),
+                    middleware=[Middleware(SecurityHeaders, headers=_SECURITY_HEADERS),
                                 Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts or LOCAL_HOSTS)],
                     exception_handlers={404: not_found, 405: method_not_allowed})
     app.state.view = view
