@@ -46,6 +46,7 @@ from medvlm_audit.scorers.option import STATUSES
 from medvlm_audit.suites.stress.items import LETTERS
 from medvlm_audit.suites.stress.robustness import StressAccuracies, robustness_score, robustness_score_arrays
 from medvlm_audit.suites.stress.scoring import normalize_tidy, score_stress  # noqa: F401  (score_stress re-exported)
+from medvlm_audit.suites.stress.verdicts import VERDICT_COLUMNS, Evidence, evidence_text, verdict_table
 
 SUBSETS: tuple[str, ...] = ("all", "required", "substitution")
 #: a model whose parse rate under a condition is below this is ``not assessable`` there: no accuracy, change or
@@ -913,12 +914,14 @@ class StressAnalysis:
     items: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     exclusions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(EXCLUSION_COLUMNS)))
+    #: one row per model: the verdict, its bootstrap support and each test's status (:mod:`.verdicts`)
+    verdicts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=VERDICT_COLUMNS))
 
     def frames(self) -> dict[str, pd.DataFrame]:
         return {"stress_accuracy": self.accuracy, "stress_accuracy_by_benchmark": self.accuracy_by_benchmark,
                 "stress_accuracy_required": self.accuracy_required, "stress_changes": self.changes,
                 "stress_chance": self.chance, "stress_robustness": self.robustness, "stress_curve": self.curve,
-                "stress_items": self.items}
+                "stress_items": self.items, "stress_verdicts": self.verdicts}
 
     def summary(self) -> dict[str, Any]:
         rob: dict[str, dict[str, float | None]] = {}
@@ -927,10 +930,21 @@ class StressAnalysis:
         notes = {f"{r['model']}:{r['component']}": r["note"] for _, r in self.robustness.iterrows()
                  if r["component"].startswith("F") and r.get("note")}
         ex = exclusion_summary(self.exclusions)
+        detail = {}
+        for r in self.verdicts.to_dict("records"):
+            detail[r["model"]] = {
+                "verdict": r["verdict"], "support": _num(r["support"]), "reason": r["reason"],
+                "tests": {t: {"status": r[f"{t}_status"], "support": _num(r[f"{t}_support"]),
+                              "reason": r[f"{t}_reason"]} for t in ("T1", "T2", "T3")}}
         return {"meta": self.meta, "t4_variant": self.meta.get("t4_variant"), "robustness": rob,
+                "verdict_table": detail,
                 "robustness_notes": notes, "not_assessable": self.meta.get("not_assessable", {}),
                 "exclusions": {"n": len(self.exclusions),
                                "by_stage": {str(k): int(v) for k, v in ex.groupby("stage")["n"].sum().items()}}}
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or pd.isna(x) else float(x)
 
 
 #: what each T4 variant means, for the report
@@ -953,6 +967,70 @@ def t4_variant_used(scored: pd.DataFrame) -> str:
     if not vals:
         return "not recorded"
     return vals[0] if len(vals) == 1 else f"mixed ({', '.join(vals)})"
+
+
+def _verdict_evidence(main: _Plan, required: _Plan, changes: pd.DataFrame, chance: pd.DataFrame
+                      ) -> dict[str, dict[str, Evidence]]:
+    """Each model's T1-T3 evidence for :func:`.verdicts.verdict_table`: the printed numbers (changes with their
+    q, the text-only accuracy on the image-required items with chance and the chance test's q) and the shared
+    item-bootstrap draws of each point."""
+    cols = main.cols
+    out: dict[str, dict[str, Evidence]] = {}
+    for model in main.cube.models:
+        ev: dict[str, Evidence] = {}
+        for test, perturbed in (("T1", ("no_image",)), ("T3", ("reordered", "reordered+no_image"))):
+            for pert in perturbed:
+                hit = [(key, ja, jb) for key, ja, jb, _ in main._pairs
+                       if key["model"] == model and key["test"] == test and key["perturbed"] == pert
+                       and key["benchmark"] is None]
+                row = changes[(changes["model"] == model) & (changes["test"] == test)
+                              & (changes["perturbed"] == pert) & changes["benchmark"].isna()]
+                if not hit or row.empty:
+                    continue
+                _, ja, jb = hit[0]
+                r = row.iloc[0]
+                note = str(r.get("note") or "")
+                draws = None if cols.draws is None else cols.col(jb) - cols.col(ja)
+                args = (float(r["diff"]), float(r["ci_low"]), float(r["ci_high"]), int(r["n_items"]), float(r["q"]))
+                text = (f"{'removing the image' if test == 'T1' else 'reordering the options'}: {note}" if note
+                        else evidence_text(test, *args))
+                if not note and args[1] == args[2] and args[3] > 0:
+                    # no item changed: the bootstrap interval is [0, 0] on any number of items; the rule reads
+                    # the interval of the change rate 0/n instead (rate_interval), so a small pilot stays open
+                    u = stats.rate_interval(0, args[3])[1]
+                    args = (args[0], args[0] - u, args[0] + u, *args[3:])
+                    text += (f" (no item changed; the verdict reads +-{100 * u:.1f} pp, the 95% upper bound of a "
+                             f"change rate of 0 in {args[3]} items)")
+                ev[test] = Evidence(test, *args, ref=0.0, draws=draws, note=note, text=text)
+                break
+        ch = chance[(chance["model"] == model) & (chance["condition"] == "no_image")]
+        acc = [(j, key) for key, j, _, _, _ in required._acc if key["model"] == model
+               and key["condition"] == "no_image"]
+        if len(ch) and acc:
+            c = ch.iloc[0]
+            j = acc[0][0]
+            note = str(c.get("note") or "")
+            point = cols.point(j) if not note else float("nan")
+            lo, hi = cols.rate_interval(j) if not note else (float("nan"), float("nan"))
+            args = (point, lo, hi, int(c["n_items"]), float(c["q"]))
+            text = (f"without the image on image-required items: {note}" if note
+                    else evidence_text("T2", *args, ref=float(c["chance"])))
+            ev["T2"] = Evidence("T2", *args, ref=float(c["chance"]), draws=cols.col(j), note=note, text=text)
+        out[model] = ev
+    return out
+
+
+def _model_not_assessable(meta: dict[str, Any], model: str) -> str:
+    """Why a model is not assessable as a whole ('' when it is): no usable answer, or a parse rate below 50%."""
+    na = meta.get("not_assessable", {}).get(model, {})
+    no_opt = meta.get("no_usable_answer", {}).get(model)
+    if no_opt is not None and not na:
+        return (f"{NOT_ASSESSABLE}: no usable answer (an option was chosen in at most {100 * float(no_opt):.1f}% of "
+                f"trials in any condition; refusals and abstentions count as wrong, so no change can show)")
+    if na:
+        rates = ", ".join(f"{100 * v:.1f}% under {c}" for c, v in na.items())
+        return f"{NOT_ASSESSABLE} (parse rate {rates})"
+    return ""
 
 
 def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
@@ -994,6 +1072,20 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
     f4 = robustness["component"] == "F4"
     robustness.loc[f4, "note"] = [f"{n}; T4 variant: {variant}" if n else f"T4 variant: {variant}"
                                   for n in robustness.loc[f4, "note"].fillna("")]
+    meta = {"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
+            "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
+            "t4_variant": variant,
+            "not_assessable": {m: v for m, v in not_assessable.items() if v},
+            "no_usable_answer": no_option,
+            "not_assessable_rule": f"parse rate below {100 * ASSESSABLE_PARSE_RATE:g}% under a condition: no "
+                                   f"accuracy, change or robustness term from that condition",
+            "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
+                         "numpy default_rng(seed), shared by all tables; accuracy counts refusals, abstentions and "
+                         "unparsed answers as wrong (all items: the paper's denominators), the parsed-only "
+                         "accuracy is beside it; each robustness term pairs its two accuracies on the "
+                         "items that have both conditions"}
+    verdicts = verdict_table(_verdict_evidence(main, required, changes, chance),
+                             {m: _model_not_assessable(meta, m) for m in cube.models}, B=B)
     return StressAnalysis(
         accuracy=main.accuracy_frame(),
         accuracy_by_benchmark=by_bench.accuracy_frame(),
@@ -1003,17 +1095,7 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
         robustness=robustness,
         curve=main.curve_frame(),
         items=item_table(None, cube=cube),
-        meta={"B": B, "seed": seed, "n_items": len(cube.items), "n_required": int(cube.required.sum()),
-              "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
-              "t4_variant": variant,
-              "not_assessable": {m: v for m, v in not_assessable.items() if v},
-              "no_usable_answer": no_option,
-              "not_assessable_rule": f"parse rate below {100 * ASSESSABLE_PARSE_RATE:g}% under a condition: no "
-                                     f"accuracy, change or robustness term from that condition",
-              "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
-                           "numpy default_rng(seed), shared by all tables; accuracy counts refusals, abstentions and "
-                           "unparsed answers as wrong (all items: the paper's denominators), the parsed-only "
-                           "accuracy is beside it; each robustness term pairs its two accuracies on the "
-                           "items that have both conditions"},
+        meta=meta,
         exclusions=exclusion_log(plan_skips, scored),
+        verdicts=verdicts,
     )

@@ -11,18 +11,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.html import format_p
 from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
 from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.stress.analysis import (
     EXCLUSION_COLUMNS,
-    NOT_ASSESSABLE,
     StressAnalysis,
     analyse_stress,
     exclusion_summary,
     score_stress,
 )
 from medvlm_audit.suites.stress.conditions import CONDITIONS
+from medvlm_audit.suites.stress.verdicts import NO_EFFECT, VERDICT_Q
 
 # ------------------------------------------------------------------------------------------------ report
 
@@ -32,12 +31,11 @@ SHORTCUT_COLORS: dict[str, str] = {
     "text shortcut": "#d62728",
     "position bias": "#ff7f0e",
     "no shortcut found": "#7f7f7f",
+    "indeterminate": "#bcbd22",
     "not assessable": "#8c564b",
 }
 #: designed behaviour of the reference answerers (their ``designed`` attribute) in the verdicts' words
 _DESIGNED_WORDS = {"position_bias": "position bias", "text_prior": "text shortcut", "reads_image": "reads the image"}
-#: q below which a change or a chance test counts as a finding in the verdicts
-VERDICT_Q = 0.05
 
 #: what R1-R5 measure (paper 003, Appendix A): R_t = 1 - F_t, 1 = no sign of the shortcut
 R_EXPLAINED: tuple[tuple[str, str], ...] = (
@@ -80,75 +78,19 @@ def _pct_ci(point: object, lo: object, hi: object, n: object, unit: str = "%") -
     return f"{100 * float(point):{sign}.1f}{unit}{ci} (n = {int(n)})"
 
 
-def _change_row(res: StressAnalysis, model: str, test: str, perturbed: str) -> dict[str, Any] | None:
-    ch = res.changes
-    hit = ch[(ch["model"] == model) & (ch["test"] == test) & (ch["perturbed"] == perturbed)]
-    return None if hit.empty else hit.iloc[0].to_dict()
-
-
-def _support(row: dict[str, Any]) -> str:
-    """', support 97%': the share of item-bootstrap draws whose change has the observed sign."""
-    v = row.get("support")
-    return "" if v is None or pd.isna(v) else f", support {100 * float(v):.0f}%"
-
-
 def stress_verdicts(res: StressAnalysis) -> dict[str, tuple[list[str], str]]:
-    """model -> (shortcuts observed, verdict text): reads the image (T1: accuracy falls without it), text shortcut
-    (T2: above chance without the image on image-required items), position bias (T3: reordering the options
-    moves accuracy); each with its numbers, 95% interval and n, and its q (BH within the model's family)."""
-    out: dict[str, tuple[list[str], str]] = {}
-    for model in sorted(res.accuracy["model"].unique()):
-        tags: list[str] = []
-        parts: list[str] = []
-        na_tests: list[str] = []
-        t1 = _change_row(res, model, "T1", "no_image")
-        if t1 is not None and str(t1.get("note") or "").startswith(NOT_ASSESSABLE):
-            na_tests.append("T1")
-            parts.append(f"removing the image: {t1['note']}")
-        elif t1 is not None and not pd.isna(t1["diff"]):
-            sig = t1["q"] < VERDICT_Q and t1["diff"] < 0
-            if sig:
-                tags.append("reads the image")
-            parts.append(f"removing the image changes accuracy by {_pct_ci(t1['diff'], t1['ci_low'], t1['ci_high'], t1['n_items'], ' pp')}"
-                         f", q {format_p(t1['q'])}{_support(t1)}")
-        ch = res.chance[(res.chance["model"] == model) & (res.chance["condition"] == "no_image")]
-        if len(ch) and str(ch.iloc[0].get("note") or "").startswith(NOT_ASSESSABLE):
-            na_tests.append("T2")
-            parts.append(f"without the image on image-required items: {ch.iloc[0]['note']}")
-        elif len(ch):
-            r = ch.iloc[0]
-            req = res.accuracy_required  # the interval of the same items (image-required) as the chance test
-            acc = req[(req["model"] == model) & (req["condition"] == "no_image")]
-            ci = ((acc.iloc[0]["ci_low"], acc.iloc[0]["ci_high"]) if len(acc) and int(acc.iloc[0]["n_items"]) ==
-                  int(r["n_items"]) else (None, None))
-            if r["q"] < VERDICT_Q and r["accuracy_modal_items"] > r["chance"]:
-                tags.append("text shortcut")
-            parts.append(f"without the image it is right on {_pct_ci(r['accuracy_modal_items'], *ci, r['n_items'])} of image-required "
-                         f"items against {_pct(r['chance'])}% by chance, q {format_p(r['q'])}")
-        t3 = _change_row(res, model, "T3", "reordered") or _change_row(res, model, "T3", "reordered+no_image")
-        if t3 is not None and str(t3.get("note") or "").startswith(NOT_ASSESSABLE):
-            na_tests.append("T3")
-            parts.append(f"reordering the options: {t3['note']}")
-        elif t3 is not None and not pd.isna(t3["diff"]):
-            if t3["q"] < VERDICT_Q:
-                tags.append("position bias")
-            parts.append(f"reordering the options changes accuracy by "
-                         f"{_pct_ci(t3['diff'], t3['ci_low'], t3['ci_high'], t3['n_items'], ' pp')}, q {format_p(t3['q'])}"
-                         f"{_support(t3)}")
-        na = res.meta.get("not_assessable", {}).get(model, {})
-        no_opt = res.meta.get("no_usable_answer", {}).get(model)
-        if not tags and no_opt is not None and not na:
-            tags = [NOT_ASSESSABLE]
-            parts.insert(0, f"{NOT_ASSESSABLE}: no usable answer (an option was chosen in at most "
-                            f"{100 * float(no_opt):.1f}% of trials in any condition; refusals and abstentions count "
-                            f"as wrong, so no change can show)")
-        if not tags and (na_tests or na):
-            # "no shortcut found" only when every test could be read: mostly unparsed answers are no evidence
-            rates = ", ".join(f"{100 * v:.1f}% under {c}" for c, v in na.items())
-            tags = [NOT_ASSESSABLE]
-            parts.insert(0, f"{NOT_ASSESSABLE} (parse rate {rates})" if rates else NOT_ASSESSABLE)
-        out[model] = (tags or ["no shortcut found"], "; ".join(parts) or "no paired test could be computed")
-    return out
+    """model -> (tags, verdict text), from the analysis' verdict table (:mod:`.verdicts`: each test read from its
+    interval and q; indeterminate with the reason when the interval straddles a threshold; each test's and the
+    verdict's bootstrap support in the text): reads the image (T1), text shortcut (T2), position bias (T3), no
+    shortcut found, indeterminate or not assessable."""
+    return {r["model"]: (str(r["verdict"]).split(", "), str(r["reason"]))
+            for r in res.verdicts.sort_values("model").to_dict("records")}
+
+
+def _support_html(v: object) -> str:
+    from medvlm_audit.report.html import escape
+
+    return "" if v is None or pd.isna(v) else f'<span class="muted">support {escape(f"{100 * float(v):.0f}")}%</span> '
 
 
 def _badge(tag: str) -> str:
@@ -166,11 +108,15 @@ def verdicts_html(res: StressAnalysis, designed: dict[str, str] | None = None) -
             ("reads the image", "accuracy falls when the image is removed (T1)"),
             ("text shortcut", "above chance without the image on image-required items (T2)"),
             ("position bias", "accuracy moves when the options are reordered (T3)"),
-            ("no shortcut found", "none of the three"),
+            ("no shortcut found", f"T2 and T3 each ruled out: the interval lies within {100 * NO_EFFECT:g} pp of "
+                                  "chance / of no change"),
+            ("indeterminate", "no shortcut found, but an interval straddles a threshold (the reason says which)"),
             ("not assessable", "parse rate below 50% in a condition a test needs: no verdict from it"))) +
-        f" (each at q &lt; {VERDICT_Q:g}).</p>")
+        f" (a finding needs its 95% interval beyond the threshold and q &lt; {VERDICT_Q:g}; support: the share of "
+        "item-bootstrap draws giving the same verdict).</p>")
     items = []
     rows = []
+    support = dict(zip(res.verdicts["model"], res.verdicts["support"], strict=True))
     for model, (tags, text) in stress_verdicts(res).items():
         des = ""
         d = designed.get(model)
@@ -180,7 +126,7 @@ def verdicts_html(res: StressAnalysis, designed: dict[str, str] | None = None) -
             rows.append(f"<tr><td>{escape(model)}</td><td>{_badge(dw)}</td><td>{''.join(_badge(t) for t in tags)}"
                         f"</td><td>{'yes' if dw in tags else 'no'}</td></tr>")
         items.append(f'<li><span class="model">{escape(model)}</span>{"".join(_badge(t) for t in tags)} '
-                     f"{escape(text)}{des}</li>")
+                     f"{_support_html(support.get(model))}{escape(text)}{des}</li>")
     table = ""
     if rows:
         table = ('<div class="tblwrap"><table class="tbl" id="designed"><thead><tr><th>model</th><th>designed</th>'
