@@ -117,6 +117,8 @@ def test_a_too_small_pilot_is_indeterminate_with_a_reason():
     tags, text = stress_verdicts(res)["steady"]
     assert tags == [INDETERMINATE] and "indeterminate" in text
     assert 0 <= row["support"] <= 1
+    ch = res.chance.set_index("model").loc["steady"]
+    assert ch["verdict"] == INDETERMINATE and ch["verdict_support"] == row["T2_support"]
 
 
 def test_the_same_behaviour_on_enough_items_is_no_shortcut_found():

@@ -1086,6 +1086,13 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
                          "items that have both conditions"}
     verdicts = verdict_table(_verdict_evidence(main, required, changes, chance),
                              {m: _model_not_assessable(meta, m) for m in cube.models}, B=B)
+    # the T2 chance test's call beside its numbers (text shortcut: found / absent / indeterminate, and support)
+    t2 = verdicts.set_index("model")
+    is_t2 = (chance["condition"] == "no_image") & (chance["subset"] == "required")
+    chance["verdict"] = [t2.loc[m, "T2_status"] if ok and m in t2.index else ""
+                         for m, ok in zip(chance["model"], is_t2, strict=True)]
+    chance["verdict_support"] = [t2.loc[m, "T2_support"] if ok and m in t2.index else np.nan
+                                 for m, ok in zip(chance["model"], is_t2, strict=True)]
     return StressAnalysis(
         accuracy=main.accuracy_frame(),
         accuracy_by_benchmark=by_bench.accuracy_frame(),

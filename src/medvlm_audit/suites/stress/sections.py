@@ -299,16 +299,17 @@ CHANCE_LABELS = {
     "model": "model", "condition": "condition", "n_items": "items", "correct_items": "items right (modal answer)",
     "accuracy_modal_items": "modal accuracy (items; tested)", "n_trials": "trials",
     "correct_trials": "trials right", "accuracy_trials": "trial accuracy", "chance": "chance", "p": "p", "q": "q",
+    "verdict": "text shortcut (interval rule)", "verdict_support": "support",
 }
 
 
 def _chance_table_html(chance: pd.DataFrame) -> str:
     cols = [c for c in CHANCE_LABELS if c in chance.columns]
     t = chance[cols].copy()
-    for c in ("accuracy_modal_items", "accuracy_trials", "chance"):  # one unit: percent
+    for c in ("accuracy_modal_items", "accuracy_trials", "chance", "verdict_support"):  # one unit: percent
         if c in t:
             t[c] = (100 * pd.to_numeric(t[c], errors="coerce")).round(1)
-    labels = {k: (f"{v} (%)" if k in ("accuracy_modal_items", "accuracy_trials", "chance") else v)
+    labels = {k: (f"{v} (%)" if k in ("accuracy_modal_items", "accuracy_trials", "chance", "verdict_support") else v)
               for k, v in CHANCE_LABELS.items()}
     return table_to_html(t.rename(columns=labels))
 
