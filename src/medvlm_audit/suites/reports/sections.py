@@ -1,4 +1,5 @@
-"""Figures of the report audit: the CAD scatter per strategy and the vocabulary-size and transition bars."""
+"""Figures of the report audit: the CAD scatter per strategy and the vocabulary-size and transition bars.
+matplotlib (``report.figures``) is imported inside the figure functions: the analysis imports this module."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.figures import captioned, key_in_words, margins, new_figure
-
 CATEGORY_COLORS = {"erasure": "#c0392b", "new_bias": "#2471a3", "bias_flip": "#8e44ad", "preservation": "#229954",
                    "none": "#b3b6b7"}
 CATEGORY_ORDER = ("erasure", "new_bias", "bias_flip", "preservation")
 
 
 def _label(strategy: str, labels: Mapping[str, str] | None) -> str:
+    from medvlm_audit.report.figures import key_in_words
+
     return key_in_words(strategy, labels)
 
 
@@ -25,6 +26,8 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
     strong lines |z_ref| = 2 shaded; words coloured by their ungated category; words whose displacement is not
     significant after BH (gated category ``stable``) drawn hollow. ``labels``: strategy key -> words (panel
     titles); the words per panel are attached as the figure's counts table."""
+    from medvlm_audit.report.figures import captioned, margins, new_figure
+
     n = len(strategies)
     cols = min(3, n)
     rows = int(np.ceil(n / cols))
@@ -73,6 +76,8 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
                                  labels: Mapping[str, str] | None = None) -> Any:
     """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
     counts (ungated, solid; gated, hatched)."""
+    from medvlm_audit.report.figures import captioned, margins, new_figure
+
     d = table[table["model"] == model]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
