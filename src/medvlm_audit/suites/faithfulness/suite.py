@@ -327,9 +327,12 @@ class FaithfulnessSuite(Suite):
         from medvlm_audit.suites.faithfulness.verdicts import HOW_TO_READ, badges, verdicts_html
 
         numbers = _verdicts(metrics, models)
-        sections.insert(0, Section("Verdicts", verdicts_html(metrics, models, numbers, designed), "verdicts"))
-        badge_table = badges(metrics, models)
+        badge_table = badges(metrics, models, ans, seed=seed)
+        support = dict(zip(badge_table["model"], badge_table["support"], strict=True))
+        sections.insert(0, Section("Verdicts", verdicts_html(metrics, models, numbers, designed, support),
+                                   "verdicts"))
         summary["verdict_badges"] = dict(zip(badge_table["model"], badge_table["verdict"]))
+        summary["verdict_support"] = {m: (None if pd.isna(v) else float(v)) for m, v in support.items()}
         return SuiteResult(metrics=metrics, comparisons=comparisons, sections=sections,
                            verdicts=numbers, summary=summary, intro=HOW_TO_READ + f"<p>{escape(intro)}</p>",
                            tables={"faithfulness_verdicts": badge_table,
