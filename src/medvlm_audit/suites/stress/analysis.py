@@ -1017,3 +1017,33 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
                            "items that have both conditions"},
         exclusions=exclusion_log(plan_skips, scored),
     )
+
+
+def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
+    """Accuracy per model x condition and R1-R5 / mean per model in the shared long metrics schema."""
+    acc = res.accuracy
+    rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
+             "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+             "n": r["n_items"], "unit": "fraction", "method": r.get("ci_method") or "item bootstrap (percentile)",
+             "note": r.get("note") or ("" if pd.notna(r["accuracy"]) else
+                                       f"undefined: no scored trial among {int(r.get('n_trials', 0) or 0)} (every "
+                                       "answer errored or missing)")}
+            for r in acc.to_dict("records")]
+    for r in res.robustness.to_dict("records"):
+        rows.append({"probe_set": probe_set, "model": r["model"], "metric": "robustness", "subset": r["component"],
+                     "point": r["value"], "se": None, "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+                     "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)",
+                     "note": r.get("note") or ""})
+    return pd.DataFrame(rows)
+
+
+def comparisons_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
+    """The paired T-changes in the shared comparisons schema (family: the model's T-tests; p_adj: BH q)."""
+    ch = res.changes
+    return pd.DataFrame({
+        "family": "stress:" + ch["model"].astype(str), "probe_set": probe_set, "metric": "accuracy",
+        "subset": ch["test"].astype(str) + ":" + ch["perturbed"].astype(str), "model_a": ch["model"],
+        "model_b": ch["model"], "diff": ch["diff"], "sd": ch["sd"], "ci_low": ch["ci_low"],
+        "ci_high": ch["ci_high"], "p": ch["p"], "p_adj": ch["q"], "n": ch["n_items"],
+        "test": "paired item bootstrap", "note": ch["comparison"],
+    })
