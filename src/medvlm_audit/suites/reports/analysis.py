@@ -15,7 +15,8 @@ import pandas as pd
 
 from medvlm_audit.report.html import format_p
 from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html
-from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
+from medvlm_audit.results import MetricRow, metrics_frame
+from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
 from medvlm_audit.suites.reports.corpus import (
     Corpus,
@@ -56,9 +57,9 @@ def predictions_corpus(rows: pd.DataFrame, source: str) -> tuple[Corpus, list[st
     return corpus, [str(x) for x in ref_ids]
 
 
-def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[dict[str, Any]]:
+def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[MetricRow]:
     """Metrics rows of the surface and clinical metrics (reports paired with their reference report)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
     for frame in (res.surface, res.clinical):
         if frame is None:
             continue
@@ -73,15 +74,15 @@ def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> 
 
 
 def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
-         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> dict[str, Any]:
+         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> MetricRow:
+    """A reports metric row: a value of the corpus audit's tables (no SE), undefined values with a note."""
     if not note and not _defined(point):  # an undefined value says why (the specific rows say more)
         note = "undefined: too few reports, or too few words in a group's reports, to compute it"
-    return {"suite": "reports", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
-            "point": float(point), "se": math.nan, "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
-            "unit": unit, "method": method, "note": note}
+    return MetricRow("reports", probe_set, model, metric, subset, float(point), math.nan, float(ci[0]), float(ci[1]),
+                     int(n), unit, method, note)
 
 
-def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[dict[str, Any]]:
+def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[MetricRow]:
     div = res.diversity.set_index("corpus").loc["predictions"]
     n = int(div["n_reports"])
     rows = [
@@ -183,7 +184,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     clinical = [load_clinical_metric(c.name, c.path, where=f"option 'clinical_metrics' ({c.name})", **c.params)
                 for c in opts.clinical_metrics]
     probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "reports"
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
     cads, waes, divs = [], [], []
     skipped: dict[str, str] = {}
     paired_names: set[str] = set()
@@ -212,7 +213,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
             if not ref_div:
                 ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
-    metrics = pd.DataFrame(rows, columns=list(METRICS_COLUMNS))
+    metrics = metrics_frame(rows)
     if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
         why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
         return SuiteResult(

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.results import MetricRow, metrics_frame
 from medvlm_audit.scorers.option import STATUSES
 from medvlm_audit.suites.stress.items import LETTERS
 from medvlm_audit.suites.stress.robustness import StressAccuracies, robustness_score, robustness_score_arrays
@@ -1022,19 +1023,18 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
 def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
     """Accuracy per model x condition and R1-R5 / mean per model in the shared long metrics schema."""
     acc = res.accuracy
-    rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
-             "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-             "n": r["n_items"], "unit": "fraction", "method": r.get("ci_method") or "item bootstrap (percentile)",
-             "note": r.get("note") or ("" if pd.notna(r["accuracy"]) else
-                                       f"undefined: no scored trial among {int(r.get('n_trials', 0) or 0)} (every "
-                                       "answer errored or missing)")}
+    rows = [MetricRow("stress", probe_set, r["model"], "accuracy", r["condition"], r["accuracy"], r.get("se"),
+                      r["ci_low"], r["ci_high"], r["n_items"], "fraction",
+                      r.get("ci_method") or "item bootstrap (percentile)",
+                      r.get("note") or ("" if pd.notna(r["accuracy"]) else
+                                        f"undefined: no scored trial among {int(r.get('n_trials', 0) or 0)} (every "
+                                        "answer errored or missing)"))
             for r in acc.to_dict("records")]
     for r in res.robustness.to_dict("records"):
-        rows.append({"probe_set": probe_set, "model": r["model"], "metric": "robustness", "subset": r["component"],
-                     "point": r["value"], "se": None, "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                     "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)",
-                     "note": r.get("note") or ""})
-    return pd.DataFrame(rows)
+        rows.append(MetricRow("stress", probe_set, r["model"], "robustness", r["component"], r["value"], None,  # type: ignore[arg-type]
+                              r["ci_low"], r["ci_high"], r["n_items"], "fraction", "item bootstrap (percentile)",
+                              r.get("note") or ""))
+    return metrics_frame(rows)
 
 
 def comparisons_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
