@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import math
 import re
-from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from medvlm_audit.report.html import format_p
-from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html
 from medvlm_audit.results import MetricRow, metrics_frame
 from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
@@ -33,10 +31,9 @@ from medvlm_audit.suites.reports.sections import (
     _g,
     _int,
     _perm,
-    _table_html,
-    cad_scatter_figure,
-    paired_table_html,
-    vocabulary_transition_figure,
+    decoding_section,
+    nothing_to_audit_section,
+    strategy_sections,
 )
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
@@ -215,11 +212,8 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
     metrics = metrics_frame(rows)
     if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
-        why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
         return SuiteResult(
-            metrics=metrics, sections=[Section("Nothing to audit", (
-                "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
-                f"suite is undefined:</p><ul>{why}</ul>"))],
+            metrics=metrics, sections=[nothing_to_audit_section(skipped)],
             verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
@@ -235,17 +229,11 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     for s in cad["strategy"].unique():
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
     wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
-    sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
-                Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
+    sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
     verdicts: dict[str, str] = {}
     for model in table["model"].unique():
         t = table[table["model"] == model].set_index("strategy")
         strategies = list(t.index)
-        labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
-        sections.append(Section(f"CAD scatter: {model}", figure_to_html(
-            cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
-        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
@@ -277,13 +265,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         for r in flagged.itertuples():
             if r.model in verdicts:
                 verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
-        show = eff.drop(columns=["stop"]).fillna("server default")
-        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
-               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
-               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
-               "the strategy its label names.")
-        sections.append(Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
-                                                                      drop_constant=False)))
+        sections.append(decoding_section(eff))
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
              "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "
