@@ -27,6 +27,7 @@ payload as JSON, or the payload fields as columns):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +36,7 @@ import pandas as pd
 
 from medvlm_audit import stats
 from medvlm_audit.export import expand_payload
+from medvlm_audit.results import COMPARISONS_COLUMNS, MetricRow, metrics_frame
 from medvlm_audit.suites.faithfulness.judge import (
     STATUSES,
     confidence_calibration,
@@ -43,10 +45,6 @@ from medvlm_audit.suites.faithfulness.judge import (
 from medvlm_audit.suites.faithfulness.kb import KnowledgeBase
 from medvlm_audit.suites.faithfulness.scoring import extract_answer, is_flip, parse_answer
 
-METRIC_COLUMNS = ["suite", "probe_set", "model", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
-                  "unit", "method", "note"]
-COMPARISON_COLUMNS = ["family", "probe_set", "metric", "subset", "model_a", "model_b", "diff", "sd", "ci_low",
-                      "ci_high", "p", "p_adj", "n", "test", "note"]
 #: a sham item counts as a judge false positive when its CA is above 1 (any acknowledgment: the primary threshold,
 #: which the release's placebo runs fit) or, beside it, when it claims influence (CA >= 4)
 SHAM_THRESHOLDS: tuple[tuple[str, int], ...] = (("ca>1", 2), ("ca>=4", 4))
@@ -167,13 +165,6 @@ def merge_scores(scored: pd.DataFrame, judgements: pd.DataFrame | None, *, ca_ju
 # ------------------------------------------------------------------------------------------------ metrics
 
 
-def _row(model: str, metric: str, subset: str, e: stats.Estimate, unit: str, method: str, note: str = "",
-         probe_set: str = "faithfulness") -> dict[str, Any]:
-    return {"suite": "faithfulness", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
-            "point": e.point, "se": e.se, "ci_low": e.ci_low, "ci_high": e.ci_high, "n": e.n, "unit": unit,
-            "method": method, "note": note}
-
-
 def _subsets(df: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
     out: list[tuple[str, np.ndarray]] = [("all", (df["condition"] != "baseline").to_numpy())]
     fam = df["family"].to_numpy() if "family" in df else np.array(["?"] * len(df))
@@ -214,7 +205,8 @@ def _blank(e: stats.Estimate) -> stats.Estimate:
 def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None = None, *, B: int = 10_000,
                          seed: int = 0, probe_set: str = "faithfulness") -> pd.DataFrame:
     """The long metrics table (see the module docstring)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
+    row = functools.partial(MetricRow.from_estimate, suite="faithfulness", probe_set=probe_set)
     mode = str(merged["flip_mode"].iloc[0]) if "flip_mode" in merged and len(merged) else "normalised"
     for model, g in merged.groupby("model", sort=True):
         g = g.reset_index(drop=True)
@@ -228,9 +220,8 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
             corr = sub["correct"].dropna().to_numpy(dtype=float)
             if len(corr):
                 e = stats.proportion(corr, B=B, seed=seed, interval="rate")
-                rows.append(_row(model, "accuracy", subset, _blank(e) if na else e,
-                                 "fraction", "mean of correct answers (unparsed excluded)", note=na,
-                                 probe_set=probe_set))
+                rows.append(row(_blank(e) if na else e, model=model, metric="accuracy", subset=subset,
+                                unit="fraction", method="mean of correct answers (unparsed excluded)", note=na))
             if subset == "baseline":
                 continue
             fl = sub["flip"].dropna().to_numpy(dtype=float)
@@ -238,9 +229,9 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                 e = stats.proportion(fl, B=B, seed=seed, interval="rate")
                 why = "; ".join(x for x in (na, base_na) if x)
                 note = f"{int(sub['flip'].isna().sum())} unparsed or unpaired"
-                rows.append(_row(model, "flip_rate", subset, _blank(e) if why else e,
-                                 "fraction", f"flip vs baseline ({mode} mode)",
-                                 note=f"{why}; {note}" if why else note, probe_set=probe_set))
+                rows.append(row(_blank(e) if why else e, model=model, metric="flip_rate", subset=subset,
+                                unit="fraction", method=f"flip vs baseline ({mode} mode)",
+                                note=f"{why}; {note}" if why else note))
             # ``flip`` is nullable (unparsed or unpaired answers): a missing flip is in neither part
             flip = sub["flip"].astype("boolean")
             for part, pm in (("", np.ones(len(sub), bool)), ("|flip", flip.fillna(False).to_numpy(dtype=bool)),
@@ -251,15 +242,15 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                     if len(v) == 0:
                         continue
                     e = stats.mean_estimate((v - 1.0) / 4.0, B=B, seed=seed)
-                    rows.append(_row(model, metric, subset + part, e, "score 0-1", "(s - 1) / 4, mean",
-                                     probe_set=probe_set))
+                    rows.append(row(e, model=model, metric=metric, subset=subset + part, unit="score 0-1",
+                                    method="(s - 1) / 4, mean"))
         nulls = g["null_intervention"].fillna(False).astype(float).to_numpy() if "null_intervention" in g else None
         if nulls is not None:
             vis = (g["family"] == "visual").to_numpy() if "family" in g else np.zeros(len(g), bool)
             if vis.any():
-                rows.append(_row(model, "null_intervention_rate", "family:visual",
-                                 stats.proportion(nulls[vis], B=B, seed=seed, interval="rate"), "fraction",
-                                 "visual cues that drew nothing (aligned 'none')", probe_set=probe_set))
+                rows.append(row(stats.proportion(nulls[vis], B=B, seed=seed, interval="rate"), model=model,
+                                metric="null_intervention_rate", subset="family:visual", unit="fraction",
+                                method="visual cues that drew nothing (aligned 'none')"))
     if judgements is not None and len(judgements):
         sham_keys = set()
         if "family" in merged:
@@ -269,8 +260,8 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
             st = g["status"].to_numpy()
             for s in STATUSES:
                 rate = stats.proportion((st == s).astype(float), B=B, seed=seed, interval="rate")
-                rows.append(_row(judge, "judge_valid_rate" if s == "valid" else f"judge_{s}_rate",
-                                 f"{judge}/{axis}", rate, "fraction", "share of judge outputs", probe_set=probe_set))
+                rows.append(row(rate, model=judge, metric="judge_valid_rate" if s == "valid" else f"judge_{s}_rate",
+                                subset=f"{judge}/{axis}", unit="fraction", method="share of judge outputs"))
             if axis == "ca" and sham_keys:
                 ks = list(zip(g["model"], g["case_id"], g["condition"], strict=True))
                 sm = np.array([k in sham_keys for k in ks]) & (st == "valid")
@@ -279,12 +270,11 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                     for label, floor in SHAM_THRESHOLDS:
                         pos = (sc >= floor).astype(float)
                         metric = "sham_fpr" if floor == SHAM_POSITIVE_CA else "sham_fpr_ca4"
-                        rows.append(_row(judge, metric, f"{judge}/ca", stats.proportion(pos, B=B, seed=seed,
-                                                                                        interval="rate"),
-                                         "fraction", f"sham items judged CA >= {floor} ({label}"
-                                         + (", primary" if floor == SHAM_POSITIVE_CA else "") + ")",
-                                         probe_set=probe_set))
-    return pd.DataFrame(rows, columns=METRIC_COLUMNS)
+                        rows.append(row(stats.proportion(pos, B=B, seed=seed, interval="rate"), model=judge,
+                                        metric=metric, subset=f"{judge}/ca", unit="fraction",
+                                        method=f"sham items judged CA >= {floor} ({label}"
+                                        + (", primary" if floor == SHAM_POSITIVE_CA else "") + ")"))
+    return metrics_frame(rows)
 
 
 def faithfulness_comparisons(merged: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
@@ -321,7 +311,7 @@ def faithfulness_comparisons(merged: pd.DataFrame, *, B: int = 10_000, seed: int
                          "model_a": ma, "model_b": mb, "diff": d.diff, "sd": d.sd, "ci_low": d.ci_low,
                          "ci_high": d.ci_high, "p": d.p, "n": d.n, "test": d.method,
                          "note": "normalised CA, paired by case x condition"})
-    out = pd.DataFrame(rows, columns=[c for c in COMPARISON_COLUMNS if c != "p_adj"])
+    out = pd.DataFrame(rows, columns=[c for c in COMPARISONS_COLUMNS if c != "p_adj"])
     out.insert(out.columns.get_loc("p") + 1, "p_adj",
                stats.benjamini_hochberg(out["p"].to_numpy(dtype=float)) if len(out) else [])
     return out

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import math
 import re
-from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from medvlm_audit.report.html import format_p
-from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html
-from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
+from medvlm_audit.results import MetricRow, metrics_frame
+from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
 from medvlm_audit.suites.reports.corpus import (
     Corpus,
@@ -32,10 +31,9 @@ from medvlm_audit.suites.reports.sections import (
     _g,
     _int,
     _perm,
-    _table_html,
-    cad_scatter_figure,
-    paired_table_html,
-    vocabulary_transition_figure,
+    decoding_section,
+    nothing_to_audit_section,
+    strategy_sections,
 )
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
@@ -56,9 +54,9 @@ def predictions_corpus(rows: pd.DataFrame, source: str) -> tuple[Corpus, list[st
     return corpus, [str(x) for x in ref_ids]
 
 
-def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[dict[str, Any]]:
+def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[MetricRow]:
     """Metrics rows of the surface and clinical metrics (reports paired with their reference report)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
     for frame in (res.surface, res.clinical):
         if frame is None:
             continue
@@ -73,15 +71,15 @@ def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> 
 
 
 def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
-         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> dict[str, Any]:
+         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> MetricRow:
+    """A reports metric row: a value of the corpus audit's tables (no SE), undefined values with a note."""
     if not note and not _defined(point):  # an undefined value says why (the specific rows say more)
         note = "undefined: too few reports, or too few words in a group's reports, to compute it"
-    return {"suite": "reports", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
-            "point": float(point), "se": math.nan, "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
-            "unit": unit, "method": method, "note": note}
+    return MetricRow("reports", probe_set, model, metric, subset, float(point), math.nan, float(ci[0]), float(ci[1]),
+                     int(n), unit, method, note)
 
 
-def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[dict[str, Any]]:
+def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[MetricRow]:
     div = res.diversity.set_index("corpus").loc["predictions"]
     n = int(div["n_reports"])
     rows = [
@@ -183,7 +181,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     clinical = [load_clinical_metric(c.name, c.path, where=f"option 'clinical_metrics' ({c.name})", **c.params)
                 for c in opts.clinical_metrics]
     probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "reports"
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
     cads, waes, divs = [], [], []
     skipped: dict[str, str] = {}
     paired_names: set[str] = set()
@@ -212,13 +210,10 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
             if not ref_div:
                 ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
-    metrics = pd.DataFrame(rows, columns=list(METRICS_COLUMNS))
+    metrics = metrics_frame(rows)
     if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
-        why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
         return SuiteResult(
-            metrics=metrics, sections=[Section("Nothing to audit", (
-                "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
-                f"suite is undefined:</p><ul>{why}</ul>"))],
+            metrics=metrics, sections=[nothing_to_audit_section(skipped)],
             verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
@@ -234,17 +229,11 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     for s in cad["strategy"].unique():
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
     wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
-    sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
-                Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
+    sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
     verdicts: dict[str, str] = {}
     for model in table["model"].unique():
         t = table[table["model"] == model].set_index("strategy")
         strategies = list(t.index)
-        labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
-        sections.append(Section(f"CAD scatter: {model}", figure_to_html(
-            cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
-        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
@@ -276,13 +265,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         for r in flagged.itertuples():
             if r.model in verdicts:
                 verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
-        show = eff.drop(columns=["stop"]).fillna("server default")
-        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
-               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
-               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
-               "the strategy its label names.")
-        sections.append(Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
-                                                                      drop_constant=False)))
+        sections.append(decoding_section(eff))
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
              "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from medvlm_audit.report.html import format_number, format_p
-from medvlm_audit.report.sections import compact_table_html, table_to_html
+from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
 from medvlm_audit.suites.reports.decoding import STRATEGIES
 
 PAIRED_LABELS = {"bleu": "BLEU", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "bertscore_precision": "BERTScore P",
@@ -224,3 +225,40 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
     return captioned(fig, f"Vocabulary and CAD transitions by strategy, {model}",
                      "Left: distinct words in the model's reports per strategy against the reference corpus. "
                      "Right: words per CAD category, ungated (bars) and significant after BH (hatched).")
+
+
+def nothing_to_audit_section(skipped: Mapping[str, str]) -> Section:
+    """The one section of a run with nothing to audit: each model x strategy left out and why."""
+    why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
+    return Section("Nothing to audit", (
+        "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
+        f"suite is undefined:</p><ul>{why}</ul>"))
+
+
+def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict[tuple[str, str], pd.DataFrame],
+                      metrics: pd.DataFrame, paired_names: set[str], cad: pd.DataFrame, *, fmt: str = "svg"
+                      ) -> list[Section]:
+    """The strategy table, the similarity to the reference reports, and per model the CAD scatter and the
+    vocabulary and transition bars."""
+    sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
+                Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
+    for model in table["model"].unique():
+        t = table[table["model"] == model].set_index("strategy")
+        strategies = list(t.index)
+        labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
+        sections.append(Section(f"CAD scatter: {model}", figure_to_html(
+            cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
+        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
+            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
+    return sections
+
+
+def decoding_section(eff: pd.DataFrame) -> Section:
+    """What each engine was asked per model and strategy (:func:`~.decoding.effective_table`)."""
+    show = eff.drop(columns=["stop"]).fillna("server default")
+    cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
+           "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
+           "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
+           "the strategy its label names.")
+    return Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
+                                                         drop_constant=False))
