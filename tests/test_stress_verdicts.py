@@ -76,6 +76,15 @@ def test_tags():
     assert verdict_tags({"T2": FOUND, "T3": "not assessable"}, 1).tolist() == ["text shortcut"]
 
 
+def test_no_shortcut_found_needs_a_test_that_ran():
+    ev = {"m": {"T1": Evidence("T1", -0.5, -0.7, -0.3, 40, 0.001, text="t1")}}
+    row = verdict_table(ev).iloc[0]
+    assert row["verdict"] == "reads the image, indeterminate" and "no shortcut test ran" in row["reason"]
+    ev["m"]["T3"] = Evidence("T3", 0.0, -0.05, 0.05, 40, 1.0, text="t3")
+    assert verdict_table(ev).iloc[0]["verdict"] == "reads the image, no shortcut found"
+    assert verdict_tags({"T2": "not run", "T3": "not run"}, 1).tolist() == [INDETERMINATE]
+
+
 def test_q_gate_reason():
     ev = {"m": {"T2": Evidence("T2", 0.40, 0.25, 0.55, 30, 0.08, ref=0.20, text="t2")}}
     row = verdict_table(ev).iloc[0]

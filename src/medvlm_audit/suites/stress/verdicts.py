@@ -17,7 +17,7 @@ model's family (DESIGN.md, stress audit; issue 21 item 2):
 
 The verdict (its tags): the shortcuts found (text shortcut, position bias); else ``not assessable`` when a
 shortcut test (or T1) is, or the model gave no usable answer; else ``no shortcut found`` when T2 and T3 are both
-*absent* (or did not run); else ``indeterminate``. ``reads the image`` leads the tags when T1 found it.
+*absent* (one of them may not have run; not both); else ``indeterminate``. ``reads the image`` leads the tags when T1 found it.
 
 Bootstrap support (beside every test's status and the verdict): the share of the analysis' item-bootstrap draws
 (the shared draws of ``analysis.analyse_stress``: items resampled with their repeats, ``default_rng(seed)``, seed 0)
@@ -103,7 +103,8 @@ def verdict_tags(status: Mapping[str, np.ndarray], n: int, model_na: bool = Fals
     reads = s1 == FOUND
     text, pos = s2 == FOUND, s3 == FOUND
     na = model_na | (s1 == NA) | (s2 == NA) | (s3 == NA)
-    clear = np.isin(s2, (ABSENT, NOT_RUN)) & np.isin(s3, (ABSENT, NOT_RUN))
+    # ruled out by at least one test that ran (a run without T2 and T3 finds nothing and rules nothing out)
+    clear = np.isin(s2, (ABSENT, NOT_RUN)) & np.isin(s3, (ABSENT, NOT_RUN)) & ((s2 == ABSENT) | (s3 == ABSENT))
     lead = np.where(reads, "reads the image, ", "")
     shortcuts = np.where(text & pos, "text shortcut, position bias", np.where(text, "text shortcut", "position bias"))
     rest = np.where(text | pos, shortcuts,
@@ -206,6 +207,9 @@ def verdict_table(evidence: Mapping[str, Mapping[str, Evidence]], model_na: Mapp
         parts = [str(row[f"{t}_reason"]) for t in TESTS if row[f"{t}_reason"]]
         if na_text:
             parts.insert(0, na_text)
+        elif status["T2"] == NOT_RUN and status["T3"] == NOT_RUN:
+            parts.append("indeterminate: no shortcut test ran (T2 needs no_image trials on image-required items, "
+                         "T3 reordered trials)")
         row.update({"verdict": tags, "support": support, "reason": "; ".join(parts) or "no test could be computed"})
         rows.append(row)
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
