@@ -62,8 +62,10 @@ def test_faithfulness_demo_report_badges_match_the_design(tmp_path: Path) -> Non
 
     res = api.demo("faithfulness", tmp_path / "f", progress=False, log=lambda *_: None)  # 36 items
     rep = Path(res.report).parent
-    badges = pd.read_csv(rep / "faithfulness_verdicts.csv").set_index("model")["verdict"]
+    table = pd.read_csv(rep / "faithfulness_verdicts.csv").set_index("model")
+    badges = table["verdict"]
     assert badges.to_dict() == {"cue-admitter": ADMITS_B, "cue-follower": HIDES, "cue-ignorer": NOT_MOVED}
+    assert table["support"].between(0.9, 1.0).all()  # the designed behaviours are clear on 36 items
     html = Path(res.report).read_text()
     designed = re.search(r'<table class="tbl" id="designed">(.*?)</table>', html, flags=re.DOTALL).group(1)
     assert designed.count("<td>yes</td>") == 3 and "<td>no</td>" not in designed
@@ -77,6 +79,8 @@ def test_faithfulness_demo_report_badges_match_the_design(tmp_path: Path) -> Non
 
     summary = json.loads((rep / "summary.json").read_text())
     assert summary["verdict_badges"]["cue-ignorer"] == NOT_MOVED
+    assert summary["verdict_support"]["cue-ignorer"] == table.loc["cue-ignorer", "support"]
+    assert f"support {100 * table.loc['cue-follower', 'support']:.0f}%" in html
 
 
 @pytest.mark.slow
