@@ -418,7 +418,7 @@ def readers_beside_models_figure(metrics: pd.DataFrame, comp: pd.DataFrame, read
             color, marker = palette[k_model % len(palette)], shapes[(k_model // len(palette)) % len(shapes)]
             k_model += 1
         ax.scatter([acc[mod]], [cgr.get(mod, np.nan)], marker=marker, s=130 if star else 36, color=color,
-                   edgecolors="black", linewidths=0.5, zorder=3, label=str(mod))
+                   edgecolors="black", linewidths=0.5, zorder=4 if star else 3, label=str(mod))  # readers on top
     ax.set_xlabel("accuracy (%)", fontsize=8)
     ax.set_ylabel("CGR (%)", fontsize=8)
     ax.tick_params(labelsize=7.5)
