@@ -141,6 +141,32 @@ def test_figure_text_is_readable_and_never_overlaps(analysed) -> None:
     assert [t.get_text() for t in c.get_legend().get_texts()] == ["reader:a", "reader:b", *MODELS]  # ... a legend
 
 
+def _overlapping_texts(fig) -> list[tuple[str, str]]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    texts = [t for t in fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_fontsize"))
+             if t.get_visible() and t.get_text().strip()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for (a, ba), (b, bb) in combinations(boxes, 2)
+            if min(ba.x1, bb.x1) - max(ba.x0, bb.x0) > 1 and min(ba.y1, bb.y1) - max(ba.y0, bb.y0) > 1]
+
+
+def test_benchmark_landscape_labels_a_shared_cell_once(tmp_path: Path) -> None:
+    scales = ("reasoning_complexity", "visual_detail_required")
+    ratings = {"vqa-rad": ("1", "3"), "slake": ("1", "3"), "pmc-vqa": ("2", "1"), "nejm": ("3", "3")}
+    ans = [{"reader": r, "case_id": b, "benchmark": b, "scale": sc, "answer": v}
+           for b, vs in ratings.items() for sc, v in zip(scales, vs) for r in "xy"]
+    res = analyse_exports([_export(tmp_path / "bp", "benchmark-profile", ans, scales=scales)], B=B)
+    ax = res.figures["benchmark-profile"].axes[0]
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["nejm", "pmc-vqa", "slake\nvqa-rad"]  # one label for the two benchmarks at (1, 3)
+    assert not _overlapping_texts(res.figures["benchmark-profile"])
+    html = _section(res, "Reader-study metrics")
+    assert "<th>method</th>" not in html
+
+
 def test_run_report_hook_and_readers_analyse_page_use_the_same_sections(tmp_path: Path, analysed) -> None:
     run_dir = tmp_path / "run"
     dirs, run = _exports(run_dir / "readers")
