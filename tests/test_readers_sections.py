@@ -108,12 +108,17 @@ def _kappa(pair: str, point: float, lo: float, hi: float) -> dict:
 
 
 def test_reader_verdict_categories() -> None:
-    met = pd.DataFrame([_kappa("a vs b", 0.85, 0.7, 0.95), _kappa("a vs c", 0.3, 0.1, 0.5),
+    met = pd.DataFrame([_kappa("a vs b", 0.85, 0.7, 0.95), _kappa("a vs c", 0.15, 0.0, 0.3),
                         {**_kappa("reader:d", 70.0, 60.0, 80.0), "metric": "accuracy", "unit": "%"}])
-    got = {n: c for n, c, _ in reader_verdicts(met, pd.DataFrame())}
-    # a's worst pair (with c) reaches 0.1: inconsistent; b's only pair is tight; c shares a's worst pair
-    assert got == {"a": "inconsistent reference", "b": "consistent reference", "c": "inconsistent reference",
-                   "d": "single reader"}
+    got = {n: (c, t) for n, c, t in reader_verdicts(met, pd.DataFrame())}
+    # a's pair with c stays below 0.4: inconsistent; b's only pair is tight; c shares a's poor pair
+    assert {n: c for n, (c, _) in got.items()} == {"a": "inconsistent reference", "b": "consistent reference",
+                                                   "c": "inconsistent reference", "d": "single reader"}
+    assert "slight at worst (κ 0.150 [0.000, 0.300] on t, n = 50): its interval stays below 0.4" in got["a"][1]
+    assert got["b"][1] == "Agreement with a: almost perfect at worst (κ 0.850 [0.700, 0.950] on t, n = 50)."
+    # a high kappa on few items is not a disagreement: its interval is too wide to tell
+    met = pd.DataFrame([_kappa("a vs b", 0.8, -0.5, 0.95)])
+    assert {c for _, c, _ in reader_verdicts(met, pd.DataFrame())} == {"uncertain agreement"}
     met = pd.DataFrame([_kappa("a vs b", 0.6, 0.35, 0.8)])
     assert {c for _, c, _ in reader_verdicts(met, pd.DataFrame())} == {"uncertain agreement"}
 
@@ -165,6 +170,25 @@ def test_benchmark_landscape_labels_a_shared_cell_once(tmp_path: Path) -> None:
     assert not _overlapping_texts(res.figures["benchmark-profile"])
     html = _section(res, "Reader-study metrics")
     assert "<th>method</th>" not in html
+
+
+def test_each_subset_several_metrics_share_is_one_table(tmp_path: Path) -> None:
+    """CoT ratings on two scales by three readers: a table per scale (a row per reader pair and Fleiss' row, a
+    column per agreement metric) and one of the readers' means (a column per scale), never a row per metric."""
+    ans = [{"reader": r, "item_id": f"i{k}", "case_id": f"i{k}", "scale": sc, "answer": v}
+           for sc in ("completeness", "plausibility")
+           for r, vals in (("a", "123434"), ("b", "124443"), ("c", "223444")) for k, v in enumerate(vals)]
+    res = analyse_exports([_export(tmp_path / "cot", "cot-rating", ans, scales=("completeness", "plausibility"))],
+                          B=B)
+    html = _section(res, "Reader-study metrics")
+    caps = re.findall(r"<caption>(.*?)</caption>", html)
+    assert caps == ["Headline metrics on axis=completeness (cot-rating)", "Metrics on axis=plausibility (cot-rating)",
+                    "Metrics on all (cot-rating)"]
+    tables = re.findall(r"<table.*?</table>", html, re.DOTALL)
+    assert re.findall(r"<th>(.*?)</th>", tables[0]) == ["model", "kappa w", "percent agreement", "fleiss kappa"]
+    assert re.findall(r"<tr><td>(.*?)</td>", tables[0]) == [
+        "a vs b", "a vs c", "b vs c", "readers"]  # the reader pairs, then Fleiss' row
+    assert re.findall(r"<th>(.*?)</th>", tables[2]) == ["model", "mean:completeness", "mean:plausibility"]
 
 
 def test_run_report_hook_and_readers_analyse_page_use_the_same_sections(tmp_path: Path, analysed) -> None:

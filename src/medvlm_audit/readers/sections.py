@@ -127,10 +127,10 @@ def _common_prefix(values: Sequence[str]) -> str:
 
 
 def metrics_html(metrics: pd.DataFrame, *, table_id: str = "reader-metrics") -> str:
-    """The reader-study metrics (long schema) as compact tables, per probe set: first the headline table (a row
-    per reader or model, a column per metric, on the subset most metrics share, e.g. ``reader-sample``), then a
-    table per metric over its other subsets (a column per subset: finding, box rating, failure mode, reader
-    pair's scale). A cell is 'point [low, high] (n = k)'; each metric's method is said once in a list under the
+    """The reader-study metrics (long schema) as compact tables, per probe set: a table per subset that several
+    metrics share (a row per reader, model or reader pair, a column per metric; the subset most metrics share,
+    e.g. ``reader-sample``, first as the headline), then a table per metric over its other subsets (a column
+    per subset: finding, box rating, failure mode). A cell is 'point [low, high] (n = k)'; each metric's method is said once in a list under the
     tables and a row's notes are numbered footnotes."""
     from medvlm_audit.report.sections import compact_table_html
 
@@ -148,13 +148,12 @@ def metrics_html(metrics: pd.DataFrame, *, table_id: str = "reader-metrics") -> 
 
     for ps, g in metrics.groupby(metrics["probe_set"].fillna("").astype(str), sort=False):
         where = f" ({ps})" if ps else ""
-        per_subset = g.groupby("subset", sort=False)["metric"].nunique()
-        main = str(per_subset.idxmax()) if len(per_subset) and per_subset.max() > 1 else None
-        if main is not None:
-            table(_wide(g[g["subset"].astype(str) == main], "metric"), f"Headline metrics on {main}{where}")
-            rest = g[g["subset"].astype(str) != main]
-        else:
-            rest = g
+        subset = g["subset"].astype(str)
+        per_subset = g.groupby(subset, sort=False)["metric"].nunique()
+        shared = [str(x) for x in per_subset[per_subset > 1].sort_values(ascending=False, kind="stable").index]
+        for j, sub in enumerate(shared):  # a subset several metrics share: a column per metric
+            table(_wide(g[subset == sub], "metric"), f"{'Headline metrics' if j == 0 else 'Metrics'} on {sub}{where}")
+        rest = g[~subset.isin(shared)]
         for metric, h in rest.groupby("metric", sort=False):
             subsets = list(dict.fromkeys(h["subset"].astype(str)))
             strip = _common_prefix(subsets)
@@ -255,9 +254,10 @@ def _compared(comparisons: pd.DataFrame, reader: str) -> list[str]:
 
 def reader_verdicts(metrics: pd.DataFrame, comparisons: pd.DataFrame) -> list[tuple[str, str, str]]:
     """One verdict per reader in words, (reader, category, sentence): how far the other readers agree with it
-    (its lowest kappa's interval: every lower bound above 0.6 is a *consistent reference*, a lower bound at or
-    below 0.2 an *inconsistent reference*, anything else *uncertain agreement*; no second reader: *single
-    reader*), and where the models stand against it (a difference whose 95% interval excludes 0)."""
+    (its kappas' 95% intervals with the other readers: every lower bound above 0.6 is a *consistent reference*,
+    an upper bound below 0.4 an *inconsistent reference* (agreement at most fair, established), anything else
+    *uncertain agreement* (too wide to tell); no second reader: *single reader*), and where the models stand
+    against it (a difference whose 95% interval excludes 0)."""
     out = []
     for rd in _readers(metrics, comparisons):
         name = rd.removeprefix("reader:")
@@ -277,8 +277,11 @@ def reader_verdicts(metrics: pd.DataFrame, comparisons: pd.DataFrame) -> list[tu
         else:
             worst = pairs.loc[pairs["ci_low"].astype(float).idxmin()]
             lo = float(worst["ci_low"])
-            category = ("consistent reference" if lo > 0.6 else "inconsistent reference" if lo <= 0.2
-                        else "uncertain agreement")
+            lowest_high = pairs.loc[pairs["ci_high"].astype(float).idxmin()]
+            if float(lowest_high["ci_high"]) < 0.4:
+                category, worst = "inconsistent reference", lowest_high
+            else:
+                category = "consistent reference" if lo > 0.6 else "uncertain agreement"
             others = ", ".join(dict.fromkeys(p.replace(name, "").replace(" vs ", "").strip()
                                              for p in pairs["model"].astype(str)))
             text = (f"Agreement with {others}: {kappa_words(float(worst['point']))} at worst "
@@ -288,7 +291,8 @@ def reader_verdicts(metrics: pd.DataFrame, comparisons: pd.DataFrame) -> list[tu
                 text += (f", but its interval reaches down to {kappa_words(lo)}: more items read by both are "
                          "needed to call this reader a consistent reference")
             elif category == "inconsistent reference":
-                text += ": the readers disagree too often for this reader to serve as a reference"
+                text += (": its interval stays below 0.4, so the readers disagree too often for this reader to "
+                         "serve as a reference")
             sentences.append(text + ".")
         compared = _compared(comparisons, rd)
         if compared and all(" not tested " in c and ";" not in c for c in compared):
