@@ -110,10 +110,12 @@ def _comparison_note(note: object) -> str:
 
     >>> _comparison_note("no test: 4 shared case(s), fewer than 10 (too few); m 100.0 vs reader:a 75.0")
     'no test: fewer than 10 shared cases (too few)'
+    >>> _comparison_note("m 100.0 vs reader:a 83.3 on shared cases")
+    ''
     """
     if is_missing(note):
         return ""
-    t = re.sub(r";\s*\S+ -?[\d.]+ vs \S+ -?[\d.]+\s*$", "", str(note))
+    t = re.sub(r"(^|;\s*)\S+ -?[\d.]+ vs \S+ -?[\d.]+( on shared cases)?\s*$", "", str(note))
     return re.sub(r"^no test: \d+ shared case\(s\), fewer than (\d+)", r"no test: fewer than \1 shared cases", t).strip()
 
 
