@@ -113,3 +113,32 @@ def test_reports_extra_pins_torch_through_hf() -> None:
                                                                            "bert-score", "radgraph") for d in deps)
         if needs_torch and name != "hf":
             assert "medvlm-audit[hf]" in deps or torch_pin[0] in deps, name
+
+
+def test_every_extra_that_can_pull_torch_reaches_the_cpu_safe_pin() -> None:
+    """Any extra naming a package that brings torch (directly, or as transformers[serving], accelerate,
+    RaTEScore do) reaches torch==2.13.0 through its own list or the project's extras it names, so pip never
+    resolves an unpinned torch (on PyPI, a CUDA build of several GB; see the README's install check)."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    pulls = {"torch", "sentence-transformers", "bert-score", "radgraph", "accelerate", "ratescore",
+             "transformers[serving]", "torchvision", "torchxrayvision"}
+
+    def closure(name: str, seen: frozenset[str] = frozenset()) -> list[str]:
+        out = list(extras[name])
+        for d in extras[name]:
+            m = re.fullmatch(r"medvlm-audit\[([\w,-]+)\]", d)
+            for sub in (m.group(1).split(",") if m else []):
+                if sub not in seen:
+                    out += closure(sub, seen | {name})
+        return out
+
+    for name in extras:
+        deps = closure(name)
+        names = {re.split(r"[=<>!~ ;]", d, maxsplit=1)[0].lower() for d in deps}
+        if names & pulls:
+            assert "torch==2.13.0" in deps, f"extra {name!r} can pull torch but does not reach torch==2.13.0"
+        assert not [d for d in deps if d.lower().startswith("torch") and d.split("=")[0].lower() == "torch"
+                    and d != "torch==2.13.0"], f"extra {name!r} names another torch"

@@ -313,11 +313,14 @@ def test_expected_figures_and_captions_present(written: tuple[Path, FakeAnalysis
     captions = re.findall(r"<figcaption>(.*?)</figcaption>", page, re.DOTALL)
     for needle in ("Causal triad on phantom", "Grounding-specificity premium on phantom",
                    "Unrelated-image answer rate on phantom", "Sensitivity against specificity on phantom",
-                   "Accuracy on phantom", "Per-finding causal grounding rate", "Paired accuracy differences",
+                   "Accuracy on phantom", "Paired accuracy differences",
                    "Paired UAR differences", "All pairwise differences", "IS &#39;unstable&#39; threshold",
                    "Calibration of first-token P(yes)", "Subgroup rates", "Causal grounding rate on phantom at 512",
                    "Parse rate (%) on phantom"):
         assert any(needle in c for c in captions), needle
+    # every per-finding CGR of this analysis is 33.3 (20/60 and 4/12): the figure is one sentence saying so
+    assert re.search(r'<p class="fignote"><strong>Figure \d+\. Per-finding CGR:</strong> not drawn, every value it '
+                     r"would show is 33\.3 \(nothing varies\)\.</p>", page)
     # every caption states n (the standalone letter n: "n = 412", "n per model", "n (224 / 512)")
     assert all(re.search(r"\bn\b", c) for c in captions), [c[:80] for c in captions if not re.search(r"\bn\b", c)]
 

@@ -44,6 +44,40 @@ def test_information_rule() -> None:
     assert information(declared) == ("none", "prompt variants not run")
 
 
+def test_a_figure_where_nothing_varies_is_one_sentence() -> None:
+    fig = new_figure(3, 2)
+    fig.add_subplot().imshow(np.full((3, 4), 100.0))  # every cell 100.0
+    level, why = information(fig)
+    assert level == "none" and why == "every value it would show is 100.0 (nothing varies)"
+    html = figure_to_html(captioned(fig, "Parse rate", "Parse rate per model and condition."), number=2,
+                          title="Parse rate")
+    assert "<svg" not in html
+    assert html == ('<p class="fignote"><strong>Figure 2. Parse rate:</strong> not drawn, '
+                    'every value it would show is 100.0 (nothing varies).</p>')
+    fig = new_figure(3, 2)
+    fig.add_subplot().imshow(np.array([[100.0, 100.0], [100.0, 99.0]]))  # one cell differs: drawn
+    assert information(fig)[0] == "full"
+    # a forest-style panel: points on named rows, every value 0.0 on the measured axis
+    fig = new_figure(3, 2)
+    ax = fig.add_subplot()
+    ax.scatter([0.0, 0.0, 0.0], [0, 1, 2])
+    ax.set_yticks([0, 1, 2], ["model a", "model b", "model c"])
+    assert information(fig) == ("none", "every value it would show is 0.0 (nothing varies)")
+    ax.scatter([0.2], [1])  # one point moves: drawn
+    assert information(fig)[0] == "full"
+    # two measured axes: x constant but y varying is information (a vertical spread)
+    assert information(_scatter([0.5, 0.5], [0.1, 0.9]))[0] == "full"
+    fig = new_figure(3, 2)
+    fig.add_subplot().bar(["a", "b", "c"], [100.0, 100.0, 100.0])  # equal bars
+    assert information(fig)[0] == "none"
+    fig = new_figure(3, 2)
+    fig.add_subplot().barh(["a", "b"], [3.0, 4.0])  # horizontal bars: the lengths are the widths
+    assert information(fig)[0] == "full"
+    fig = new_figure(3, 2)
+    fig.add_subplot().plot([1, 2, 3], [0.5, 0.5, 0.5], marker="o")  # a flat line: its x is where, not what
+    assert information(fig) == ("none", "every value it would show is 0.5 (nothing varies)")
+
+
 def test_figure_to_html_applies_the_rule_and_shows_the_counts_table() -> None:
     empty = captioned(_scatter([np.nan], [np.nan]), "Calibration", "Calibration on phantom.")
     html = figure_to_html(empty, number=3, title="Calibration")

@@ -133,9 +133,9 @@ def agreement_figure(metrics: pd.DataFrame) -> Any | None:
                                          (d["ci_high"] - d["point"]).clip(lower=0)], fmt="o", capsize=2)
         for yy, r in zip(y, d.itertuples()):
             if r.metric == "kappa_w":
-                ax.annotate("w", (r.point, yy), fontsize=6, xytext=(3, 3), textcoords="offset points")
+                ax.annotate("w", (r.point, yy), fontsize=7.5, xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel(xlabel)
-    axes[0].set_yticks(np.arange(len(keys)), [f"{r.model}\n{r.subset}" for r in keys.itertuples()], fontsize=6)
+    axes[0].set_yticks(np.arange(len(keys)), [f"{r.model}\n{r.subset}" for r in keys.itertuples()], fontsize=7.5)
     axes[0].set_ylim(-0.6, len(keys) - 0.4)
     axes[0].set_title("f  Inter-rater agreement (bootstrap 95%)", loc="left", fontsize=9)
     fig.subplots_adjust(left=0.3, wspace=0.15, bottom=0.3)

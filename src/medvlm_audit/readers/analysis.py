@@ -77,18 +77,22 @@ def analyse_exports(export_dirs: Sequence[str | Path], *, run_dir: str | Path | 
 
 
 def _sections(res: ReaderAnalysis) -> list[Any]:
-    from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
+    """Verdicts per reader, the figures, the metrics and comparisons as compact tables, then the tasks' own."""
+    from medvlm_audit.readers.sections import comparisons_html, metrics_html, verdicts_html
+    from medvlm_audit.report.sections import Section, figure_to_html
 
     secs = []
+    verdicts = verdicts_html(res.metrics, res.comparisons)
+    if verdicts:
+        secs.append(Section("Readers: verdicts", verdicts, "reader-verdicts"))
     for key, fig in res.figures.items():
         title = res.figure_titles.get(key, key)
-        secs.append(Section(title, figure_to_html(fig, caption=title)))
+        secs.append(Section(title, figure_to_html(fig, title=title)))
     if len(res.metrics):
-        secs.append(Section("Reader-study metrics", table_to_html(res.metrics.drop(columns=["suite"]),
-                                                                 table_id="reader-metrics")))
+        secs.append(Section("Reader-study metrics", metrics_html(res.metrics)))
     if len(res.comparisons):
         secs.append(Section("Model minus reader (paired bootstrap, BH within metric and reader)",
-                            table_to_html(res.comparisons, table_id="reader-comparisons")))
+                            comparisons_html(res.comparisons)))
     secs.extend(res.task_sections)
     return secs
 

@@ -162,11 +162,79 @@ def panel_marks(ax: Any) -> int:
     return n
 
 
+def _named_axis(axis: Any) -> bool:
+    """Whether an axis names positions (category ticks, or tick labels set by hand) rather than measuring."""
+    from matplotlib.category import StrCategoryFormatter
+    from matplotlib.ticker import FixedFormatter, FixedLocator, FuncFormatter
+
+    fmt = axis.get_major_formatter()
+    if isinstance(fmt, FixedFormatter | StrCategoryFormatter):
+        return True
+    # set_yticks(positions, labels) keeps the labels in a FuncFormatter over a FixedLocator
+    return isinstance(fmt, FuncFormatter) and isinstance(axis.get_major_locator(), FixedLocator)
+
+
+def panel_values(ax: Any) -> np.ndarray:
+    """The finite data values a panel shows (the marks :func:`panel_marks` counts): heatmap cells, bar lengths,
+    and the coordinates of points and data lines on each axis that measures (an axis of named positions, such as
+    the model axis of a forest plot, carries none); a data line's x positions count only when its y axis names
+    positions (a line's x is where, its y is what)."""
+    from matplotlib.collections import PathCollection, QuadMesh
+    from matplotlib.container import BarContainer
+    from matplotlib.image import AxesImage
+
+    vals: list[np.ndarray] = []
+
+    def add(a: Any) -> None:
+        d = np.ma.filled(np.ma.asarray(a, dtype=float), np.nan).ravel()
+        vals.append(d[np.isfinite(d)])
+
+    measured = [not _named_axis(ax.xaxis), not _named_axis(ax.yaxis)]
+    for coll in ax.collections:
+        if isinstance(coll, PathCollection):
+            xy = np.asarray(np.ma.filled(np.ma.asarray(coll.get_offsets(), dtype=float), np.nan), float)
+            if xy.ndim == 2 and xy.shape[-1] == 2:
+                xy = xy[np.isfinite(xy).all(axis=1)]
+                for k in (0, 1):
+                    if measured[k]:
+                        add(xy[:, k])
+                if not any(measured) and coll.get_array() is not None:  # a dot grid: the colour is the value
+                    add(coll.get_array())
+        elif isinstance(coll, QuadMesh):
+            add(coll.get_array())
+    for im in ax.images:
+        if isinstance(im, AxesImage):
+            add(im.get_array())
+    for cont in ax.containers:
+        if isinstance(cont, BarContainer):
+            horizontal = getattr(cont, "orientation", "vertical") == "horizontal"
+            add([r.get_width() if horizontal else r.get_height() for r in cont.patches])
+    for line in ax.lines:
+        if line.get_transform() != ax.transData:
+            continue
+        if line.get_marker() in (None, "None", "", " ") and line.get_linestyle() not in ("-", "solid"):
+            continue
+        xy = np.asarray(line.get_xydata(), float)
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        if measured[1]:
+            add(xy[:, 1])
+        elif measured[0]:
+            add(xy[:, 0])
+    return np.concatenate(vals) if vals else np.zeros(0)
+
+
+def _same_value(v: float) -> str:
+    return f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+
+
 def information(fig: Figure) -> tuple[str, str]:
     """How much a figure tells in this run, the one rule every report applies (report.html.figure_to_html):
 
     - ``("none", why)``: the figure function declared it empty (``captioned(..., empty=why)``: not run, not
       computed), or no panel holds a data mark (every value nan or missing). Not drawn: a one-line note instead.
+    - ``("none", why)`` too when the figure holds at least two data marks and every value it shows is one and
+      the same number (e.g. every cell 100.0): nothing varies, so one sentence says the value instead
+      (values: :func:`panel_values`).
     - ``("little", why)``: no panel holds more than one data mark (a single point per panel). Drawn, but
       collapsed in a ``<details>`` block.
     - ``("full", "")``: anything else; drawn as usual.
@@ -179,6 +247,10 @@ def information(fig: Figure) -> tuple[str, str]:
     counts = [panel_marks(ax) for ax in panels]
     if not counts or max(counts) == 0:
         return "none", "no estimable value in this run"
+    if sum(counts) >= 2:
+        vals = np.concatenate([panel_values(ax) for ax in panels])
+        if len(vals) >= 2 and np.allclose(vals, vals[0], rtol=0, atol=1e-9 * max(1.0, abs(float(vals[0])))):
+            return "none", f"every value it would show is {_same_value(float(vals[0]))} (nothing varies)"
     if max(counts) == 1:
         return "little", "one value per panel"
     return "full", ""

@@ -359,10 +359,27 @@ def _failure_modes(ans: pd.DataFrame, out: ReaderAnalysis) -> None:
 
 def readers_beside_models_figure(metrics: pd.DataFrame, comp: pd.DataFrame, readers: list[str]) -> Any:
     """Accuracy and CGR of each model beside the reader's band, and the accuracy x CGR plane (as in paper 000's
-    Fig. 7a-c)."""
+    Fig. 7a-c). Panels a and b side by side, panel c under them with a legend naming each point (no name is
+    written beside a point, so none overlaps another); every text at least 7.5 pt (>= 10 px on the page)."""
+    from medvlm_audit.report.figures import text_in
+
     m = metrics[(metrics["subset"] == "reader-sample")]
-    fig = new_figure(13.0, 3.8)
-    axes = fig.subplots(1, 3)
+    names = [str(x) for x in dict.fromkeys(m["model"])]
+    models_all = [x for x in names if not x.startswith("reader:")]
+    width = 9.5
+    lab = text_in(models_all, 7.5) + 0.15
+    ann = 0.75  # the "+12.3 **" text right of panels a and b
+    pw = max(1.2, (width - 2 * lab - 2 * ann - 0.1) / 2)
+    top_h = max(1.4, 0.3 * len(models_all) + 0.3)
+    c_h = 2.6
+    height = 0.55 + c_h + 0.95 + top_h + 0.4
+    fig = new_figure(width, height)
+
+    def rect(x: float, y: float, w: float, h: float) -> list[float]:
+        return [x / width, y / height, w / width, h / height]
+
+    y_top = 0.55 + c_h + 0.95
+    axes = [fig.add_axes(rect(lab, y_top, pw, top_h)), fig.add_axes(rect(2 * lab + pw + ann, y_top, pw, top_h))]
     ref = readers[0] if readers else None
     for ax, metric, title in ((axes[0], "accuracy", "a  Accuracy"), (axes[1], "cgr", "b  CGR")):
         sub = m[m["metric"] == metric].sort_values("point")
@@ -380,23 +397,35 @@ def readers_beside_models_figure(metrics: pd.DataFrame, comp: pd.DataFrame, read
             if len(c):
                 q = c["p_adj"].iloc[0]
                 star = "" if not np.isfinite(q) else "***" if q < .001 else "**" if q < .01 else "*" if q < .05 else "ns"
-                ax.annotate(f"{c['diff'].iloc[0]:+.1f} {star}", (1.0, k), xycoords=("axes fraction", "data"),
-                            fontsize=7, va="center")
-        ax.set_yticks(y, models, fontsize=7)
-        ax.set_xlabel(f"{metric} (%)")
+                ax.annotate(f"{c['diff'].iloc[0]:+.1f} {star}", (1.02, k), xycoords=("axes fraction", "data"),
+                            fontsize=7.5, va="center")
+        ax.set_yticks(y, models, fontsize=7.5)
+        ax.set_ylim(-0.6, max(len(models), 1) - 0.4)
+        ax.tick_params(axis="x", labelsize=7.5)
+        ax.set_xlabel(f"{metric} (%)", fontsize=8)
         ax.set_title(title, loc="left", fontsize=9)
-    ax = axes[2]
+    ax = fig.add_axes(rect(0.75, 0.55, 3.4, c_h))
     acc = m[m["metric"] == "accuracy"].set_index("model")["point"]
     cgr = m[m["metric"] == "cgr"].set_index("model")["point"]
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+    shapes = ["o", "s", "^", "D", "v", "P", "X"]
+    k_model = 0
     for mod in acc.index:
         star = str(mod).startswith("reader:")
-        ax.scatter([acc[mod]], [cgr.get(mod, np.nan)], marker="*" if star else "o", s=120 if star else 30,
-                   color="#d62728" if star else "#1f77b4", edgecolors="black", zorder=3)
-        ax.annotate(str(mod), (acc[mod], cgr.get(mod, np.nan)), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("accuracy (%)")
-    ax.set_ylabel("CGR (%)")
+        if star:
+            color, marker = "#d62728", "*"
+        else:
+            color, marker = palette[k_model % len(palette)], shapes[(k_model // len(palette)) % len(shapes)]
+            k_model += 1
+        ax.scatter([acc[mod]], [cgr.get(mod, np.nan)], marker=marker, s=130 if star else 36, color=color,
+                   edgecolors="black", linewidths=0.5, zorder=4 if star else 3, label=str(mod))  # readers on top
+    ax.set_xlabel("accuracy (%)", fontsize=8)
+    ax.set_ylabel("CGR (%)", fontsize=8)
+    ax.tick_params(labelsize=7.5)
     ax.set_title("c  Accuracy vs CGR (star: reader)", loc="left", fontsize=9)
-    fig.subplots_adjust(left=0.1, right=0.97, wspace=0.9, bottom=0.16)
+    if len(acc):
+        ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.03, 1.0), frameon=False,
+                  ncol=max(1, math.ceil(len(acc) / 11)), borderaxespad=0.0)
     return fig
 
 
@@ -416,10 +445,10 @@ def box_validity_figure(rows: pd.DataFrame) -> Any:
         hi = [s.loc[f"finding={f}", "ci_high"] if f"finding={f}" in s.index else np.nan for f in findings]
         ax.bar(x, p, width=w, label=rd)
         ax.errorbar(x, p, yerr=[np.subtract(p, lo), np.subtract(hi, p)], fmt="none", color="black", capsize=2)
-    ax.set_xticks(np.arange(len(findings)) + 0.4 - w / 2, findings, rotation=30, ha="right", fontsize=7)
+    ax.set_xticks(np.arange(len(findings)) + 0.4 - w / 2, findings, rotation=30, ha="right", fontsize=7.5)
     ax.set_ylabel("boxes rated accurate (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7.5)
     ax.set_title("d  Box validity per finding (Wilson 95% intervals)", loc="left", fontsize=9)
     fig.subplots_adjust(bottom=0.3)
     return fig
@@ -447,10 +476,10 @@ def cgr_against_box_validity_figure(metrics: pd.DataFrame, modality: dict[str, s
     ys = cgr[cgr["model"].isin(readers)].groupby("f")["point"].mean().reindex(validity.index)
     for f, v in validity.items():
         if np.isfinite(ys.get(f, np.nan)):
-            ax.annotate(str(f).replace("_", " "), (v, ys[f]), fontsize=6, xytext=(5, 2), textcoords="offset points")
+            ax.annotate(str(f).replace("_", " "), (v, ys[f]), fontsize=7.5, xytext=(5, 2), textcoords="offset points")
     ax.set_xlabel("boxes rated accurate (%)")
     ax.set_ylabel("CGR on the reader sample (%)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7.5)
     ax.set_title("e  Per-finding CGR against box validity", loc="left", fontsize=9)
     fig.subplots_adjust(bottom=0.18)
     return fig
@@ -467,9 +496,14 @@ def failure_mode_figure(rows: pd.DataFrame) -> Any:
         ax.barh(models, s.to_numpy(), left=left, label=mode.replace("_", " "))
         left += s.to_numpy()
     ax.set_xlabel("share of the model's errors (%)")
-    ax.legend(fontsize=6, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    ax.legend(fontsize=7.5, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
     ax.set_title("g  Failure modes of model errors (radiologist review)", loc="left", fontsize=9)
-    fig.subplots_adjust(left=0.25, bottom=0.38)
+    from medvlm_audit.report.figures import text_in
+
+    lab = text_in(models, 10.0) + 0.2  # the y tick labels at the default 10 pt
+    if lab > 2.2:  # widen the canvas rather than clip a long model name
+        fig.set_size_inches(6.0 + lab - 2.2, fig.get_figheight())
+    fig.subplots_adjust(left=lab / fig.get_figwidth(), bottom=0.38)
     return fig
 
 

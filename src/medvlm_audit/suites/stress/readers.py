@@ -203,15 +203,20 @@ def _benchmark_profile(ans: pd.DataFrame, man: dict[str, Any], B: int, out: Read
 
 
 def benchmark_landscape_figure(table: pd.DataFrame, x: str, y: str) -> Any:
-    """Benchmarks in the reasoning x visual-complexity plane, medians of the readers (as in paper 003's Fig. 5)."""
+    """Benchmarks in the reasoning x visual-complexity plane, medians of the readers (as in paper 003's Fig. 5).
+    Benchmarks with the same medians share one point, labelled once with their names one per line (medians are
+    categories, so two benchmarks often share a cell: separate labels would overlap)."""
     fig = new_figure(4.2, 4.0)
     ax = fig.subplots()
     if x in table.columns and y in table.columns:
-        rng = np.random.default_rng(0)
+        cells: dict[tuple[float, float], list[str]] = {}
         for bench, r in table.iterrows():
-            jx, jy = rng.uniform(-0.06, 0.06, 2)
-            ax.scatter([r[x] + jx], [r[y] + jy], s=60, edgecolors="black")
-            ax.annotate(str(bench), (r[x] + jx, r[y] + jy), fontsize=8, xytext=(4, 4), textcoords="offset points")
+            if np.isfinite(float(r[x])) and np.isfinite(float(r[y])):
+                cells.setdefault((float(r[x]), float(r[y])), []).append(str(bench))
+        for (cx, cy), names in cells.items():
+            ax.scatter([cx], [cy], s=40 + 20 * len(names), edgecolors="black")
+            ax.annotate("\n".join(names), (cx, cy), fontsize=8, xytext=(6, -4), textcoords="offset points",
+                        va="top")
     ax.set_xlim(0.5, 3.5)
     ax.set_ylim(0.5, 3.5)
     ax.set_xlabel(x.replace("_", " ") + " (median, 1-3)")
