@@ -17,7 +17,7 @@ import pandas as pd
 
 from medvlm_audit.findings import normalize_finding
 from medvlm_audit.suites.grounding.datasets.common import (
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -26,7 +26,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     apply_filters,
     assign_swaps,
     box_outside_reason,
-    checker_for,
     finalize,
     normalize_sex,
     normalize_view,
@@ -101,19 +100,15 @@ def build_folder(
     require_demographics: bool = False,
     min_box_side: float = 0.0,
     swap_same_view: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "folder",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
     allow_outside_root: bool = False,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """Build a probe set from ``csv_path`` (columns image, finding, label; optional x0, y0, x1, y1, patient_id,
     age, sex, view, study_id, split, case_id, width, height) with image paths relative to ``images_dir``.
     An image outside ``images_dir`` (absolute, ``..``, a symlink out) is an error naming the row unless
     ``allow_outside_root``; the build summary then counts them."""
+    opts = BuildOptions.of(options, option_kw, "build_folder")
     images_dir, out_dir, csv_path = Path(images_dir), Path(out_dir), Path(csv_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
@@ -186,7 +181,7 @@ def build_folder(
         reasons.append(("folder:demographics", d))
     df = apply_filters(df, reasons, log, "folder")
     df["view"] = df["view"].replace("", None)
-    checker = checker_for(out_dir, images_dir, check_images, workers, full_decode)
+    checker = opts.checker(out_dir, images_dir)
     if checker is not None:
         res = checker.check(df["image_path"])
         df = apply_filters(df, [("image_check", df["image_path"].map(lambda p: None if res[p].ok else res[p].error))],
@@ -221,7 +216,7 @@ def build_folder(
     sp = SwapPool(pool_src["image_path"].to_numpy(), pool_src["patient_id"].to_numpy(), keys,
                   pool_src["view"].to_numpy())
     df = df.assign(kind="finding_presence", source="folder", finding_state=df["label"])
-    df = assign_swaps(df, sp, "swap_key", seed, log, "folder", None, swap_same_view)
+    df = assign_swaps(df, sp, "swap_key", opts.seed, log, "folder", None, swap_same_view)
     df = add_boxes(df)
     df["image_width"], df["image_height"] = df["_ann_w"], df["_ann_h"]
     keep = ["case_id", "kind", "label", "finding", "image_path", "image_width", "image_height", "box_x0", "box_y0",
@@ -237,9 +232,9 @@ def build_folder(
     if allow_outside_root:
         params["allow_outside_root"] = True
         counts["CSV rows with images outside the image root (allowed by allow_outside_root)"] = n_outside
-    return finalize(manifest, name=name, builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
-                    inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, warnings=warnings)
+    return finalize(manifest, name=opts.named("folder"), builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
+                    inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, warnings=warnings)
 
 
 def _numeric(raw: pd.DataFrame, col: str, csv_path: Path) -> pd.Series:

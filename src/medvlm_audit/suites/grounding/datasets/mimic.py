@@ -21,7 +21,7 @@ from medvlm_audit.suites.grounding.datasets.common import (
     CHEXPERT_FINDINGS,
     NEG,
     POS,
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -33,7 +33,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     assign_swaps,
     box_outside_reason,
     check_unique,
-    checker_for,
     decode_chexpert,
     finalize,
     find_file,
@@ -252,13 +251,8 @@ def build_mimic(
     swap_pool_split: str = "all",
     swap_same_view: bool = False,
     age_at: str = "study",
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "mimic",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """Build the paper's MIMIC probe set (MS-CXR boxed positives, balanced MIMIC-CXR strata, ReXErr errors).
 
@@ -267,13 +261,14 @@ def build_mimic(
     MS-CXR boxes whose sides are >= ``min_box_side`` px at 224 (capped at ``ms_cxr_cap`` per finding);
     ReXErr sentences: ``rexerr_counts`` = (image-dependent, text-only, no-error). Shortfalls are reported.
     """
+    opts = BuildOptions.of(options, option_kw, "build_mimic")
     if negatives not in NEGATIVE_POLICIES:
         raise ValueError(f"negatives={negatives!r}; choose one of {NEGATIVE_POLICIES}")
     mimic_root, out_dir = Path(mimic_root), Path(out_dir)
     log = ExclusionLog()
     shortfalls: list[Shortfall] = []
     strata_info: dict[str, dict[str, int]] = {}
-    checker = checker_for(out_dir, mimic_root, check_images, workers, full_decode)
+    checker = opts.checker(out_dir, mimic_root)
 
     img, inputs = load_mimic_images(mimic_root, mimic_iv_root, age_at)
     img["image_path"] = mimic_image_path(img["subject_id"], img["study_id"], img["dicom_id"])
@@ -318,7 +313,7 @@ def build_mimic(
     ms_strata, ms_want = {}, {}
     for f in MS_CXR_FINDINGS:
         sub = ms[ms["finding"] == f].sort_values("record_id", kind="mergesort")
-        sub = sub.iloc[stratum_rng(seed, "ms_cxr", f).permutation(len(sub))]
+        sub = sub.iloc[stratum_rng(opts.seed, "ms_cxr", f).permutation(len(sub))]
         ms_strata[f] = sub
         ms_want[f] = min(ms_cap := int(ms_cxr_cap), len(sub))
         if len(sub) > ms_cap:
@@ -356,7 +351,7 @@ def build_mimic(
     pool = one_image_per_study(pool, log, "mimic_cxr", "mimic:one_image_per_study", "dicom_id")
     mimic_cases, sf, info = sample_label_strata(
         pool, findings=CHEXPERT_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives=negatives,
-        seed=seed, prefix="mimic", source="mimic_cxr", log=log, checker=checker,
+        seed=opts.seed, prefix="mimic", source="mimic_cxr", log=log, checker=checker,
         eligible="frontal, complete age/sex, certain label, one per patient, not MS-CXR")
     shortfalls.extend(sf)
     strata_info.update(info)
@@ -416,10 +411,10 @@ def build_mimic(
         alloc = allocate_balanced(types, n)
         for t in sorted(types):
             s = sub[sub["error_type_norm"] == t].sort_values("record_id", kind="mergesort")
-            s = s.iloc[stratum_rng(seed, "rexerr", g, t).permutation(len(s))]
+            s = s.iloc[stratum_rng(opts.seed, "rexerr", g, t).permutation(len(s))]
             rx_strata[f"{g}:{t}"], rx_want[f"{g}:{t}"] = s, alloc[t]
     sub = rx[rx["error_group"] == "no_error"].sort_values("record_id", kind="mergesort")
-    rx_strata["no_error"] = sub.iloc[stratum_rng(seed, "rexerr", "no_error").permutation(len(sub))]
+    rx_strata["no_error"] = sub.iloc[stratum_rng(opts.seed, "rexerr", "no_error").permutation(len(sub))]
     rx_want["no_error"] = n_no
     rx_sel = select_checked(rx_strata, rx_want, checker, log, "rexerr")
     rx_cases = pd.concat(list(rx_sel.values()), ignore_index=True) if rx_sel else rx.iloc[:0]
@@ -464,7 +459,7 @@ def build_mimic(
     for src, fallback in (("ms_cxr", False), ("mimic_cxr", False), ("rexerr", True)):
         part = cases[cases["source"] == src]
         if len(part):
-            fin.append(assign_swaps(part, swap_pool, "swap_key", seed, log, src, checker, swap_same_view, fallback))
+            fin.append(assign_swaps(part, swap_pool, "swap_key", opts.seed, log, src, checker, swap_same_view, fallback))
     cases = pd.concat(fin, ignore_index=True) if fin else cases
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"].fillna(cases["width"]) if "_checked_w" in cases else cases["width"]
@@ -492,12 +487,12 @@ def build_mimic(
         "per_finding": per_finding, "n_normal": n_normal, "ms_cxr_cap": ms_cxr_cap, "min_box_side": min_box_side,
         "rexerr_counts": list(rexerr_counts), "rexerr_split": rexerr_split, "mimic_split": mimic_split,
         "negatives": negatives, "exclude_ms_cxr_studies": exclude_ms_cxr_studies, "swap_pool_split": swap_pool_split,
-        "swap_same_view": swap_same_view, "age_at": age_at, "check_images": check_images, "full_decode": full_decode,
+        "swap_same_view": swap_same_view, "age_at": age_at, "check_images": opts.check_images, "full_decode": opts.full_decode,
         "normal_question": "no_finding: 'Is any acute abnormality present ...?' with correct answer No (label 0)",
     }
-    return finalize(manifest, name=name, builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
-                    inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, strata=strata_info, sampled=sampled)
+    return finalize(manifest, name=opts.named("mimic"), builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
+                    inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=strata_info, sampled=sampled)
 
 
 def _scale_boxes_to_image(df: pd.DataFrame) -> pd.DataFrame:

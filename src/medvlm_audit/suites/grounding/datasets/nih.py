@@ -19,7 +19,7 @@ from medvlm_audit.extras import torchxrayvision_data_dir
 from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -29,7 +29,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     apply_filters,
     assign_swaps,
     box_outside_reason,
-    checker_for,
     finalize,
     isin,
     normalize_sex,
@@ -132,13 +131,8 @@ def build_nih(
     min_box_side: float = 50.0,
     image_size: int = 1024,
     swap_same_view: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "nih",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """Build an NIH ChestX-ray14 probe set: boxed positives (capped per finding) + balanced labelled strata.
 
@@ -146,6 +140,7 @@ def build_nih(
     ``split``: ``all``, ``test`` (test_list.txt) or ``train_val`` (train_val_list.txt) for the unboxed strata.
     Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
     """
+    opts = BuildOptions.of(options, option_kw, "build_nih")
     nih_root, out_dir = Path(nih_root), Path(out_dir)
     log = ExclusionLog()
     f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
@@ -235,11 +230,11 @@ def build_nih(
     ], log, "nih")
     bb["_ann_x0"], bb["_ann_y0"], bb["_ann_x1"], bb["_ann_y1"] = bb["x"], bb["y"], bb["x"] + bb["w"], bb["y"] + bb["h"]
     bb["_ann_w"] = bb["_ann_h"] = float(image_size)
-    checker = checker_for(out_dir, nih_root, check_images, workers, full_decode)
+    checker = opts.checker(out_dir, nih_root)
     strata, want = {}, {}
     for f in sorted(bb["finding"].unique()):
         sub = bb[bb["finding"] == f].sort_values("record_id", kind="mergesort")
-        sub = sub.iloc[stratum_rng(seed, "nih_box", f).permutation(len(sub))]
+        sub = sub.iloc[stratum_rng(opts.seed, "nih_box", f).permutation(len(sub))]
         strata[f], want[f] = sub, min(box_cap, len(sub))
         if len(sub) > box_cap:
             log.add_many(sub["record_id"].iloc[box_cap:], "nih", "nih_box:cap", f"over the cap of {box_cap} {f} boxes")
@@ -268,7 +263,7 @@ def build_nih(
         ("nih:box_overlap", pd.Series(np.where(isin(pool["record_id"], boxed), "image has boxes (boxed stratum)", None), index=pool.index)),
     ], log, "nih")
     lab_cases, shortfalls, info2 = sample_label_strata(
-        pool, findings=NIH_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives="explicit", seed=seed,
+        pool, findings=NIH_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives="explicit", seed=opts.seed,
         prefix="nih", source="nih", log=log, checker=checker,
         eligible="PA/AP, complete age/sex, one per patient, no boxes; absent = label not listed")
     info.update(info2)
@@ -284,7 +279,7 @@ def build_nih(
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
     sampled = cases[["case_id", "stratum"]].copy()
-    cases = assign_swaps(cases, sp, "swap_key", seed, log, "nih", checker, swap_same_view)
+    cases = assign_swaps(cases, sp, "swap_key", opts.seed, log, "nih", checker, swap_same_view)
     cases = add_boxes(cases)
     cases["image_width"] = cases.get("_checked_w", image_size)
     cases["image_height"] = cases.get("_checked_h", image_size)
@@ -297,8 +292,8 @@ def build_nih(
     counts = {"nih_boxed": len(box_cases), "nih_labelled": len(lab_cases), "total": len(manifest)}
     params: dict[str, Any] = {
         "metadata_from": metadata_from, "split": split, "per_finding": per_finding, "n_normal": n_normal,
-        "box_cap": box_cap, "min_box_side": min_box_side, "image_size": image_size, "check_images": check_images,
+        "box_cap": box_cap, "min_box_side": min_box_side, "image_size": image_size, "check_images": opts.check_images,
     }
-    return finalize(manifest, name=name, builder="nih", image_root=nih_root, out_dir=out_dir, params=params,
+    return finalize(manifest, name=opts.named("nih"), builder="nih", image_root=nih_root, out_dir=out_dir, params=params,
                     inputs={"data_entry": f_entry, "bbox_list": f_bbox}, log=log, shortfalls=sf, counts=counts,
-                    checker=checker, seed=seed, verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
+                    checker=checker, seed=opts.seed, verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=info, sampled=sampled)

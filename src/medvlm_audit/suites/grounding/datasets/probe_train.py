@@ -31,13 +31,12 @@ from medvlm_audit.suites.grounding.datasets.common import (
     CHEXPERT_FINDINGS,
     NEG,
     POS,
-    SEED,
     UNC,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
     apply_filters,
-    checker_for,
     finalize,
     isin,
     one_image_per_study,
@@ -88,17 +87,13 @@ def build_probe_train(
     exclude_probe_sets: Sequence[str | Path] = (),
     require_demographics: bool = False,
     test_fraction: float = 0.2,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str | None = None,
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """The vision probe's training set from MIMIC-CXR-JPG (``splits`` default train + validate) or CheXpert
     (default train: the rows :func:`~medvlm_audit.suites.grounding.datasets.chexpert.chexpert_patient_split` does not hold out
     for the CheXpert probe set, with the same ``test_fraction`` and seed)."""
+    opts = BuildOptions.of(options, option_kw, "build_probe_train")
     if source not in TRAIN_SOURCES:
         raise ValueError(f"source={source!r}; choose one of {TRAIN_SOURCES}")
     if negatives not in TRAIN_NEGATIVES:
@@ -146,7 +141,7 @@ def build_probe_train(
             inputs["demographics"] = Path(demographics_csv)
         unassigned = img["split"].isna()
         if unassigned.any():
-            img.loc[unassigned, "split"] = chexpert_patient_split(img.loc[unassigned, "patient_id"], test_fraction, seed)
+            img.loc[unassigned, "split"] = chexpert_patient_split(img.loc[unassigned, "patient_id"], test_fraction, opts.seed)
         img["vreason"] = chexpert_view_reasons(img["view"])
         label_reason = pd.Series([None] * len(img), index=img.index, dtype=object)
         tiebreak = "Path"
@@ -164,7 +159,7 @@ def build_probe_train(
     pool = apply_filters(pool, filters, log, tag)
     pool = one_image_per_study(pool, log, tag, f"{tag}:one_image_per_study", tiebreak)
 
-    checker = checker_for(out_dir, image_root, check_images, workers, full_decode)
+    checker = opts.checker(out_dir, image_root)
     if checker is not None:
         res = checker.check(pool["image_path"])
         bad = pool["image_path"].map(lambda p: None if res[p].ok else (res[p].error or "image check failed"))
@@ -215,9 +210,9 @@ def build_probe_train(
     params: dict[str, Any] = {
         "source": source, "splits": list(splits), "negatives": negatives, "findings": list(findings),
         "require_demographics": require_demographics, "exclude_probe_sets": [str(p) for p in exclude_probe_sets],
-        "check_images": check_images, "test_fraction": test_fraction if source == "chexpert" else None,
+        "check_images": opts.check_images, "test_fraction": test_fraction if source == "chexpert" else None,
         "normal_rows": "No Finding = 1.0 studies: no_finding with label 0 (the probe's abnormal-vs-normal head)",
     }
-    return finalize(manifest, name=name or tag, builder="probe_train", image_root=image_root, out_dir=out_dir,
-                    params=params, inputs=inputs, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, validate=False)
+    return finalize(manifest, name=opts.name or tag, builder="probe_train", image_root=image_root, out_dir=out_dir,
+                    params=params, inputs=inputs, log=log, shortfalls=[], counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, validate=False)

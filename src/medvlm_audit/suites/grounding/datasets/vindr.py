@@ -18,7 +18,7 @@ import pandas as pd
 from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -28,7 +28,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     apply_filters,
     assign_swaps,
     box_outside_reason,
-    checker_for,
     finalize,
     normalize_sex,
     normalize_view,
@@ -81,13 +80,8 @@ def build_vindr(
     metadata_csv: str | Path | None = None,
     sizes_csv: str | Path | None = None,
     require_demographics: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "vindr",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """Build a VinDr-CXR probe set (boxed positives + absent images per boxed finding + normals).
 
@@ -96,6 +90,7 @@ def build_vindr(
     ``metadata_csv`` (image_id, age, sex, view) adds demographics; VinDr has no patient ids, so each image is its
     own patient for swaps.
     """
+    opts = BuildOptions.of(options, option_kw, "build_vindr")
     root, out_dir = Path(vindr_root), Path(out_dir)
     log = ExclusionLog()
     inputs: dict[str, Path] = {}
@@ -172,7 +167,7 @@ def build_vindr(
             img["sex"] = normalize_sex(img["record_id"].map(meta["sex"]))
         if "view" in meta:
             img["view"] = normalize_view(img["record_id"].map(meta["view"]).astype("string")).replace("", None)
-    checker = checker_for(out_dir, root, check_images, workers, full_decode)
+    checker = opts.checker(out_dir, root)
     reasons = pd.Series([None] * len(img), index=img.index, dtype=object)
     reasons[img["image_path"].isna()] = f"no image file {split}/<image_id>{{{','.join(IMAGE_EXTS)}}}"
     if require_demographics:
@@ -250,7 +245,7 @@ def build_vindr(
     strata, want, avail, meta = {}, {}, {}, {}
     for f in findings:
         sub = agg[agg["finding"] == f].sort_values("record_id", kind="mergesort")
-        sub = sub.iloc[stratum_rng(seed, "vindr_box", f).permutation(len(sub))]
+        sub = sub.iloc[stratum_rng(opts.seed, "vindr_box", f).permutation(len(sub))]
         k = f"vindr_box:{f}"
         strata[k], want[k], avail[k], meta[k] = sub, min(box_cap, len(sub)), len(sub), (f, 1, POS)
         if len(sub) > box_cap:
@@ -259,10 +254,10 @@ def build_vindr(
     boxed_findings = [f for f in findings if avail.get(f"vindr_box:{f}", 0) > 0]
     for f in boxed_findings:
         k = f"vindr:{f}:absent"
-        cand = shuffled_one_per_patient(pool[pool[f].to_numpy() == NEG], stratum_rng(seed, "vindr", f, "absent"))
+        cand = shuffled_one_per_patient(pool[pool[f].to_numpy() == NEG], stratum_rng(opts.seed, "vindr", f, "absent"))
         strata[k], want[k], avail[k], meta[k] = cand, n_absent, len(cand), (f, 0, NEG)
     k = "vindr:no_finding:normal"
-    cand = shuffled_one_per_patient(pool[pool["no_finding"].to_numpy() == POS], stratum_rng(seed, "vindr", "no_finding"))
+    cand = shuffled_one_per_patient(pool[pool["no_finding"].to_numpy() == POS], stratum_rng(opts.seed, "vindr", "no_finding"))
     strata[k], want[k], avail[k], meta[k] = cand, n_normal, len(cand), ("no_finding", 0, POS)
     sel = select_checked(strata, want, None, log, "vindr")  # images were checked above
     parts, shortfalls, info = [], [], {}
@@ -289,7 +284,7 @@ def build_vindr(
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(srt["image_path"].to_numpy(), srt["patient_id"].to_numpy(), keys, srt["view"].to_numpy())
     sampled = cases[["case_id", "stratum"]].copy()
-    cases = assign_swaps(cases, sp, "swap_key", seed, log, "vindr", None, False)
+    cases = assign_swaps(cases, sp, "swap_key", opts.seed, log, "vindr", None, False)
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"] if "_checked_w" in cases else cases["_ann_w"]
     cases["image_height"] = cases["_checked_h"] if "_checked_h" in cases else cases["_ann_h"]
@@ -306,6 +301,6 @@ def build_vindr(
     params: dict[str, Any] = {"split": split, "n_absent": n_absent, "n_normal": n_normal, "box_cap": box_cap,
                               "min_box_side": min_box_side, "require_demographics": require_demographics,
                               "box_policy": "enclosing box of all readers' boxes per (image, finding)"}
-    return finalize(manifest, name=name, builder="vindr", image_root=root, out_dir=out_dir, params=params,
-                    inputs=inputs, log=log, shortfalls=sf, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
+    return finalize(manifest, name=opts.named("vindr"), builder="vindr", image_root=root, out_dir=out_dir, params=params,
+                    inputs=inputs, log=log, shortfalls=sf, counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=info, sampled=sampled)
