@@ -23,6 +23,7 @@ from medvlm_audit.suites.grounding.datasets.common import (
     BuildResult,
     DatasetError,
     ExclusionLog,
+    ImageChecker,
     Shortfall,
     SwapPool,
     add_boxes,
@@ -119,32 +120,10 @@ def _parse_age(values: pd.Series) -> pd.Series:
     return (num * parts[1].map(_AGE_UNIT).astype(float)).astype(float)
 
 
-def build_nih(
-    nih_root: str | Path,
-    out_dir: str | Path,
-    *,
-    metadata_from: str = "auto",
-    split: str = "all",
-    per_finding: int = 50,
-    n_normal: int = 100,
-    box_cap: int = 100,
-    min_box_side: float = 50.0,
-    image_size: int = 1024,
-    swap_same_view: bool = False,
-    options: BuildOptions | None = None,
-    **option_kw: Any,
-) -> BuildResult:
-    """Build an NIH ChestX-ray14 probe set: boxed positives (capped per finding) + balanced labelled strata.
-
-    ``metadata_from``: ``auto`` (user's folder, then torchxrayvision), ``root`` or ``torchxrayvision``.
-    ``split``: ``all``, ``test`` (test_list.txt) or ``train_val`` (train_val_list.txt) for the unboxed strata.
-    Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
-    """
-    opts = BuildOptions.of(options, option_kw, "build_nih")
-    nih_root, out_dir = Path(nih_root), Path(out_dir)
-    log = ExclusionLog()
-    f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
-    f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)
+def _read_data_entry(nih_root: Path, f_entry: Path) -> tuple[pd.DataFrame, dict[str, Path]]:
+    """One row per image of Data_Entry: ids, age (parsed), sex, view, one label column per finding, the image's
+    file and split (from ``<split>_list.txt``), and why it cannot be a case (``vreason``, ``dreason``,
+    ``freason``); with the split lists looked for."""
     cols = ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "View Position"]
     # index_col=False: NIH's Box copy ends every line with a comma; a header without it would otherwise make
     # pandas read the first field as the index and shift every column silently
@@ -190,9 +169,16 @@ def build_nih(
     df["vreason"] = view_reasons(df["view"])
     df["dreason"] = dreason
     df["freason"] = np.where(df["image_path"].isna(), "image file not found under images/ or images_*/images/", None)
-    by_img = df.set_index("record_id")
+    return df, lists
 
-    # ------------------------------------------------------------ boxed positives
+
+def _boxed_cases(f_bbox: Path, by_img: pd.DataFrame, *, box_cap: int, min_box_side: float, image_size: int,
+                 seed: int, checker: ImageChecker | None, log: ExclusionLog
+                 ) -> tuple[pd.DataFrame, set[str], dict[str, dict[str, Any]], list[Shortfall]]:
+    """The boxed positives of BBox_List: each box linked to its image, filtered (view, demographics, file, box
+    inside the image and large enough at 224 px), capped at ``box_cap`` per finding (seeded) and image-checked,
+    ``box_*`` in the checked image's frame; with every boxed image (they leave the labelled pool), the strata
+    and the shortfalls."""
     try:  # header "Image Index,Finding Label,Bbox [x,y,w,h],,,": read the six fields by position
         bb = pd.read_csv(f_bbox, header=None, skiprows=1, usecols=range(6), dtype=str,
                          names=["image", "label", "x", "y", "w", "h"])
@@ -230,11 +216,10 @@ def build_nih(
     ], log, "nih")
     bb["_ann_x0"], bb["_ann_y0"], bb["_ann_x1"], bb["_ann_y1"] = bb["x"], bb["y"], bb["x"] + bb["w"], bb["y"] + bb["h"]
     bb["_ann_w"] = bb["_ann_h"] = float(image_size)
-    checker = opts.checker(out_dir, nih_root)
     strata, want = {}, {}
     for f in sorted(bb["finding"].unique()):
         sub = bb[bb["finding"] == f].sort_values("record_id", kind="mergesort")
-        sub = sub.iloc[stratum_rng(opts.seed, "nih_box", f).permutation(len(sub))]
+        sub = sub.iloc[stratum_rng(seed, "nih_box", f).permutation(len(sub))]
         strata[f], want[f] = sub, min(box_cap, len(sub))
         if len(sub) > box_cap:
             log.add_many(sub["record_id"].iloc[box_cap:], "nih", "nih_box:cap", f"over the cap of {box_cap} {f} boxes")
@@ -253,6 +238,43 @@ def build_nih(
     box_short = [s for f, i in info.items() if (s := stratum_shortfall(
         f, i["target"], i["obtained"], i["available"],
         "candidate images failed the image check (no eligible box left to replace them)"))]
+    return box_cases, boxed, info, box_short
+
+
+def build_nih(
+    nih_root: str | Path,
+    out_dir: str | Path,
+    *,
+    metadata_from: str = "auto",
+    split: str = "all",
+    per_finding: int = 50,
+    n_normal: int = 100,
+    box_cap: int = 100,
+    min_box_side: float = 50.0,
+    image_size: int = 1024,
+    swap_same_view: bool = False,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
+) -> BuildResult:
+    """Build an NIH ChestX-ray14 probe set: boxed positives (capped per finding) + balanced labelled strata.
+
+    ``metadata_from``: ``auto`` (user's folder, then torchxrayvision), ``root`` or ``torchxrayvision``.
+    ``split``: ``all``, ``test`` (test_list.txt) or ``train_val`` (train_val_list.txt) for the unboxed strata.
+    Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
+    """
+    opts = BuildOptions.of(options, option_kw, "build_nih")
+    nih_root, out_dir = Path(nih_root), Path(out_dir)
+    log = ExclusionLog()
+    f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
+    f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)
+    df, lists = _read_data_entry(nih_root, f_entry)
+    by_img = df.set_index("record_id")
+
+    # ------------------------------------------------------------ boxed positives
+    checker = opts.checker(out_dir, nih_root)
+    box_cases, boxed, info, box_short = _boxed_cases(f_bbox, by_img, box_cap=box_cap, min_box_side=min_box_side,
+                                                     image_size=image_size, seed=opts.seed, checker=checker,
+                                                     log=log)
 
     # ------------------------------------------------------------ labelled strata (boxed images removed)
     pool = df if split == "all" else df[df["split"] == split]

@@ -68,32 +68,12 @@ def _index_images(folder: Path) -> dict[str, str]:
     return out
 
 
-def build_vindr(
-    vindr_root: str | Path,
-    out_dir: str | Path,
-    *,
-    split: str = "test",
-    n_absent: int = 50,
-    n_normal: int = 100,
-    box_cap: int = 100,
-    min_box_side: float = 50.0,
-    metadata_csv: str | Path | None = None,
-    sizes_csv: str | Path | None = None,
-    require_demographics: bool = False,
-    options: BuildOptions | None = None,
-    **option_kw: Any,
-) -> BuildResult:
-    """Build a VinDr-CXR probe set (boxed positives + absent images per boxed finding + normals).
-
-    Box coordinates are in the original image's pixel frame; that frame's size comes from the image header
-    (``check_images``) or ``sizes_csv`` (image_id, width, height: needed for resized PNG copies).
-    ``metadata_csv`` (image_id, age, sex, view) adds demographics; VinDr has no patient ids, so each image is its
-    own patient for swaps.
-    """
-    opts = BuildOptions.of(options, option_kw, "build_vindr")
-    root, out_dir = Path(vindr_root), Path(out_dir)
-    log = ExclusionLog()
-    inputs: dict[str, Path] = {}
+def _read_annotations(root: Path, split: str, log: ExclusionLog, inputs: dict[str, Path]
+                      ) -> tuple[pd.DataFrame, pd.Series, pd.Series, list[str], dict[str, set[str]]]:
+    """The split's box annotations (``annotations_<split>.csv``) and, when present, its image labels: the
+    annotations with their finding and record id, which rows are boxes of a finding (``boxable``) and why a box's
+    coordinates are unusable, every image id, and the images positive for each finding (normal only when no
+    reader marked anything). The files read are added to ``inputs``; unusable rows go to ``log``."""
     ann_path = None
     for cand in (root / "annotations" / f"annotations_{split}.csv", root / f"{split}.csv"):
         if cand.is_file():
@@ -151,6 +131,80 @@ def build_vindr(
     skipped = ann[ann["finding"].isna()]
     log.add_many(skipped["record_id"], "vindr", "vindr:class",
                  ("class " + skipped["class_name"] + " has no finding id in the prompt vocabulary").tolist())
+    return ann, boxable, coord_reason, images, pos_sets
+
+
+def _boxed_cases(ann: pd.DataFrame, boxable: pd.Series, coord_reason: pd.Series, by_img: pd.DataFrame,
+                 min_box_side: float, log: ExclusionLog) -> pd.DataFrame:
+    """One boxed candidate per (image, finding): the enclosing box of every reader's box inside the image,
+    filtered by size at 224 px, with ``box_*`` in the checked image's frame."""
+    boxes = ann[boxable & coord_reason.isna()]
+    gone = ~boxes["image_id"].isin(by_img.index)
+    log.add_many(boxes.loc[gone, "record_id"], "vindr", "vindr_box:image",
+                 ("image " + boxes.loc[gone, "image_id"] + " was excluded (see its vindr:image or image_check row)"
+                  ).tolist())
+    boxes = boxes[~gone].copy()
+    # each reader's box must lie inside its image (the enclosing box is built from the boxes that do)
+    bw, bh = boxes["image_id"].map(by_img["_ann_w"]), boxes["image_id"].map(by_img["_ann_h"])
+    nosize = pd.Series(np.where(bw.isna() | bh.isna(), "image size unknown (image not checked and not in sizes_csv)",
+                                None), index=boxes.index)
+    boxes = apply_filters(boxes, [
+        ("vindr_box:size", nosize),
+        ("vindr_box:box", box_outside_reason(boxes["x_min"], boxes["y_min"], boxes["x_max"], boxes["y_max"], bw, bh)),
+    ], log, "vindr")
+    g = boxes.groupby(["image_id", "finding"], sort=True)
+    agg = g.agg(x0=("x_min", "min"), y0=("y_min", "min"), x1=("x_max", "max"), y1=("y_max", "max"),
+                n_boxes=("x_min", "size")).reset_index()
+    agg["record_id"] = agg["image_id"] + ":" + agg["finding"]
+    for c in ("image_path", "patient_id", "study_id", "age", "sex", "view", "_ann_w", "_ann_h", "_checked_w", "_checked_h"):
+        if c in by_img:
+            agg[c] = agg["image_id"].map(by_img[c])
+    sw = (agg["x1"] - agg["x0"]) * 224 / agg["_ann_w"]
+    sh = (agg["y1"] - agg["y0"]) * 224 / agg["_ann_h"]
+    small = (sw < min_box_side) | (sh < min_box_side)
+    agg = apply_filters(agg, [
+        ("vindr_box:box", box_outside_reason(agg["x0"], agg["y0"], agg["x1"], agg["y1"], agg["_ann_w"], agg["_ann_h"])),
+        ("vindr_box:box_size", ("box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str)
+                                + f" px at 224 is below {min_box_side:g}x{min_box_side:g}").where(small)),
+        ("vindr_box:box_size", lambda d: vanishing_box_reason(d["x0"], d["y0"], d["x1"], d["y1"], d["_ann_w"],
+                                                              d["_ann_h"])),
+    ], log, "vindr")
+    for a, b in (("x0", "x0"), ("y0", "y0"), ("x1", "x1"), ("y1", "y1")):
+        agg[f"_ann_{a}"] = agg[b]
+    cw = agg["_checked_w"].astype(float) if "_checked_w" in agg else agg["_ann_w"]
+    ch = agg["_checked_h"].astype(float) if "_checked_h" in agg else agg["_ann_h"]
+    agg["box_x0"], agg["box_x1"] = agg["x0"] * cw / agg["_ann_w"], agg["x1"] * cw / agg["_ann_w"]
+    agg["box_y0"], agg["box_y1"] = agg["y0"] * ch / agg["_ann_h"], agg["y1"] * ch / agg["_ann_h"]
+    return agg
+
+
+def build_vindr(
+    vindr_root: str | Path,
+    out_dir: str | Path,
+    *,
+    split: str = "test",
+    n_absent: int = 50,
+    n_normal: int = 100,
+    box_cap: int = 100,
+    min_box_side: float = 50.0,
+    metadata_csv: str | Path | None = None,
+    sizes_csv: str | Path | None = None,
+    require_demographics: bool = False,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
+) -> BuildResult:
+    """Build a VinDr-CXR probe set (boxed positives + absent images per boxed finding + normals).
+
+    Box coordinates are in the original image's pixel frame; that frame's size comes from the image header
+    (``check_images``) or ``sizes_csv`` (image_id, width, height: needed for resized PNG copies).
+    ``metadata_csv`` (image_id, age, sex, view) adds demographics; VinDr has no patient ids, so each image is its
+    own patient for swaps.
+    """
+    opts = BuildOptions.of(options, option_kw, "build_vindr")
+    root, out_dir = Path(vindr_root), Path(out_dir)
+    log = ExclusionLog()
+    inputs: dict[str, Path] = {}
+    ann, boxable, coord_reason, images, pos_sets = _read_annotations(root, split, log, inputs)
 
     img = pd.DataFrame({"record_id": images})
     idx = _index_images(root / split)
@@ -205,43 +259,7 @@ def build_vindr(
     by_img = img.set_index("record_id")
 
     # ------------------------------------------------------------ boxed positives: one per (image, finding)
-    boxes = ann[boxable & coord_reason.isna()]
-    gone = ~boxes["image_id"].isin(by_img.index)
-    log.add_many(boxes.loc[gone, "record_id"], "vindr", "vindr_box:image",
-                 ("image " + boxes.loc[gone, "image_id"] + " was excluded (see its vindr:image or image_check row)"
-                  ).tolist())
-    boxes = boxes[~gone].copy()
-    # each reader's box must lie inside its image (the enclosing box is built from the boxes that do)
-    bw, bh = boxes["image_id"].map(by_img["_ann_w"]), boxes["image_id"].map(by_img["_ann_h"])
-    nosize = pd.Series(np.where(bw.isna() | bh.isna(), "image size unknown (image not checked and not in sizes_csv)",
-                                None), index=boxes.index)
-    boxes = apply_filters(boxes, [
-        ("vindr_box:size", nosize),
-        ("vindr_box:box", box_outside_reason(boxes["x_min"], boxes["y_min"], boxes["x_max"], boxes["y_max"], bw, bh)),
-    ], log, "vindr")
-    g = boxes.groupby(["image_id", "finding"], sort=True)
-    agg = g.agg(x0=("x_min", "min"), y0=("y_min", "min"), x1=("x_max", "max"), y1=("y_max", "max"),
-                n_boxes=("x_min", "size")).reset_index()
-    agg["record_id"] = agg["image_id"] + ":" + agg["finding"]
-    for c in ("image_path", "patient_id", "study_id", "age", "sex", "view", "_ann_w", "_ann_h", "_checked_w", "_checked_h"):
-        if c in by_img:
-            agg[c] = agg["image_id"].map(by_img[c])
-    sw = (agg["x1"] - agg["x0"]) * 224 / agg["_ann_w"]
-    sh = (agg["y1"] - agg["y0"]) * 224 / agg["_ann_h"]
-    small = (sw < min_box_side) | (sh < min_box_side)
-    agg = apply_filters(agg, [
-        ("vindr_box:box", box_outside_reason(agg["x0"], agg["y0"], agg["x1"], agg["y1"], agg["_ann_w"], agg["_ann_h"])),
-        ("vindr_box:box_size", ("box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str)
-                                + f" px at 224 is below {min_box_side:g}x{min_box_side:g}").where(small)),
-        ("vindr_box:box_size", lambda d: vanishing_box_reason(d["x0"], d["y0"], d["x1"], d["y1"], d["_ann_w"],
-                                                              d["_ann_h"])),
-    ], log, "vindr")
-    for a, b in (("x0", "x0"), ("y0", "y0"), ("x1", "x1"), ("y1", "y1")):
-        agg[f"_ann_{a}"] = agg[b]
-    cw = agg["_checked_w"].astype(float) if "_checked_w" in agg else agg["_ann_w"]
-    ch = agg["_checked_h"].astype(float) if "_checked_h" in agg else agg["_ann_h"]
-    agg["box_x0"], agg["box_x1"] = agg["x0"] * cw / agg["_ann_w"], agg["x1"] * cw / agg["_ann_w"]
-    agg["box_y0"], agg["box_y1"] = agg["y0"] * ch / agg["_ann_h"], agg["y1"] * ch / agg["_ann_h"]
+    agg = _boxed_cases(ann, boxable, coord_reason, by_img, min_box_side, log)
     strata, want, avail, meta = {}, {}, {}, {}
     for f in findings:
         sub = agg[agg["finding"] == f].sort_values("record_id", kind="mergesort")
