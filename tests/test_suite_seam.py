@@ -296,6 +296,7 @@ def test_core_imports_no_suite_internals_and_no_dataset_builder() -> None:
     assert not bad, bad
 
 
+@pytest.mark.slow  # parses every module, like the other import-graph tests
 def test_two_rooms_reach_up_to_the_suites_and_dispatch_imports_no_view() -> None:
     """docs/architecture.md names the two upward dependencies into suites/: dispatch (api, cli) and the reader
     study's catalogue; the run explorer gets its suite from dispatch (``api.suite_of_run``) and the report's
