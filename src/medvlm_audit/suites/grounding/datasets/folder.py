@@ -21,6 +21,7 @@ from medvlm_audit.suites.grounding.datasets.common import (
     BuildResult,
     DatasetError,
     ExclusionLog,
+    ImageChecker,
     SwapPool,
     add_boxes,
     apply_filters,
@@ -89,6 +90,39 @@ def check_case_ids(raw: pd.DataFrame, csv_path: Path) -> None:
         more = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
         raise DatasetError(f"folder CSV: {csv_path} row {rows[0]} has an empty case_id{more}; give every row an id, "
                            "or drop the case_id column to have ids made from the finding and row number")
+
+
+def _checked_boxes(df: pd.DataFrame, raw: pd.DataFrame, images_dir: Path, checker: ImageChecker | None,
+                   min_box_side: float, log: ExclusionLog) -> pd.DataFrame:
+    """The rows whose image passes the check (or exists, with checks off), each with its image size (checked, or
+    the CSV's width / height) and its box inside the image and large enough at 224 px; the rest to ``log``."""
+    if checker is not None:
+        res = checker.check(df["image_path"])
+        df = apply_filters(df, [("image_check", df["image_path"].map(lambda p: None if res[p].ok else res[p].error))],
+                           log, "folder")
+        df["_checked_w"] = df["image_path"].map(lambda p: res[p].width)
+        df["_checked_h"] = df["image_path"].map(lambda p: res[p].height)
+    else:
+        missing = df["image_path"].map(lambda p: None if (images_dir / p).is_file() else f"file {images_dir / p} does not exist")
+        df = apply_filters(df, [("folder:file", missing)], log, "folder")
+    w = df["_checked_w"] if "_checked_w" in df else (pd.to_numeric(raw["width"], errors="coerce").reindex(df.index) if "width" in raw else np.nan)
+    h = df["_checked_h"] if "_checked_h" in df else (pd.to_numeric(raw["height"], errors="coerce").reindex(df.index) if "height" in raw else np.nan)
+    df["_ann_w"], df["_ann_h"] = pd.Series(w, index=df.index).astype(float), pd.Series(h, index=df.index).astype(float)
+    boxed = df[["_ann_x0", "_ann_y0", "_ann_x1", "_ann_y1"]].notna().all(axis=1)
+    nosize = boxed & df["_ann_w"].isna()
+    if nosize.any():
+        raise DatasetError(f"folder CSV: row {int(df.loc[nosize, 'row'].iloc[0])} has a box but the image size is "
+                           "unknown: keep check_images on or add width and height columns")
+    out = box_outside_reason(df["_ann_x0"], df["_ann_y0"], df["_ann_x1"], df["_ann_y1"], df["_ann_w"], df["_ann_h"]).where(boxed)
+    sw = (df["_ann_x1"] - df["_ann_x0"]) * 224 / df["_ann_w"]
+    sh = (df["_ann_y1"] - df["_ann_y0"]) * 224 / df["_ann_h"]
+    small = boxed & ((sw < min_box_side) | (sh < min_box_side))
+    df = apply_filters(df, [("folder:box", out), ("folder:box_size", (
+        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small)),
+        ("folder:box_size", lambda d: vanishing_box_reason(d["_ann_x0"], d["_ann_y0"], d["_ann_x1"], d["_ann_y1"],
+                                                           d["_ann_w"], d["_ann_h"]))],
+        log, "folder")
+    return df
 
 
 def build_folder(
@@ -182,32 +216,7 @@ def build_folder(
     df = apply_filters(df, reasons, log, "folder")
     df["view"] = df["view"].replace("", None)
     checker = opts.checker(out_dir, images_dir)
-    if checker is not None:
-        res = checker.check(df["image_path"])
-        df = apply_filters(df, [("image_check", df["image_path"].map(lambda p: None if res[p].ok else res[p].error))],
-                           log, "folder")
-        df["_checked_w"] = df["image_path"].map(lambda p: res[p].width)
-        df["_checked_h"] = df["image_path"].map(lambda p: res[p].height)
-    else:
-        missing = df["image_path"].map(lambda p: None if (images_dir / p).is_file() else f"file {images_dir / p} does not exist")
-        df = apply_filters(df, [("folder:file", missing)], log, "folder")
-    w = df["_checked_w"] if "_checked_w" in df else (pd.to_numeric(raw["width"], errors="coerce").reindex(df.index) if "width" in raw else np.nan)
-    h = df["_checked_h"] if "_checked_h" in df else (pd.to_numeric(raw["height"], errors="coerce").reindex(df.index) if "height" in raw else np.nan)
-    df["_ann_w"], df["_ann_h"] = pd.Series(w, index=df.index).astype(float), pd.Series(h, index=df.index).astype(float)
-    boxed = df[["_ann_x0", "_ann_y0", "_ann_x1", "_ann_y1"]].notna().all(axis=1)
-    nosize = boxed & df["_ann_w"].isna()
-    if nosize.any():
-        raise DatasetError(f"folder CSV: row {int(df.loc[nosize, 'row'].iloc[0])} has a box but the image size is "
-                           "unknown: keep check_images on or add width and height columns")
-    out = box_outside_reason(df["_ann_x0"], df["_ann_y0"], df["_ann_x1"], df["_ann_y1"], df["_ann_w"], df["_ann_h"]).where(boxed)
-    sw = (df["_ann_x1"] - df["_ann_x0"]) * 224 / df["_ann_w"]
-    sh = (df["_ann_y1"] - df["_ann_y0"]) * 224 / df["_ann_h"]
-    small = boxed & ((sw < min_box_side) | (sh < min_box_side))
-    df = apply_filters(df, [("folder:box", out), ("folder:box_size", (
-        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small)),
-        ("folder:box_size", lambda d: vanishing_box_reason(d["_ann_x0"], d["_ann_y0"], d["_ann_x1"], d["_ann_y1"],
-                                                           d["_ann_w"], d["_ann_h"]))],
-        log, "folder")
+    df = _checked_boxes(df, raw, images_dir, checker, min_box_side, log)
     for k in ("x0", "y0", "x1", "y1"):
         df[f"box_{k}"] = df[f"_ann_{k}"]
     df["swap_key"] = df["finding"] + "=" + df["label"].astype(str)
