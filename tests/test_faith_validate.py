@@ -190,6 +190,33 @@ def test_project_jsonl_judge_outputs(tmp_path):
     assert got[(3, "cf")] == "transport"  # no output for this item
 
 
+@pytest.mark.parametrize("bad, why", [("{oops", r"not valid JSON"), ("[1, 2]", r"expected a JSON object, got list"),
+                                      (b"\xff\xfe{}", r"not UTF-8")])
+def test_a_bad_jsonl_line_names_the_file_and_line_in_every_reader(tmp_path, bad, why):
+    """items (JSONL), ratings and the project's judge outputs share one reader: FILE:LINE: why."""
+    p = write_release(tmp_path)
+    items = load_items(p["items"])
+
+    def spoil(f: Path, line: int) -> Path:
+        rows = f.read_bytes().splitlines()
+        rows[line - 1] = bad if isinstance(bad, bytes) else bad.encode()
+        f.write_bytes(b"\n".join(rows) + b"\n")
+        return f
+
+    jl = tmp_path / "items.jsonl"
+    jl.write_text("\n".join(json.dumps(r) for r in json.loads(p["items"].read_text())) + "\n")
+    assert len(load_items(jl)) == len(items)  # JSONL items read as the JSON list does
+    with pytest.raises(JudgeValidationError, match=rf"items.jsonl:4: {why}"):
+        load_items(spoil(jl, 4))
+    with pytest.raises(JudgeValidationError, match=rf"r1.jsonl:2: {why}"):
+        judge_validate(p["items"], [spoil(p["r1"], 2)], {"ja": p["ja"]}, out_dir=tmp_path / "out", B=10)
+    own = tmp_path / "own.jsonl"
+    own.write_text(json.dumps({"index": 0, "axis": "cf", "response": "3"}) + "\n\n" + "x\n")
+    with pytest.raises(JudgeValidationError, match=rf"own.jsonl:3: {why}"):
+        load_judge("own", spoil(own, 3), items)
+    assert not (tmp_path / "out").exists()
+
+
 RELEASE = os.environ.get("COT_EVAL_DIR")
 
 

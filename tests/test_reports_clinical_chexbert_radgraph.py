@@ -300,7 +300,13 @@ def test_radgraph_missing_and_bad_annotations(tmp_path):
     with pytest.raises(AuditError, match="bad.json, item 0: a RadGraph annotation needs 'text' and 'entities'"):
         load(bad)
     (tmp_path / "l.jsonl").write_text('{"text": "a", "entities": {}}\n{oops\n')
-    with pytest.raises(AuditError, match="l.jsonl, line 2: not JSON"):
+    with pytest.raises(AuditError, match=r"l.jsonl:2: not valid JSON"):  # the one JSONL reader: FILE:LINE: why
+        load(tmp_path / "l.jsonl")
+    (tmp_path / "l.jsonl").write_text('{"text": "a", "entities": {}}\n\n["text"]\n')
+    with pytest.raises(AuditError, match=r"l.jsonl:3: expected a JSON object, got list"):
+        load(tmp_path / "l.jsonl")
+    (tmp_path / "l.jsonl").write_text('{"text": "a"}\n')
+    with pytest.raises(AuditError, match=r"l.jsonl:1: a RadGraph annotation needs 'text' and 'entities'"):
         load(tmp_path / "l.jsonl")
     with pytest.raises(ConfigError, match="does not exist"):
         load(tmp_path / "none.json")

@@ -296,6 +296,21 @@ def test_core_imports_no_suite_internals_and_no_dataset_builder() -> None:
     assert not bad, bad
 
 
+@pytest.mark.slow  # parses every module, like the other import-graph tests
+def test_two_rooms_reach_up_to_the_suites_and_dispatch_imports_no_view() -> None:
+    """docs/architecture.md names the two upward dependencies into suites/: dispatch (api, cli) and the reader
+    study's catalogue; the run explorer gets its suite from dispatch (``api.suite_of_run``) and the report's
+    cases section comes from the suite (``Suite.cases_section``), so api imports no view module (no room cycle)."""
+    graph = _module_graph()
+    up = sorted(m for m, ts in graph.items() if not m.startswith(("medvlm_audit.suites", "medvlm_audit.testing"))
+                and any(t == "medvlm_audit.suites" or t.startswith("medvlm_audit.suites.") for t in ts))
+    rooms = {m.split(".")[1] for m in up}
+    assert rooms <= {"api", "cli", "readers"} and len({"dispatch" if r in ("api", "cli") else r for r in rooms}) <= 2, up
+    assert not [t for t in graph["medvlm_audit.api"] if t.startswith("medvlm_audit.view")]
+    assert {t for m, ts in graph.items() if m.startswith("medvlm_audit.view") for t in ts
+            if t.startswith("medvlm_audit.suites")} == set()
+
+
 def test_the_cli_starts_without_loading_a_suite_or_pandas() -> None:
     import subprocess
     import sys

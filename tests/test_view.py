@@ -18,10 +18,11 @@ from PIL import Image
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
+from medvlm_audit import api
 from medvlm_audit.cli import app as cli_app
 from medvlm_audit.models.base import pixel_sha256
 from medvlm_audit.view.app import create_app
-from medvlm_audit.view.data import load_run
+from medvlm_audit.view.data import RunView, load_run
 
 TOKEN = "tok-" + "x" * 28
 
@@ -31,9 +32,14 @@ def run(tmp_path_factory) -> Path:
     return small_grounding_demo(tmp_path_factory)
 
 
+def _view(run: Path) -> RunView:
+    """The run as the `view` command reads it: its suite from dispatch (api), never looked up by the explorer."""
+    return load_run(run, api.suite_of_run(run))
+
+
 @pytest.fixture(scope="module")
 def client(run: Path) -> TestClient:
-    return TestClient(create_app(run, TOKEN))
+    return TestClient(create_app(_view(run), TOKEN))
 
 
 def _flipped_under_mask(run: Path, model: str) -> set[str]:
@@ -123,18 +129,18 @@ def test_security_token_paths_hosts_headers(client: TestClient, run: Path) -> No
     assert "<script>" not in r.text and 'style="' not in r.text  # nothing inline for the CSP to block
     assert client.get(f"/v/{TOKEN}/", headers={"host": "evil.example"}).status_code == 400
     with pytest.raises(ValueError, match="at least 16"):
-        create_app(run, "short")
+        create_app(_view(run), "short")
 
 
 def test_model_text_is_escaped_and_a_changed_source_is_refused(run: Path) -> None:
-    view = load_run(run)
+    view = _view(run)
     i = view.rows.index[(view.rows.model == "local-evidence") & (view.rows.condition == "original")][0]
     view.rows.loc[i, "answer_text"] = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     k = int(view.rows.loc[i, "case_idx"])
     sha = view.rows.loc[i, "image_sha256"]
     other = next(s for s in view.recipes if s != sha and view.recipes[s] != view.recipes[sha])
     view.recipes[sha] = view.recipes[other]  # as if the source file had changed since the run
-    c = TestClient(create_app(run, TOKEN, view=view))
+    c = TestClient(create_app(view, TOKEN))
     page = c.get(f"/v/{TOKEN}/case/{k}?model=local-evidence").text
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "onerror=alert(2)>" not in page
@@ -168,7 +174,7 @@ def test_faithfulness_case_marks_the_cue_and_the_judges_quotes(tmp_path_factory)
     from grounding_demo_run import small_faithfulness_demo
 
     run = small_faithfulness_demo(tmp_path_factory)
-    c = TestClient(create_app(run, TOKEN))
+    c = TestClient(create_app(_view(run), TOKEN))
     tidy = pd.read_parquet(run / "results.parquet")
     ans = tidy[(tidy.stage == "answer") & (tidy.model == "cue-follower") & (tidy.condition == "tb_rad:misleading")]
     flipped = set(ans[ans.flip.fillna(False).astype(bool)].case_id)
@@ -204,7 +210,7 @@ def test_reports_case_shows_each_strategy_beside_the_reference_with_terms_marked
     from grounding_demo_run import small_reports_demo
 
     run = small_reports_demo(tmp_path_factory)
-    c = TestClient(create_app(run, TOKEN))
+    c = TestClient(create_app(_view(run), TOKEN))
     tidy = pd.read_parquet(run / "results.parquet")
     strategies = set(tidy.strategy)
     r = c.get(f"/v/{TOKEN}/?condition=greedy")
@@ -232,7 +238,7 @@ def test_stress_case_shows_the_options_per_condition_with_the_gold_relettered(tm
     from grounding_demo_run import small_stress_demo
 
     run = small_stress_demo(tmp_path_factory)
-    c = TestClient(create_app(run, TOKEN))
+    c = TestClient(create_app(_view(run), TOKEN))
     tidy = pd.read_parquet(run / "results.parquet")
     m = tidy[(tidy.model == "first-option")]
     piv = m.pivot_table(index="item_id", columns="condition", values="correct")

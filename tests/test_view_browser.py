@@ -33,7 +33,9 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from medvlm_audit import api
 from medvlm_audit.view.app import create_app
+from medvlm_audit.view.data import load_run
 
 SCREENSHOTS = os.environ.get("MEDVLM_VIEW_SCREENSHOT")
 TOKEN = "browser-" + "y" * 24
@@ -47,7 +49,7 @@ def _free_port() -> int:
 
 def _serve(run: Path):
     port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(run, TOKEN), host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(uvicorn.Config(create_app(load_run(run, api.suite_of_run(run)), TOKEN), host="127.0.0.1", port=port, log_level="warning"))
     th = threading.Thread(target=srv.run, daemon=True)
     th.start()
     t0 = time.time()

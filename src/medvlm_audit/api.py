@@ -312,6 +312,13 @@ def _suite_of(meta: dict[str, Any]) -> Suite:
     return get_suite(_suite_name(meta))
 
 
+def suite_of_run(run_dir: str | Path) -> Suite:
+    """The suite that made a run folder (recorded in its store), through the registry: how a reader of run folders
+    (``medvlm-audit view``) learns the suite without naming or looking one up itself."""
+    with _open(run_dir) as store:
+        return _suite_of(store.meta())
+
+
 def tidy_store(store: RunStore) -> pd.DataFrame:
     """The scored tidy table of an open run store, by the suite recorded in it (through the suite registry)."""
     return _suite_of(store.meta()).tidy(store)
@@ -387,15 +394,14 @@ def designed_behaviours(store: RunStore) -> dict[str, str]:
     return {k.split(":", 1)[1]: str(v) for k, v in meta.items() if k.startswith("designed:") and v}
 
 
-def _add_driving_cases(result: Any, run_dir: Path) -> None:
+def _add_driving_cases(result: Any, run_dir: Path, suite: Suite) -> None:
     """The report's "cases behind the verdicts" section (flipped answers per model and condition, with how to open
-    them in `medvlm-audit view`); left out when the run has no results table or the suite no flips."""
-    from medvlm_audit.view.cases import cases_section
-
+    them in `medvlm-audit view`), from the suite (``Suite.cases_section``); left out when the run has no results
+    table or the suite no flips."""
     if not (run_dir / "results.parquet").is_file() and not (run_dir / "results.csv").is_file():
         return
     try:
-        sec = cases_section(run_dir)
+        sec = suite.cases_section(run_dir)
     except (AuditError, OSError, ValueError, KeyError):  # an aid to reading; never a reason to lose the report
         return
     if sec is not None:
@@ -438,7 +444,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     if len(decodings) and not any(sec.title == "Decoding as run" for sec in result.sections):
         result.sections.append(_decoding_section(decodings))  # a suite with its own (per strategy) keeps it
         result.tables.setdefault("effective_decoding", decodings)
-    _add_driving_cases(result, run_dir)
+    _add_driving_cases(result, run_dir, suite)
     title = report_title(suite.title, run_dir, model_names)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=suite.parquet_tables)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +155,23 @@ def test_folder_box_layouts_must_be_complete_and_single(folder, tmp_path):
                                                                                         index=False)
     with pytest.raises(DatasetError, match=r"row 2 column 'w' has non-numeric value 'wide'"):
         build_folder(d, tmp_path / "n.csv", tmp_path / "o", verbose=False)
+
+
+def test_build_options_object_and_keywords_build_the_same_probe_set(folder, tmp_path):
+    """BuildOptions is what every builder shares: the object and its fields as keywords give the same bytes."""
+    from medvlm_audit.suites.grounding.datasets.common import BuildOptions
+
+    d, csv = folder
+    a = build_folder(d, csv, tmp_path / "a", seed=7, name="f7", workers=1, verbose=False)
+    b = build_folder(d, csv, tmp_path / "b", options=BuildOptions(seed=7, name="f7", workers=1, verbose=False))
+    c = build_folder(d, csv, tmp_path / "c", options=BuildOptions(seed=7, name="f7"), workers=1, verbose=False)
+    assert a.probe_set.name == b.probe_set.name == c.probe_set.name == "f7"
+    for f in ("manifest.parquet", "probeset.json", "exclusions.csv"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() == (tmp_path / "c" / f).read_bytes()
+    other = build_folder(d, csv, tmp_path / "o", options=BuildOptions(seed=8, verbose=False))
+    assert other.probe_set.name == "folder"  # the builder's own name when none is given
+    assert list(other.probe_set.df["swap_image_path"]) != list(a.probe_set.df["swap_image_path"])  # the seed is used
+    with pytest.raises(TypeError, match=r"build_folder\(\): unknown option 'seeds' \(did you mean seed\?\)"):
+        build_folder(d, csv, tmp_path / "x", seeds=7)
+    with pytest.raises(FrozenInstanceError):
+        BuildOptions().seed = 1  # type: ignore[misc]

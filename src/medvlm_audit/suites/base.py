@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from pydantic import BaseModel
 
     from medvlm_audit.readers.tasks import ReaderTask
+    from medvlm_audit.report.sections import Section
     from medvlm_audit.store import RunStore
 
 __all__ = ["COMPARISONS_COLUMNS", "METRICS_COLUMNS", "Plan", "PlanSource", "Skip", "Stage", "StageContext", "Suite",
@@ -39,6 +40,7 @@ class Suite(Protocol):
     * ``view``: what the run explorer shows of its tidy table (default: the generic view);
     * :meth:`commands`: this suite's own CLI commands (default: none);
     * :meth:`preflight`: problems found before the run (default: none);
+    * :meth:`cases_section`: the report's cases behind the verdicts (default: read through ``view``);
     * :meth:`reader_tasks`: this suite's reader-study tasks (default: none).
     """
 
@@ -77,6 +79,14 @@ class Suite(Protocol):
         file (its extras and optional packages, knowledge bases, corpora, model paths), one line each; the run
         lists them all at once and writes nothing. Default: none."""
         return ()
+
+    def cases_section(self, run_dir: Path) -> Section | None:
+        """The report's "cases behind the verdicts" (flipped answers per model and condition, read from the run
+        folder as the run explorer reads it, through this suite's ``view``); None when the suite has no flips.
+        Default: :func:`medvlm_audit.view.cases.cases_section` of this suite."""
+        from medvlm_audit.view.cases import cases_section
+
+        return cases_section(run_dir, self)
 
     def reader_tasks(self) -> Sequence[ReaderTask]:
         """The reading tasks this suite brings to the reader study (:class:`~medvlm_audit.readers.tasks.ReaderTask`:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hmac
 import math
 from importlib import resources
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -36,7 +35,7 @@ from starlette.routing import Route
 
 from medvlm_audit.cache import LRU
 from medvlm_audit.security_headers import SecurityHeaders
-from medvlm_audit.view.data import RunView, load_run
+from medvlm_audit.view.data import RunView
 
 __all__ = ["create_app"]
 
@@ -156,12 +155,11 @@ class _Pngs:
         return data, ok
 
 
-def create_app(run_dir: str | Path, token: str, *, allowed_hosts: list[str] | None = None,
-               view: RunView | None = None) -> Starlette:
-    """The explorer of one run folder; every page lives under ``/v/{token}/``."""
+def create_app(view: RunView, token: str, *, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The explorer of one run folder, read by :func:`~medvlm_audit.view.data.load_run`; every page lives under
+    ``/v/{token}/``."""
     if not token or len(token) < 16:
         raise ValueError("the access token must be at least 16 characters")
-    view = view or load_run(run_dir)
     env = _env()
     pngs = _Pngs(view)
     static = {n: resources.files("medvlm_audit.view").joinpath("static", n).read_bytes() for n in _STATIC}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from medvlm_audit.view.data import RunView, load_run
+from medvlm_audit.view.data import RunSuite, RunView, load_run
 
 __all__ = ["cases_section", "driving_cases"]
 
@@ -45,12 +45,13 @@ def driving_cases(view: RunView, max_cases: int = MAX_CASES) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def cases_section(run_dir: str | Path) -> Any | None:
-    """A report section listing the flipped cases per model and condition (None when the suite has no flips)."""
+def cases_section(run_dir: str | Path, suite: RunSuite) -> Any | None:
+    """A report section listing the flipped cases per model and condition (None when the suite has no flips);
+    ``suite`` is the suite that made the run (``Suite.cases_section`` passes itself)."""
     from medvlm_audit.report.html import escape, table_to_html
     from medvlm_audit.report.sections import Section
 
-    view = load_run(run_dir)
+    view = load_run(run_dir, suite)
     table = driving_cases(view)
     if table.empty:
         return None

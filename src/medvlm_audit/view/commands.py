@@ -24,11 +24,13 @@ def view_cmd(
 
     import uvicorn
 
+    from medvlm_audit import api
     from medvlm_audit.view.app import create_app
+    from medvlm_audit.view.data import load_run
 
     token = secrets.token_urlsafe(24)
     try:
-        app = create_app(run_dir, token)
+        app = create_app(load_run(run_dir, api.suite_of_run(run_dir)), token)  # the run's suite, from dispatch
     except AuditError as e:
         fail(e)
     if port == 0:

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,7 @@ from medvlm_audit.errors import AuditError
 from medvlm_audit.images import ImageRecipe, SourceCache
 from medvlm_audit.store import STORE_FILE, RunStore
 
-__all__ = ["RunView", "ViewSpec", "load_run"]
+__all__ = ["RunSuite", "RunView", "ViewSpec", "load_run"]
 
 _TRI = ("any", "yes", "no")
 
@@ -262,16 +262,22 @@ def _categories(run_dir: Path, table: str | None, column: str = "category") -> d
     return {str(m): str(c) for m, c in zip(df["model"], df[column]) if isinstance(c, str)}
 
 
-def load_run(run_dir: str | Path) -> RunView:
-    """Read a run folder for the explorer (the store opened read-only; nothing is written)."""
-    from medvlm_audit.readers.export import run_suite
-    from medvlm_audit.suites import get_suite
+class RunSuite(Protocol):
+    """What the explorer reads of the suite that made a run: its name and its ``view`` mapping (a
+    :class:`~medvlm_audit.suites.base.Suite` is one)."""
 
+    name: str
+    view: dict[str, Any]
+
+
+def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
+    """Read a run folder for the explorer (the store opened read-only; nothing is written). ``suite`` is the
+    suite that made the run, given by the caller (``api.suite_of_run(run_dir)``; a suite's own report passes
+    itself), so the explorer never looks a suite up."""
     run = Path(run_dir)
     if not (run / STORE_FILE).is_file():
         raise AuditError(f"{run}: no run store ({STORE_FILE}); give a run folder (the one holding {STORE_FILE})")
-    suite_name = run_suite(run)
-    suite = get_suite(suite_name)
+    suite_name = suite.name
     df = _read_results(run).reset_index(drop=True)
     spec = ViewSpec.of(suite.view, list(df.columns))
     if spec.item not in df.columns:

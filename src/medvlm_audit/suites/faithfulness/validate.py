@@ -60,6 +60,7 @@ import pandas as pd
 from medvlm_audit import stats
 from medvlm_audit.atomic import csv_bytes, write_files_atomic
 from medvlm_audit.errors import AuditError
+from medvlm_audit.jsonl import iter_jsonl
 from medvlm_audit.suites.faithfulness.judge import (
     AXES,
     RELEASE_AXIS_KEYS,
@@ -88,21 +89,15 @@ def load_items(path: str | Path) -> pd.DataFrame:
     modification, original_answer, biased_answer."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise JudgeValidationError(f"{p}: cannot read items file ({exc})") from None
     rows: list[dict[str, Any]]
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
         rows = data if isinstance(data, list) else data.get("items") if isinstance(data, dict) else None
-    except json.JSONDecodeError:
-        rows = []
-        for ln, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise JudgeValidationError(f"{p}:{ln}: not JSON ({exc.msg})") from None
+    except ValueError:  # not one JSON document (or not UTF-8): JSONL, one item per line, read line by line
+        rows = [r for _, r in iter_jsonl(p, error=JudgeValidationError, what="items file")]
     if not isinstance(rows, list):
         raise JudgeValidationError(f"{p}: expected a JSON list of items (or JSONL)")
     out = []
@@ -138,18 +133,8 @@ def load_ratings(paths: Sequence[str | Path], items: pd.DataFrame) -> pd.DataFra
         if rater in names:
             raise JudgeValidationError(f"{p}: two ratings files share the rater name {rater!r}")
         names.add(rater)
-        try:
-            lines = p.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise JudgeValidationError(f"{p}: cannot read ratings ({exc})") from None
         seen: set[int] = set()
-        for ln, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JudgeValidationError(f"{p}:{ln}: not JSON ({exc.msg})") from None
+        for ln, r in iter_jsonl(p, error=JudgeValidationError, what="ratings file"):
             idx = r.get("index")
             if not isinstance(idx, int) or isinstance(idx, bool) or not 0 <= idx < len(items):
                 raise JudgeValidationError(f"{p}:{ln}: field 'index' = {idx!r} is not an item index "
@@ -195,15 +180,15 @@ def load_judge(name: str, path: str | Path, items: pd.DataFrame,
     valid/invalid flag where it has one: True valid, False invalid)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise JudgeValidationError(f"{p}: cannot read judge outputs ({exc})") from None
     cots = items["cot"].tolist()
     rows: dict[tuple[int, str], dict[str, Any]] = {}
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
         jsonl = False
-    except json.JSONDecodeError:
+    except ValueError:  # not one JSON document (or not UTF-8): JSONL, read line by line
         jsonl = True
     if not jsonl:
         queue: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -230,13 +215,7 @@ def load_judge(name: str, path: str | Path, items: pd.DataFrame,
                 j = validate_judgement(obj, e["cot_with_hint"], validation)
                 rows[(i, axis)] = {"status": j.status, "score": j.score, "reason": j.reason, "stored": stored_ok}
     else:
-        for ln, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JudgeValidationError(f"{p}:{ln}: not JSON ({exc.msg})") from None
+        for ln, r in iter_jsonl(p, error=JudgeValidationError, what="judge outputs file"):
             idx, axis = r.get("index"), r.get("axis")
             if not isinstance(idx, int) or not 0 <= idx < len(items):
                 raise JudgeValidationError(f"{p}:{ln}: field 'index' = {idx!r} maps to no item")

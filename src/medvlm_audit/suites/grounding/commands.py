@@ -5,12 +5,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from medvlm_audit.cliutil import console, emit, fail
 from medvlm_audit.errors import AuditError
+
+if TYPE_CHECKING:
+    from medvlm_audit.suites.grounding.datasets.common import BuildOptions
 
 
 def import_results_cmd(
@@ -58,6 +61,15 @@ def build_phantom_cmd(
 Opt = typer.Option
 
 
+def _options(check_images: bool, full_decode: bool, workers: int, seed: int, name: str | None) -> BuildOptions:
+    """The :class:`~medvlm_audit.suites.grounding.datasets.common.BuildOptions` every ``build`` command shares
+    (quiet: the command prints the summary itself). Imported here: listing the commands stays fast."""
+    from medvlm_audit.suites.grounding.datasets.common import BuildOptions
+
+    return BuildOptions(check_images=check_images, full_decode=full_decode, workers=workers, seed=seed, name=name,
+                        verbose=False)
+
+
 def _built(result: object) -> None:
     console.print(result.summary(), markup=False, highlight=False)  # type: ignore[attr-defined]
     emit(result.out_dir)  # type: ignore[attr-defined]
@@ -102,8 +114,8 @@ def build_mimic_cmd(
                            n_normal=n_normal, ms_cxr_cap=ms_cxr_cap, min_box_side=min_box_side,
                            rexerr_counts=_rexerr_counts(rexerr_counts), rexerr_split=rexerr_split,
                            mimic_split=mimic_split, negatives=negatives, swap_pool_split=swap_pool_split,
-                           swap_same_view=swap_same_view, age_at=age_at, check_images=check_images,
-                           full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+                           swap_same_view=swap_same_view, age_at=age_at,
+                           options=_options(check_images, full_decode, workers, seed, name)))
     except (AuditError, ValueError) as e:
         fail(e)
 
@@ -132,8 +144,8 @@ def build_chexpert_cmd(
         _built(build_chexpert(chexpert_root, out, labels_csv=labels_csv, demographics_csv=demographics_csv,
                               split=split, test_fraction=test_fraction,
                               per_finding=per_finding, n_normal=n_normal, negatives=negatives,
-                              swap_same_view=swap_same_view, check_images=check_images, full_decode=full_decode,
-                              workers=workers, seed=seed, name=name, verbose=False))
+                              swap_same_view=swap_same_view,
+                              options=_options(check_images, full_decode, workers, seed, name)))
     except (AuditError, ValueError) as e:
         fail(e)
 
@@ -161,8 +173,8 @@ def build_nih_cmd(
     try:
         _built(build_nih(nih_root, out, metadata_from=metadata_from, split=split, per_finding=per_finding,
                          n_normal=n_normal, box_cap=box_cap, min_box_side=min_box_side, image_size=image_size,
-                         swap_same_view=swap_same_view, check_images=check_images, full_decode=full_decode,
-                         workers=workers, seed=seed, name=name, verbose=False))
+                         swap_same_view=swap_same_view,
+                         options=_options(check_images, full_decode, workers, seed, name)))
     except (AuditError, ValueError) as e:
         fail(e)
 
@@ -190,8 +202,8 @@ def build_vindr_cmd(
     try:
         _built(build_vindr(vindr_root, out, split=split, n_absent=n_absent, n_normal=n_normal, box_cap=box_cap,
                            min_box_side=min_box_side, metadata_csv=metadata_csv, sizes_csv=sizes_csv,
-                           require_demographics=require_demographics, check_images=check_images,
-                           full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False))
+                           require_demographics=require_demographics,
+                           options=_options(check_images, full_decode, workers, seed, name)))
     except (AuditError, ValueError) as e:
         fail(e)
 
@@ -216,8 +228,8 @@ def build_folder_cmd(
 
     try:
         _built(build_folder(images, csv, out, frontal_only=frontal_only, require_demographics=require_demographics,
-                            min_box_side=min_box_side, swap_same_view=swap_same_view, check_images=check_images,
-                            full_decode=full_decode, workers=workers, seed=seed, name=name, verbose=False,
+                            min_box_side=min_box_side, swap_same_view=swap_same_view,
+                            options=_options(check_images, full_decode, workers, seed, name),
                             allow_outside_root=allow_outside_root))
     except (AuditError, ValueError) as e:
         fail(e)
@@ -251,8 +263,7 @@ def build_probe_train_cmd(
                                  splits=[x.strip() for x in splits.split(",") if x.strip()] if splits else None,
                                  negatives=negatives, exclude_probe_sets=exclude_probe_set,
                                  require_demographics=require_demographics, test_fraction=test_fraction,
-                                 check_images=check_images, full_decode=full_decode, workers=workers, seed=seed,
-                                 name=name, verbose=False))
+                                 options=_options(check_images, full_decode, workers, seed, name)))
     except (AuditError, ValueError) as e:
         fail(e)
 

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from medvlm_audit.errors import ProbeSetError
+from medvlm_audit.jsonl import iter_jsonl
 from medvlm_audit.suites.reports.corpus import normalise_group
 
 MANIFEST = "images.jsonl"
@@ -29,41 +30,30 @@ class ImageSet:
 
 def load_image_set(spec: str | Path, name: str | None = None) -> ImageSet:
     """A JSONL manifest (or a folder holding ``images.jsonl``): each row ``{id, image, group}``; errors name the
-    file, the row and the field; every image must exist."""
+    file and line (``FILE:LINE``) and the field; every image must exist."""
     p = Path(spec)
     if p.is_dir():
         p = p / MANIFEST
     if not p.is_file():
         raise ProbeSetError(f"{p}: image set not found (a JSONL of {{id, image, group}} or a folder with {MANIFEST})")
-    try:
-        raw = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ProbeSetError(f"{p}: not UTF-8 (byte {e.start})") from e
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for n, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ProbeSetError(f"{p}, row {n}: not valid JSON ({e.msg})") from e
-        if not isinstance(obj, dict):
-            raise ProbeSetError(f"{p}, row {n}: expected an object with id, image and group")
+    for n, obj in iter_jsonl(p, error=ProbeSetError, what="image set",
+                             hint=" with id, image and group"):
         for field in ("id", "image", "group"):
             if obj.get(field) in (None, ""):
-                raise ProbeSetError(f"{p}, row {n}: missing field {field!r} (rows need id, image and group F/M)")
+                raise ProbeSetError(f"{p}:{n}: missing field {field!r} (rows need id, image and group F/M)")
         g = normalise_group(obj["group"])
         if g is None:
-            raise ProbeSetError(f"{p}, row {n}: field 'group' must be F or M, got {obj['group']!r}")
+            raise ProbeSetError(f"{p}:{n}: field 'group' must be F or M, got {obj['group']!r}")
         cid = str(obj["id"])
         if cid in seen:
-            raise ProbeSetError(f"{p}, row {n}: id {cid!r} repeats")
+            raise ProbeSetError(f"{p}:{n}: id {cid!r} repeats")
         seen.add(cid)
         img = Path(str(obj["image"]))
         img = img if img.is_absolute() else (p.parent / img)
         if not img.is_file():
-            raise ProbeSetError(f"{p}, row {n}: image {img} does not exist")
+            raise ProbeSetError(f"{p}:{n}: image {img} does not exist")
         extra = {k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
                  for k, v in obj.items() if k not in ("id", "image", "group")}
         rows.append({"case_id": cid, "image_path": str(img.resolve()), "sex": g, **extra})
@@ -72,5 +62,5 @@ def load_image_set(spec: str | Path, name: str | None = None) -> ImageSet:
     df = pd.DataFrame(rows)
     if df["sex"].nunique() < 2:
         raise ProbeSetError(f"{p}: every image is group {df['sex'].iloc[0]}; the audit needs F and M patients")
-    h = hashlib.sha256(raw.encode()).hexdigest()
+    h = hashlib.sha256(p.read_bytes()).hexdigest()  # the manifest as read (it is UTF-8: iter_jsonl checked)
     return ImageSet(name or p.parent.name, str(p), df, h, {"source": str(p), "n": len(df)})

@@ -21,6 +21,7 @@ from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
     SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -28,7 +29,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     apply_filters,
     assign_swaps,
     check_unique,
-    checker_for,
     decode_chexpert,
     finalize,
     normalize_sex,
@@ -219,13 +219,8 @@ def build_chexpert(
     n_normal: int = 100,
     negatives: str = "explicit",
     swap_same_view: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "chexpert",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """Build the CheXpert generalization set: 50/50 per finding + 100 normals from ``split`` (1,380 in the paper).
 
@@ -236,6 +231,7 @@ def build_chexpert(
     Plus); Frontal/Lateral then comes from the file name. That set has about 500 studies, so most strata fall
     short of 50 (reported).
     """
+    opts = BuildOptions.of(options, option_kw, "build_chexpert")
     out_dir = Path(out_dir)
     log = ExclusionLog()
     df, files, image_root = load_chexpert_labels(Path(chexpert_root), None if labels_csv is None else Path(labels_csv),
@@ -243,10 +239,10 @@ def build_chexpert(
     view_source = dict(df.attrs.get("view_source", {}))
     if demographics_csv is not None:
         files = {**files, "demographics": Path(demographics_csv)}
-    checker = checker_for(out_dir, image_root, check_images, workers, full_decode)
+    checker = opts.checker(out_dir, image_root)
     unassigned = df["split"].isna()
     if unassigned.any():
-        df.loc[unassigned, "split"] = chexpert_patient_split(df.loc[unassigned, "patient_id"], test_fraction, seed)
+        df.loc[unassigned, "split"] = chexpert_patient_split(df.loc[unassigned, "patient_id"], test_fraction, opts.seed)
     df["vreason"] = chexpert_view_reasons(df["view"])
     df["split"] = df["split"].astype(str)
     pool = df if split == "all" else df[df["split"] == split]
@@ -262,7 +258,7 @@ def build_chexpert(
     pool = one_image_per_study(pool, log, "chexpert", "chexpert:one_image_per_study", "Path")
     cases, shortfalls, info = sample_label_strata(
         pool, findings=CHEXPERT_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives=negatives,
-        seed=seed, prefix="chexpert", source="chexpert", log=log, checker=checker,
+        seed=opts.seed, prefix="chexpert", source="chexpert", log=log, checker=checker,
         eligible="frontal PA/AP, complete age/sex, certain label, one per patient")
     lab_word = np.where(cases["finding"] == "no_finding", "normal", np.where(cases["label"] == 1, "present", "absent"))
     cases["case_id"] = ("chexpert-" + cases["finding"] + "-" + lab_word + "-"
@@ -275,7 +271,7 @@ def build_chexpert(
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     pool_s = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
     sampled = cases[["case_id", "stratum"]].copy()
-    cases = assign_swaps(cases, pool_s, "swap_key", seed, log, "chexpert", checker, swap_same_view)
+    cases = assign_swaps(cases, pool_s, "swap_key", opts.seed, log, "chexpert", checker, swap_same_view)
     cases["image_width"] = cases.get("_checked_w")
     cases["image_height"] = cases.get("_checked_h")
     keep = ["case_id", "kind", "label", "finding", "image_path", "image_width", "image_height", "swap_image_path",
@@ -285,10 +281,10 @@ def build_chexpert(
     counts = {"chexpert": len(manifest), "total": len(manifest)}
     params: dict[str, Any] = {
         "split": split, "test_fraction": test_fraction, "per_finding": per_finding, "n_normal": n_normal,
-        "negatives": negatives, "swap_same_view": swap_same_view, "check_images": check_images,
+        "negatives": negatives, "swap_same_view": swap_same_view, "check_images": opts.check_images,
         "normal_question": "no_finding: 'Is any acute abnormality present ...?' with correct answer No (label 0)",
         "view_source": view_source,
     }
-    return finalize(manifest, name=name, builder="chexpert", image_root=image_root, out_dir=out_dir, params=params,
-                    inputs=files, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
+    return finalize(manifest, name=opts.named("chexpert"), builder="chexpert", image_root=image_root, out_dir=out_dir, params=params,
+                    inputs=files, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=info, sampled=sampled)

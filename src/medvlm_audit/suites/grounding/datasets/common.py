@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,53 @@ EXCLUSIONS_FILE = "exclusions.csv"
 SHORTFALLS_FILE = "shortfalls.csv"
 IMAGE_CHECK_CACHE = "image_checks.jsonl"
 EXCLUSION_COLUMNS = ["record_id", "source", "stage", "reason"]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How a probe set is built, the same for every builder (``build_mimic``, ``build_chexpert``, ``build_nih``,
+    ``build_vindr``, ``build_folder``, ``build_probe_train``); what is built is each builder's own arguments.
+
+    ``check_images``: open every image before it is written (``full_decode``: decode it fully; ``workers``
+    processes); ``seed``: sampling and swap partners; ``name``: the probe set's name (None: the builder's own,
+    e.g. ``"nih"``); ``verbose``: print the summary; ``fingerprint_inputs``: record each input file's sha256.
+
+    A builder takes ``options=BuildOptions(...)`` or the same fields as keywords (``check_images=False``):
+
+    >>> o = BuildOptions.of(BuildOptions(workers=4), {"check_images": False}, "build_nih")
+    >>> (o.check_images, o.workers, o.seed, o.named("nih"))
+    (False, 4, 42, 'nih')
+    >>> BuildOptions.of(None, {"worker": 4}, "build_nih")
+    Traceback (most recent call last):
+    ...
+    TypeError: build_nih(): unknown option 'worker' (did you mean workers?); known: check_images, full_decode, ...
+    """
+
+    check_images: bool = True
+    full_decode: bool = False
+    workers: int = 2
+    seed: int = SEED
+    name: str | None = None
+    verbose: bool = True
+    fingerprint_inputs: bool = True
+
+    @classmethod
+    def of(cls, options: BuildOptions | None, overrides: Mapping[str, Any], builder: str) -> BuildOptions:
+        """``options`` (default: the defaults) with the builder's keyword fields applied; an unknown keyword is a
+        TypeError naming the builder (as Python names an unexpected keyword argument)."""
+        from medvlm_audit.registry import check_known
+
+        check_known("option", overrides, [f.name for f in fields(cls)], where=f"{builder}(): ", exc=TypeError)
+        return replace(options if options is not None else cls(), **overrides)
+
+    def named(self, default: str) -> str:
+        """The probe set's name: ``name`` when given, else the builder's ``default``."""
+        return self.name if self.name is not None else default
+
+    def checker(self, out_dir: Path, image_root: Path) -> ImageChecker | None:
+        """The image checker these options ask for (its cache in ``out_dir``); None when checks are off."""
+        return checker_for(out_dir, image_root, self.check_images, self.workers, self.full_decode)
+
 
 # label states of the CheXpert labeler encoding (MIMIC-CXR-JPG and CheXpert CSVs)
 POS, NEG, UNC, BLANK = 1, 0, -1, -9

@@ -17,16 +17,16 @@ import pandas as pd
 
 from medvlm_audit.findings import normalize_finding
 from medvlm_audit.suites.grounding.datasets.common import (
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
+    ImageChecker,
     SwapPool,
     add_boxes,
     apply_filters,
     assign_swaps,
     box_outside_reason,
-    checker_for,
     finalize,
     normalize_sex,
     normalize_view,
@@ -92,6 +92,39 @@ def check_case_ids(raw: pd.DataFrame, csv_path: Path) -> None:
                            "or drop the case_id column to have ids made from the finding and row number")
 
 
+def _checked_boxes(df: pd.DataFrame, raw: pd.DataFrame, images_dir: Path, checker: ImageChecker | None,
+                   min_box_side: float, log: ExclusionLog) -> pd.DataFrame:
+    """The rows whose image passes the check (or exists, with checks off), each with its image size (checked, or
+    the CSV's width / height) and its box inside the image and large enough at 224 px; the rest to ``log``."""
+    if checker is not None:
+        res = checker.check(df["image_path"])
+        df = apply_filters(df, [("image_check", df["image_path"].map(lambda p: None if res[p].ok else res[p].error))],
+                           log, "folder")
+        df["_checked_w"] = df["image_path"].map(lambda p: res[p].width)
+        df["_checked_h"] = df["image_path"].map(lambda p: res[p].height)
+    else:
+        missing = df["image_path"].map(lambda p: None if (images_dir / p).is_file() else f"file {images_dir / p} does not exist")
+        df = apply_filters(df, [("folder:file", missing)], log, "folder")
+    w = df["_checked_w"] if "_checked_w" in df else (pd.to_numeric(raw["width"], errors="coerce").reindex(df.index) if "width" in raw else np.nan)
+    h = df["_checked_h"] if "_checked_h" in df else (pd.to_numeric(raw["height"], errors="coerce").reindex(df.index) if "height" in raw else np.nan)
+    df["_ann_w"], df["_ann_h"] = pd.Series(w, index=df.index).astype(float), pd.Series(h, index=df.index).astype(float)
+    boxed = df[["_ann_x0", "_ann_y0", "_ann_x1", "_ann_y1"]].notna().all(axis=1)
+    nosize = boxed & df["_ann_w"].isna()
+    if nosize.any():
+        raise DatasetError(f"folder CSV: row {int(df.loc[nosize, 'row'].iloc[0])} has a box but the image size is "
+                           "unknown: keep check_images on or add width and height columns")
+    out = box_outside_reason(df["_ann_x0"], df["_ann_y0"], df["_ann_x1"], df["_ann_y1"], df["_ann_w"], df["_ann_h"]).where(boxed)
+    sw = (df["_ann_x1"] - df["_ann_x0"]) * 224 / df["_ann_w"]
+    sh = (df["_ann_y1"] - df["_ann_y0"]) * 224 / df["_ann_h"]
+    small = boxed & ((sw < min_box_side) | (sh < min_box_side))
+    df = apply_filters(df, [("folder:box", out), ("folder:box_size", (
+        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small)),
+        ("folder:box_size", lambda d: vanishing_box_reason(d["_ann_x0"], d["_ann_y0"], d["_ann_x1"], d["_ann_y1"],
+                                                           d["_ann_w"], d["_ann_h"]))],
+        log, "folder")
+    return df
+
+
 def build_folder(
     images_dir: str | Path,
     csv_path: str | Path,
@@ -101,19 +134,15 @@ def build_folder(
     require_demographics: bool = False,
     min_box_side: float = 0.0,
     swap_same_view: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "folder",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
     allow_outside_root: bool = False,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
 ) -> BuildResult:
     """Build a probe set from ``csv_path`` (columns image, finding, label; optional x0, y0, x1, y1, patient_id,
     age, sex, view, study_id, split, case_id, width, height) with image paths relative to ``images_dir``.
     An image outside ``images_dir`` (absolute, ``..``, a symlink out) is an error naming the row unless
     ``allow_outside_root``; the build summary then counts them."""
+    opts = BuildOptions.of(options, option_kw, "build_folder")
     images_dir, out_dir, csv_path = Path(images_dir), Path(out_dir), Path(csv_path)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
@@ -186,33 +215,8 @@ def build_folder(
         reasons.append(("folder:demographics", d))
     df = apply_filters(df, reasons, log, "folder")
     df["view"] = df["view"].replace("", None)
-    checker = checker_for(out_dir, images_dir, check_images, workers, full_decode)
-    if checker is not None:
-        res = checker.check(df["image_path"])
-        df = apply_filters(df, [("image_check", df["image_path"].map(lambda p: None if res[p].ok else res[p].error))],
-                           log, "folder")
-        df["_checked_w"] = df["image_path"].map(lambda p: res[p].width)
-        df["_checked_h"] = df["image_path"].map(lambda p: res[p].height)
-    else:
-        missing = df["image_path"].map(lambda p: None if (images_dir / p).is_file() else f"file {images_dir / p} does not exist")
-        df = apply_filters(df, [("folder:file", missing)], log, "folder")
-    w = df["_checked_w"] if "_checked_w" in df else (pd.to_numeric(raw["width"], errors="coerce").reindex(df.index) if "width" in raw else np.nan)
-    h = df["_checked_h"] if "_checked_h" in df else (pd.to_numeric(raw["height"], errors="coerce").reindex(df.index) if "height" in raw else np.nan)
-    df["_ann_w"], df["_ann_h"] = pd.Series(w, index=df.index).astype(float), pd.Series(h, index=df.index).astype(float)
-    boxed = df[["_ann_x0", "_ann_y0", "_ann_x1", "_ann_y1"]].notna().all(axis=1)
-    nosize = boxed & df["_ann_w"].isna()
-    if nosize.any():
-        raise DatasetError(f"folder CSV: row {int(df.loc[nosize, 'row'].iloc[0])} has a box but the image size is "
-                           "unknown: keep check_images on or add width and height columns")
-    out = box_outside_reason(df["_ann_x0"], df["_ann_y0"], df["_ann_x1"], df["_ann_y1"], df["_ann_w"], df["_ann_h"]).where(boxed)
-    sw = (df["_ann_x1"] - df["_ann_x0"]) * 224 / df["_ann_w"]
-    sh = (df["_ann_y1"] - df["_ann_y0"]) * 224 / df["_ann_h"]
-    small = boxed & ((sw < min_box_side) | (sh < min_box_side))
-    df = apply_filters(df, [("folder:box", out), ("folder:box_size", (
-        "box " + sw.round(1).astype(str) + "x" + sh.round(1).astype(str) + f" px at 224 is below {min_box_side:g}").where(small)),
-        ("folder:box_size", lambda d: vanishing_box_reason(d["_ann_x0"], d["_ann_y0"], d["_ann_x1"], d["_ann_y1"],
-                                                           d["_ann_w"], d["_ann_h"]))],
-        log, "folder")
+    checker = opts.checker(out_dir, images_dir)
+    df = _checked_boxes(df, raw, images_dir, checker, min_box_side, log)
     for k in ("x0", "y0", "x1", "y1"):
         df[f"box_{k}"] = df[f"_ann_{k}"]
     df["swap_key"] = df["finding"] + "=" + df["label"].astype(str)
@@ -221,7 +225,7 @@ def build_folder(
     sp = SwapPool(pool_src["image_path"].to_numpy(), pool_src["patient_id"].to_numpy(), keys,
                   pool_src["view"].to_numpy())
     df = df.assign(kind="finding_presence", source="folder", finding_state=df["label"])
-    df = assign_swaps(df, sp, "swap_key", seed, log, "folder", None, swap_same_view)
+    df = assign_swaps(df, sp, "swap_key", opts.seed, log, "folder", None, swap_same_view)
     df = add_boxes(df)
     df["image_width"], df["image_height"] = df["_ann_w"], df["_ann_h"]
     keep = ["case_id", "kind", "label", "finding", "image_path", "image_width", "image_height", "box_x0", "box_y0",
@@ -237,9 +241,9 @@ def build_folder(
     if allow_outside_root:
         params["allow_outside_root"] = True
         counts["CSV rows with images outside the image root (allowed by allow_outside_root)"] = n_outside
-    return finalize(manifest, name=name, builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
-                    inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, warnings=warnings)
+    return finalize(manifest, name=opts.named("folder"), builder="folder", image_root=images_dir, out_dir=out_dir, params=params,
+                    inputs={"csv": csv_path}, log=log, shortfalls=[], counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, warnings=warnings)
 
 
 def _numeric(raw: pd.DataFrame, col: str, csv_path: Path) -> pd.Series:

@@ -21,10 +21,11 @@ from medvlm_audit.suites.grounding.datasets.common import (
     CHEXPERT_FINDINGS,
     NEG,
     POS,
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
+    ImageChecker,
     Shortfall,
     SwapPool,
     add_boxes,
@@ -33,7 +34,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     assign_swaps,
     box_outside_reason,
     check_unique,
-    checker_for,
     decode_chexpert,
     finalize,
     find_file,
@@ -233,58 +233,15 @@ def _load_rexerr(rexerr_root: Path, split: str) -> tuple[pd.DataFrame, Path]:
 _DICOM_SPLIT = re.compile(r"[\s,;\[\]'\"]+")
 
 
-def build_mimic(
-    mimic_root: str | Path,
-    ms_cxr_root: str | Path,
-    rexerr_root: str | Path,
-    mimic_iv_root: str | Path,
-    out_dir: str | Path,
-    *,
-    per_finding: int = 50,
-    n_normal: int = 100,
-    ms_cxr_cap: int = 100,
-    min_box_side: float = 50.0,
-    rexerr_counts: tuple[int, int, int] = (483, 120, 120),
-    rexerr_split: str = "test",
-    mimic_split: str = "test",
-    negatives: str = "explicit_then_blank",
-    exclude_ms_cxr_studies: bool = True,
-    swap_pool_split: str = "all",
-    swap_same_view: bool = False,
-    age_at: str = "study",
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "mimic",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
-) -> BuildResult:
-    """Build the paper's MIMIC probe set (MS-CXR boxed positives, balanced MIMIC-CXR strata, ReXErr errors).
-
-    ``per_finding`` present and ``per_finding`` absent studies for each of the 13 CheXpert findings plus
-    ``n_normal`` No-Finding studies (asked "Is any acute abnormality present?", correct answer No);
-    MS-CXR boxes whose sides are >= ``min_box_side`` px at 224 (capped at ``ms_cxr_cap`` per finding);
-    ReXErr sentences: ``rexerr_counts`` = (image-dependent, text-only, no-error). Shortfalls are reported.
-    """
-    if negatives not in NEGATIVE_POLICIES:
-        raise ValueError(f"negatives={negatives!r}; choose one of {NEGATIVE_POLICIES}")
-    mimic_root, out_dir = Path(mimic_root), Path(out_dir)
-    log = ExclusionLog()
-    shortfalls: list[Shortfall] = []
+def _ms_cxr_cases(ms_cxr_root: str | Path, by_dicom: pd.DataFrame, dicom_set: set[str], *, min_box_side: float,
+                  ms_cxr_cap: int, seed: int, checker: ImageChecker | None, log: ExclusionLog
+                  ) -> tuple[pd.DataFrame, pd.Series, Path, dict[str, dict[str, int]], list[Shortfall]]:
+    """MS-CXR's boxed positives (every annotation a present finding): linked to their image, filtered, capped at
+    ``ms_cxr_cap`` per finding (seeded) and image-checked; with the study of every MS-CXR annotation, the file
+    read, and the strata and shortfalls."""
     strata_info: dict[str, dict[str, int]] = {}
-    checker = checker_for(out_dir, mimic_root, check_images, workers, full_decode)
-
-    img, inputs = load_mimic_images(mimic_root, mimic_iv_root, age_at)
-    img["image_path"] = mimic_image_path(img["subject_id"], img["study_id"], img["dicom_id"])
-    img["vreason"] = view_reasons(img["view"])
-    img["dreason"] = _demographic_reason(img)
-    by_dicom = img.set_index("dicom_id")
-    dicom_set = set(img["dicom_id"].tolist())
-
-    # ------------------------------------------------------------------ MS-CXR (boxed, all positive)
+    shortfalls: list[Shortfall] = []
     ms, f_ms = _load_ms_cxr(Path(ms_cxr_root))
-    inputs["ms_cxr"] = f_ms
     ms_all_studies = ms["dicom_id"].map(by_dicom["study_id"]).dropna()
     ms["finding"] = ms["category_name"].astype(str).str.strip().str.lower().map(MS_CXR_CATEGORIES)
     known = pd.Series(isin(ms["dicom_id"], dicom_set), index=ms.index)
@@ -342,9 +299,14 @@ def build_mimic(
         kind="finding_presence", label=1, finding_state=POS, source="ms_cxr",
         stratum="ms_cxr:" + ms_cases["finding"], swap_key=ms_cases["finding"] + "=1",
     )
-    ms_studies = set(ms_all_studies.astype(int)) if exclude_ms_cxr_studies else set()
+    return ms_cases, ms_all_studies, f_ms, strata_info, shortfalls
 
-    # ------------------------------------------------------------------ MIMIC-CXR strata (test split)
+
+def _mimic_cases(img: pd.DataFrame, ms_studies: set[int], *, mimic_split: str, per_finding: int, n_normal: int,
+                 negatives: str, seed: int, checker: ImageChecker | None, log: ExclusionLog
+                 ) -> tuple[pd.DataFrame, list[Shortfall], dict[str, dict[str, int]]]:
+    """The balanced MIMIC-CXR strata of ``mimic_split`` (MS-CXR studies left out), with their shortfalls and
+    strata."""
     log_missing_split(img, log, "mimic_cxr", "mimic:split", f"MIMIC-CXR {mimic_split}-split pool")
     pool = img[img["split"] == mimic_split]
     pool = apply_filters(pool, [
@@ -358,16 +320,22 @@ def build_mimic(
         pool, findings=CHEXPERT_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives=negatives,
         seed=seed, prefix="mimic", source="mimic_cxr", log=log, checker=checker,
         eligible="frontal, complete age/sex, certain label, one per patient, not MS-CXR")
-    shortfalls.extend(sf)
-    strata_info.update(info)
     lab_word = np.where(mimic_cases["finding"] == "no_finding", "normal",
                         np.where(mimic_cases["label"] == 1, "present", "absent"))
     mimic_cases["case_id"] = "mimic-" + mimic_cases["finding"] + "-" + lab_word + "-" + mimic_cases["dicom_id"].astype(str)
     mimic_cases = mimic_cases.assign(kind="finding_presence", source="mimic_cxr")
+    return mimic_cases, sf, info
 
-    # ------------------------------------------------------------------ ReXErr-v1 sentences
+
+def _rexerr_cases(rexerr_root: str | Path, rexerr_split: str, by_dicom: pd.DataFrame, dicom_set: set[str], *,
+                  rexerr_counts: tuple[int, int, int], seed: int, checker: ImageChecker | None, log: ExclusionLog
+                  ) -> tuple[pd.DataFrame, Path, dict[str, dict[str, int]], list[Shortfall]]:
+    """ReXErr-v1's report-error sentences: grouped (image-dependent, text-only, no error), each linked to one
+    frontal image of its study, sampled per error type to ``rexerr_counts`` (seeded) and image-checked; with
+    the file read, and the strata and shortfalls."""
+    strata_info: dict[str, dict[str, int]] = {}
+    shortfalls: list[Shortfall] = []
     rx, f_rx = _load_rexerr(Path(rexerr_root), rexerr_split)
-    inputs["rexerr"] = f_rx
     et = _norm_error_type(rx["error_type"])
     group = pd.Series(np.where(et.isin(IMAGE_DEPENDENT_ERRORS), "image_dependent",
                                np.where(et.isin(TEXT_ONLY_ERRORS), "text_only", None)), index=rx.index, dtype=object)
@@ -447,6 +415,75 @@ def build_mimic(
         stratum="rexerr:" + rx_cases["error_group"], study_id=sts,
         case_id="rexerr-" + rx_cases["error_group"] + "-" + rx_cases["record_id"].str.split("#").str[1],
     )
+    return rx_cases, f_rx, strata_info, shortfalls
+
+
+def build_mimic(
+    mimic_root: str | Path,
+    ms_cxr_root: str | Path,
+    rexerr_root: str | Path,
+    mimic_iv_root: str | Path,
+    out_dir: str | Path,
+    *,
+    per_finding: int = 50,
+    n_normal: int = 100,
+    ms_cxr_cap: int = 100,
+    min_box_side: float = 50.0,
+    rexerr_counts: tuple[int, int, int] = (483, 120, 120),
+    rexerr_split: str = "test",
+    mimic_split: str = "test",
+    negatives: str = "explicit_then_blank",
+    exclude_ms_cxr_studies: bool = True,
+    swap_pool_split: str = "all",
+    swap_same_view: bool = False,
+    age_at: str = "study",
+    options: BuildOptions | None = None,
+    **option_kw: Any,
+) -> BuildResult:
+    """Build the paper's MIMIC probe set (MS-CXR boxed positives, balanced MIMIC-CXR strata, ReXErr errors).
+
+    ``per_finding`` present and ``per_finding`` absent studies for each of the 13 CheXpert findings plus
+    ``n_normal`` No-Finding studies (asked "Is any acute abnormality present?", correct answer No);
+    MS-CXR boxes whose sides are >= ``min_box_side`` px at 224 (capped at ``ms_cxr_cap`` per finding);
+    ReXErr sentences: ``rexerr_counts`` = (image-dependent, text-only, no-error). Shortfalls are reported.
+    """
+    opts = BuildOptions.of(options, option_kw, "build_mimic")
+    if negatives not in NEGATIVE_POLICIES:
+        raise ValueError(f"negatives={negatives!r}; choose one of {NEGATIVE_POLICIES}")
+    mimic_root, out_dir = Path(mimic_root), Path(out_dir)
+    log = ExclusionLog()
+    shortfalls: list[Shortfall] = []
+    strata_info: dict[str, dict[str, int]] = {}
+    checker = opts.checker(out_dir, mimic_root)
+
+    img, inputs = load_mimic_images(mimic_root, mimic_iv_root, age_at)
+    img["image_path"] = mimic_image_path(img["subject_id"], img["study_id"], img["dicom_id"])
+    img["vreason"] = view_reasons(img["view"])
+    img["dreason"] = _demographic_reason(img)
+    by_dicom = img.set_index("dicom_id")
+    dicom_set = set(img["dicom_id"].tolist())
+
+    # ------------------------------------------------------------------ MS-CXR (boxed, all positive)
+    ms_cases, ms_all_studies, inputs["ms_cxr"], info, sf = _ms_cxr_cases(
+        ms_cxr_root, by_dicom, dicom_set, min_box_side=min_box_side, ms_cxr_cap=ms_cxr_cap, seed=opts.seed,
+        checker=checker, log=log)
+    strata_info.update(info)
+    shortfalls.extend(sf)
+    ms_studies = set(ms_all_studies.astype(int)) if exclude_ms_cxr_studies else set()
+
+    # ------------------------------------------------------------------ MIMIC-CXR strata (test split)
+    mimic_cases, sf, info = _mimic_cases(img, ms_studies, mimic_split=mimic_split, per_finding=per_finding,
+                                         n_normal=n_normal, negatives=negatives, seed=opts.seed,
+                                         checker=checker, log=log)
+    shortfalls.extend(sf)
+    strata_info.update(info)
+
+    # ------------------------------------------------------------------ ReXErr-v1 sentences
+    rx_cases, inputs["rexerr"], info, sf = _rexerr_cases(rexerr_root, rexerr_split, by_dicom, dicom_set,
+                                                         rexerr_counts=rexerr_counts, seed=opts.seed,
+                                                         checker=checker, log=log)
+    strata_info.update(info)
+    shortfalls.extend(sf)
 
     # ------------------------------------------------------------------ swaps, boxes, manifest
     swap_src = img if swap_pool_split == "all" else img[img["split"] == swap_pool_split]
@@ -464,7 +501,7 @@ def build_mimic(
     for src, fallback in (("ms_cxr", False), ("mimic_cxr", False), ("rexerr", True)):
         part = cases[cases["source"] == src]
         if len(part):
-            fin.append(assign_swaps(part, swap_pool, "swap_key", seed, log, src, checker, swap_same_view, fallback))
+            fin.append(assign_swaps(part, swap_pool, "swap_key", opts.seed, log, src, checker, swap_same_view, fallback))
     cases = pd.concat(fin, ignore_index=True) if fin else cases
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"].fillna(cases["width"]) if "_checked_w" in cases else cases["width"]
@@ -492,12 +529,12 @@ def build_mimic(
         "per_finding": per_finding, "n_normal": n_normal, "ms_cxr_cap": ms_cxr_cap, "min_box_side": min_box_side,
         "rexerr_counts": list(rexerr_counts), "rexerr_split": rexerr_split, "mimic_split": mimic_split,
         "negatives": negatives, "exclude_ms_cxr_studies": exclude_ms_cxr_studies, "swap_pool_split": swap_pool_split,
-        "swap_same_view": swap_same_view, "age_at": age_at, "check_images": check_images, "full_decode": full_decode,
+        "swap_same_view": swap_same_view, "age_at": age_at, "check_images": opts.check_images, "full_decode": opts.full_decode,
         "normal_question": "no_finding: 'Is any acute abnormality present ...?' with correct answer No (label 0)",
     }
-    return finalize(manifest, name=name, builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
-                    inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, strata=strata_info, sampled=sampled)
+    return finalize(manifest, name=opts.named("mimic"), builder="mimic", image_root=mimic_root, out_dir=out_dir, params=params,
+                    inputs=inputs, log=log, shortfalls=shortfalls, counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=strata_info, sampled=sampled)
 
 
 def _scale_boxes_to_image(df: pd.DataFrame) -> pd.DataFrame:

@@ -19,17 +19,17 @@ from medvlm_audit.extras import torchxrayvision_data_dir
 from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
+    ImageChecker,
     Shortfall,
     SwapPool,
     add_boxes,
     apply_filters,
     assign_swaps,
     box_outside_reason,
-    checker_for,
     finalize,
     isin,
     normalize_sex,
@@ -120,36 +120,10 @@ def _parse_age(values: pd.Series) -> pd.Series:
     return (num * parts[1].map(_AGE_UNIT).astype(float)).astype(float)
 
 
-def build_nih(
-    nih_root: str | Path,
-    out_dir: str | Path,
-    *,
-    metadata_from: str = "auto",
-    split: str = "all",
-    per_finding: int = 50,
-    n_normal: int = 100,
-    box_cap: int = 100,
-    min_box_side: float = 50.0,
-    image_size: int = 1024,
-    swap_same_view: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "nih",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
-) -> BuildResult:
-    """Build an NIH ChestX-ray14 probe set: boxed positives (capped per finding) + balanced labelled strata.
-
-    ``metadata_from``: ``auto`` (user's folder, then torchxrayvision), ``root`` or ``torchxrayvision``.
-    ``split``: ``all``, ``test`` (test_list.txt) or ``train_val`` (train_val_list.txt) for the unboxed strata.
-    Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
-    """
-    nih_root, out_dir = Path(nih_root), Path(out_dir)
-    log = ExclusionLog()
-    f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
-    f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)
+def _read_data_entry(nih_root: Path, f_entry: Path) -> tuple[pd.DataFrame, dict[str, Path]]:
+    """One row per image of Data_Entry: ids, age (parsed), sex, view, one label column per finding, the image's
+    file and split (from ``<split>_list.txt``), and why it cannot be a case (``vreason``, ``dreason``,
+    ``freason``); with the split lists looked for."""
     cols = ["Image Index", "Finding Labels", "Patient ID", "Patient Age", "View Position"]
     # index_col=False: NIH's Box copy ends every line with a comma; a header without it would otherwise make
     # pandas read the first field as the index and shift every column silently
@@ -195,9 +169,16 @@ def build_nih(
     df["vreason"] = view_reasons(df["view"])
     df["dreason"] = dreason
     df["freason"] = np.where(df["image_path"].isna(), "image file not found under images/ or images_*/images/", None)
-    by_img = df.set_index("record_id")
+    return df, lists
 
-    # ------------------------------------------------------------ boxed positives
+
+def _boxed_cases(f_bbox: Path, by_img: pd.DataFrame, *, box_cap: int, min_box_side: float, image_size: int,
+                 seed: int, checker: ImageChecker | None, log: ExclusionLog
+                 ) -> tuple[pd.DataFrame, set[str], dict[str, dict[str, Any]], list[Shortfall]]:
+    """The boxed positives of BBox_List: each box linked to its image, filtered (view, demographics, file, box
+    inside the image and large enough at 224 px), capped at ``box_cap`` per finding (seeded) and image-checked,
+    ``box_*`` in the checked image's frame; with every boxed image (they leave the labelled pool), the strata
+    and the shortfalls."""
     try:  # header "Image Index,Finding Label,Bbox [x,y,w,h],,,": read the six fields by position
         bb = pd.read_csv(f_bbox, header=None, skiprows=1, usecols=range(6), dtype=str,
                          names=["image", "label", "x", "y", "w", "h"])
@@ -235,7 +216,6 @@ def build_nih(
     ], log, "nih")
     bb["_ann_x0"], bb["_ann_y0"], bb["_ann_x1"], bb["_ann_y1"] = bb["x"], bb["y"], bb["x"] + bb["w"], bb["y"] + bb["h"]
     bb["_ann_w"] = bb["_ann_h"] = float(image_size)
-    checker = checker_for(out_dir, nih_root, check_images, workers, full_decode)
     strata, want = {}, {}
     for f in sorted(bb["finding"].unique()):
         sub = bb[bb["finding"] == f].sort_values("record_id", kind="mergesort")
@@ -258,6 +238,43 @@ def build_nih(
     box_short = [s for f, i in info.items() if (s := stratum_shortfall(
         f, i["target"], i["obtained"], i["available"],
         "candidate images failed the image check (no eligible box left to replace them)"))]
+    return box_cases, boxed, info, box_short
+
+
+def build_nih(
+    nih_root: str | Path,
+    out_dir: str | Path,
+    *,
+    metadata_from: str = "auto",
+    split: str = "all",
+    per_finding: int = 50,
+    n_normal: int = 100,
+    box_cap: int = 100,
+    min_box_side: float = 50.0,
+    image_size: int = 1024,
+    swap_same_view: bool = False,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
+) -> BuildResult:
+    """Build an NIH ChestX-ray14 probe set: boxed positives (capped per finding) + balanced labelled strata.
+
+    ``metadata_from``: ``auto`` (user's folder, then torchxrayvision), ``root`` or ``torchxrayvision``.
+    ``split``: ``all``, ``test`` (test_list.txt) or ``train_val`` (train_val_list.txt) for the unboxed strata.
+    Boxes are in the 1024x1024 PNG frame (``image_size``) and are rescaled if a checked image differs.
+    """
+    opts = BuildOptions.of(options, option_kw, "build_nih")
+    nih_root, out_dir = Path(nih_root), Path(out_dir)
+    log = ExclusionLog()
+    f_entry = _locate(nih_root, DATA_ENTRY_NAMES, metadata_from)
+    f_bbox = _locate(nih_root, (BBOX_NAME,), metadata_from)
+    df, lists = _read_data_entry(nih_root, f_entry)
+    by_img = df.set_index("record_id")
+
+    # ------------------------------------------------------------ boxed positives
+    checker = opts.checker(out_dir, nih_root)
+    box_cases, boxed, info, box_short = _boxed_cases(f_bbox, by_img, box_cap=box_cap, min_box_side=min_box_side,
+                                                     image_size=image_size, seed=opts.seed, checker=checker,
+                                                     log=log)
 
     # ------------------------------------------------------------ labelled strata (boxed images removed)
     pool = df if split == "all" else df[df["split"] == split]
@@ -268,7 +285,7 @@ def build_nih(
         ("nih:box_overlap", pd.Series(np.where(isin(pool["record_id"], boxed), "image has boxes (boxed stratum)", None), index=pool.index)),
     ], log, "nih")
     lab_cases, shortfalls, info2 = sample_label_strata(
-        pool, findings=NIH_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives="explicit", seed=seed,
+        pool, findings=NIH_FINDINGS, per_finding=per_finding, n_normal=n_normal, negatives="explicit", seed=opts.seed,
         prefix="nih", source="nih", log=log, checker=checker,
         eligible="PA/AP, complete age/sex, one per patient, no boxes; absent = label not listed")
     info.update(info2)
@@ -284,7 +301,7 @@ def build_nih(
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(swap_src["image_path"].to_numpy(), swap_src["patient_id"].to_numpy(), keys, swap_src["view"].to_numpy())
     sampled = cases[["case_id", "stratum"]].copy()
-    cases = assign_swaps(cases, sp, "swap_key", seed, log, "nih", checker, swap_same_view)
+    cases = assign_swaps(cases, sp, "swap_key", opts.seed, log, "nih", checker, swap_same_view)
     cases = add_boxes(cases)
     cases["image_width"] = cases.get("_checked_w", image_size)
     cases["image_height"] = cases.get("_checked_h", image_size)
@@ -297,8 +314,8 @@ def build_nih(
     counts = {"nih_boxed": len(box_cases), "nih_labelled": len(lab_cases), "total": len(manifest)}
     params: dict[str, Any] = {
         "metadata_from": metadata_from, "split": split, "per_finding": per_finding, "n_normal": n_normal,
-        "box_cap": box_cap, "min_box_side": min_box_side, "image_size": image_size, "check_images": check_images,
+        "box_cap": box_cap, "min_box_side": min_box_side, "image_size": image_size, "check_images": opts.check_images,
     }
-    return finalize(manifest, name=name, builder="nih", image_root=nih_root, out_dir=out_dir, params=params,
+    return finalize(manifest, name=opts.named("nih"), builder="nih", image_root=nih_root, out_dir=out_dir, params=params,
                     inputs={"data_entry": f_entry, "bbox_list": f_bbox}, log=log, shortfalls=sf, counts=counts,
-                    checker=checker, seed=seed, verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
+                    checker=checker, seed=opts.seed, verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=info, sampled=sampled)

@@ -31,13 +31,12 @@ from medvlm_audit.suites.grounding.datasets.common import (
     CHEXPERT_FINDINGS,
     NEG,
     POS,
-    SEED,
     UNC,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
     apply_filters,
-    checker_for,
     finalize,
     isin,
     one_image_per_study,
@@ -73,107 +72,70 @@ def _excluded_studies(img: pd.DataFrame, probe_sets: Sequence[str | Path]) -> tu
     return out, inputs
 
 
-def build_probe_train(
-    source: str,
-    out_dir: str | Path,
-    *,
-    mimic_root: str | Path | None = None,
-    mimic_iv_root: str | Path | None = None,
-    chexpert_root: str | Path | None = None,
-    labels_csv: str | Path | None = None,
-    demographics_csv: str | Path | None = None,
-    splits: Sequence[str] | None = None,
-    negatives: str = "explicit_or_blank",
-    findings: Sequence[str] = CHEXPERT_FINDINGS,
-    exclude_probe_sets: Sequence[str | Path] = (),
-    require_demographics: bool = False,
-    test_fraction: float = 0.2,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str | None = None,
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
-) -> BuildResult:
-    """The vision probe's training set from MIMIC-CXR-JPG (``splits`` default train + validate) or CheXpert
-    (default train: the rows :func:`~medvlm_audit.suites.grounding.datasets.chexpert.chexpert_patient_split` does not hold out
-    for the CheXpert probe set, with the same ``test_fraction`` and seed)."""
-    if source not in TRAIN_SOURCES:
-        raise ValueError(f"source={source!r}; choose one of {TRAIN_SOURCES}")
-    if negatives not in TRAIN_NEGATIVES:
-        raise ValueError(f"negatives={negatives!r}; choose one of {TRAIN_NEGATIVES}")
-    splits = tuple(splits) if splits else DEFAULT_SPLITS[source]
-    out_dir = Path(out_dir)
-    log = ExclusionLog()
-    tag = f"{source}_train"
-    if source == "mimic":
-        from medvlm_audit.suites.grounding.datasets.mimic import (
-            load_mimic_images,
-            log_missing_split,
-            mimic_image_path,
-        )
+#: a source's images: the frame, the files read, the image root, why a row has no labels, the tie-break column
+_Images = tuple[pd.DataFrame, dict[str, Path], Path, pd.Series, str]
 
-        if mimic_root is None:
-            raise DatasetError("probe-train mimic: mimic_root (the MIMIC-CXR-JPG folder) is required")
-        if require_demographics and mimic_iv_root is None:
-            raise DatasetError("probe-train mimic: require_demographics needs mimic_iv_root (MIMIC-IV patients)")
-        image_root = Path(mimic_root)
-        img, inputs = load_mimic_images(image_root, None if mimic_iv_root is None else Path(mimic_iv_root))
-        img["image_path"] = mimic_image_path(img["subject_id"], img["study_id"], img["dicom_id"])
-        from medvlm_audit.suites.grounding.datasets.common import view_reasons
 
-        img["vreason"] = view_reasons(img["view"])
-        img["study_id"] = img["study_id"].astype(str)
-        log_missing_split(img, log, tag, f"{tag}:split", "training splits " + "+".join(splits))
-        label_reason = pd.Series(np.where(img["has_labels"], None, "study has no row in mimic-cxr-2.0.0-chexpert"),
-                                 index=img.index)
-        tiebreak = "dicom_id"
-    else:
-        from medvlm_audit.suites.grounding.datasets.chexpert import (
-            chexpert_patient_split,
-            chexpert_view_reasons,
-            load_chexpert_labels,
-        )
+def _mimic_images(mimic_root: str | Path | None, mimic_iv_root: str | Path | None, *, splits: tuple[str, ...],
+                  require_demographics: bool, log: ExclusionLog, tag: str) -> _Images:
+    """MIMIC-CXR-JPG's images (with MIMIC-IV age and sex when given): the frame, the files read, the image root,
+    why a study has no labels, and the column that breaks ties between a study's images."""
+    from medvlm_audit.suites.grounding.datasets.mimic import (
+        load_mimic_images,
+        log_missing_split,
+        mimic_image_path,
+    )
 
-        if chexpert_root is None:
-            raise DatasetError("probe-train chexpert: chexpert_root (the CheXpert folder) is required")
-        img, files, image_root = load_chexpert_labels(
-            Path(chexpert_root), None if labels_csv is None else Path(labels_csv),
-            None if demographics_csv is None else Path(demographics_csv), require_demographics=require_demographics)
-        inputs = dict(files)
-        if demographics_csv is not None:
-            inputs["demographics"] = Path(demographics_csv)
-        unassigned = img["split"].isna()
-        if unassigned.any():
-            img.loc[unassigned, "split"] = chexpert_patient_split(img.loc[unassigned, "patient_id"], test_fraction, seed)
-        img["vreason"] = chexpert_view_reasons(img["view"])
-        label_reason = pd.Series([None] * len(img), index=img.index, dtype=object)
-        tiebreak = "Path"
-    pool = img[isin(img["split"].astype(object), set(splits))]
-    if pool.empty:
-        raise DatasetError(f"probe-train {source}: no image in split(s) {list(splits)}; splits present: "
-                           f"{sorted(img['split'].dropna().astype(str).unique())}")
-    filters: list[tuple[str, Any]] = [(f"{tag}:labels", label_reason), (f"{tag}:view", pool["vreason"])]
-    if require_demographics:
-        filters.append((f"{tag}:demographics", _demographic_reason(pool)))
-    excl, ex_inputs = _excluded_studies(img, exclude_probe_sets) if exclude_probe_sets else ({}, {})
-    inputs.update(ex_inputs)
-    if excl:
-        filters.append((f"{tag}:probe_set_overlap", pool["study_id"].astype(str).map(excl)))
-    pool = apply_filters(pool, filters, log, tag)
-    pool = one_image_per_study(pool, log, tag, f"{tag}:one_image_per_study", tiebreak)
+    if mimic_root is None:
+        raise DatasetError("probe-train mimic: mimic_root (the MIMIC-CXR-JPG folder) is required")
+    if require_demographics and mimic_iv_root is None:
+        raise DatasetError("probe-train mimic: require_demographics needs mimic_iv_root (MIMIC-IV patients)")
+    image_root = Path(mimic_root)
+    img, inputs = load_mimic_images(image_root, None if mimic_iv_root is None else Path(mimic_iv_root))
+    img["image_path"] = mimic_image_path(img["subject_id"], img["study_id"], img["dicom_id"])
+    from medvlm_audit.suites.grounding.datasets.common import view_reasons
 
-    checker = checker_for(out_dir, image_root, check_images, workers, full_decode)
-    if checker is not None:
-        res = checker.check(pool["image_path"])
-        bad = pool["image_path"].map(lambda p: None if res[p].ok else (res[p].error or "image check failed"))
-        pool = apply_filters(pool, [("image_check", bad)], log, tag)
-        pool = pool.assign(image_width=pool["image_path"].map(lambda p: res[p].width),
-                           image_height=pool["image_path"].map(lambda p: res[p].height))
-    elif "width" in pool:
-        pool = pool.assign(image_width=pool["width"], image_height=pool["height"])
+    img["vreason"] = view_reasons(img["view"])
+    img["study_id"] = img["study_id"].astype(str)
+    log_missing_split(img, log, tag, f"{tag}:split", "training splits " + "+".join(splits))
+    label_reason = pd.Series(np.where(img["has_labels"], None, "study has no row in mimic-cxr-2.0.0-chexpert"),
+                             index=img.index)
+    tiebreak = "dicom_id"
+    return img, inputs, image_root, label_reason, tiebreak
 
+
+def _chexpert_images(chexpert_root: str | Path | None, labels_csv: str | Path | None,
+                     demographics_csv: str | Path | None, *, require_demographics: bool, test_fraction: float,
+                     seed: int) -> _Images:
+    """CheXpert's images, split by patient where the source has no split (as the CheXpert probe set is): the
+    frame, the files read, the image root, why a row has no labels (never), and the tie-break column."""
+    from medvlm_audit.suites.grounding.datasets.chexpert import (
+        chexpert_patient_split,
+        chexpert_view_reasons,
+        load_chexpert_labels,
+    )
+
+    if chexpert_root is None:
+        raise DatasetError("probe-train chexpert: chexpert_root (the CheXpert folder) is required")
+    img, files, image_root = load_chexpert_labels(
+        Path(chexpert_root), None if labels_csv is None else Path(labels_csv),
+        None if demographics_csv is None else Path(demographics_csv), require_demographics=require_demographics)
+    inputs = dict(files)
+    if demographics_csv is not None:
+        inputs["demographics"] = Path(demographics_csv)
+    unassigned = img["split"].isna()
+    if unassigned.any():
+        img.loc[unassigned, "split"] = chexpert_patient_split(img.loc[unassigned, "patient_id"], test_fraction, seed)
+    img["vreason"] = chexpert_view_reasons(img["view"])
+    label_reason = pd.Series([None] * len(img), index=img.index, dtype=object)
+    tiebreak = "Path"
+    return img, inputs, image_root, label_reason, tiebreak
+
+
+def _training_rows(pool: pd.DataFrame, findings: Sequence[str], negatives: str, tag: str, log: ExclusionLog
+                   ) -> tuple[pd.DataFrame, dict[str, int]]:
+    """One row per (image, finding) with a usable label (uncertain labels logged, blanks as ``negatives`` says)
+    plus one no_finding row per normal image; with the counts."""
     rid = pool["record_id"].astype(str).str.replace(r"^.*?(patient)", r"\1", regex=True)
     rid = rid.str.replace("/", "_", regex=False).str.replace(".jpg", "", regex=False)
     parts: list[pd.DataFrame] = []
@@ -212,12 +174,77 @@ def build_probe_train(
     manifest["finding_state"] = pd.array(manifest["finding_state"], dtype="Int64")
     counts["rows"] = len(manifest)
     counts["total"] = len(manifest)
+    return manifest, counts
+
+
+def build_probe_train(
+    source: str,
+    out_dir: str | Path,
+    *,
+    mimic_root: str | Path | None = None,
+    mimic_iv_root: str | Path | None = None,
+    chexpert_root: str | Path | None = None,
+    labels_csv: str | Path | None = None,
+    demographics_csv: str | Path | None = None,
+    splits: Sequence[str] | None = None,
+    negatives: str = "explicit_or_blank",
+    findings: Sequence[str] = CHEXPERT_FINDINGS,
+    exclude_probe_sets: Sequence[str | Path] = (),
+    require_demographics: bool = False,
+    test_fraction: float = 0.2,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
+) -> BuildResult:
+    """The vision probe's training set from MIMIC-CXR-JPG (``splits`` default train + validate) or CheXpert
+    (default train: the rows :func:`~medvlm_audit.suites.grounding.datasets.chexpert.chexpert_patient_split` does not hold out
+    for the CheXpert probe set, with the same ``test_fraction`` and seed)."""
+    opts = BuildOptions.of(options, option_kw, "build_probe_train")
+    if source not in TRAIN_SOURCES:
+        raise ValueError(f"source={source!r}; choose one of {TRAIN_SOURCES}")
+    if negatives not in TRAIN_NEGATIVES:
+        raise ValueError(f"negatives={negatives!r}; choose one of {TRAIN_NEGATIVES}")
+    splits = tuple(splits) if splits else DEFAULT_SPLITS[source]
+    out_dir = Path(out_dir)
+    log = ExclusionLog()
+    tag = f"{source}_train"
+    if source == "mimic":
+        img, inputs, image_root, label_reason, tiebreak = _mimic_images(
+            mimic_root, mimic_iv_root, splits=splits, require_demographics=require_demographics, log=log, tag=tag)
+    else:
+        img, inputs, image_root, label_reason, tiebreak = _chexpert_images(
+            chexpert_root, labels_csv, demographics_csv, require_demographics=require_demographics,
+            test_fraction=test_fraction, seed=opts.seed)
+    pool = img[isin(img["split"].astype(object), set(splits))]
+    if pool.empty:
+        raise DatasetError(f"probe-train {source}: no image in split(s) {list(splits)}; splits present: "
+                           f"{sorted(img['split'].dropna().astype(str).unique())}")
+    filters: list[tuple[str, Any]] = [(f"{tag}:labels", label_reason), (f"{tag}:view", pool["vreason"])]
+    if require_demographics:
+        filters.append((f"{tag}:demographics", _demographic_reason(pool)))
+    excl, ex_inputs = _excluded_studies(img, exclude_probe_sets) if exclude_probe_sets else ({}, {})
+    inputs.update(ex_inputs)
+    if excl:
+        filters.append((f"{tag}:probe_set_overlap", pool["study_id"].astype(str).map(excl)))
+    pool = apply_filters(pool, filters, log, tag)
+    pool = one_image_per_study(pool, log, tag, f"{tag}:one_image_per_study", tiebreak)
+
+    checker = opts.checker(out_dir, image_root)
+    if checker is not None:
+        res = checker.check(pool["image_path"])
+        bad = pool["image_path"].map(lambda p: None if res[p].ok else (res[p].error or "image check failed"))
+        pool = apply_filters(pool, [("image_check", bad)], log, tag)
+        pool = pool.assign(image_width=pool["image_path"].map(lambda p: res[p].width),
+                           image_height=pool["image_path"].map(lambda p: res[p].height))
+    elif "width" in pool:
+        pool = pool.assign(image_width=pool["width"], image_height=pool["height"])
+
+    manifest, counts = _training_rows(pool, findings, negatives, tag, log)
     params: dict[str, Any] = {
         "source": source, "splits": list(splits), "negatives": negatives, "findings": list(findings),
         "require_demographics": require_demographics, "exclude_probe_sets": [str(p) for p in exclude_probe_sets],
-        "check_images": check_images, "test_fraction": test_fraction if source == "chexpert" else None,
+        "check_images": opts.check_images, "test_fraction": test_fraction if source == "chexpert" else None,
         "normal_rows": "No Finding = 1.0 studies: no_finding with label 0 (the probe's abnormal-vs-normal head)",
     }
-    return finalize(manifest, name=name or tag, builder="probe_train", image_root=image_root, out_dir=out_dir,
-                    params=params, inputs=inputs, log=log, shortfalls=[], counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, validate=False)
+    return finalize(manifest, name=opts.name or tag, builder="probe_train", image_root=image_root, out_dir=out_dir,
+                    params=params, inputs=inputs, log=log, shortfalls=[], counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, validate=False)

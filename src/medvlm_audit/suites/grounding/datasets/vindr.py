@@ -18,7 +18,7 @@ import pandas as pd
 from medvlm_audit.suites.grounding.datasets.common import (
     NEG,
     POS,
-    SEED,
+    BuildOptions,
     BuildResult,
     DatasetError,
     ExclusionLog,
@@ -28,7 +28,6 @@ from medvlm_audit.suites.grounding.datasets.common import (
     apply_filters,
     assign_swaps,
     box_outside_reason,
-    checker_for,
     finalize,
     normalize_sex,
     normalize_view,
@@ -69,36 +68,12 @@ def _index_images(folder: Path) -> dict[str, str]:
     return out
 
 
-def build_vindr(
-    vindr_root: str | Path,
-    out_dir: str | Path,
-    *,
-    split: str = "test",
-    n_absent: int = 50,
-    n_normal: int = 100,
-    box_cap: int = 100,
-    min_box_side: float = 50.0,
-    metadata_csv: str | Path | None = None,
-    sizes_csv: str | Path | None = None,
-    require_demographics: bool = False,
-    check_images: bool = True,
-    full_decode: bool = False,
-    workers: int = 2,
-    seed: int = SEED,
-    name: str = "vindr",
-    verbose: bool = True,
-    fingerprint_inputs: bool = True,
-) -> BuildResult:
-    """Build a VinDr-CXR probe set (boxed positives + absent images per boxed finding + normals).
-
-    Box coordinates are in the original image's pixel frame; that frame's size comes from the image header
-    (``check_images``) or ``sizes_csv`` (image_id, width, height: needed for resized PNG copies).
-    ``metadata_csv`` (image_id, age, sex, view) adds demographics; VinDr has no patient ids, so each image is its
-    own patient for swaps.
-    """
-    root, out_dir = Path(vindr_root), Path(out_dir)
-    log = ExclusionLog()
-    inputs: dict[str, Path] = {}
+def _read_annotations(root: Path, split: str, log: ExclusionLog, inputs: dict[str, Path]
+                      ) -> tuple[pd.DataFrame, pd.Series, pd.Series, list[str], dict[str, set[str]]]:
+    """The split's box annotations (``annotations_<split>.csv``) and, when present, its image labels: the
+    annotations with their finding and record id, which rows are boxes of a finding (``boxable``) and why a box's
+    coordinates are unusable, every image id, and the images positive for each finding (normal only when no
+    reader marked anything). The files read are added to ``inputs``; unusable rows go to ``log``."""
     ann_path = None
     for cand in (root / "annotations" / f"annotations_{split}.csv", root / f"{split}.csv"):
         if cand.is_file():
@@ -156,60 +131,13 @@ def build_vindr(
     skipped = ann[ann["finding"].isna()]
     log.add_many(skipped["record_id"], "vindr", "vindr:class",
                  ("class " + skipped["class_name"] + " has no finding id in the prompt vocabulary").tolist())
+    return ann, boxable, coord_reason, images, pos_sets
 
-    img = pd.DataFrame({"record_id": images})
-    idx = _index_images(root / split)
-    img["image_path"] = img["record_id"].map(idx)
-    img["patient_id"] = img["record_id"]
-    img["study_id"] = img["record_id"]
-    img["age"], img["sex"], img["view"] = np.nan, None, None
-    if metadata_csv is not None:
-        inputs["metadata"] = Path(metadata_csv)
-        meta = read_csv(Path(metadata_csv), ["image_id"], "VinDr-CXR metadata", dtype={"image_id": str}).set_index("image_id")
-        if "age" in meta:
-            img["age"] = pd.to_numeric(img["record_id"].map(meta["age"]), errors="coerce").astype(float)
-        if "sex" in meta:
-            img["sex"] = normalize_sex(img["record_id"].map(meta["sex"]))
-        if "view" in meta:
-            img["view"] = normalize_view(img["record_id"].map(meta["view"]).astype("string")).replace("", None)
-    checker = checker_for(out_dir, root, check_images, workers, full_decode)
-    reasons = pd.Series([None] * len(img), index=img.index, dtype=object)
-    reasons[img["image_path"].isna()] = f"no image file {split}/<image_id>{{{','.join(IMAGE_EXTS)}}}"
-    if require_demographics:
-        reasons[img["sex"].isna() & reasons.isna()] = "missing sex"
-        reasons[img["age"].isna() & reasons.isna()] = "missing age"
-    has_view = img["view"].notna()
-    vr = view_reasons(img["view"].where(has_view, "PA"))  # known non-frontal codes vs unknown codes
-    reasons[has_view & vr.notna() & reasons.isna()] = vr
-    img = apply_filters(img, [("vindr:image", reasons)], log, "vindr")
-    # the box frame: header size (checked) or sizes_csv
-    size = {}
-    if sizes_csv is not None:
-        inputs["sizes"] = Path(sizes_csv)
-        sz = read_csv(Path(sizes_csv), ["image_id", "width", "height"], "VinDr-CXR sizes", dtype={"image_id": str})
-        size = {r.image_id: (float(r.width), float(r.height)) for r in sz.itertuples()}
-    if checker is not None:
-        res = checker.check(img["image_path"])
-        failed = [p for p, r in res.items() if not r.ok]
-        for p in failed:
-            log.add(p, "vindr", "image_check", res[p].error or "image check failed")
-        img = img[~img["image_path"].isin(failed)]
-        img["_checked_w"] = img["image_path"].map(lambda p: res[p].width)
-        img["_checked_h"] = img["image_path"].map(lambda p: res[p].height)
-    elif not size:
-        raise DatasetError("VinDr-CXR: box coordinates need each image's size: keep check_images on "
-                           "(reads the DICOM/PNG header) or pass sizes_csv (image_id, width, height)")
-    img["_ann_w"] = img["record_id"].map(lambda i: size.get(i, (np.nan, np.nan))[0])
-    img["_ann_h"] = img["record_id"].map(lambda i: size.get(i, (np.nan, np.nan))[1])
-    if "_checked_w" in img:
-        img["_ann_w"] = img["_ann_w"].fillna(img["_checked_w"].astype(float))
-        img["_ann_h"] = img["_ann_h"].fillna(img["_checked_h"].astype(float))
-    findings = sorted(f for f in pos_sets if f != "no_finding")
-    for f in (*findings, "no_finding"):
-        img[f] = np.where(img["record_id"].isin(pos_sets.get(f, set())), POS, NEG).astype(np.int8)
-    by_img = img.set_index("record_id")
 
-    # ------------------------------------------------------------ boxed positives: one per (image, finding)
+def _boxed_cases(ann: pd.DataFrame, boxable: pd.Series, coord_reason: pd.Series, by_img: pd.DataFrame,
+                 min_box_side: float, log: ExclusionLog) -> pd.DataFrame:
+    """One boxed candidate per (image, finding): the enclosing box of every reader's box inside the image,
+    filtered by size at 224 px, with ``box_*`` in the checked image's frame."""
     boxes = ann[boxable & coord_reason.isna()]
     gone = ~boxes["image_id"].isin(by_img.index)
     log.add_many(boxes.loc[gone, "record_id"], "vindr", "vindr_box:image",
@@ -247,10 +175,95 @@ def build_vindr(
     ch = agg["_checked_h"].astype(float) if "_checked_h" in agg else agg["_ann_h"]
     agg["box_x0"], agg["box_x1"] = agg["x0"] * cw / agg["_ann_w"], agg["x1"] * cw / agg["_ann_w"]
     agg["box_y0"], agg["box_y1"] = agg["y0"] * ch / agg["_ann_h"], agg["y1"] * ch / agg["_ann_h"]
+    return agg
+
+
+def build_vindr(
+    vindr_root: str | Path,
+    out_dir: str | Path,
+    *,
+    split: str = "test",
+    n_absent: int = 50,
+    n_normal: int = 100,
+    box_cap: int = 100,
+    min_box_side: float = 50.0,
+    metadata_csv: str | Path | None = None,
+    sizes_csv: str | Path | None = None,
+    require_demographics: bool = False,
+    options: BuildOptions | None = None,
+    **option_kw: Any,
+) -> BuildResult:
+    """Build a VinDr-CXR probe set (boxed positives + absent images per boxed finding + normals).
+
+    Box coordinates are in the original image's pixel frame; that frame's size comes from the image header
+    (``check_images``) or ``sizes_csv`` (image_id, width, height: needed for resized PNG copies).
+    ``metadata_csv`` (image_id, age, sex, view) adds demographics; VinDr has no patient ids, so each image is its
+    own patient for swaps.
+    """
+    opts = BuildOptions.of(options, option_kw, "build_vindr")
+    root, out_dir = Path(vindr_root), Path(out_dir)
+    log = ExclusionLog()
+    inputs: dict[str, Path] = {}
+    ann, boxable, coord_reason, images, pos_sets = _read_annotations(root, split, log, inputs)
+
+    img = pd.DataFrame({"record_id": images})
+    idx = _index_images(root / split)
+    img["image_path"] = img["record_id"].map(idx)
+    img["patient_id"] = img["record_id"]
+    img["study_id"] = img["record_id"]
+    img["age"], img["sex"], img["view"] = np.nan, None, None
+    if metadata_csv is not None:
+        inputs["metadata"] = Path(metadata_csv)
+        meta = read_csv(Path(metadata_csv), ["image_id"], "VinDr-CXR metadata", dtype={"image_id": str}).set_index("image_id")
+        if "age" in meta:
+            img["age"] = pd.to_numeric(img["record_id"].map(meta["age"]), errors="coerce").astype(float)
+        if "sex" in meta:
+            img["sex"] = normalize_sex(img["record_id"].map(meta["sex"]))
+        if "view" in meta:
+            img["view"] = normalize_view(img["record_id"].map(meta["view"]).astype("string")).replace("", None)
+    checker = opts.checker(out_dir, root)
+    reasons = pd.Series([None] * len(img), index=img.index, dtype=object)
+    reasons[img["image_path"].isna()] = f"no image file {split}/<image_id>{{{','.join(IMAGE_EXTS)}}}"
+    if require_demographics:
+        reasons[img["sex"].isna() & reasons.isna()] = "missing sex"
+        reasons[img["age"].isna() & reasons.isna()] = "missing age"
+    has_view = img["view"].notna()
+    vr = view_reasons(img["view"].where(has_view, "PA"))  # known non-frontal codes vs unknown codes
+    reasons[has_view & vr.notna() & reasons.isna()] = vr
+    img = apply_filters(img, [("vindr:image", reasons)], log, "vindr")
+    # the box frame: header size (checked) or sizes_csv
+    size = {}
+    if sizes_csv is not None:
+        inputs["sizes"] = Path(sizes_csv)
+        sz = read_csv(Path(sizes_csv), ["image_id", "width", "height"], "VinDr-CXR sizes", dtype={"image_id": str})
+        size = {r.image_id: (float(r.width), float(r.height)) for r in sz.itertuples()}
+    if checker is not None:
+        res = checker.check(img["image_path"])
+        failed = [p for p, r in res.items() if not r.ok]
+        for p in failed:
+            log.add(p, "vindr", "image_check", res[p].error or "image check failed")
+        img = img[~img["image_path"].isin(failed)]
+        img["_checked_w"] = img["image_path"].map(lambda p: res[p].width)
+        img["_checked_h"] = img["image_path"].map(lambda p: res[p].height)
+    elif not size:
+        raise DatasetError("VinDr-CXR: box coordinates need each image's size: keep check_images on "
+                           "(reads the DICOM/PNG header) or pass sizes_csv (image_id, width, height)")
+    img["_ann_w"] = img["record_id"].map(lambda i: size.get(i, (np.nan, np.nan))[0])
+    img["_ann_h"] = img["record_id"].map(lambda i: size.get(i, (np.nan, np.nan))[1])
+    if "_checked_w" in img:
+        img["_ann_w"] = img["_ann_w"].fillna(img["_checked_w"].astype(float))
+        img["_ann_h"] = img["_ann_h"].fillna(img["_checked_h"].astype(float))
+    findings = sorted(f for f in pos_sets if f != "no_finding")
+    for f in (*findings, "no_finding"):
+        img[f] = np.where(img["record_id"].isin(pos_sets.get(f, set())), POS, NEG).astype(np.int8)
+    by_img = img.set_index("record_id")
+
+    # ------------------------------------------------------------ boxed positives: one per (image, finding)
+    agg = _boxed_cases(ann, boxable, coord_reason, by_img, min_box_side, log)
     strata, want, avail, meta = {}, {}, {}, {}
     for f in findings:
         sub = agg[agg["finding"] == f].sort_values("record_id", kind="mergesort")
-        sub = sub.iloc[stratum_rng(seed, "vindr_box", f).permutation(len(sub))]
+        sub = sub.iloc[stratum_rng(opts.seed, "vindr_box", f).permutation(len(sub))]
         k = f"vindr_box:{f}"
         strata[k], want[k], avail[k], meta[k] = sub, min(box_cap, len(sub)), len(sub), (f, 1, POS)
         if len(sub) > box_cap:
@@ -259,10 +272,10 @@ def build_vindr(
     boxed_findings = [f for f in findings if avail.get(f"vindr_box:{f}", 0) > 0]
     for f in boxed_findings:
         k = f"vindr:{f}:absent"
-        cand = shuffled_one_per_patient(pool[pool[f].to_numpy() == NEG], stratum_rng(seed, "vindr", f, "absent"))
+        cand = shuffled_one_per_patient(pool[pool[f].to_numpy() == NEG], stratum_rng(opts.seed, "vindr", f, "absent"))
         strata[k], want[k], avail[k], meta[k] = cand, n_absent, len(cand), (f, 0, NEG)
     k = "vindr:no_finding:normal"
-    cand = shuffled_one_per_patient(pool[pool["no_finding"].to_numpy() == POS], stratum_rng(seed, "vindr", "no_finding"))
+    cand = shuffled_one_per_patient(pool[pool["no_finding"].to_numpy() == POS], stratum_rng(opts.seed, "vindr", "no_finding"))
     strata[k], want[k], avail[k], meta[k] = cand, n_normal, len(cand), ("no_finding", 0, POS)
     sel = select_checked(strata, want, None, log, "vindr")  # images were checked above
     parts, shortfalls, info = [], [], {}
@@ -289,7 +302,7 @@ def build_vindr(
         keys[f"{f}=1"], keys[f"{f}=0"] = np.flatnonzero(st == POS), np.flatnonzero(st == NEG)
     sp = SwapPool(srt["image_path"].to_numpy(), srt["patient_id"].to_numpy(), keys, srt["view"].to_numpy())
     sampled = cases[["case_id", "stratum"]].copy()
-    cases = assign_swaps(cases, sp, "swap_key", seed, log, "vindr", None, False)
+    cases = assign_swaps(cases, sp, "swap_key", opts.seed, log, "vindr", None, False)
     cases = add_boxes(cases)
     cases["image_width"] = cases["_checked_w"] if "_checked_w" in cases else cases["_ann_w"]
     cases["image_height"] = cases["_checked_h"] if "_checked_h" in cases else cases["_ann_h"]
@@ -306,6 +319,6 @@ def build_vindr(
     params: dict[str, Any] = {"split": split, "n_absent": n_absent, "n_normal": n_normal, "box_cap": box_cap,
                               "min_box_side": min_box_side, "require_demographics": require_demographics,
                               "box_policy": "enclosing box of all readers' boxes per (image, finding)"}
-    return finalize(manifest, name=name, builder="vindr", image_root=root, out_dir=out_dir, params=params,
-                    inputs=inputs, log=log, shortfalls=sf, counts=counts, checker=checker, seed=seed,
-                    verbose=verbose, fingerprint=fingerprint_inputs, strata=info, sampled=sampled)
+    return finalize(manifest, name=opts.named("vindr"), builder="vindr", image_root=root, out_dir=out_dir, params=params,
+                    inputs=inputs, log=log, shortfalls=sf, counts=counts, checker=checker, seed=opts.seed,
+                    verbose=opts.verbose, fingerprint=opts.fingerprint_inputs, strata=info, sampled=sampled)

@@ -48,6 +48,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from medvlm_audit.errors import AuditError, ConfigError
+from medvlm_audit.jsonl import iter_jsonl
 from medvlm_audit.stats import bootstrap_mean
 from medvlm_audit.suites.reports.clinical import ClinicalScore, check_pairs
 from medvlm_audit.suites.reports.clinical.formulas import RADGRAPH_LEVELS, radgraph_rewards
@@ -127,22 +128,16 @@ class AnnotationFileAnnotator:
 
     @staticmethod
     def _records(path: Path) -> list[tuple[str, Any]]:
+        if path.suffix.lower() == ".jsonl":
+            if not path.is_file():
+                raise ConfigError(f"radgraph: cannot read the annotation file {path}: not a file")
+            return [(f"{path}:{i}", rec) for i, rec in iter_jsonl(path, what="RadGraph annotation file")]
         try:
             raw = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise AuditError(f"{path}: not UTF-8 text ({e})") from e
         except OSError as e:
             raise ConfigError(f"radgraph: cannot read the annotation file {path}: {e}") from e
-        if path.suffix.lower() == ".jsonl":
-            out = []
-            for i, line in enumerate(raw.splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append((f"{path.name}, line {i}", json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise AuditError(f"{path.name}, line {i}: not JSON ({e.msg})") from e
-            return out
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as e:
