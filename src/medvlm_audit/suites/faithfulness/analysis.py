@@ -90,10 +90,15 @@ def score_answers(tidy: pd.DataFrame, *, mode: str = "normalised", kb: Knowledge
     df["value"] = value
     df["unparsed"] = df["value"].isna()
     df["correct"] = (df["value"] == df["gold"]).astype(float).where(~df["unparsed"])
-    base = df[df["condition"] == "baseline"].set_index(["model", "case_id"])
-    key = list(zip(df["model"], df["case_id"], strict=True))
-    df["baseline_raw"] = [base["answer_raw"].get(k) if k in base.index else None for k in key]
-    df["baseline_value"] = [base["value"].get(k) if k in base.index else None for k in key]
+    # the model's baseline answer to each case: one dict lookup per row (a pandas lookup per row cost more
+    # than the scoring)
+    base: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+    for m, c, cond, a, v in zip(df["model"], df["case_id"], df["condition"], raw, value, strict=True):
+        if cond == "baseline":
+            base.setdefault((m, c), (a, v))
+    pairs = [base.get(k, (None, None)) for k in zip(df["model"], df["case_id"], strict=True)]
+    df["baseline_raw"] = [a for a, _ in pairs]
+    df["baseline_value"] = [v for _, v in pairs]
     flips: list[Any] = []
     for r in df.itertuples(index=False):
         if r.condition == "baseline" or r.baseline_raw is None or r.answer_raw is None:

@@ -47,6 +47,7 @@ Deterministic CF (:meth:`KnowledgeBase.score`), the rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -178,6 +179,7 @@ def _answer(a: Any, where: str) -> AnswerSpec:
 # ------------------------------------------------------------------------------------------------ matcher
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a CoT's words repeat: each distinct word is stemmed once per process
 def _stem(w: str) -> str:
     """A light suffix stripper: plurals, -ing, -ed, -ement, final -e (blunted / blunting -> blunt,
     opacities -> opacity, enlarged / enlargement -> enlarg)."""
@@ -225,7 +227,8 @@ def _find_seq(hay: list[str], needle: list[str]) -> list[int]:
     n = len(needle)
     if n == 0:
         return []
-    return [i for i in range(len(hay) - n + 1) if hay[i:i + n] == needle]
+    first = needle[0]
+    return [i for i in range(len(hay) - n + 1) if hay[i] == first and hay[i:i + n] == needle]
 
 
 def _negated(cl: list[str], start: int, end: int) -> bool:
@@ -243,7 +246,14 @@ class _Pattern:
     negative: bool
 
 
-def _patterns(texts: Sequence[str], alternates: Sequence[Sequence[str]]) -> list[_Pattern]:
+def _patterns(texts: Sequence[str], alternates: Sequence[Sequence[str]]) -> tuple[_Pattern, ...]:
+    """A term's patterns (its texts and their alternate-terminology variants, tokenised), built once per
+    (texts, alternates): every answer to a question matches the same terms."""
+    return _patterns_of(tuple(texts), tuple(tuple(g) for g in alternates))
+
+
+@functools.lru_cache(maxsize=4096)
+def _patterns_of(texts: tuple[str, ...], alternates: tuple[tuple[str, ...], ...]) -> tuple[_Pattern, ...]:
     out: list[_Pattern] = []
     seen: set[tuple[str, ...]] = set()
     variants = list(texts)
@@ -262,7 +272,7 @@ def _patterns(texts: Sequence[str], alternates: Sequence[Sequence[str]]) -> list
         negative = seq[0] in NEG_PRE
         core = [w for w in seq if w not in STOP and w not in NEG_PRE]
         out.append(_Pattern(tuple(seq), frozenset(core), frozenset(w for w in seq if w in SIDES), negative))
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)
