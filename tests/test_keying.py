@@ -77,3 +77,20 @@ def test_key_is_sha256_of_the_documented_payload() -> None:
     payload = json.dumps({"model": model.identity(), "input": ModelInput(t.messages).describe()}, sort_keys=True,
                          separators=(",", ":"))
     assert rows[0][5] == hashlib.sha256(payload.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("n_images", [0, 1, 2])
+def test_http_body_with_spliced_texts_is_the_serialised_request_body(n_images: int) -> None:
+    """The request bytes (texts and image URLs spliced into a cached skeleton) are exactly
+    ``json.dumps(request_body(inp), separators=(",", ":"))``, for every awkward text, first use or cached."""
+    rng = np.random.default_rng(0)
+    ims = tuple(ImageData.from_array(rng.integers(0, 256, (8, 9), dtype=np.uint8)) for _ in range(n_images))
+    model = OpenAIChatModel("m", "served", "http://127.0.0.1:9/v1", extra_body={"x": AWKWARD[4]})
+    for rnd in range(2):
+        for i, text in enumerate(AWKWARD):
+            for msgs in ((Message("user", text),),
+                         (Message("system", AWKWARD[i - 1]), Message("user", text), Message("assistant", "a"),
+                          Message("user", AWKWARD[i - 2]))):
+                inp = ModelInput(msgs, ims, Decoding(max_new_tokens=7 + rnd))
+                want = json.dumps(model.request_body(inp), separators=(",", ":")).encode()
+                assert model.encode_payload(inp) == want
