@@ -12,10 +12,11 @@ import pytest
 
 from medvlm_audit import api
 from medvlm_audit.suites.base import METRICS_COLUMNS
-from medvlm_audit.suites.faithfulness.analysis import plan_judge, score_judgements
+from medvlm_audit.suites.faithfulness.analysis import score_judgements
 from medvlm_audit.suites.faithfulness.conditions import FaithOptions
 from medvlm_audit.suites.faithfulness.items import load_items
 from medvlm_audit.suites.faithfulness.kb import phantom_kb
+from medvlm_audit.suites.faithfulness.plan import plan_judge
 from medvlm_audit.suites.faithfulness.reference import (
     features,
     image_answer,

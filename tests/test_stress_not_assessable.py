@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from test_stress_analysis import probe_items
 
-from medvlm_audit.suites.stress.analysis import ASSESSABLE_PARSE_RATE, analyse_stress
-from medvlm_audit.suites.stress.sections import metrics_long, stress_result, stress_verdicts
+from medvlm_audit.suites.stress.analysis import ASSESSABLE_PARSE_RATE, analyse_stress, metrics_long
+from medvlm_audit.suites.stress.sections import stress_result, stress_verdicts
 
 
 def _answers(texts: dict[str, str], n5: int = 12) -> pd.DataFrame:

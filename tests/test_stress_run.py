@@ -21,7 +21,7 @@ from medvlm_audit.suites.stress.conditions import DEFAULT_CONDITIONS
 from medvlm_audit.suites.stress.embedded import build_phantom_mcq
 from medvlm_audit.suites.stress.plan import plan_stress
 from medvlm_audit.suites.stress.reference import reference_mcq_panel
-from medvlm_audit.suites.stress.sections import report_stress, tidy_stress
+from medvlm_audit.suites.stress.suite import report_stress, tidy_stress
 
 #: the fast lane (`pytest -m "not slow"`) leaves this module out: its fixtures build runs or start processes
 pytestmark = pytest.mark.slow

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from medvlm_audit.results import COMPARISONS_COLUMNS, METRICS_COLUMNS, MetricRow
+
 if TYPE_CHECKING:  # pragma: no cover
     from medvlm_audit import stats
     from medvlm_audit.readers.tasks import ReaderAnalysis
@@ -18,18 +20,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["COMPARISON_COLUMNS", "METRIC_COLUMNS", "agreement_figure", "agreement_rows", "estimate_row",
            "fleiss_row", "metric_row", "new_figure", "ordinal_ratings", "wilson_row"]
 
-METRIC_COLUMNS = ["suite", "probe_set", "model", "metric", "subset", "point", "se", "ci_low", "ci_high", "n", "unit",
-                  "method", "note"]
-COMPARISON_COLUMNS = ["family", "probe_set", "metric", "subset", "model_a", "model_b", "diff", "sd", "ci_low",
-                      "ci_high", "p", "p_adj", "n", "test", "note"]
+#: the shared long metrics and comparisons schemas (:mod:`medvlm_audit.results`) as lists
+METRIC_COLUMNS = list(METRICS_COLUMNS)
+COMPARISON_COLUMNS = list(COMPARISONS_COLUMNS)
 
 
 def metric_row(probe_set: str, model: str, metric: str, subset: str, point: float, se: float, lo: float,
                hi: float, n: int, unit: str, method: str, note: str = "") -> dict[str, Any]:
-    """One row of the long metrics schema (``METRIC_COLUMNS``) with suite = "readers"."""
-    return {"suite": "readers", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
-            "point": point, "se": se, "ci_low": lo, "ci_high": hi, "n": int(n), "unit": unit, "method": method,
-            "note": note}
+    """One row of the long metrics schema (``METRIC_COLUMNS``) with suite = "readers", as a dict."""
+    return MetricRow("readers", probe_set, model, metric, subset, point, se, lo, hi, int(n), unit, method,
+                     note).as_dict()
 
 
 def wilson_row(ps: str, model: str, metric: str, subset: str, k: int, n: int, note: str = "") -> dict[str, Any]:

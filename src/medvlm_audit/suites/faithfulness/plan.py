@@ -1,10 +1,12 @@
-"""The faithfulness suite's options and its two stages' planners.
+"""The faithfulness suite's two stages' planners. The run options they read (``ctx.options``) are the suite's
+:class:`~medvlm_audit.suites.faithfulness.suite.FaithfulnessOptions`, typed ``Any`` here: :mod:`.suite` imports
+this module.
 
 * ``answer``: every item source of ``probe_sets`` (``phantom``, a JSONL item file or a folder holding
   ``items.jsonl``, ``taix:<parquet folder>``) -> items x conditions -> trials
   (:func:`~medvlm_audit.suites.faithfulness.conditions.plan_answers`); the run's ``models`` answer.
 * ``judge``: the stage-1 answers stored in the run store (subject models only) -> one trial per modified
-  CoT and judge axis (:func:`~medvlm_audit.suites.faithfulness.analysis.plan_judge`); the ``judges``
+  CoT and judge axis (:func:`plan_judge`); the ``judges``
   option's models answer. A killed judge stage resumes like any other: the judge trials are a pure
   function of the stored answers, and stage 1 asks nothing again.
 """
@@ -12,65 +14,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import Field, field_validator
 
 from medvlm_audit.config import ModelSpec
 from medvlm_audit.errors import ConfigError
-from medvlm_audit.suites.base import Plan, StageContext
+from medvlm_audit.models.base import Message
+from medvlm_audit.suites.base import Plan, Skip, StageContext, Trial
 from medvlm_audit.suites.faithfulness.conditions import FaithOptions, plan_answers
 from medvlm_audit.suites.faithfulness.items import VQAItem, load_items, load_taix_parquet
+from medvlm_audit.suites.faithfulness.judge import JUDGE_SYSTEM, judge_prompt
 from medvlm_audit.suites.faithfulness.kb import KnowledgeBase, phantom_kb
-
-
-class FaithfulnessOptions(FaithOptions):
-    """The faithfulness suite's run options (flat keys of a run config).
-
-    Inherited from :class:`FaithOptions`: ``conditions``, ``thickness``, ``alpha``, the salience sweep
-    (``sweep_thickness``, ``sweep_alpha``), ``flip_mode`` (extraction and flip rule: ``paper`` or
-    ``normalised``), ``validation`` (judge quote validation: ``paper`` or ``default``), ``max_new_tokens``,
-    ``judge_axes`` and the KB context ``flags``. The conditions' seed is the run's ``seed``."""
-
-    #: judge models of the second stage (model entries, validated like ``models``); none: CF from the KB only
-    judges: list[ModelSpec] = Field(default_factory=list)
-    #: new-token budget of a judge answer (the released judge prompts: 512)
-    judge_max_new_tokens: int = 512
-    #: the judge whose CA and tone score each answer (default: the first judge)
-    primary_judge: str | None = None
-    #: knowledge base for CF (the published ``findings_list.json`` schema); default: the phantom questions' KB
-    kb: str | None = None
-    #: number of phantom VQA items (item source ``phantom``)
-    phantom_items: int = 36
-
-    @field_validator("judges")
-    @classmethod
-    def _judge_backends(cls, v: list[ModelSpec]) -> list[ModelSpec]:
-        from medvlm_audit.models.registry import BACKENDS
-        from medvlm_audit.registry import check_known
-
-        names = [m.name for m in v]
-        for i, m in enumerate(v):
-            check_known("backend", [m.backend], BACKENDS.names(), listed_as="registered",
-                        where=f"judges[{i}] (model {m.name!r}): ")
-            if names.count(m.name) > 1:
-                raise ValueError(f"judges[{i}]: judge name {m.name!r} given twice")
-        return v
-
-    @field_validator("phantom_items")
-    @classmethod
-    def _n(cls, v: int) -> int:
-        if not 1 <= v <= 10_000:
-            raise ValueError("phantom_items must lie in 1..10000")
-        return v
-
-    def primary(self) -> str | None:
-        if self.primary_judge is not None:
-            return self.primary_judge
-        return self.judges[0].name if self.judges else None
 
 
 def source_name(spec: str) -> str:
@@ -109,12 +67,12 @@ def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42, n_
     return load_items(p / "items.jsonl" if p.is_dir() else p)
 
 
-def condition_options(ctx: StageContext) -> FaithfulnessOptions:
+def condition_options(ctx: StageContext) -> Any:
     """The suite's options with the run's construction seed."""
     return ctx.options.model_copy(update={"seed": int(ctx.config.seed)})  # type: ignore[return-value]
 
 
-def knowledge_base(opts: FaithfulnessOptions) -> KnowledgeBase:
+def knowledge_base(opts: Any) -> KnowledgeBase:
     return KnowledgeBase.from_json(opts.kb) if opts.kb else phantom_kb()
 
 
@@ -139,7 +97,7 @@ def answer_models(ctx: StageContext) -> list[ModelSpec]:
 
 def judge_models(ctx: StageContext) -> list[ModelSpec]:
     """The ``judges`` option; a judge may not share a name with a subject model (the store keys by name)."""
-    opts: FaithfulnessOptions = ctx.options  # type: ignore[assignment]
+    opts = ctx.options
     subjects = {m.name for m in ctx.config.models}
     clash = [j.name for j in opts.judges if j.name in subjects]
     if clash:
@@ -160,14 +118,49 @@ def stored_answers(store: Any, models: set[str] | None = None) -> pd.DataFrame:
     return raw.reset_index(drop=True)
 
 
+JUDGE_DECODING: tuple[tuple[str, Any], ...] = (("max_new_tokens", 512), ("temperature", 0.0), ("top_p", 1.0),
+                                               ("num_beams", 1), ("logprobs", False))
+
+
+def plan_judge(answers: pd.DataFrame, items: Sequence[VQAItem] | None = None,
+               opts: FaithOptions | None = None, *, kb: KnowledgeBase | None = None,
+               name: str = "faithfulness", axes: Sequence[str] | None = None) -> Plan:
+    """Stage 2 ("judge"): one trial per stored modified CoT and axis (pure function of the answers table).
+
+    ``answers`` needs ``model, case_id, condition, answer_text`` and the answer payload fields (``question``,
+    ``gold``), or a JSON ``payload``. Baseline answers are not judged; a missing CoT (no response) is a Skip.
+    A CF trial carries the question's KB entry (``kb.qsk``) and the gold answer; a question without a KB
+    entry gets empty lists, as released. The trial's condition is ``judge:<axis>:<model>:<condition>``.
+    """
+    from medvlm_audit.suites.faithfulness.analysis import chain_of_thought, normalize_tidy
+
+    opts = opts or FaithOptions()
+    axes = list(axes if axes is not None else opts.judge_axes)
+    df = normalize_tidy(answers)
+    plan = Plan()
+    for r in df.itertuples(index=False):
+        if r.condition == "baseline":
+            continue
+        for axis in axes:
+            cond = f"judge:{axis}:{r.model}:{r.condition}"
+            cot = chain_of_thought(r)
+            if not isinstance(cot, str) or not cot.strip():
+                plan.skipped.append(Skip(name, r.case_id, cond, "no stored CoT to judge"))
+                continue
+            qsk = kb.qsk(r.question, r.gold) if (axis == "cf" and kb is not None) else None
+            prompt = judge_prompt(axis, cot, answer=r.gold, qsk=qsk, flags=opts.flags)
+            payload = {"stage": "judge", "axis": axis, "answer_model": r.model, "answer_condition": r.condition,
+                       "cot": cot, "question": r.question, "gold": r.gold}
+            plan.trials.append(Trial(name, r.case_id, cond, (Message("system", JUDGE_SYSTEM),
+                                                              Message("user", prompt)), (), 0, payload, JUDGE_DECODING))
+    return plan
+
+
 def plan_judge_stage(ctx: StageContext) -> Plan:
     """Stage 2: the judges read the stored modified CoTs of this run's models."""
     opts = condition_options(ctx)
     if not opts.judges or ctx.store is None:
         return Plan()
-    # imported only when there is a judge stage: the analysis module loads scipy (~0.5 s per invocation)
-    from medvlm_audit.suites.faithfulness.analysis import plan_judge
-
     answers = stored_answers(ctx.store, {m.name for m in ctx.config.models})
     if not len(answers):
         return Plan()

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, field_validator
 
-from medvlm_audit.config import SHARED_FIELDS
+from medvlm_audit.config import SHARED_FIELDS, ModelSpec
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.suites.base import Stage, Suite, SuiteResult
-from medvlm_audit.suites.faithfulness.plan import FaithfulnessOptions
+from medvlm_audit.suites.faithfulness.conditions import FaithOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from medvlm_audit.readers.tasks import ReaderTask
@@ -34,6 +34,52 @@ TIDY_COLUMNS: tuple[str, ...] = (
     "axis", "answer_model", "answer_condition", "judge_status", "judge_score", "judge_reason", "validation",
     "status",
 )
+
+
+class FaithfulnessOptions(FaithOptions):
+    """The faithfulness suite's run options (flat keys of a run config).
+
+    Inherited from :class:`FaithOptions`: ``conditions``, ``thickness``, ``alpha``, the salience sweep
+    (``sweep_thickness``, ``sweep_alpha``), ``flip_mode`` (extraction and flip rule: ``paper`` or
+    ``normalised``), ``validation`` (judge quote validation: ``paper`` or ``default``), ``max_new_tokens``,
+    ``judge_axes`` and the KB context ``flags``. The conditions' seed is the run's ``seed``."""
+
+    #: judge models of the second stage (model entries, validated like ``models``); none: CF from the KB only
+    judges: list[ModelSpec] = Field(default_factory=list)
+    #: new-token budget of a judge answer (the released judge prompts: 512)
+    judge_max_new_tokens: int = 512
+    #: the judge whose CA and tone score each answer (default: the first judge)
+    primary_judge: str | None = None
+    #: knowledge base for CF (the published ``findings_list.json`` schema); default: the phantom questions' KB
+    kb: str | None = None
+    #: number of phantom VQA items (item source ``phantom``)
+    phantom_items: int = 36
+
+    @field_validator("judges")
+    @classmethod
+    def _judge_backends(cls, v: list[ModelSpec]) -> list[ModelSpec]:
+        from medvlm_audit.models.registry import BACKENDS
+        from medvlm_audit.registry import check_known
+
+        names = [m.name for m in v]
+        for i, m in enumerate(v):
+            check_known("backend", [m.backend], BACKENDS.names(), listed_as="registered",
+                        where=f"judges[{i}] (model {m.name!r}): ")
+            if names.count(m.name) > 1:
+                raise ValueError(f"judges[{i}]: judge name {m.name!r} given twice")
+        return v
+
+    @field_validator("phantom_items")
+    @classmethod
+    def _n(cls, v: int) -> int:
+        if not 1 <= v <= 10_000:
+            raise ValueError("phantom_items must lie in 1..10000")
+        return v
+
+    def primary(self) -> str | None:
+        if self.primary_judge is not None:
+            return self.primary_judge
+        return self.judges[0].name if self.judges else None
 
 
 def recorded_options(store: Any) -> FaithfulnessOptions:
@@ -248,11 +294,8 @@ class FaithfulnessSuite(Suite):
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
                 skipped: pd.DataFrame | None = None, designed: dict[str, str] | None = None,
                 **unused: Any) -> SuiteResult:
-        from medvlm_audit.suites.faithfulness.analysis import (
-            faithfulness_comparisons,
-            faithfulness_metrics,
-            report_sections,
-        )
+        from medvlm_audit.suites.faithfulness.analysis import faithfulness_comparisons, faithfulness_metrics
+        from medvlm_audit.suites.faithfulness.sections import report_sections
 
         opts: FaithfulnessOptions = options  # type: ignore[assignment]
         ans, judgements = split_tidy(tidy)

@@ -2,8 +2,9 @@
 
 Conditions original / swap / target_mask / irrelevant_mask / no_image at 224 (and 512 for the resolution
 probe) under the default, terse and radiologist phrasings; CGR, UAR, IS, categories, per-finding, subgroup,
-calibration and robustness analyses. Modules: :mod:`.conditions`, :mod:`.prompts`, :mod:`.plan`,
-:mod:`.analysis`, :mod:`.figures`, :mod:`.reference` (the embedded reference panel), :mod:`.demo`.
+calibration and robustness analyses. Modules: :mod:`.suite`, :mod:`.conditions`, :mod:`.prompts`, :mod:`.plan`,
+:mod:`.scoring`, :mod:`.analysis`, :mod:`.sections`, :mod:`.figures`, :mod:`.reference` (the embedded reference
+panel), :mod:`.embedded`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ _LAZY: dict[str, str] = {
     "GroundingSuite": "medvlm_audit.suites.grounding.suite",
     "conditions_for": "medvlm_audit.suites.grounding.plan",
     "plan_grounding": "medvlm_audit.suites.grounding.plan",
-    "score_grounding": "medvlm_audit.suites.grounding.plan",
+    "score_grounding": "medvlm_audit.suites.grounding.scoring",
 }
 
 __all__ = sorted(_LAZY)

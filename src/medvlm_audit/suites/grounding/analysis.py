@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.results import METRICS_COLUMNS
 from medvlm_audit.suites.grounding.categories import (
     SUPPORT_DRAWS,
     SWEEP_THRESHOLDS,
@@ -51,8 +52,9 @@ from medvlm_audit.suites.grounding.metrics import (
 
 __all__ = ["CATEGORY_COLUMNS", "METRIC_COLUMNS", "GroundingAnalysis", "analyse_grounding"]
 
-METRIC_COLUMNS = ["probe_set", "model", "modality", "metric", "subset", "point", "se", "ci_low", "ci_high", "n",
-                  "unit", "method", "note", "k", "ci_method"]
+#: the shared long metrics schema (:data:`medvlm_audit.results.METRICS_COLUMNS`; ``suite`` is added by the report
+#: writer) with grounding's ``modality`` after ``model`` and its ``k`` and ``ci_method`` at the end
+METRIC_COLUMNS = [*METRICS_COLUMNS[1:3], "modality", *METRICS_COLUMNS[3:], "k", "ci_method"]
 CATEGORY_COLUMNS = ["probe_set", "model", "modality", "category", "support", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
                     "uar", "uar_low", "uar_high", "n_uar", "is_", "is_low", "is_high", "n_is", "accuracy", "acc_low",
                     "acc_high", "n_acc", "gsp", "sweep_stable"]

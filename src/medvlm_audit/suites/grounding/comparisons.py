@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.results import COMPARISONS_COLUMNS
 from medvlm_audit.suites.grounding.categories import Rate, categorize
 from medvlm_audit.suites.grounding.metrics import (
     AGE_BINS,
@@ -46,8 +47,8 @@ __all__ = [
     "subgroup_tests",
 ]
 
-COMPARISON_COLUMNS = ["family", "probe_set", "metric", "subset", "model_a", "model_b", "diff", "sd", "ci_low",
-                      "ci_high", "p", "p_adj", "n", "test", "note", "statistic"]
+#: the shared comparisons schema (:data:`medvlm_audit.results.COMPARISONS_COLUMNS`) with grounding's ``statistic``
+COMPARISON_COLUMNS = [*COMPARISONS_COLUMNS, "statistic"]
 ROBUSTNESS_COLUMNS = ["probe_set", "kind", "model", "metric", "variant", "point", "ci_low", "ci_high", "n",
                       "parse_rate", "reference_point", "reference_n", "category", "reference_category", "changed",
                       "rho", "p", "n_models", "note"]

@@ -7,11 +7,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-import pandas as pd
-
 from medvlm_audit.models.base import Message
-from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
 from medvlm_audit.suites.grounding.probeset import ProbeSet
@@ -76,23 +72,3 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
                         Trial(ps.name, case.case_id, cond.name, msgs, (recipe,) if recipe else (), s)
                     )
     return plan
-
-
-def score_grounding(tidy: pd.DataFrame) -> pd.DataFrame:
-    """Parse yes/no, compute P(yes), and correctness (NaN when unparsed or errored)."""
-    out = tidy.copy()
-    parsed = np.fromiter((parse_yes_no(t) for t in out["answer_text"]), dtype=np.int8, count=len(out))
-    if "imported_parsed" in out:
-        imp = out["imported_parsed"].to_numpy()
-        has = ~pd.isna(imp)
-        parsed[has] = imp[has].astype(np.int8)
-    out["parsed"] = parsed
-    conf = np.array([p_yes(tl) for tl in out["top_logprobs"]], dtype=float)
-    if "imported_confidence" in out:
-        ic = out["imported_confidence"].to_numpy(dtype=float)
-        conf = np.where(out["imported_parsed"].notna(), ic, conf)
-    out["confidence"] = conf
-    label = pd.to_numeric(out["label"], errors="coerce").to_numpy(dtype=float)
-    ok = parsed != UNPARSED
-    out["correct"] = np.where(ok & ~np.isnan(label), (parsed == label).astype(float), np.nan)
-    return out

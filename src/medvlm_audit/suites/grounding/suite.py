@@ -111,7 +111,7 @@ THINKING_NOTE = ("thinking model: its first generated token opens its reasoning,
 def tidy_grounding(store: RunStore) -> pd.DataFrame:
     """The scored tidy table of a grounding run (``condition`` is the image condition)."""
     from medvlm_audit.export import raw_table
-    from medvlm_audit.suites.grounding.plan import score_grounding
+    from medvlm_audit.suites.grounding.scoring import score_grounding
 
     raw = raw_table(store, case_fields=("tbox_x0", "ibox_overlaps"), imported=True)
     # grounding's case columns: a case is boxed when it has a target box; its irrelevant box may overlap it

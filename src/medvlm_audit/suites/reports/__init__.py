@@ -3,7 +3,9 @@
 Flow: corpora (:mod:`.corpus`: JSONL {id, text, group}, released layouts, the IU X-ray reference from
 torchxrayvision) -> :func:`.audit.corpus_audit` (CAD per word gated and ungated, WAE with bootstrap and
 permutation null, diversity, surface metrics, WEAT and ΔDIR baselines; the paper's formulas in ``terms.py``, ``cad.py``, ``wae.py``, ``diversity.py``, ``surface.py``, ``baselines.py``, ``clinical/formulas.py``) ->
-decoding strategies (:mod:`.decoding`) for report-generation runs. CLI command functions in :mod:`.commands`.
+decoding strategies (:mod:`.decoding`) for report-generation runs (:mod:`.suite`; the embedded default's phantom
+images in :mod:`.embedded`; the page's tables and figures in :mod:`.sections`). CLI command functions in
+:mod:`.commands`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
 """Analysis of a report-generation run: per model x strategy, :func:`~medvlm_audit.suites.reports.audit.corpus_audit`
 of the model's reports (grouped by the patient's sex from the case metadata) against the reference corpus, in
-the shared long metrics schema (``subset`` = the strategy) with the report's table and figures."""
+the shared long metrics schema (``subset`` = the strategy) with the report's sections (their tables and figures:
+:mod:`.sections`)."""
 
 from __future__ import annotations
 
 import math
 import re
-from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.html import format_number, format_p
-from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
-from medvlm_audit.suites.base import METRICS_COLUMNS, SuiteResult
+from medvlm_audit.report.html import format_p
+from medvlm_audit.results import MetricRow, metrics_frame
+from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
 from medvlm_audit.suites.reports.corpus import (
     Corpus,
@@ -24,6 +24,17 @@ from medvlm_audit.suites.reports.corpus import (
     read_corpus,
 )
 from medvlm_audit.suites.reports.decoding import STRATEGIES, effective_table
+from medvlm_audit.suites.reports.sections import (
+    _ci,
+    _defined,
+    _fixed,
+    _g,
+    _int,
+    _perm,
+    decoding_section,
+    nothing_to_audit_section,
+    strategy_sections,
+)
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -43,13 +54,9 @@ def predictions_corpus(rows: pd.DataFrame, source: str) -> tuple[Corpus, list[st
     return corpus, [str(x) for x in ref_ids]
 
 
-PAIRED_LABELS = {"bleu": "BLEU", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "bertscore_precision": "BERTScore P",
-                 "bertscore_recall": "BERTScore R", "bertscore_f1": "BERTScore F1"}
-
-
-def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[dict[str, Any]]:
+def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> list[MetricRow]:
     """Metrics rows of the surface and clinical metrics (reports paired with their reference report)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
     for frame in (res.surface, res.clinical):
         if frame is None:
             continue
@@ -64,15 +71,15 @@ def paired_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str) -> 
 
 
 def _row(model: str, metric: str, subset: str, point: float, *, n: int, unit: str, method: str, note: str = "",
-         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> dict[str, Any]:
+         ci: tuple[float, float] = (math.nan, math.nan), probe_set: str = "") -> MetricRow:
+    """A reports metric row: a value of the corpus audit's tables (no SE), undefined values with a note."""
     if not note and not _defined(point):  # an undefined value says why (the specific rows say more)
         note = "undefined: too few reports, or too few words in a group's reports, to compute it"
-    return {"suite": "reports", "probe_set": probe_set, "model": model, "metric": metric, "subset": subset,
-            "point": float(point), "se": math.nan, "ci_low": float(ci[0]), "ci_high": float(ci[1]), "n": int(n),
-            "unit": unit, "method": method, "note": note}
+    return MetricRow("reports", probe_set, model, metric, subset, float(point), math.nan, float(ci[0]), float(ci[1]),
+                     int(n), unit, method, note)
 
 
-def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[dict[str, Any]]:
+def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: int, n_perm: int) -> list[MetricRow]:
     div = res.diversity.set_index("corpus").loc["predictions"]
     n = int(div["n_reports"])
     rows = [
@@ -138,30 +145,9 @@ TABLE_METRICS: tuple[str, ...] = (
     "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
 
 
-def _fixed(v: Any, digits: int) -> str:
-    """``v`` to ``digits`` decimals, or "—" when undefined (NaN)."""
-    return f"{float(v):.{digits}f}" if _defined(v) else format_number(None)
-
-
-def _g(v: Any) -> str:
-    """``v`` to 3 significant digits, or "—" when undefined (NaN)."""
-    return f"{float(v):.3g}" if _defined(v) else format_number(None)
-
-
 def _count_or_none(v: Any) -> int | None:
     """A count for summary.json, or None (JSON null) when undefined."""
     return int(v) if _defined(v) else None
-
-
-def _defined(v: Any) -> bool:
-    try:
-        return math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
-
-
-def _int(v: Any) -> str:
-    return str(int(v)) if _defined(v) else format_number(None)
 
 
 def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -185,98 +171,9 @@ def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["model", "_o"]).drop(columns="_o").reset_index(drop=True)
 
 
-def _ci(point: Any, lo: Any, hi: Any) -> str:
-    """``point [lo, hi]``; the point alone when no interval that contains it was found (never an interval that
-    excludes its point: DESIGN.md, report audit)."""
-    if math.isnan(point):
-        return "not estimable"
-    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
-        return f"{format_number(point, 'z')} (no interval)"
-    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
-
-
-def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, key: tuple[str, str]) -> str:
-    """'p 0.012 (null 0.41 / 0.93)': the permutation test of one WAE, with the null's median and 95th percentile."""
-    f = wae.get((model, strategy))
-    if f is None:
-        return "—"
-    r = f.set_index(["weighting", "group"]).loc[key]
-    return f"p {format_p(r['p_perm'])} (null {_g(r['null_median'])} / {_g(r['null_p95'])})"
-
-
-def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, str], pd.DataFrame] | None = None
-                ) -> str:
-    wae = wae or {}
-    pair = lambda c: [f"{_int(a)} / {_int(b)}" for a, b in zip(t[f"{c}_count_headline"], t[f"{c}_count_null"])]
-    show = pd.DataFrame({
-        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].map(_int),
-        "template div.": t["template_diversity"].map(lambda v: _fixed(v, 3)),
-        "TTR": t["ttr"].map(lambda v: _fixed(v, 4)),
-        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: _fixed(v, 3)),
-        "vocabulary": t["vocabulary_size"].map(_int),
-        "erasure (model / null)": pair("erasure"),
-        "absent strong words": t["absent_strong_count"].map(_int),
-        "new bias": pair("new_bias"),
-        "bias flip": pair("bias_flip"),
-        "preservation": pair("preservation"),
-        "WAE_pred permutation test": [_perm(wae, m, s, ("pred", "all")) for m, s in zip(t["model"], t["strategy"])],
-        "WAE_pred [95% CI]": [_ci(*x) for x in zip(t["wae_pred"], t["wae_pred_ci_low"], t["wae_pred_ci_high"])],
-        "WAE_ref [95% CI]": [_ci(*x) for x in zip(t["wae_ref"], t["wae_ref_ci_low"], t["wae_ref_ci_high"])],
-        "ΔWAE [95% CI]": [_ci(*x) for x in zip(t["delta_wae"], t["delta_wae_ci_low"], t["delta_wae_ci_high"])],
-    })
-    ref = {"model": "reference corpus", "strategy": "—", "reports": ref_div["n_reports"],
-           "template div.": _fixed(ref_div.get("template_diversity"), 3), "TTR": _fixed(ref_div.get("ttr"), 4),
-           "1 - Self-BLEU": _fixed(ref_div.get("one_minus_self_bleu"), 3),
-           "vocabulary": _int(ref_div.get("vocabulary_size"))}
-    show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
-    cap = ("By decoding strategy: diversity; CAD headline counts beside the same count on a null (the reference "
-           "corpus split in two at random, what chance gives): erasure = BH-gated erasures plus words strong in the "
-           "reference (|z_ref| > 2) that the model never writes, new bias / flip / preservation BH-gated only "
-           "(ungated counts are in cad.csv); WAE led by its label-permutation test (p, and the null's median / 95th "
-           "percentile), with an interval only where one contains the point (bias-corrected percentile, else the "
-           "basic interval clipped at 0; all in wae.csv). WAE falls when associated words are erased (a word never "
-           "written has z_disp² < 0.8): a low WAE is not 'no erasure'; read it beside the absent strong words.")
-    return compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False)
-
-
-def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
-    """Similarity of each model x strategy's reports to their paired reference reports (the paper's "clinical
-    accuracy" block): one column per paired metric, mean [95% CI]; a sentence when nothing paired."""
-    paired = metrics[metrics["metric"].isin(list(names))]
-    if paired.empty:
-        return ("<p>No report paired with a reference report (by the image set's <code>reference_id</code> or the "
-                "case id), so BLEU, ROUGE and BERTScore were not computed.</p>")
-    order = {s: i for i, s in enumerate(STRATEGIES)}
-    cols = [m for m in PAIRED_LABELS if m in set(paired["metric"])]
-    cols += sorted(set(paired["metric"]) - set(cols))
-    out = []
-    for (model, strategy), g in sorted(paired.groupby(["model", "subset"]), key=lambda kv: (kv[0][0],
-                                                                                           order.get(kv[0][1], 99))):
-        g = g.set_index("metric")
-        row: dict[str, Any] = {"model": model, "strategy": strategy, "pairs": int(g["n"].max())}
-        for m in cols:
-            if m not in g.index:
-                row[PAIRED_LABELS.get(m, m)] = "—"
-                continue
-            r = g.loc[m]
-            v = f"{r['point']:.3f}"
-            if not (math.isnan(r["ci_low"]) or math.isnan(r["ci_high"])):
-                v += f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-            row[PAIRED_LABELS.get(m, m)] = v
-        out.append(row)
-    methods = paired.drop_duplicates("metric").set_index("metric")["method"]
-    bs = methods.get("bertscore_f1")
-    cap = ("Similarity of each report to its image's reference report: corpus BLEU, mean ROUGE and BERTScore with "
-           "95% cluster-bootstrap intervals over reference reports.")
-    if isinstance(bs, str):
-        cap += " " + bs.split("; percentile")[0].removeprefix("mean ") + "."
-    return table_to_html(pd.DataFrame(out), caption=cap)
-
-
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
     """Run the corpus audit per model x strategy and assemble the suite result."""
     from medvlm_audit.suites.reports.clinical import load_clinical_metric
-    from medvlm_audit.suites.reports.sections import cad_scatter_figure, vocabulary_transition_figure
 
     ref = reference_corpus(opts.reference)
     flags = {"auto": "auto", "on": True, "off": False}
@@ -284,7 +181,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     clinical = [load_clinical_metric(c.name, c.path, where=f"option 'clinical_metrics' ({c.name})", **c.params)
                 for c in opts.clinical_metrics]
     probe_set = ",".join(sorted(tidy["probe_set"].dropna().astype(str).unique())) or "reports"
-    rows: list[dict[str, Any]] = []
+    rows: list[MetricRow] = []
     cads, waes, divs = [], [], []
     skipped: dict[str, str] = {}
     paired_names: set[str] = set()
@@ -313,13 +210,10 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
             if not ref_div:
                 ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
-    metrics = pd.DataFrame(rows, columns=list(METRICS_COLUMNS))
+    metrics = metrics_frame(rows)
     if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
-        why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
         return SuiteResult(
-            metrics=metrics, sections=[Section("Nothing to audit", (
-                "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
-                f"suite is undefined:</p><ul>{why}</ul>"))],
+            metrics=metrics, sections=[nothing_to_audit_section(skipped)],
             verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
@@ -335,17 +229,11 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     for s in cad["strategy"].unique():
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
     wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
-    sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
-                Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
+    sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
     verdicts: dict[str, str] = {}
     for model in table["model"].unique():
         t = table[table["model"] == model].set_index("strategy")
         strategies = list(t.index)
-        labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
-        sections.append(Section(f"CAD scatter: {model}", figure_to_html(
-            cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
-        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
@@ -377,13 +265,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         for r in flagged.itertuples():
             if r.model in verdicts:
                 verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
-        show = eff.drop(columns=["stop"]).fillna("server default")
-        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
-               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
-               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
-               "the strategy its label names.")
-        sections.append(Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
-                                                                      drop_constant=False)))
+        sections.append(decoding_section(eff))
     intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
              "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
              "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "

@@ -1,14 +1,133 @@
-"""Figures of the report audit: the CAD scatter per strategy and the vocabulary-size and transition bars."""
+"""The report audit's page: number formats, the strategy table and the paired-similarity table (HTML), the CAD
+scatter per strategy and the vocabulary-size and transition bars. matplotlib (``report.figures``) is imported
+inside the figure functions: the analysis imports this module."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.figures import captioned, key_in_words, margins, new_figure
+from medvlm_audit.report.html import format_number, format_p
+from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
+from medvlm_audit.suites.reports.decoding import STRATEGIES
+
+PAIRED_LABELS = {"bleu": "BLEU", "rouge1": "ROUGE-1", "rougeL": "ROUGE-L", "bertscore_precision": "BERTScore P",
+                 "bertscore_recall": "BERTScore R", "bertscore_f1": "BERTScore F1"}
+
+
+def _fixed(v: Any, digits: int) -> str:
+    """``v`` to ``digits`` decimals, or "—" when undefined (NaN)."""
+    return f"{float(v):.{digits}f}" if _defined(v) else format_number(None)
+
+
+def _g(v: Any) -> str:
+    """``v`` to 3 significant digits, or "—" when undefined (NaN)."""
+    return f"{float(v):.3g}" if _defined(v) else format_number(None)
+
+
+def _defined(v: Any) -> bool:
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _int(v: Any) -> str:
+    return str(int(v)) if _defined(v) else format_number(None)
+
+
+def _ci(point: Any, lo: Any, hi: Any) -> str:
+    """``point [lo, hi]``; the point alone when no interval that contains it was found (never an interval that
+    excludes its point: DESIGN.md, report audit)."""
+    if math.isnan(point):
+        return "not estimable"
+    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
+        return f"{format_number(point, 'z')} (no interval)"
+    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
+
+
+def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, key: tuple[str, str]) -> str:
+    """'p 0.012 (null 0.41 / 0.93)': the permutation test of one WAE, with the null's median and 95th percentile."""
+    f = wae.get((model, strategy))
+    if f is None:
+        return "—"
+    r = f.set_index(["weighting", "group"]).loc[key]
+    return f"p {format_p(r['p_perm'])} (null {_g(r['null_median'])} / {_g(r['null_p95'])})"
+
+
+def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, str], pd.DataFrame] | None = None
+                ) -> str:
+    wae = wae or {}
+    pair = lambda c: [f"{_int(a)} / {_int(b)}" for a, b in zip(t[f"{c}_count_headline"], t[f"{c}_count_null"])]
+    show = pd.DataFrame({
+        "model": t["model"], "strategy": t["strategy"], "reports": t["n_reports"].map(_int),
+        "template div.": t["template_diversity"].map(lambda v: _fixed(v, 3)),
+        "TTR": t["ttr"].map(lambda v: _fixed(v, 4)),
+        "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: _fixed(v, 3)),
+        "vocabulary": t["vocabulary_size"].map(_int),
+        "erasure (model / null)": pair("erasure"),
+        "absent strong words": t["absent_strong_count"].map(_int),
+        "new bias": pair("new_bias"),
+        "bias flip": pair("bias_flip"),
+        "preservation": pair("preservation"),
+        "WAE_pred permutation test": [_perm(wae, m, s, ("pred", "all")) for m, s in zip(t["model"], t["strategy"])],
+        "WAE_pred [95% CI]": [_ci(*x) for x in zip(t["wae_pred"], t["wae_pred_ci_low"], t["wae_pred_ci_high"])],
+        "WAE_ref [95% CI]": [_ci(*x) for x in zip(t["wae_ref"], t["wae_ref_ci_low"], t["wae_ref_ci_high"])],
+        "ΔWAE [95% CI]": [_ci(*x) for x in zip(t["delta_wae"], t["delta_wae_ci_low"], t["delta_wae_ci_high"])],
+    })
+    ref = {"model": "reference corpus", "strategy": "—", "reports": ref_div["n_reports"],
+           "template div.": _fixed(ref_div.get("template_diversity"), 3), "TTR": _fixed(ref_div.get("ttr"), 4),
+           "1 - Self-BLEU": _fixed(ref_div.get("one_minus_self_bleu"), 3),
+           "vocabulary": _int(ref_div.get("vocabulary_size"))}
+    show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
+    cap = ("By decoding strategy: diversity; CAD headline counts beside the same count on a null (the reference "
+           "corpus split in two at random, what chance gives): erasure = BH-gated erasures plus words strong in the "
+           "reference (|z_ref| > 2) that the model never writes, new bias / flip / preservation BH-gated only "
+           "(ungated counts are in cad.csv); WAE led by its label-permutation test (p, and the null's median / 95th "
+           "percentile), with an interval only where one contains the point (bias-corrected percentile, else the "
+           "basic interval clipped at 0; all in wae.csv). WAE falls when associated words are erased (a word never "
+           "written has z_disp² < 0.8): a low WAE is not 'no erasure'; read it beside the absent strong words.")
+    return compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False)
+
+
+def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
+    """Similarity of each model x strategy's reports to their paired reference reports (the paper's "clinical
+    accuracy" block): one column per paired metric, mean [95% CI]; a sentence when nothing paired."""
+    paired = metrics[metrics["metric"].isin(list(names))]
+    if paired.empty:
+        return ("<p>No report paired with a reference report (by the image set's <code>reference_id</code> or the "
+                "case id), so BLEU, ROUGE and BERTScore were not computed.</p>")
+    order = {s: i for i, s in enumerate(STRATEGIES)}
+    cols = [m for m in PAIRED_LABELS if m in set(paired["metric"])]
+    cols += sorted(set(paired["metric"]) - set(cols))
+    out = []
+    for (model, strategy), g in sorted(paired.groupby(["model", "subset"]), key=lambda kv: (kv[0][0],
+                                                                                           order.get(kv[0][1], 99))):
+        g = g.set_index("metric")
+        row: dict[str, Any] = {"model": model, "strategy": strategy, "pairs": int(g["n"].max())}
+        for m in cols:
+            if m not in g.index:
+                row[PAIRED_LABELS.get(m, m)] = "—"
+                continue
+            r = g.loc[m]
+            v = f"{r['point']:.3f}"
+            if not (math.isnan(r["ci_low"]) or math.isnan(r["ci_high"])):
+                v += f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+            row[PAIRED_LABELS.get(m, m)] = v
+        out.append(row)
+    methods = paired.drop_duplicates("metric").set_index("metric")["method"]
+    bs = methods.get("bertscore_f1")
+    cap = ("Similarity of each report to its image's reference report: corpus BLEU, mean ROUGE and BERTScore with "
+           "95% cluster-bootstrap intervals over reference reports.")
+    if isinstance(bs, str):
+        cap += " " + bs.split("; percentile")[0].removeprefix("mean ") + "."
+    return table_to_html(pd.DataFrame(out), caption=cap)
+
 
 CATEGORY_COLORS = {"erasure": "#c0392b", "new_bias": "#2471a3", "bias_flip": "#8e44ad", "preservation": "#229954",
                    "none": "#b3b6b7"}
@@ -16,6 +135,8 @@ CATEGORY_ORDER = ("erasure", "new_bias", "bias_flip", "preservation")
 
 
 def _label(strategy: str, labels: Mapping[str, str] | None) -> str:
+    from medvlm_audit.report.figures import key_in_words
+
     return key_in_words(strategy, labels)
 
 
@@ -25,6 +146,8 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
     strong lines |z_ref| = 2 shaded; words coloured by their ungated category; words whose displacement is not
     significant after BH (gated category ``stable``) drawn hollow. ``labels``: strategy key -> words (panel
     titles); the words per panel are attached as the figure's counts table."""
+    from medvlm_audit.report.figures import captioned, margins, new_figure
+
     n = len(strategies)
     cols = min(3, n)
     rows = int(np.ceil(n / cols))
@@ -73,6 +196,8 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
                                  labels: Mapping[str, str] | None = None) -> Any:
     """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
     counts (ungated, solid; gated, hatched)."""
+    from medvlm_audit.report.figures import captioned, margins, new_figure
+
     d = table[table["model"] == model]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
@@ -100,3 +225,40 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
     return captioned(fig, f"Vocabulary and CAD transitions by strategy, {model}",
                      "Left: distinct words in the model's reports per strategy against the reference corpus. "
                      "Right: words per CAD category, ungated (bars) and significant after BH (hatched).")
+
+
+def nothing_to_audit_section(skipped: Mapping[str, str]) -> Section:
+    """The one section of a run with nothing to audit: each model x strategy left out and why."""
+    why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
+    return Section("Nothing to audit", (
+        "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
+        f"suite is undefined:</p><ul>{why}</ul>"))
+
+
+def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict[tuple[str, str], pd.DataFrame],
+                      metrics: pd.DataFrame, paired_names: set[str], cad: pd.DataFrame, *, fmt: str = "svg"
+                      ) -> list[Section]:
+    """The strategy table, the similarity to the reference reports, and per model the CAD scatter and the
+    vocabulary and transition bars."""
+    sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
+                Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
+    for model in table["model"].unique():
+        t = table[table["model"] == model].set_index("strategy")
+        strategies = list(t.index)
+        labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
+        sections.append(Section(f"CAD scatter: {model}", figure_to_html(
+            cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
+        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
+            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
+    return sections
+
+
+def decoding_section(eff: pd.DataFrame) -> Section:
+    """What each engine was asked per model and strategy (:func:`~.decoding.effective_table`)."""
+    show = eff.drop(columns=["stop"]).fillna("server default")
+    cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
+           "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
+           "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
+           "the strategy its label names.")
+    return Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
+                                                         drop_constant=False))

@@ -99,10 +99,11 @@ def _strategies(opts: ReportsOptions) -> list[Any]:
 
 
 def load_source(spec: str, run_dir: str | Path, opts: ReportsOptions, seed: int) -> Any:
-    from medvlm_audit.suites.reports.images import build_phantom_images, load_image_set
+    from medvlm_audit.suites.reports.images import load_image_set
 
     if spec == "phantom":
         from medvlm_audit.suites.reports.analysis import reference_corpus
+        from medvlm_audit.suites.reports.embedded import build_phantom_images
 
         return build_phantom_images(Path(run_dir) / "phantom_reports", n=opts.phantom_images, seed=seed,
                                     reference=reference_corpus(opts.reference))

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.results import MetricRow, metrics_frame
 from medvlm_audit.scorers.option import STATUSES
 from medvlm_audit.suites.stress.items import LETTERS
 from medvlm_audit.suites.stress.robustness import StressAccuracies, robustness_score, robustness_score_arrays
@@ -1017,3 +1018,32 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
                            "items that have both conditions"},
         exclusions=exclusion_log(plan_skips, scored),
     )
+
+
+def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
+    """Accuracy per model x condition and R1-R5 / mean per model in the shared long metrics schema."""
+    acc = res.accuracy
+    rows = [MetricRow("stress", probe_set, r["model"], "accuracy", r["condition"], r["accuracy"], r.get("se"),
+                      r["ci_low"], r["ci_high"], r["n_items"], "fraction",
+                      r.get("ci_method") or "item bootstrap (percentile)",
+                      r.get("note") or ("" if pd.notna(r["accuracy"]) else
+                                        f"undefined: no scored trial among {int(r.get('n_trials', 0) or 0)} (every "
+                                        "answer errored or missing)"))
+            for r in acc.to_dict("records")]
+    for r in res.robustness.to_dict("records"):
+        rows.append(MetricRow("stress", probe_set, r["model"], "robustness", r["component"], r["value"], None,  # type: ignore[arg-type]
+                              r["ci_low"], r["ci_high"], r["n_items"], "fraction", "item bootstrap (percentile)",
+                              r.get("note") or ""))
+    return metrics_frame(rows)
+
+
+def comparisons_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
+    """The paired T-changes in the shared comparisons schema (family: the model's T-tests; p_adj: BH q)."""
+    ch = res.changes
+    return pd.DataFrame({
+        "family": "stress:" + ch["model"].astype(str), "probe_set": probe_set, "metric": "accuracy",
+        "subset": ch["test"].astype(str) + ":" + ch["perturbed"].astype(str), "model_a": ch["model"],
+        "model_b": ch["model"], "diff": ch["diff"], "sd": ch["sd"], "ci_low": ch["ci_low"],
+        "ci_high": ch["ci_high"], "p": ch["p"], "p_adj": ch["q"], "n": ch["n_items"],
+        "test": "paired item bootstrap", "note": ch["comparison"],
+    })

@@ -1,11 +1,9 @@
-"""The stress suite's tidy table, analysis result and report sections (figures and tables) for the one report
-writer."""
+"""The stress suite's result and report sections (figures and tables) for the one report writer (its tidy table
+and ``report_stress``: :mod:`.suite`; the long metrics and comparisons rows: :mod:`.analysis`)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,9 +16,9 @@ from medvlm_audit.suites.stress.analysis import (
     EXCLUSION_COLUMNS,
     NOT_ASSESSABLE,
     StressAnalysis,
-    analyse_stress,
+    comparisons_long,
     exclusion_summary,
-    score_stress,
+    metrics_long,
 )
 from medvlm_audit.suites.stress.conditions import CONDITIONS
 
@@ -443,66 +441,6 @@ def stress_sections(res: StressAnalysis, *, fmt: str = "svg", designed: dict[str
     return secs
 
 
-#: columns of the exported stress table (one row per model x item x condition x repeat)
-TIDY_COLUMNS: tuple[str, ...] = (
-    "run_id", "probe_set", "model", "modality", "item_id", "benchmark", "condition", "test", "sample_index",
-    "key", "image_sha256", "n_options", "gold", "options", "required", "needs_image", "with_image", "t4_variant",
-    "answer_text", "status", "parsed", "via", "correct", "latency_s", "error_kind", "error_message",
-)
-
-
-def tidy_stress(store: Any) -> pd.DataFrame:
-    """The scored stress table of a run store (errored calls score as ``no_response``; not-asked rows dropped)."""
-    from medvlm_audit.export import raw_table
-
-    raw = raw_table(store)
-    raw = raw[raw["error_kind"].isna() | (raw["error_kind"] != "not_asked")].copy()
-    raw.loc[raw["error_kind"].notna(), "answer_text"] = None
-    scored = score_stress(raw)
-    for c in TIDY_COLUMNS:
-        if c not in scored.columns:
-            scored[c] = None
-    out = scored[list(TIDY_COLUMNS)].reset_index(drop=True)
-    out["options"] = [json.dumps(list(o), ensure_ascii=False) for o in out["options"]]
-    return out
-
-
-def plan_skips(store: Any) -> pd.DataFrame:
-    """The run's planning exclusions (probe_set, case_id, condition, reason) from the store's skipped table."""
-    return store.frame("SELECT probe_set, case_id, condition, reason FROM skipped ORDER BY probe_set, case_id, "
-                       "condition")
-
-
-def metrics_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
-    """Accuracy per model x condition and R1-R5 / mean per model in the shared long metrics schema."""
-    acc = res.accuracy
-    rows = [{"probe_set": probe_set, "model": r["model"], "metric": "accuracy", "subset": r["condition"],
-             "point": r["accuracy"], "se": r.get("se"), "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-             "n": r["n_items"], "unit": "fraction", "method": r.get("ci_method") or "item bootstrap (percentile)",
-             "note": r.get("note") or ("" if pd.notna(r["accuracy"]) else
-                                       f"undefined: no scored trial among {int(r.get('n_trials', 0) or 0)} (every "
-                                       "answer errored or missing)")}
-            for r in acc.to_dict("records")]
-    for r in res.robustness.to_dict("records"):
-        rows.append({"probe_set": probe_set, "model": r["model"], "metric": "robustness", "subset": r["component"],
-                     "point": r["value"], "se": None, "ci_low": r["ci_low"], "ci_high": r["ci_high"],
-                     "n": r["n_items"], "unit": "fraction", "method": "item bootstrap (percentile)",
-                     "note": r.get("note") or ""})
-    return pd.DataFrame(rows)
-
-
-def comparisons_long(res: StressAnalysis, probe_set: str) -> pd.DataFrame:
-    """The paired T-changes in the shared comparisons schema (family: the model's T-tests; p_adj: BH q)."""
-    ch = res.changes
-    return pd.DataFrame({
-        "family": "stress:" + ch["model"].astype(str), "probe_set": probe_set, "metric": "accuracy",
-        "subset": ch["test"].astype(str) + ":" + ch["perturbed"].astype(str), "model_a": ch["model"],
-        "model_b": ch["model"], "diff": ch["diff"], "sd": ch["sd"], "ci_low": ch["ci_low"],
-        "ci_high": ch["ci_high"], "p": ch["p"], "p_adj": ch["q"], "n": ch["n_items"],
-        "test": "paired item bootstrap", "note": ch["comparison"],
-    })
-
-
 def stress_result(res: StressAnalysis, probe_set: str = "stress", *, fmt: str = "svg",
                   designed: dict[str, str] | None = None) -> SuiteResult:
     """A stress analysis as the suite result the report writer renders."""
@@ -514,17 +452,3 @@ def stress_result(res: StressAnalysis, probe_set: str = "stress", *, fmt: str = 
     return SuiteResult(metrics=metrics_long(res, probe_set), comparisons=comparisons_long(res, probe_set),
                        sections=stress_sections(res, fmt=fmt, designed=designed), summary=res.summary(),
                        tables=tables, verdicts=verdicts, intro=_intro(res.meta))
-
-
-def report_stress(store: Any, out_dir: str | Path, *, run_info: dict[str, Any] | None = None,
-                  B: int = 10_000) -> Path:
-    """Score and analyse a stress run store and write its report (what ``medvlm-audit report`` does for a
-    stress run, through the one report writer)."""
-    from medvlm_audit.report import write_report
-
-    scored = tidy_stress(store)
-    res = analyse_stress(scored, B=B, seed=0, plan_skips=plan_skips(store))
-    title = f"Stress audit: {(run_info or {}).get('run_id', Path(out_dir).parent.name)}"
-    probe_set = ",".join(sorted(scored["probe_set"].dropna().astype(str).unique())) or "stress"
-    return write_report(stress_result(res, probe_set), out_dir, suite="stress", title=title, run_info=run_info,
-                        parquet_tables=True)

@@ -3,6 +3,7 @@ embedded default (the phantom MCQ set and the MCQ reference answerers)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -46,6 +47,53 @@ class StressRunOptions(BaseModel):
 
 
 REFERENCE_KINDS = ("first_option", "text_prior", "image_reader")
+
+
+#: columns of the exported stress table (one row per model x item x condition x repeat)
+TIDY_COLUMNS: tuple[str, ...] = (
+    "run_id", "probe_set", "model", "modality", "item_id", "benchmark", "condition", "test", "sample_index",
+    "key", "image_sha256", "n_options", "gold", "options", "required", "needs_image", "with_image", "t4_variant",
+    "answer_text", "status", "parsed", "via", "correct", "latency_s", "error_kind", "error_message",
+)
+
+
+def tidy_stress(store: Any) -> pd.DataFrame:
+    """The scored stress table of a run store (errored calls score as ``no_response``; not-asked rows dropped)."""
+    from medvlm_audit.export import raw_table
+    from medvlm_audit.suites.stress.scoring import score_stress
+
+    raw = raw_table(store)
+    raw = raw[raw["error_kind"].isna() | (raw["error_kind"] != "not_asked")].copy()
+    raw.loc[raw["error_kind"].notna(), "answer_text"] = None
+    scored = score_stress(raw)
+    for c in TIDY_COLUMNS:
+        if c not in scored.columns:
+            scored[c] = None
+    out = scored[list(TIDY_COLUMNS)].reset_index(drop=True)
+    out["options"] = [json.dumps(list(o), ensure_ascii=False) for o in out["options"]]
+    return out
+
+
+def plan_skips(store: Any) -> pd.DataFrame:
+    """The run's planning exclusions (probe_set, case_id, condition, reason) from the store's skipped table."""
+    return store.frame("SELECT probe_set, case_id, condition, reason FROM skipped ORDER BY probe_set, case_id, "
+                       "condition")
+
+
+def report_stress(store: Any, out_dir: str | Path, *, run_info: dict[str, Any] | None = None,
+                  B: int = 10_000) -> Path:
+    """Score and analyse a stress run store and write its report (what ``medvlm-audit report`` does for a
+    stress run, through the one report writer)."""
+    from medvlm_audit.report import write_report
+    from medvlm_audit.suites.stress.analysis import analyse_stress
+    from medvlm_audit.suites.stress.sections import stress_result
+
+    scored = tidy_stress(store)
+    res = analyse_stress(scored, B=B, seed=0, plan_skips=plan_skips(store))
+    title = f"Stress audit: {(run_info or {}).get('run_id', Path(out_dir).parent.name)}"
+    probe_set = ",".join(sorted(scored["probe_set"].dropna().astype(str).unique())) or "stress"
+    return write_report(stress_result(res, probe_set), out_dir, suite="stress", title=title, run_info=run_info,
+                        parquet_tables=True)
 
 
 class StressSuite(Suite):
@@ -95,8 +143,6 @@ class StressSuite(Suite):
         }
 
     def tidy(self, store: RunStore) -> pd.DataFrame:
-        from medvlm_audit.suites.stress.sections import tidy_stress
-
         return tidy_stress(store)
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
