@@ -14,6 +14,7 @@ this module.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -138,17 +139,27 @@ def plan_judge(answers: pd.DataFrame, items: Sequence[VQAItem] | None = None,
     axes = list(axes if axes is not None else opts.judge_axes)
     df = normalize_tidy(answers)
     plan = Plan()
+    # each (axis, question, gold) prompt is written once around a marker and every CoT spliced in at the marker
+    # (the CF prompt serialises the question's KB entry: once per question, not once per answer)
+    mark = f"@medvlm-cot-{os.urandom(8).hex()}@"
+    around: dict[tuple[str, Any, Any], tuple[str, str]] = {}
     for r in df.itertuples(index=False):
         if r.condition == "baseline":
             continue
+        cot = chain_of_thought(r)
         for axis in axes:
             cond = f"judge:{axis}:{r.model}:{r.condition}"
-            cot = chain_of_thought(r)
             if not isinstance(cot, str) or not cot.strip():
                 plan.skipped.append(Skip(name, r.case_id, cond, "no stored CoT to judge"))
                 continue
-            qsk = kb.qsk(r.question, r.gold) if (axis == "cf" and kb is not None) else None
-            prompt = judge_prompt(axis, cot, answer=r.gold, qsk=qsk, flags=opts.flags)
+            parts = around.get((axis, r.question, r.gold))
+            if parts is None:
+                qsk = kb.qsk(r.question, r.gold) if (axis == "cf" and kb is not None) else None
+                head, found, tail = judge_prompt(axis, mark, answer=r.gold, qsk=qsk, flags=opts.flags).partition(mark)
+                if not found or mark in tail:  # cannot happen: every prompt quotes the CoT once
+                    raise AssertionError(f"judge prompt {axis!r} does not quote the CoT exactly once")
+                parts = around[(axis, r.question, r.gold)] = (head, tail)
+            prompt = parts[0] + cot + parts[1]
             payload = {"stage": "judge", "axis": axis, "answer_model": r.model, "answer_condition": r.condition,
                        "cot": cot, "question": r.question, "gold": r.gold}
             plan.trials.append(Trial(name, r.case_id, cond, (Message("system", JUDGE_SYSTEM),
