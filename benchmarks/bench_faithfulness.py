@@ -2,6 +2,7 @@
 bare aiohttp loop posting bodies of the same kind to the same server.
 
     .venv/bin/python benchmarks/bench_faithfulness.py [--small 12] [--large 36] [--concurrency 32] [--delay-ms 20]
+        [--render-in threads|processes|auto] [--rounds 1]
 
 One OpenAI-compatible subject against the fake server in ``--answers reasoner`` mode (a chain of thought drawn
 from the request hash, so every answer differs and so does every judge prompt: a realistic judge load), one
@@ -11,11 +12,19 @@ child process runs the faithfulness suite twice on one run folder: first without
 stage only), then with the judge (the answer stage asks nothing again; the judge stage asks). Its CPU seconds
 around each ``api.run`` (planning, rendering, HTTP, store, export; imports excluded) and the requests asked
 are printed, and the CPU spent inside ``runner.execute`` alone (the request path: keying, rendering and
-encoding images in the render workers, HTTP, store; without planning, scoring and the export); the margin is (CPU large - CPU small) / (requests large - requests small), which removes the
-fixed cost of an invocation. The bare loop posts, with the same concurrency, stage-1-like bodies (a 224x224
-PNG data URL and a 600-character prompt) and judge-like bodies (a 3,000-character prompt) to the same servers:
-its CPU per request in the same invocation is the baseline. Target (issue 23): each stage <= 1.3x the bare
-loop's CPU per request at the margin.
+encoding images in the render workers, HTTP, store; without planning, scoring and the export); the margin is
+(CPU large - CPU small) / (requests large - requests small), which removes the fixed cost of an invocation.
+Both sizes render in the same way (``--render-in``, default threads: ``auto`` renders the small run in threads
+and the large one in a process pool, whose start then lands in the margin).
+
+Two baselines, each in the same invocation against the same servers, with the same concurrency:
+* the bare loop: pre-built stage-1-like bodies (a 224x224 PNG data URL and a 600-character prompt) and
+  judge-like bodies (a 3,000-character prompt), posted; nothing built in the timed part;
+* the bare loop building each body (like for like): the large run's own distinct requests, the answer stage's
+  cue overlay rendered from its source file and PNG + base64 encoded in two worker threads (as
+  ``bench_runner.py``'s (e)), the judge stage's real prompts JSON-encoded; no keying, store or scoring.
+Target (issue 23): each stage <= 1.3x the bare loop's CPU per request at the margin. ``--rounds`` repeats both
+sizes and both baselines and prints the medians.
 """
 
 from __future__ import annotations
@@ -203,7 +212,10 @@ def main() -> None:
     ap.add_argument("--render-in", default="threads", choices=["threads", "processes", "auto"],
                     help="the runs' render_in, the same for both sizes (auto: threads under 64 images, else a "
                          "process pool, which puts the pool's start in the margin)")
+    ap.add_argument("--rounds", type=int, default=1, help="repeat both sizes and both baselines; medians reported")
     args = ap.parse_args()
+    import numpy as np
+
     from medvlm_audit.testing.fake_openai import FakeServerProcess
 
     print(f"load before: {os.getloadavg()}", flush=True)
@@ -219,37 +231,47 @@ def main() -> None:
     for n in (args.small, args.large):
         (tmp / "items" / f"items{n}.jsonl").write_text("".join(lines[:n]))
     try:
-        res = {}
-        for n in (args.small, args.large):
-            out = tmp / f"r{n}.json"
-            subprocess.run([sys.executable, __file__, "--child", str(tmp / f"run{n}"),
-                            str(tmp / "items" / f"items{n}.jsonl"), su, ju,
-                            str(args.concurrency), str(out), args.render_in,
-                            str(tmp / "jobs.pickle") if n == args.large else ""], check=True,
-                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-            res[n] = json.loads(out.read_text())
-            for stage, r in res[n].items():
-                print(f"{n:>4} items, {stage:>6} stage: {r['asked']:>5} requests, CPU {r['cpu_s']:6.2f} s (in "
-                      f"runner.execute {r['execute_cpu_s']:.2f} s), wall {r['wall_s']:6.2f} s", flush=True)
-        bare = {"answer": bare_cpu_per_request(su, "answer", 1500, args.concurrency),
-                "judge": bare_cpu_per_request(ju, "judge", 1500, args.concurrency)}
-        jobs = pickle.loads((tmp / "jobs.pickle").read_bytes())
-        building = {"answer": building_cpu_per_request(su, jobs["answer"], "answer", args.concurrency),
-                    "judge": building_cpu_per_request(ju, jobs["judge"], "judge", args.concurrency)}
+        rows: dict[str, list[tuple[float, float, float, float]]] = {"answer": [], "judge": []}
+        for rnd in range(args.rounds):  # each round: fresh runs of both sizes, then both baselines
+            res = {}
+            for n in (args.small, args.large):
+                out = tmp / f"r{rnd}-{n}.json"
+                subprocess.run([sys.executable, __file__, "--child", str(tmp / f"run{rnd}-{n}"),
+                                str(tmp / "items" / f"items{n}.jsonl"), su, ju,
+                                str(args.concurrency), str(out), args.render_in,
+                                str(tmp / "jobs.pickle") if n == args.large else ""], check=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+                res[n] = json.loads(out.read_text())
+                for stage, r in res[n].items():
+                    print(f"round {rnd}: {n:>4} items, {stage:>6} stage: {r['asked']:>5} requests, CPU "
+                          f"{r['cpu_s']:6.2f} s (in runner.execute {r['execute_cpu_s']:.2f} s), wall "
+                          f"{r['wall_s']:6.2f} s", flush=True)
+            bare = {"answer": bare_cpu_per_request(su, "answer", 1500, args.concurrency),
+                    "judge": bare_cpu_per_request(ju, "judge", 1500, args.concurrency)}
+            jobs = pickle.loads((tmp / "jobs.pickle").read_bytes())
+            building = {"answer": building_cpu_per_request(su, jobs["answer"], "answer", args.concurrency),
+                        "judge": building_cpu_per_request(ju, jobs["judge"], "judge", args.concurrency)}
+            for stage in ("answer", "judge"):
+                s, l_ = res[args.small][stage], res[args.large][stage]
+                dn = l_["asked"] - s["asked"]
+                margin = (l_["cpu_s"] - s["cpu_s"]) / dn if dn > 0 else float("nan")
+                m_exec = (l_["execute_cpu_s"] - s["execute_cpu_s"]) / dn if dn > 0 else float("nan")
+                rows[stage].append((margin, m_exec, bare[stage], building[stage]))
+                print(f"round {rnd}: {stage} stage: {1000 * margin:.2f} CPU-ms per request at the margin, whole "
+                      f"invocation ({dn} requests), {1000 * m_exec:.2f} in runner.execute alone; bare loop "
+                      f"{1000 * bare[stage]:.2f} CPU-ms; ratios {margin / bare[stage]:.2f} / "
+                      f"{m_exec / bare[stage]:.2f}; fixed cost of the small invocation "
+                      f"{s['cpu_s'] - margin * s['asked']:.2f} CPU-s", flush=True)
+                print(f"    like for like, the bare loop building each body ({len(jobs[stage])} distinct requests "
+                      f"of the large run{', overlay rendered and PNG-encoded' if stage == 'answer' else ', JSON-encoded'}"
+                      f"): {1000 * building[stage]:.2f} CPU-ms; ratios {margin / building[stage]:.2f} / "
+                      f"{m_exec / building[stage]:.2f}", flush=True)
         for stage in ("answer", "judge"):
-            s, l_ = res[args.small][stage], res[args.large][stage]
-            dn = l_["asked"] - s["asked"]
-            margin = (l_["cpu_s"] - s["cpu_s"]) / dn if dn > 0 else float("nan")
-            m_exec = (l_["execute_cpu_s"] - s["execute_cpu_s"]) / dn if dn > 0 else float("nan")
-            print(f"{stage} stage: {1000 * margin:.2f} CPU-ms per request at the margin, whole invocation "
-                  f"({dn} requests), {1000 * m_exec:.2f} in runner.execute alone; bare loop "
-                  f"{1000 * bare[stage]:.2f} CPU-ms; ratios {margin / bare[stage]:.2f} / {m_exec / bare[stage]:.2f} "
-                  f"(target <= 1.3); fixed cost of the small invocation {s['cpu_s'] - margin * s['asked']:.2f} CPU-s",
-                  flush=True)
-            print(f"    like for like, the bare loop building each body ({len(jobs[stage])} distinct requests of the "
-                  f"large run{', overlay rendered and PNG-encoded' if stage == 'answer' else ', JSON-encoded'}): "
-                  f"{1000 * building[stage]:.2f} CPU-ms; ratios {margin / building[stage]:.2f} / "
-                  f"{m_exec / building[stage]:.2f}", flush=True)
+            m, e, b, w = (float(np.median([r[i] for r in rows[stage]])) for i in range(4))
+            print(f"median of {args.rounds} round(s), {stage} stage: margin {1000 * m:.2f} CPU-ms per request (whole "
+                  f"invocation), {1000 * e:.2f} in runner.execute; bare loop {1000 * b:.2f}, building each body "
+                  f"{1000 * w:.2f}; ratios to the bare loop {m / b:.2f} / {e / b:.2f}, to the body-building loop "
+                  f"{m / w:.2f} / {e / w:.2f} (target <= 1.3)", flush=True)
     finally:
         subj.stop()
         jud.stop()
