@@ -207,3 +207,71 @@ def test_score_answers_pairs_each_answer_with_its_own_models_baseline():
     assert bool(out.loc[("m2", "c1", "cue"), "flip"]) is False
     assert pd.isna(out.loc[("m1", "c2", "cue"), "baseline_value"])  # no baseline answer for c2
     assert pd.isna(out.loc[("m1", "c2", "cue"), "flip"]) and pd.isna(out.loc[("m2", "c2", "cue"), "flip"])
+
+
+def _reference_match_term(term, cls, alternates=()):
+    """The matcher as first written (a token set per pattern and clause, no skipping), for the test below."""
+    from medvlm_audit.suites.faithfulness.kb import SIDES, TermHit, _find_seq, _negated, _patterns
+
+    negated_seen = ""
+    for p in _patterns(term.texts(), alternates):
+        one_side = len(p.sides) == 1
+        for cl in cls:
+            cs = set(cl)
+            if one_side:
+                (side,) = tuple(p.sides)
+                if (side not in cs or (SIDES - {side}) & cs) and not _find_seq(cl, list(p.seq)):
+                    continue
+            if p.negative:
+                if _find_seq(cl, list(p.seq)):
+                    return TermHit(term.term, True, " ".join(cl))
+                if p.content and p.content <= cs:
+                    pos = [i for i, t in enumerate(cl) if t in p.content]
+                    if pos and _negated(cl, min(pos), max(pos) + 1):
+                        return TermHit(term.term, True, " ".join(cl))
+                continue
+            spans = [(s, s + len(p.seq)) for s in _find_seq(cl, list(p.seq))]
+            if not spans and p.content and p.content <= cs:
+                pos = [i for i, t in enumerate(cl) if t in p.content]
+                spans = [(min(pos), max(pos) + 1)]
+            for s, e in spans:
+                if _negated(cl, s, e):
+                    negated_seen = " ".join(cl)
+                    continue
+                return TermHit(term.term, True, " ".join(cl))
+    return TermHit(term.term, False, negated_seen)
+
+
+def test_matcher_skipping_clauses_gives_the_reference_hits():
+    """The matcher skips a clause holding neither a pattern's first token nor all its content words; on random
+    CoTs built from the phantom KB's own terms (negated, lateralised, mixed with noise) every term's hit and
+    evidence equal the unskipped reference."""
+    import random
+
+    from medvlm_audit.suites.faithfulness.kb import clauses, match_term
+
+    kb = phantom_kb()
+    rng = random.Random(0)
+    noise = ["no", "not", "without", "left", "right", "bilateral", "is", "seen", "absent", "there", "normal"]
+    n = 0
+    for q in sorted(kb.questions)[::2]:
+        spec = kb.questions[q]
+        for ans in spec.answers.values():
+            terms = list(ans.must_all) + [t for _, ts in ans.at_least_k_of for t in ts] + list(ans.forbidden)
+            if not terms:
+                continue
+            for _ in range(6):
+                parts = []
+                for _ in range(rng.randint(1, 5)):
+                    parts.append(rng.choice(rng.choice(terms).texts()) if rng.random() < 0.6
+                                 else " ".join(rng.choice(noise) for _ in range(rng.randint(1, 6))))
+                    if rng.random() < 0.3:
+                        parts[-1] = rng.choice(["no ", "without "]) + parts[-1]
+                    if rng.random() < 0.3:
+                        parts[-1] += rng.choice([" is absent", " not seen"])
+                cls = clauses(rng.choice([". ", "; ", " but "]).join(parts))
+                for t in terms:
+                    assert match_term(t, cls, spec.alternate_terminology) == \
+                        _reference_match_term(t, cls, spec.alternate_terminology)
+                    n += 1
+    assert n > 300, n
