@@ -94,3 +94,29 @@ def test_http_body_with_spliced_texts_is_the_serialised_request_body(n_images: i
                 inp = ModelInput(msgs, ims, Decoding(max_new_tokens=7 + rnd))
                 want = json.dumps(model.request_body(inp), separators=(",", ":")).encode()
                 assert model.encode_payload(inp) == want
+
+
+def test_an_input_subclass_with_its_own_description_is_serialised_whole() -> None:
+    """A model whose prepared input describes itself otherwise (here: the text's length beside it) keys by that
+    description, not by the base class's skeleton."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Described(ModelInput):
+        def describe(self):  # type: ignore[override]
+            d = super().describe()
+            d["lengths"] = [len(m.content) for m in self.messages]
+            return d
+
+    class Preparing(BrightSpotModel):
+        def prepare(self, inp):
+            return Described(inp.messages, inp.images, inp.decoding, inp.sample_index)
+
+    model = Preparing()
+    trials = [Trial("ps", "c", f"k{i}", (Message("user", text),)) for i, text in enumerate(AWKWARD)]
+    rows, requests, _ = runner.ModelWork(model, Decoding(), set()).admit(trials, {})
+    described = {k: v for k, _, v in requests}
+    for t, row in zip(trials, rows):
+        inp = Described(t.messages, (), Decoding(), 0)
+        assert row[5] == input_key(model.identity(), inp)
+        assert json.loads(described[row[5]])["lengths"] == [len(t.messages[0].content)]

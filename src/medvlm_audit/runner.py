@@ -422,7 +422,8 @@ class ModelWork:
         (roles, image count, decoding, sample): the same bytes as serialising the whole input, without encoding
         every distinct prompt twice (a judge stage has one per trial)."""
         msgs, n = inp.messages, len(inp.images)
-        if not all(type(m.content) is str for m in msgs):  # not a plain text: serialise it whole
+        # a subclass may describe itself otherwise, a content may not be plain text: serialise those whole
+        if type(inp) is not ModelInput or not all(type(m.content) is str for m in msgs):
             desc = inp.describe()
             key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
             return _split_slots(key_json, n), _split_slots(json.dumps(desc, sort_keys=True), n)
