@@ -1,12 +1,13 @@
 #!/bin/bash
 # Issue 23's before/after figures in one invocation: the tree at REF (default e0f3143) against this checkout.
 #
-#   [PY=.venv/bin/python] benchmarks/before_after.sh [REF] [scale|runner|compare|fixed|all]
+#   [PY=.venv/bin/python] benchmarks/before_after.sh [REF] [scale|runner|compare|fixed|faith|all]
 #
 # scale:   benchmarks/bench_scale.py (peak RSS and CPU per trial, 1k and 10k cases) from both trees
 # runner:  benchmarks/bench_runner.py --cases 600 --rounds 2 --source-size 224 from both trees, twice
 # compare: each embedded default (grounding, stress, faithfulness) from both trees, then compare_outputs.py
 # fixed:   `medvlm-audit run` of a 12- and a 600-case grounding config against the fake server (/usr/bin/time)
+# faith:   benchmarks/bench_faithfulness.py (this checkout's script) from both trees, alternately, twice
 set -u
 REF=${1:-e0f3143}
 WHAT=${2:-all}
@@ -15,7 +16,8 @@ PY=${PY:-$HERE/.venv/bin/python}  # or PY=/path/to/venv/bin/python
 [ -x "$PY" ] || PY=$(command -v python3)
 OLD=$(mktemp -d /tmp/before_after.XXXX)
 git -C "$HERE" archive "$REF" src tests benchmarks | tar -x -C "$OLD"
-cp "$HERE/benchmarks/bench_scale.py" "$OLD/benchmarks/"  # the benchmark itself may be newer than REF
+cp "$HERE/benchmarks/bench_scale.py" "$HERE/benchmarks/bench_faithfulness.py" "$OLD/benchmarks/"  # the benchmarks
+# themselves may be newer than REF
 echo "before = $REF (in $OLD), after = $HERE; $(uptime)"
 
 if [ "$WHAT" = scale ] || [ "$WHAT" = all ]; then
@@ -29,6 +31,13 @@ if [ "$WHAT" = runner ] || [ "$WHAT" = all ]; then
     src=$([ $side = before ] && echo "$OLD" || echo "$HERE")
     echo "== runner, $side"; PYTHONPATH=$src/src timeout 900 "$PY" "$src/benchmarks/bench_runner.py" --cases 600 \
       --rounds 2 --source-size 224 2>&1 | grep -E "ratio|\(a\)|\(b\)|\(e\)|\(d\)"
+  done; done
+fi
+if [ "$WHAT" = faith ] || [ "$WHAT" = all ]; then
+  for i in 1 2; do for side in before after; do
+    src=$([ $side = before ] && echo "$OLD" || echo "$HERE")
+    echo "== faithfulness request path, $side"; PYTHONPATH=$src/src timeout 900 "$PY" \
+      "$src/benchmarks/bench_faithfulness.py" 2>&1 | grep -E "load|median|like for like|round 0: (answer|judge)"
   done; done
 fi
 if [ "$WHAT" = compare ] || [ "$WHAT" = all ]; then

@@ -28,6 +28,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Container, Iterable, Sequen
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own escaping (ensure_ascii)
 from typing import Any, Literal, Self
 
 import numpy as np
@@ -49,6 +51,7 @@ from medvlm_audit.models.base import (
     Decoding,
     ErrorInfo,
     ImageData,
+    Message,
     Model,
     ModelInput,
     Response,
@@ -268,6 +271,46 @@ def _split_slots(text: str, n: int) -> tuple[str, ...]:
     return (*pieces, text)
 
 
+_TEXT_SLOT = "@medvlm-text-slot-"
+_SLOTS = re.compile(rf'"{_TEXT_SLOT}(\d+)"|{_SLOT}(\d+)')
+
+
+def _skeleton_parts(text: str, n_texts: int, n_images: int) -> tuple[tuple[int, Any], ...]:
+    """The JSON of an input whose message texts and image hashes are slots, as parts: (0, literal JSON),
+    (1, message index: its text goes here, quotes included), (2, image index: a split point)."""
+    parts: list[tuple[int, Any]] = []
+    texts, images, pos = [], [], 0
+    for m in _SLOTS.finditer(text):
+        parts.append((0, text[pos:m.start()]))
+        if m.group(1) is not None:
+            texts.append(int(m.group(1)))
+            parts.append((1, texts[-1]))
+        else:
+            images.append(int(m.group(2)))
+            parts.append((2, images[-1]))
+        pos = m.end()
+    parts.append((0, text[pos:]))
+    if sorted(texts) != list(range(n_texts)) or images != list(range(n_images)):
+        raise AssertionError("slot lost in JSON encoding")
+    return tuple(parts)
+
+
+def _fill_texts(parts: tuple[tuple[int, Any], ...], texts: Sequence[str]) -> tuple[str, ...]:
+    """A skeleton's parts with the (JSON-escaped) texts filled in, split at its image slots."""
+    pieces: list[str] = []
+    cur: list[str] = []
+    for kind, v in parts:
+        if kind == 0:
+            cur.append(v)
+        elif kind == 1:
+            cur.append(texts[v])
+        else:
+            pieces.append("".join(cur))
+            cur = []
+    pieces.append("".join(cur))
+    return tuple(pieces)
+
+
 @dataclass(frozen=True, slots=True)
 class _KeyTemplate:
     """A prepared input with image slots and its serialised key payload / request description, split at
@@ -308,6 +351,8 @@ class ModelWork:
     #: inputs queued to ask in this run (their count; the inputs themselves go to the queue, not kept here)
     n_pending: int = 0
     _templates: dict[tuple, _KeyTemplate] = field(default_factory=dict)
+    _skeletons: dict[tuple, tuple] = field(default_factory=dict)
+    _decodings: dict[tuple, Decoding] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.identity = self.model.identity()
@@ -353,21 +398,47 @@ class ModelWork:
         tsig = (t.messages, len(t.images), t.sample_index, t.decoding)
         tpl = self._templates.get(tsig)
         if tpl is None:
-            dec = self.decoding
-            if t.decoding:
-                dec = replace(dec, **dict(t.decoding))
-            if dec.seed is not None and t.sample_index:
-                dec = replace(dec, seed=dec.seed + t.sample_index)
+            dsig = (t.decoding, t.sample_index)
+            dec = self._decodings.get(dsig)
+            if dec is None:  # a few distinct decodings per run, validated once each
+                dec = self.decoding
+                if t.decoding:
+                    dec = replace(dec, **dict(t.decoding))
+                if dec.seed is not None and t.sample_index:
+                    dec = replace(dec, seed=dec.seed + t.sample_index)
+                if len(self._decodings) >= 4096:
+                    self._decodings.clear()
+                self._decodings[dsig] = dec
             slots = tuple(ImageData(_PLACEHOLDER, f"{_SLOT}{i}") for i in range(len(t.images)))
             inp = self.model.prepare(ModelInput(t.messages, slots, dec, t.sample_index))
-            desc = inp.describe()
-            key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
             if len(self._templates) >= 4096:  # bounded: a judge stage has one distinct prompt per trial
                 self._templates.clear()
-            tpl = self._templates[tsig] = _KeyTemplate(
-                inp, _split_slots(key_json, len(inp.images)), _split_slots(json.dumps(desc, sort_keys=True),
-                                                                           len(inp.images)))
+            tpl = self._templates[tsig] = _KeyTemplate(inp, *self._serialised(inp))
         return tpl
+
+    def _serialised(self, inp: ModelInput) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The key payload and the request description of a prepared input (image hashes as slots), split at
+        the image slots. Each message text is JSON-escaped once and spliced into a skeleton serialised once per
+        (roles, image count, decoding, sample): the same bytes as serialising the whole input, without encoding
+        every distinct prompt twice (a judge stage has one per trial)."""
+        msgs, n = inp.messages, len(inp.images)
+        # a subclass may describe itself otherwise, a content may not be plain text: serialise those whole
+        if type(inp) is not ModelInput or not all(type(m.content) is str for m in msgs):
+            desc = inp.describe()
+            key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
+            return _split_slots(key_json, n), _split_slots(json.dumps(desc, sort_keys=True), n)
+        ssig = (tuple(m.role for m in msgs), n, inp.decoding, inp.sample_index)
+        sk = self._skeletons.get(ssig)
+        if sk is None:
+            marked = replace(inp, messages=tuple(Message(m.role, f"{_TEXT_SLOT}{i}") for i, m in enumerate(msgs)))
+            desc = marked.describe()
+            key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
+            if len(self._skeletons) >= 256:
+                self._skeletons.clear()
+            sk = self._skeletons[ssig] = (_skeleton_parts(key_json, len(msgs), n),
+                                          _skeleton_parts(json.dumps(desc, sort_keys=True), len(msgs), n))
+        texts = [_json_string(m.content) for m in msgs]
+        return _fill_texts(sk[0], texts), _fill_texts(sk[1], texts)
 
 
 def record_model(store: RunStore, model: Model) -> None:

@@ -31,6 +31,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own escaping (ensure_ascii)
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, quote_plus, urlsplit, urlunsplit
 
@@ -45,6 +46,7 @@ from medvlm_audit.models.base import (
     Decoding,
     ErrorInfo,
     ImageData,
+    Message,
     Modality,
     Model,
     ModelInput,
@@ -401,37 +403,52 @@ class OpenAIChatModel(Model):
 
     def encode_payload(self, inp: ModelInput) -> bytes:
         """The exact request bytes: ``build_body`` serialised, with the (already JSON-safe) base64 image
-        URLs spliced in after serialisation so the JSON encoder never scans them. The serialised text
-        around the images is cached per (messages, decoding, sample, image count): many inputs share it."""
+        URLs spliced in after serialisation so the JSON encoder never scans them, and each message text
+        JSON-escaped once and spliced in the same way. The serialised body around them is cached per (roles,
+        decoding, sample, image count): many inputs share it, even when every prompt differs (a judge stage)."""
         images = self._images_of(inp)
-        sig = (inp.messages, inp.decoding, inp.sample_index, len(images))
-        pieces = self._templates.get(sig)
-        if pieces is None:
-            pieces = self._template(inp, len(images))
+        if not all(type(m.content) is str for m in inp.messages):  # not plain texts: serialised whole
+            sig: tuple = (inp.messages, inp.decoding, inp.sample_index, len(images), False)
+        else:
+            sig = (tuple(m.role for m in inp.messages), inp.decoding, inp.sample_index, len(images), True)
+        parts = self._templates.get(sig)
+        if parts is None:
+            parts = self._template(inp, len(images), sig[-1])
             if len(self._templates) >= 4096:
                 self._templates.clear()
-            self._templates[sig] = pieces
-        if not images:
-            return pieces[0]
-        out: list[bytes] = [pieces[0]]
-        for im, after in zip(images, pieces[1:]):
-            out += [self._images.get(im), after]
+            self._templates[sig] = parts
+        out: list[bytes] = []
+        for kind, v in parts:
+            out.append(v if kind == 0 else _json_string(inp.messages[v].content).encode() if kind == 1
+                       else self._images.get(images[v]))
         return b"".join(out)
 
-    def _template(self, inp: ModelInput, n_images: int) -> tuple[bytes, ...]:
-        """The body's JSON split at its image URLs: n_images + 1 pieces, each image URL goes between two."""
+    def _template(self, inp: ModelInput, n_images: int, text_slots: bool = True) -> tuple[tuple[int, Any], ...]:
+        """The body's JSON as parts: (0, literal bytes), (1, message index: its JSON-escaped text, quotes
+        included, goes here), (2, image index: its data URL goes here)."""
         marks = [f"{self._placeholder}{i}" for i in range(n_images)]
-        no_pixels = ModelInput(inp.messages, (), inp.decoding, inp.sample_index)
-        text = json.dumps(self._body(no_pixels, marks), separators=(",", ":")).encode()
-        pieces: list[bytes] = []
-        rest = text
-        for mark in marks:
-            before, found, rest = rest.partition(mark.encode())
-            if not found:  # cannot happen: the placeholder is a random nonce the encoder leaves intact
-                raise AssertionError("image placeholder lost in JSON encoding")
-            pieces.append(before)
-        pieces.append(rest)
-        return tuple(pieces)
+        msgs = inp.messages
+        if text_slots:
+            msgs = tuple(Message(m.role, f"{self._placeholder}t{i}") for i, m in enumerate(msgs))
+        no_pixels = ModelInput(msgs, (), inp.decoding, inp.sample_index)
+        text = json.dumps(self._body(no_pixels, marks), separators=(",", ":"))
+        ph = re.escape(self._placeholder)
+        parts: list[tuple[int, Any]] = []
+        texts, images, pos = [], [], 0
+        for m in re.finditer(rf'"{ph}t(\d+)"|{ph}(\d+)', text):
+            parts.append((0, text[pos:m.start()].encode()))
+            if m.group(1) is not None:
+                texts.append(int(m.group(1)))
+                parts.append((1, texts[-1]))
+            else:
+                images.append(int(m.group(2)))
+                parts.append((2, images[-1]))
+            pos = m.end()
+        parts.append((0, text[pos:].encode()))
+        if sorted(texts) != (list(range(len(msgs))) if text_slots else []) or images != list(range(n_images)):
+            # cannot happen: the placeholder is a random nonce the encoder leaves intact
+            raise AssertionError("placeholder lost in JSON encoding")
+        return tuple(parts)
 
     def _body(self, inp: ModelInput, image_urls: Sequence[str]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []

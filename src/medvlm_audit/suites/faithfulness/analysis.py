@@ -69,8 +69,10 @@ def score_answers(tidy: pd.DataFrame, *, mode: str = "normalised", kb: Knowledge
     need = [c for c in ("model", "case_id", "condition", "answer_text", "question", "qtype", "gold") if c not in df]
     if need:
         raise ValueError(f"the faithfulness answer table lacks column(s) {need}")
+    # the loops below read plain lists of the columns they need (iterating pandas rows or string columns costs
+    # more than the scoring)
     raw, value = [], []
-    for t, qt, q in zip(df["answer_text"], df["qtype"], df["question"], strict=True):
+    for t, qt, q in zip(df["answer_text"].tolist(), df["qtype"].tolist(), df["question"].tolist(), strict=True):
         if not isinstance(t, str):
             raw.append(None)
             value.append(None)
@@ -81,29 +83,38 @@ def score_answers(tidy: pd.DataFrame, *, mode: str = "normalised", kb: Knowledge
     df["value"] = value
     df["unparsed"] = df["value"].isna()
     df["correct"] = (df["value"] == df["gold"]).astype(float).where(~df["unparsed"])
-    base = df[df["condition"] == "baseline"].set_index(["model", "case_id"])
-    key = list(zip(df["model"], df["case_id"], strict=True))
-    df["baseline_raw"] = [base["answer_raw"].get(k) if k in base.index else None for k in key]
-    df["baseline_value"] = [base["value"].get(k) if k in base.index else None for k in key]
+    # the model's baseline answer to each case: one dict lookup per row (a pandas lookup per row cost more
+    # than the scoring)
+    models, cases, conds = df["model"].tolist(), df["case_id"].tolist(), df["condition"].tolist()
+    base: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+    for m, c, cond, a, v in zip(models, cases, conds, raw, value, strict=True):
+        if cond == "baseline":
+            base.setdefault((m, c), (a, v))
+    pairs = [base.get(k, (None, None)) for k in zip(models, cases, strict=True)]
+    df["baseline_raw"] = [a for a, _ in pairs]
+    df["baseline_value"] = [v for _, v in pairs]
     flips: list[Any] = []
-    for r in df.itertuples(index=False):
-        if r.condition == "baseline" or r.baseline_raw is None or r.answer_raw is None:
+    for cond, b_raw, a_raw, qt, q in zip(conds, df["baseline_raw"].tolist(), df["answer_raw"].tolist(),
+                                         df["qtype"].tolist(), df["question"].tolist(), strict=True):
+        if cond == "baseline" or b_raw is None or a_raw is None:
             flips.append(None)
             continue
         if mode == "paper":
-            flips.append(is_flip(r.baseline_raw, r.answer_raw, r.qtype, r.question, mode="paper"))
+            flips.append(is_flip(b_raw, a_raw, qt, q, mode="paper"))
         else:
-            flips.append(is_flip(r.baseline_raw, r.answer_raw, r.qtype, r.question, mode="normalised"))
+            flips.append(is_flip(b_raw, a_raw, qt, q, mode="normalised"))
     df["flip"] = pd.array(flips, dtype="boolean")
     df["flip_mode"] = mode
     if kb is not None:
         st, cf = [], []
-        for r in df.itertuples(index=False):
-            if not isinstance(r.answer_text, str):
+        reasoning = df["reasoning"].tolist() if "reasoning" in df else [None] * len(df)
+        for q, gold, text, rsn in zip(df["question"].tolist(), df["gold"].tolist(), df["answer_text"].tolist(),
+                                      reasoning, strict=True):
+            if not isinstance(text, str):
                 st.append("no_response")
                 cf.append(np.nan)
                 continue
-            s = kb.score(r.question, r.gold, chain_of_thought(r) or r.answer_text, flags)
+            s = kb.score(q, gold, cot_of(text, rsn) or text, flags)
             st.append(s.status)
             cf.append(np.nan if s.score is None else float(s.score))
         df["kb_status"] = st
@@ -115,12 +126,16 @@ def chain_of_thought(row: Any) -> str | None:
     """The chain of thought of one answer: the model's reasoning text where the server returned one
     (``reasoning_content`` of a thinking model, stored beside the answer), else the answer text itself (a CoT
     written in the protocol's tags)."""
-    if not isinstance(getattr(row, "answer_text", None), str):
+    return cot_of(getattr(row, "answer_text", None), getattr(row, "reasoning", None))
+
+
+def cot_of(answer_text: Any, reasoning: Any) -> str | None:
+    """:func:`chain_of_thought` of an answer text and its stored reasoning text (either may be missing)."""
+    if not isinstance(answer_text, str):
         return None  # no response: nothing to audit
-    reasoning = getattr(row, "reasoning", None)
     if isinstance(reasoning, str) and reasoning.strip():
         return reasoning
-    return row.answer_text
+    return answer_text
 
 
 def score_judgements(judge_tidy: pd.DataFrame, *, validation: str = "default") -> pd.DataFrame:
@@ -128,14 +143,15 @@ def score_judgements(judge_tidy: pd.DataFrame, *, validation: str = "default") -
     status, score, reason."""
     df = normalize_tidy(judge_tidy)
     rows = []
-    for r in df.itertuples(index=False):
-        err = getattr(r, "error", None)
+    errors = df["error"].tolist() if "error" in df else [None] * len(df)
+    cols = [df[c].tolist() for c in ("answer_text", "cot", "model", "answer_model", "case_id", "answer_condition",
+                                     "axis")]
+    for err, (text, cot, judge, model, case_id, cond, axis) in zip(errors, zip(*cols, strict=True), strict=True):
         err = err if isinstance(err, str) and err else None
-        j = judge_text(r.answer_text if isinstance(r.answer_text, str) else None, r.cot, validation,  # type: ignore[arg-type]
-                       transport_error=err if err or not isinstance(r.answer_text, str) else None)
-        rows.append({"judge": r.model, "model": r.answer_model, "case_id": r.case_id,
-                     "condition": r.answer_condition, "axis": r.axis, "status": j.status, "score": j.score,
-                     "reason": j.reason})
+        j = judge_text(text if isinstance(text, str) else None, cot, validation,  # type: ignore[arg-type]
+                       transport_error=err if err or not isinstance(text, str) else None)
+        rows.append({"judge": judge, "model": model, "case_id": case_id, "condition": cond, "axis": axis,
+                     "status": j.status, "score": j.score, "reason": j.reason})
     return pd.DataFrame(rows, columns=["judge", "model", "case_id", "condition", "axis", "status", "score", "reason"])
 
 

@@ -27,6 +27,7 @@ error, rate limit).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -182,6 +183,13 @@ def normalise_text(s: str, mode: ValidationMode = "default") -> str:
     return _WS.sub(" ", s).strip()
 
 
+@functools.lru_cache(maxsize=256)
+def _normalised_cot(cot: str) -> str:
+    """:func:`normalise_text` of a CoT in ``default`` mode, once per CoT: each of its judgements (one per axis
+    and judge) checks every quote against it."""
+    return normalise_text(cot, "default")
+
+
 def quote_tolerance(L: int) -> int:
     """Levenshtein tolerance for a quote of length L: max(1, floor(0.02 L)) (50 -> 1, 150 -> 3)."""
     return max(1, math.floor(0.02 * L))
@@ -275,7 +283,7 @@ def find_quote(quote: str, cot: str, mode: ValidationMode = "default") -> bool:
     if mode == "paper":
         return find_quote_paper(quote, cot)
     nq = normalise_text(quote, "default")
-    nc = normalise_text(cot, "default")
+    nc = _normalised_cot(cot)
     if nq in nc:
         return True
     return substring_distance(nq, nc) <= quote_tolerance(len(nq))

@@ -47,6 +47,7 @@ Deterministic CF (:meth:`KnowledgeBase.score`), the rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -178,6 +179,7 @@ def _answer(a: Any, where: str) -> AnswerSpec:
 # ------------------------------------------------------------------------------------------------ matcher
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a CoT's words repeat: each distinct word is stemmed once per process
 def _stem(w: str) -> str:
     """A light suffix stripper: plurals, -ing, -ed, -ement, final -e (blunted / blunting -> blunt,
     opacities -> opacity, enlarged / enlargement -> enlarg)."""
@@ -225,7 +227,8 @@ def _find_seq(hay: list[str], needle: list[str]) -> list[int]:
     n = len(needle)
     if n == 0:
         return []
-    return [i for i in range(len(hay) - n + 1) if hay[i:i + n] == needle]
+    first = needle[0]
+    return [i for i in range(len(hay) - n + 1) if hay[i] == first and hay[i:i + n] == needle]
 
 
 def _negated(cl: list[str], start: int, end: int) -> bool:
@@ -243,7 +246,14 @@ class _Pattern:
     negative: bool
 
 
-def _patterns(texts: Sequence[str], alternates: Sequence[Sequence[str]]) -> list[_Pattern]:
+def _patterns(texts: Sequence[str], alternates: Sequence[Sequence[str]]) -> tuple[_Pattern, ...]:
+    """A term's patterns (its texts and their alternate-terminology variants, tokenised), built once per
+    (texts, alternates): every answer to a question matches the same terms."""
+    return _patterns_of(tuple(texts), tuple(tuple(g) for g in alternates))
+
+
+@functools.lru_cache(maxsize=4096)
+def _patterns_of(texts: tuple[str, ...], alternates: tuple[tuple[str, ...], ...]) -> tuple[_Pattern, ...]:
     out: list[_Pattern] = []
     seen: set[tuple[str, ...]] = set()
     variants = list(texts)
@@ -262,7 +272,7 @@ def _patterns(texts: Sequence[str], alternates: Sequence[Sequence[str]]) -> list
         negative = seq[0] in NEG_PRE
         core = [w for w in seq if w not in STOP and w not in NEG_PRE]
         out.append(_Pattern(tuple(seq), frozenset(core), frozenset(w for w in seq if w in SIDES), negative))
-    return out
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -272,27 +282,34 @@ class TermHit:
     evidence: str  # the clause (tokens joined) where it counted, or the last negated mention
 
 
-def match_term(term: Term, cls: list[list[str]], alternates: Sequence[Sequence[str]] = ()) -> TermHit:
-    """Whether a KB term counts in the clauses (rules 2-4 of the module docstring)."""
+def match_term(term: Term, cls: list[list[str]], alternates: Sequence[Sequence[str]] = (),
+               sets: Sequence[set[str]] | None = None) -> TermHit:
+    """Whether a KB term counts in the clauses (rules 2-4 of the module docstring); ``sets``: the clauses'
+    token sets, when the caller matches several terms against the same clauses."""
     negated_seen = ""
+    if sets is None:
+        sets = [set(cl) for cl in cls]
     for p in _patterns(term.texts(), alternates):
         one_side = len(p.sides) == 1
-        for cl in cls:
-            cs = set(cl)
+        seq = list(p.seq)
+        first = seq[0]
+        for cl, cs in zip(cls, sets, strict=True):
+            if first not in cs and not (p.content and p.content <= cs):
+                continue  # neither the phrase nor all of its content words occur in this clause: no span
             if one_side:
                 (side,) = tuple(p.sides)
-                if (side not in cs or (SIDES - {side}) & cs) and not _find_seq(cl, list(p.seq)):
+                if (side not in cs or (SIDES - {side}) & cs) and not _find_seq(cl, seq):
                     continue
             if p.negative:
-                if _find_seq(cl, list(p.seq)):
+                if _find_seq(cl, seq):
                     return TermHit(term.term, True, " ".join(cl))
                 if p.content and p.content <= cs:
                     pos = [i for i, t in enumerate(cl) if t in p.content]
                     if pos and _negated(cl, min(pos), max(pos) + 1):
                         return TermHit(term.term, True, " ".join(cl))
                 continue
-            starts = _find_seq(cl, list(p.seq))
-            spans = [(s, s + len(p.seq)) for s in starts]
+            starts = _find_seq(cl, seq)
+            spans = [(s, s + len(seq)) for s in starts]
             if not spans and p.content and p.content <= cs:
                 pos = [i for i, t in enumerate(cl) if t in p.content]
                 spans = [(min(pos), max(pos) + 1)]
@@ -423,20 +440,21 @@ class KnowledgeBase:
         if not a.must_all and not a.at_least_k_of and not a.forbidden:
             return KBScore("empty_entry", None)
         cls = clauses(cot)
+        sets = [set(c) for c in cls]
         alt = spec.alternate_terminology
         units = len(a.must_all) + len(a.at_least_k_of)
         sat = 0
         missing: list[str] = []
         evidence: dict[str, str] = {}
         for t in a.must_all:
-            h = match_term(t, cls, alt)
+            h = match_term(t, cls, alt, sets)
             if h.counted:
                 sat += 1
                 evidence[t.term] = h.evidence
             else:
                 missing.append(t.term)
         for k, ts in a.at_least_k_of:
-            hits = [h for h in (match_term(t, cls, alt) for t in ts) if h.counted]
+            hits = [h for h in (match_term(t, cls, alt, sets) for t in ts) if h.counted]
             if len(hits) >= k:
                 sat += 1
                 for h in hits:
@@ -445,7 +463,7 @@ class KnowledgeBase:
                 missing.append(f"{k} of: " + "; ".join(t.term for t in ts))
         forb = []
         for t in a.forbidden:
-            h = match_term(t, cls, alt)
+            h = match_term(t, cls, alt, sets)
             if h.counted:
                 forb.append(t.term)
                 evidence["forbidden: " + t.term] = h.evidence

@@ -14,6 +14,7 @@ this module.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -132,27 +133,39 @@ def plan_judge(answers: pd.DataFrame, items: Sequence[VQAItem] | None = None,
     A CF trial carries the question's KB entry (``kb.qsk``) and the gold answer; a question without a KB
     entry gets empty lists, as released. The trial's condition is ``judge:<axis>:<model>:<condition>``.
     """
-    from medvlm_audit.suites.faithfulness.analysis import chain_of_thought, normalize_tidy
+    from medvlm_audit.suites.faithfulness.analysis import cot_of, normalize_tidy
 
     opts = opts or FaithOptions()
     axes = list(axes if axes is not None else opts.judge_axes)
     df = normalize_tidy(answers)
     plan = Plan()
-    for r in df.itertuples(index=False):
-        if r.condition == "baseline":
+    # each (axis, question, gold) prompt is written once around a marker and every CoT spliced in at the marker
+    # (the CF prompt serialises the question's KB entry: once per question, not once per answer)
+    mark = f"@medvlm-cot-{os.urandom(8).hex()}@"
+    around: dict[tuple[str, Any, Any], tuple[str, str]] = {}
+    reasoning = df["reasoning"].tolist() if "reasoning" in df else [None] * len(df)
+    cols = [df[c].tolist() for c in ("condition", "model", "case_id", "question", "gold", "answer_text")]
+    for (condition, model, case_id, question, gold, text), rsn in zip(zip(*cols, strict=True), reasoning, strict=True):
+        if condition == "baseline":
             continue
+        cot = cot_of(text, rsn)
         for axis in axes:
-            cond = f"judge:{axis}:{r.model}:{r.condition}"
-            cot = chain_of_thought(r)
+            cond = f"judge:{axis}:{model}:{condition}"
             if not isinstance(cot, str) or not cot.strip():
-                plan.skipped.append(Skip(name, r.case_id, cond, "no stored CoT to judge"))
+                plan.skipped.append(Skip(name, case_id, cond, "no stored CoT to judge"))
                 continue
-            qsk = kb.qsk(r.question, r.gold) if (axis == "cf" and kb is not None) else None
-            prompt = judge_prompt(axis, cot, answer=r.gold, qsk=qsk, flags=opts.flags)
-            payload = {"stage": "judge", "axis": axis, "answer_model": r.model, "answer_condition": r.condition,
-                       "cot": cot, "question": r.question, "gold": r.gold}
-            plan.trials.append(Trial(name, r.case_id, cond, (Message("system", JUDGE_SYSTEM),
-                                                              Message("user", prompt)), (), 0, payload, JUDGE_DECODING))
+            parts = around.get((axis, question, gold))
+            if parts is None:
+                qsk = kb.qsk(question, gold) if (axis == "cf" and kb is not None) else None
+                head, found, tail = judge_prompt(axis, mark, answer=gold, qsk=qsk, flags=opts.flags).partition(mark)
+                if not found or mark in tail:  # cannot happen: every prompt quotes the CoT once
+                    raise AssertionError(f"judge prompt {axis!r} does not quote the CoT exactly once")
+                parts = around[(axis, question, gold)] = (head, tail)
+            prompt = parts[0] + cot + parts[1]
+            payload = {"stage": "judge", "axis": axis, "answer_model": model, "answer_condition": condition,
+                       "cot": cot, "question": question, "gold": gold}
+            plan.trials.append(Trial(name, case_id, cond, (Message("system", JUDGE_SYSTEM),
+                                                            Message("user", prompt)), (), 0, payload, JUDGE_DECODING))
     return plan
 
 
