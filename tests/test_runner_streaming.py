@@ -4,6 +4,7 @@ failure mid-run named and nothing finished lost, images encoded off the event lo
 from __future__ import annotations
 
 import asyncio
+import base64
 import struct
 import time
 import zlib
@@ -15,6 +16,7 @@ from conftest import BrightSpotModel, make_tiny_probeset
 
 from medvlm_audit import api, runner
 from medvlm_audit.errors import ImageError
+from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.models.encoding import decode_data_url
 from medvlm_audit.models.openai_compat import OpenAIChatModel
@@ -109,10 +111,12 @@ def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, mo
 def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path, render_in: str) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=8)
     primed: list[str] = []
+    shipped: dict[str, bytes] = {}
 
     class Counting(OpenAIChatModel):
         def prime_image(self, sha256: str, encoded: bytes) -> None:
             primed.append(sha256)
+            shipped[sha256] = encoded
             super().prime_image(sha256, encoded)
 
     async def go() -> tuple[list, RunStore]:
@@ -130,9 +134,14 @@ def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path, r
     # what the server received is exactly the rendered pixels of each trial
     from medvlm_audit.models.base import pixel_sha256
 
-    got = {pixel_sha256(decode_data_url(b["messages"][0]["content"][0]["image_url"]["url"])) for b in bodies}
+    urls = [b["messages"][0]["content"][0]["image_url"]["url"] for b in bodies]
+    got = {pixel_sha256(decode_data_url(u)) for u in urls}
     assert got == set(df.image_sha256)
     assert np.all(df.groupby("case_id").image_sha256.nunique() == 3)
+    # workers ship compact PNG bytes (not base64 data URLs); the model frames them where it builds the body
+    assert all(b.startswith(b"\x89PNG\r\n\x1a\n") for b in shipped.values())
+    framed = {"data:image/png;base64," + base64.b64encode(b).decode() for b in shipped.values()}
+    assert set(urls) == framed
 
 
 def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None:
@@ -248,3 +257,20 @@ def test_run_config_render_in_reaches_the_runner(tmp_path: Path, monkeypatch) ->
     m = BrightSpotModel()
     api.run(cfg, models=[m], progress=False)
     assert seen == [True] and m.calls == 4
+
+
+def test_render_sources_can_name_results_by_position(tmp_path: Path) -> None:
+    """A render worker names each result by its position in the task (the parent keeps the recipes), so no
+    recipe copies come back through the pipe; an unreadable source stops its group at its position."""
+    ps = make_tiny_probeset(tmp_path / "data", n=4)
+    recipes = list(runner.TrialIndex(plan_grounding([ps], OPTS).trials).first)
+    groups = runner.group_by_source(recipes)
+    bad = ImageRecipe.standard(str(tmp_path / "missing.png"), 224)
+    groups = [groups[0], [bad, *groups[1]], groups[2]]
+    by_recipe = runner.render_sources(groups, want_pixels=False)
+    by_position = runner.render_sources(groups, want_pixels=False, positions=True)
+    flat = [r for g in groups for r in g]
+    assert [flat[i] for i, *_ in by_position] == [r for r, *_ in by_recipe]
+    assert [str(h) for _, h, *_ in by_position] == [str(h) for _, h, *_ in by_recipe]
+    assert all(isinstance(i, int) for i, *_ in by_position)
+    assert isinstance(by_position[len(groups[0])][1], ImageError)  # the bad source, at its own position

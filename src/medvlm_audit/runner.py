@@ -155,7 +155,7 @@ def check_sources(index: TrialIndex, known: Container[str] = ()) -> dict[ImageRe
     return keys
 
 
-Rendered = tuple[ImageRecipe, "str | Exception", "np.ndarray | None", tuple[bytes, ...]]
+Rendered = tuple["ImageRecipe | int", "str | Exception", "np.ndarray | None", tuple[bytes, ...]]
 
 _WORKER_CACHE: SourceCache | None = None
 
@@ -165,9 +165,14 @@ def render_sources(
     encoders: Sequence[Callable[[np.ndarray], bytes]] = (),
     want_pixels: bool = True,
     cache: SourceCache | None = None,
+    positions: bool = False,
 ) -> list[Rendered]:
     """Render, hash and encode (for each model encoder) the recipes of some source files, one decode and one
     resize per file: (recipe, sha256 or the ImageError, pixels when ``want_pixels``, encoded bytes).
+
+    ``positions``: each result names its recipe by its position in ``groups`` (flattened) instead of the
+    recipe itself, so a worker process does not ship recipes back (the parent keeps its own; unpickled
+    copies would be held again by every dict that the parent keys by recipe).
 
     In a worker process (no ``cache`` given) it keeps its own source cache and runs at a lower priority:
     the request path (event loop, a local server) comes first, rendering only has to stay ahead of it."""
@@ -179,14 +184,17 @@ def render_sources(
                 os.nice(10)
         cache = _WORKER_CACHE
     out: list[Rendered] = []
+    i = 0
     for group in groups:
-        for r in group:
+        for j, r in enumerate(group):
+            name: Any = i + j if positions else r
             try:
                 px = r.render(cache)
             except ImageError as e:
-                out.append((r, e, None, ()))
+                out.append((name, e, None, ()))
                 break
-            out.append((r, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
+            out.append((name, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
+        i += len(group)
     return out
 
 
@@ -448,11 +456,11 @@ async def _render_stream(
         method = "fork" if sys.platform == "linux" else "spawn"
         pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method),
                                    initializer=_render_worker_init, initargs=(os.getpid(),))
-        args: tuple = (encoders, want_pixels)
+        args: tuple = (encoders, want_pixels, None, True)
     else:
         pool = ThreadPoolExecutor(max(1, workers))
-        args = (encoders, True, cache)
-    inflight: set[asyncio.Future] = set()
+        args = (encoders, True, cache, True)
+    inflight: dict[asyncio.Future, list[ImageRecipe]] = {}  # a task -> its recipes, in order
     with pool:
         try:
             more = True
@@ -464,7 +472,7 @@ async def _render_stream(
                         break
                     f = loop.run_in_executor(pool, render_sources, chunk, *args)
                     f.add_done_callback(finished.put_nowait)
-                    inflight.add(f)
+                    inflight[f] = [r for g in chunk for r in g]
                 if not inflight:
                     if not more:
                         break
@@ -476,12 +484,13 @@ async def _render_stream(
                     done.append(finished.get_nowait())
                 out: list[tuple[ImageRecipe, str | Exception, tuple[bytes, ...]]] = []
                 for f in done:
-                    inflight.discard(f)
-                    for r, h, px, encoded in f.result():
+                    named = inflight.pop(f)
+                    for i, h, px, encoded in f.result():
+                        r = named[i]
                         if px is not None and want_pixels:
                             pixels.put(r, px)
                         out.append((r, h, encoded))
-                del done, f
+                del done, f, named
                 yield out
                 del out
         finally:
@@ -517,8 +526,9 @@ class _Room:
 
 
 class _Encoded:
-    """The encoded images (data URLs) render workers made for the models' encoders, each kept until the last
-    queued input that needs it was handed to its model: (recipe, encoder index) -> bytes, with use counts."""
+    """The encoded images (compact bytes, e.g. PNG) render workers made for the models' encoders, each kept
+    until the last queued input that needs it was handed to its model: (recipe, encoder index) -> bytes,
+    with use counts."""
 
     def __init__(self) -> None:
         self.data: dict[tuple[ImageRecipe, int], bytes] = {}
