@@ -597,10 +597,23 @@ def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarr
     return encoders, of
 
 
+class _Either:
+    """Membership in either of two containers (a view: neither is copied)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container, b: Container) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
 class _Feed:
     """Hands keyed inputs to their model's queue once the images they need are rendered in this run, so
     models never wait on the event loop to render; inputs needing no image, or an image nobody is rendering,
-    go at once. ``scheduled`` is None until the render list is known: then every unrendered image waits.
+    go at once. ``unrendered`` (the images scheduled for rendering in this run and not rendered yet) is None
+    until the render list is known: until then every image waits.
 
     It counts the image-bearing inputs in each queue (``room``, which paces the rendering) and the queued
     uses of each encoded image (``encoded``, which drops an image after its last use)."""
@@ -614,8 +627,7 @@ class _Feed:
         self.pixel_uses: Counter[ImageRecipe] = Counter()
         self.room = _Room(caps if caps is not None else [2**62] * len(queues))
         self.encoded = _Encoded()
-        self.scheduled: set[ImageRecipe] | None = None
-        self.done: set[ImageRecipe] = set()
+        self.unrendered: Container[ImageRecipe] | None = None
         self.parked: dict[ImageRecipe, list[list]] = defaultdict(list)  # recipe -> [[missing, queue, item]]
 
     def offer(self, qi: int, item: Pending) -> None:
@@ -625,7 +637,8 @@ class _Feed:
                 self.encoded.want(item[2], j)
             else:
                 self.pixel_uses.update(set(item[2]))
-        missing = [r for r in item[2] if r not in self.done and (self.scheduled is None or r in self.scheduled)]
+        unrendered = self.unrendered
+        missing = list(item[2]) if unrendered is None else [r for r in item[2] if r in unrendered]
         if not missing:
             self._queue(qi, item)
             return
@@ -639,8 +652,8 @@ class _Feed:
             self.room.queued(qi)
 
     def rendered(self, recipes: Iterable[ImageRecipe]) -> None:
+        """Images rendered (already out of ``unrendered``): queue the inputs that waited only for them."""
         for r in recipes:
-            self.done.add(r)
             for slot in self.parked.pop(r, ()):
                 slot[0] -= 1
                 if slot[0] == 0:
@@ -946,9 +959,10 @@ async def _execute(
     answer the inputs keyed so far; each answer is committed as it arrives.
 
     ``model_decoding`` overrides ``decoding`` for the named models; ``source_keys`` passes the result of
-    :func:`check_sources` when the caller has already checked the sources. ``render_in``: "auto" renders in
-    worker processes when no model needs pixels in this process (HTTP models take encoded bytes) and there
-    are at least 64 images to render, else in threads."""
+    :func:`check_sources` when the caller has already checked the sources (it is consumed: emptied as the
+    image hashes are written). ``render_in``: "auto" renders in worker processes when no model needs pixels
+    in this process (HTTP models take encoded bytes) and there are at least 64 images to render, else in
+    threads."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
     check_models(models)
@@ -975,6 +989,8 @@ async def _execute(
     known = store.image_hashes()
     hashes = {r: known[ck] for r, ck in keys.items() if ck in known}
     todo = [r for r in keys if r not in hashes]
+    for r in hashes:  # stored already; the others' keys are dropped once written (``source_keys`` is consumed)
+        del keys[r]
     timing: dict[str, float] = {}
 
     with _progress(progress, works) as bar:
@@ -1005,10 +1021,12 @@ async def _execute(
             """Key the trials each batch of rendered images completes and queue their inputs."""
             try:
                 admit(index.ready_without_images() + index.resolve(hashes))  # hashes known from an earlier run
-                unknown = set(todo)
                 # images already hashed but needed by inputs still to ask are rendered too, before those are asked
-                render = todo + [r for r in feed.parked if r not in unknown]
-                feed.scheduled = set(render)
+                again = {r for r in feed.parked if r not in keys}
+                render = todo + list(again)
+                # not rendered yet: a new image while its cache key is in ``keys`` (popped when its hash is
+                # written), an image rendered again while in ``again`` (no set of every recipe is built)
+                feed.unrendered = _Either(keys, again)
                 processes = render_in == "processes" or (render_in == "auto" and not want_pixels and len(render) >= 64)
                 stream_ = _render_stream(render, workers, cache, pixels, encoders, processes, want_pixels, feed.room)
                 async with aclosing(stream_) as stream:
@@ -1016,13 +1034,18 @@ async def _execute(
                         for r, h, encoded in rendered:
                             if isinstance(h, Exception):
                                 raise index.named(r, h) from None
-                            if r not in unknown and h != hashes[r]:
+                            if r not in keys and h != hashes[r]:
                                 raise index.named(r, ImageError(f"image file {r.source} changed since it was hashed"))
                             hashes[r] = h
                             feed.encoded.put(r, encoded)
-                        planned.add(image_hashes=[(keys[r], h) for r, h, _ in rendered if r in unknown])
+                        # a recipe's cache key is written with its hash, then dropped (keys of a large plan
+                        # are ~200 bytes each; the memory they free takes the hashes that follow)
+                        new = [r for r, _, _ in rendered if r in keys]
+                        planned.add(image_hashes=[(keys.pop(r), hashes[r]) for r in new])
+                        again.difference_update(r for r, _, _ in rendered)
                         feed.rendered(r for r, _, _ in rendered)
-                        admit(index.resolve(r for r, _, _ in rendered if r in unknown))
+                        admit(index.resolve(new))
+                        del new
                         # an image whose inputs were all deduplicated or answered is not kept
                         feed.encoded.unwanted((r for r, _, _ in rendered), len(encoders))
                         feed.unwanted_pixels(r for r, _, _ in rendered)
