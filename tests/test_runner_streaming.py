@@ -274,3 +274,23 @@ def test_render_sources_can_name_results_by_position(tmp_path: Path) -> None:
     assert [str(h) for _, h, *_ in by_position] == [str(h) for _, h, *_ in by_recipe]
     assert all(isinstance(i, int) for i, *_ in by_position)
     assert isinstance(by_position[len(groups[0])][1], ImageError)  # the bad source, at its own position
+
+
+def test_trial_index_is_compact_and_still_names_the_first_trial(tmp_path: Path) -> None:
+    """One trial index per recipe, a list only for a recipe several trials wait on (a swap partner's image);
+    an error names the recipe's first trial, also after the recipe was resolved."""
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    trials = plan_grounding([ps], GroundingOptions(conditions=("original", "swap", "target_mask"))).trials
+    index = runner.TrialIndex(trials)
+    no_images = index.ready_without_images()
+    shared = [r for r, w in index.waiting.items() if isinstance(w, list)]
+    assert shared and all(len(index.waiting[r]) == 2 for r in shared)  # original + the partner's swap
+    r = shared[0]
+    first = next(t for t in trials if r in t.images)
+    want = f"case {first.case_id!r} ({first.probe_set}), condition {first.condition}: boom"
+    assert str(index.named(r, ValueError("boom"))) == want
+    ready = index.resolve([r])
+    assert sorted(ready) == sorted(i for i, t in enumerate(trials) if r in t.images)
+    assert r not in index.waiting and str(index.named(r, ValueError("boom"))) == want
+    rest = index.resolve(list(index.first))
+    assert sorted(ready + rest + no_images) == list(range(len(trials)))

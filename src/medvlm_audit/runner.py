@@ -92,21 +92,43 @@ class RunSummary:
 
 
 class TrialIndex:
-    """The distinct image recipes of a plan, which trials wait on each, and the trial to name in errors."""
+    """The distinct image recipes of a plan, which trials wait on each, and the trial to name in errors.
+
+    Compact for large plans: a recipe that one trial waits on (most) maps to that trial's index, one that
+    several wait on to a list of them; there is no second table of first trials (an error, the only reader,
+    finds the trial again)."""
 
     def __init__(self, trials: Sequence[Trial]) -> None:
         self.trials = trials
-        self.first: dict[ImageRecipe, Trial] = {}
-        self.waiting: dict[ImageRecipe, list[int]] = defaultdict(list)
+        #: recipe -> the trial index waiting on it, or a list of them; insertion order is the plan's
+        self.waiting: dict[ImageRecipe, int | list[int]] = {}
         self.missing = [0] * len(trials)
+        waiting, missing = self.waiting, self.missing
         for i, t in enumerate(trials):
-            for r in dict.fromkeys(t.images):
-                self.first.setdefault(r, t)
-                self.waiting[r].append(i)
-                self.missing[i] += 1
+            images = t.images
+            if not images:
+                continue
+            for r in images if len(images) == 1 else dict.fromkeys(images):
+                w = waiting.get(r)
+                if w is None:
+                    waiting[r] = i
+                elif type(w) is int:
+                    waiting[r] = [w, i]
+                else:
+                    w.append(i)
+                missing[i] += 1
+
+    @property
+    def first(self) -> Iterable[ImageRecipe]:
+        """The distinct recipes not yet resolved, in plan order (before :meth:`resolve`: every recipe)."""
+        return self.waiting.keys()
 
     def named(self, r: ImageRecipe, e: Exception) -> ImageError:
-        t = self.first[r]
+        w = self.waiting.get(r)
+        if w is None:  # resolved already: find its first trial again (an error path only)
+            t = next(t for t in self.trials if r in t.images)
+        else:
+            t = self.trials[w if type(w) is int else w[0]]
         return ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}")
 
     def ready_without_images(self) -> list[int]:
@@ -115,10 +137,14 @@ class TrialIndex:
     def resolve(self, recipes: Iterable[ImageRecipe]) -> list[int]:
         """Mark recipes as hashed; return the trials that have become ready (all their images hashed)."""
         ready = []
+        missing = self.missing
         for r in recipes:
-            for i in self.waiting.pop(r, ()):
-                self.missing[i] -= 1
-                if self.missing[i] == 0:
+            w = self.waiting.pop(r, None)
+            if w is None:
+                continue
+            for i in (w,) if type(w) is int else w:
+                missing[i] -= 1
+                if missing[i] == 0:
                     ready.append(i)
         return ready
 
