@@ -294,3 +294,36 @@ def test_trial_index_is_compact_and_still_names_the_first_trial(tmp_path: Path) 
     assert r not in index.waiting and str(index.named(r, ValueError("boom"))) == want
     rest = index.resolve(list(index.first))
     assert sorted(ready + rest + no_images) == list(range(len(trials)))
+
+
+@pytest.mark.parametrize("render_in", ["threads", "processes"])
+def test_multi_image_trials_are_keyed_after_single_image_trials_dropped_shared_hashes(
+        tmp_path: Path, render_in: str) -> None:
+    """Hashes are dropped once every trial on an image is keyed, except those a multi-image trial still
+    waits on: trials sharing images in every order are all keyed and asked, each image arriving exact."""
+    from medvlm_audit.models.base import Message, pixel_sha256
+    from medvlm_audit.plan import Plan, Trial
+
+    make_tiny_probeset(tmp_path / "data", n=8)
+    srcs = sorted(str(p) for p in (tmp_path / "data" / "images").glob("*.png"))[:4]
+    a, b, c, d = (ImageRecipe.standard(s, 64) for s in srcs)
+    q = (Message("user", "Is there a nodule? Answer Yes or No."),)
+    shapes = [(a,), (a, b), (b,), (c, a), (d, c, b), (d,)]
+    trials = [Trial("ps", f"c{i}", "cond", q, imgs) for i, imgs in enumerate(shapes)]
+
+    async def go() -> tuple[list, RunStore]:
+        async with FakeOpenAIServer(record_bodies=True) as srv:
+            m = OpenAIChatModel("vlm", "fake-vlm", srv.base_url, max_concurrency=2)
+            store = RunStore(tmp_path / f"run-{render_in}.sqlite")
+            await execute(store, Plan(trials=list(trials)), [m], Decoding(max_new_tokens=4), progress=False,
+                          render_in=render_in)
+            return list(srv.stats.bodies), store
+
+    bodies, store = asyncio.run(go())
+    assert len(bodies) == len(shapes)
+    want = {tuple(pixel_sha256(r.render()) for r in imgs) for imgs in shapes}
+    got = {tuple(pixel_sha256(decode_data_url(part["image_url"]["url"]))
+                 for part in body["messages"][0]["content"] if part["type"] == "image_url") for body in bodies}
+    assert got == want
+    assert store.db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == len(shapes)
+    assert store.db.execute("SELECT COUNT(*) FROM responses WHERE error_kind IS NULL").fetchone()[0] == len(shapes)

@@ -1071,6 +1071,12 @@ async def _execute(
                         again.difference_update(r for r, _, _ in rendered)
                         feed.rendered(r for r, _, _ in rendered)
                         admit(index.resolve(new))
+                        # every trial on a new image is keyed now: its hash is dropped unless a multi-image
+                        # trial still waits for its other images (the hash table stays as small as the backlog)
+                        need = feed.encoded.need
+                        for r in new:
+                            if r not in need:
+                                del hashes[r]
                         del new
                         # an image whose inputs were all deduplicated or answered is not kept
                         feed.encoded.unwanted((r for r, _, _ in rendered), len(encoders))
