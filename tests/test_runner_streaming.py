@@ -327,3 +327,20 @@ def test_multi_image_trials_are_keyed_after_single_image_trials_dropped_shared_h
     assert got == want
     assert store.db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == len(shapes)
     assert store.db.execute("SELECT COUNT(*) FROM responses WHERE error_kind IS NULL").fetchone()[0] == len(shapes)
+
+
+def test_source_keys_equal_each_recipe_s_cache_key_from_one_stat_per_file(tmp_path: Path, monkeypatch) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    index = runner.TrialIndex(plan_grounding([ps], GroundingOptions(conditions=("original", "target_mask"))).trials)
+    recipes = list(index.first)
+    want = {r: r.cache_key() for r in recipes}
+    stats: list[str] = []
+    real = ImageRecipe.file_stat
+    monkeypatch.setattr(ImageRecipe, "file_stat", lambda self: stats.append(self.source) or real(self))
+    keys = runner.check_sources(index)
+    assert dict(keys.items()) == want and list(keys) == recipes
+    assert sorted(stats) == sorted({r.source for r in recipes})  # one stat per file, not per recipe
+    r = recipes[0]
+    assert keys.pop(r) == want[r] and r not in keys and len(keys) == len(recipes) - 1
+    with pytest.raises(KeyError):
+        keys[r]
