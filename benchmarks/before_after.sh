@@ -8,7 +8,8 @@
 # compare: each embedded default (grounding, stress, faithfulness) from both trees, then compare_outputs.py
 # fixed:   `medvlm-audit run` of a 12- and a 600-case grounding config against the fake server (/usr/bin/time)
 #
-# SETS="--set n_cases=200" passes options to the grounding default of `compare` (its full run takes minutes at load).
+# SETS="--set n_cases=200" passes options to the grounding default of `compare` (its full run takes minutes at load);
+# SUITES="grounding stress" limits which embedded defaults `compare` runs.
 # Bytecode is written and used on both sides (PYTHONDONTWRITEBYTECODE unset): an environment that forbids it
 # compiles ~50 of the package's modules on every invocation, ~0.09 CPU-s that is not the package's fixed cost.
 set -u
@@ -38,7 +39,7 @@ if [ "$WHAT" = runner ] || [ "$WHAT" = all ]; then
   done; done
 fi
 if [ "$WHAT" = compare ] || [ "$WHAT" = all ]; then
-  for suite in grounding stress faithfulness; do
+  for suite in ${SUITES:-grounding stress faithfulness}; do
     for side in before after; do
       src=$([ $side = before ] && echo "$OLD" || echo "$HERE")
       (cd /tmp && PYTHONPATH=$src/src /usr/bin/time -f "$suite $side: %e s wall, %U+%S s CPU, %M KB" timeout 900 \
