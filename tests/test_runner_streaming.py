@@ -4,6 +4,7 @@ failure mid-run named and nothing finished lost, images encoded off the event lo
 from __future__ import annotations
 
 import asyncio
+import base64
 import struct
 import time
 import zlib
@@ -15,6 +16,7 @@ from conftest import BrightSpotModel, make_tiny_probeset
 
 from medvlm_audit import api, runner
 from medvlm_audit.errors import ImageError
+from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Decoding
 from medvlm_audit.models.encoding import decode_data_url
 from medvlm_audit.models.openai_compat import OpenAIChatModel
@@ -109,10 +111,12 @@ def test_models_answer_while_later_images_are_still_rendering(tmp_path: Path, mo
 def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path, render_in: str) -> None:
     ps = make_tiny_probeset(tmp_path / "data", n=8)
     primed: list[str] = []
+    shipped: dict[str, bytes] = {}
 
     class Counting(OpenAIChatModel):
         def prime_image(self, sha256: str, encoded: bytes) -> None:
             primed.append(sha256)
+            shipped[sha256] = encoded
             super().prime_image(sha256, encoded)
 
     async def go() -> tuple[list, RunStore]:
@@ -130,9 +134,14 @@ def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path, r
     # what the server received is exactly the rendered pixels of each trial
     from medvlm_audit.models.base import pixel_sha256
 
-    got = {pixel_sha256(decode_data_url(b["messages"][0]["content"][0]["image_url"]["url"])) for b in bodies}
+    urls = [b["messages"][0]["content"][0]["image_url"]["url"] for b in bodies]
+    got = {pixel_sha256(decode_data_url(u)) for u in urls}
     assert got == set(df.image_sha256)
     assert np.all(df.groupby("case_id").image_sha256.nunique() == 3)
+    # workers ship compact PNG bytes (not base64 data URLs); the model frames them where it builds the body
+    assert all(b.startswith(b"\x89PNG\r\n\x1a\n") for b in shipped.values())
+    framed = {"data:image/png;base64," + base64.b64encode(b).decode() for b in shipped.values()}
+    assert set(urls) == framed
 
 
 def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None:
@@ -248,3 +257,90 @@ def test_run_config_render_in_reaches_the_runner(tmp_path: Path, monkeypatch) ->
     m = BrightSpotModel()
     api.run(cfg, models=[m], progress=False)
     assert seen == [True] and m.calls == 4
+
+
+def test_render_sources_can_name_results_by_position(tmp_path: Path) -> None:
+    """A render worker names each result by its position in the task (the parent keeps the recipes), so no
+    recipe copies come back through the pipe; an unreadable source stops its group at its position."""
+    ps = make_tiny_probeset(tmp_path / "data", n=4)
+    recipes = list(runner.TrialIndex(plan_grounding([ps], OPTS).trials).first)
+    groups = runner.group_by_source(recipes)
+    bad = ImageRecipe.standard(str(tmp_path / "missing.png"), 224)
+    groups = [groups[0], [bad, *groups[1]], groups[2]]
+    by_recipe = runner.render_sources(groups, want_pixels=False)
+    by_position = runner.render_sources(groups, want_pixels=False, positions=True)
+    flat = [r for g in groups for r in g]
+    assert [flat[i] for i, *_ in by_position] == [r for r, *_ in by_recipe]
+    assert [str(h) for _, h, *_ in by_position] == [str(h) for _, h, *_ in by_recipe]
+    assert all(isinstance(i, int) for i, *_ in by_position)
+    assert isinstance(by_position[len(groups[0])][1], ImageError)  # the bad source, at its own position
+
+
+def test_trial_index_is_compact_and_still_names_the_first_trial(tmp_path: Path) -> None:
+    """One trial index per recipe, a list only for a recipe several trials wait on (a swap partner's image);
+    an error names the recipe's first trial, also after the recipe was resolved."""
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    trials = plan_grounding([ps], GroundingOptions(conditions=("original", "swap", "target_mask"))).trials
+    index = runner.TrialIndex(trials)
+    no_images = index.ready_without_images()
+    shared = [r for r, w in index.waiting.items() if isinstance(w, list)]
+    assert shared and all(len(index.waiting[r]) == 2 for r in shared)  # original + the partner's swap
+    r = shared[0]
+    first = next(t for t in trials if r in t.images)
+    want = f"case {first.case_id!r} ({first.probe_set}), condition {first.condition}: boom"
+    assert str(index.named(r, ValueError("boom"))) == want
+    ready = index.resolve([r])
+    assert sorted(ready) == sorted(i for i, t in enumerate(trials) if r in t.images)
+    assert r not in index.waiting and str(index.named(r, ValueError("boom"))) == want
+    rest = index.resolve(list(index.first))
+    assert sorted(ready + rest + no_images) == list(range(len(trials)))
+
+
+@pytest.mark.parametrize("render_in", ["threads", "processes"])
+def test_multi_image_trials_are_keyed_after_single_image_trials_dropped_shared_hashes(
+        tmp_path: Path, render_in: str) -> None:
+    """Hashes are dropped once every trial on an image is keyed, except those a multi-image trial still
+    waits on: trials sharing images in every order are all keyed and asked, each image arriving exact."""
+    from medvlm_audit.models.base import Message, pixel_sha256
+    from medvlm_audit.plan import Plan, Trial
+
+    make_tiny_probeset(tmp_path / "data", n=8)
+    srcs = sorted(str(p) for p in (tmp_path / "data" / "images").glob("*.png"))[:4]
+    a, b, c, d = (ImageRecipe.standard(s, 64) for s in srcs)
+    q = (Message("user", "Is there a nodule? Answer Yes or No."),)
+    shapes = [(a,), (a, b), (b,), (c, a), (d, c, b), (d,)]
+    trials = [Trial("ps", f"c{i}", "cond", q, imgs) for i, imgs in enumerate(shapes)]
+
+    async def go() -> tuple[list, RunStore]:
+        async with FakeOpenAIServer(record_bodies=True) as srv:
+            m = OpenAIChatModel("vlm", "fake-vlm", srv.base_url, max_concurrency=2)
+            store = RunStore(tmp_path / f"run-{render_in}.sqlite")
+            await execute(store, Plan(trials=list(trials)), [m], Decoding(max_new_tokens=4), progress=False,
+                          render_in=render_in)
+            return list(srv.stats.bodies), store
+
+    bodies, store = asyncio.run(go())
+    assert len(bodies) == len(shapes)
+    want = {tuple(pixel_sha256(r.render()) for r in imgs) for imgs in shapes}
+    got = {tuple(pixel_sha256(decode_data_url(part["image_url"]["url"]))
+                 for part in body["messages"][0]["content"] if part["type"] == "image_url") for body in bodies}
+    assert got == want
+    assert store.db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == len(shapes)
+    assert store.db.execute("SELECT COUNT(*) FROM responses WHERE error_kind IS NULL").fetchone()[0] == len(shapes)
+
+
+def test_source_keys_equal_each_recipe_s_cache_key_from_one_stat_per_file(tmp_path: Path, monkeypatch) -> None:
+    ps = make_tiny_probeset(tmp_path / "data", n=6)
+    index = runner.TrialIndex(plan_grounding([ps], GroundingOptions(conditions=("original", "target_mask"))).trials)
+    recipes = list(index.first)
+    want = {r: r.cache_key() for r in recipes}
+    stats: list[str] = []
+    real = ImageRecipe.file_stat
+    monkeypatch.setattr(ImageRecipe, "file_stat", lambda self: stats.append(self.source) or real(self))
+    keys = runner.check_sources(index)
+    assert dict(keys.items()) == want and list(keys) == recipes
+    assert sorted(stats) == sorted({r.source for r in recipes})  # one stat per file, not per recipe
+    r = recipes[0]
+    assert keys.pop(r) == want[r] and r not in keys and len(keys) == len(recipes) - 1
+    with pytest.raises(KeyError):
+        keys[r]

@@ -317,15 +317,19 @@ class ImageRecipe:
         return cls.standard(str(rec["path"]), rec.get("resolution"),
                             tuple(int(v) for v in fill) if fill else None, mode)  # type: ignore[arg-type]
 
-    def cache_key(self) -> str:
+    def cache_key(self, stat: tuple[int, int] | None = None) -> str:
         """Identifies the output pixels: the file (path, size, mtime), the decode mode and every op with its
-        parameters."""
+        parameters. ``stat``: the file's (size, mtime_ns) when the caller has it (:meth:`file_stat`)."""
+        size, mtime_ns = stat if stat is not None else self.file_stat()
+        return json.dumps([self.source, size, mtime_ns, self.mode, self.to_record()["ops"]], sort_keys=True)
+
+    def file_stat(self) -> tuple[int, int]:
+        """The source file's (size, mtime_ns), the file part of :meth:`cache_key`; ImageError when it is missing."""
         try:
             st = os.stat(self.source)
         except OSError as e:
             raise ImageError(f"image file {self.source} does not exist") from e
-        return json.dumps([self.source, st.st_size, st.st_mtime_ns, self.mode, self.to_record()["ops"]],
-                          sort_keys=True)
+        return st.st_size, st.st_mtime_ns
 
     def render(self, cache: SourceCache | None = None) -> np.ndarray:
         """Decode (once per file and size, through ``cache``) and apply the ops in order."""

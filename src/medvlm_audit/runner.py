@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable, Container, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Container, Iterable, Iterator, MutableMapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -95,21 +95,43 @@ class RunSummary:
 
 
 class TrialIndex:
-    """The distinct image recipes of a plan, which trials wait on each, and the trial to name in errors."""
+    """The distinct image recipes of a plan, which trials wait on each, and the trial to name in errors.
+
+    Compact for large plans: a recipe that one trial waits on (most) maps to that trial's index, one that
+    several wait on to a list of them; there is no second table of first trials (an error, the only reader,
+    finds the trial again)."""
 
     def __init__(self, trials: Sequence[Trial]) -> None:
         self.trials = trials
-        self.first: dict[ImageRecipe, Trial] = {}
-        self.waiting: dict[ImageRecipe, list[int]] = defaultdict(list)
+        #: recipe -> the trial index waiting on it, or a list of them; insertion order is the plan's
+        self.waiting: dict[ImageRecipe, int | list[int]] = {}
         self.missing = [0] * len(trials)
+        waiting, missing = self.waiting, self.missing
         for i, t in enumerate(trials):
-            for r in dict.fromkeys(t.images):
-                self.first.setdefault(r, t)
-                self.waiting[r].append(i)
-                self.missing[i] += 1
+            images = t.images
+            if not images:
+                continue
+            for r in images if len(images) == 1 else dict.fromkeys(images):
+                w = waiting.get(r)
+                if w is None:
+                    waiting[r] = i
+                elif type(w) is int:
+                    waiting[r] = [w, i]
+                else:
+                    w.append(i)
+                missing[i] += 1
+
+    @property
+    def first(self) -> Iterable[ImageRecipe]:
+        """The distinct recipes not yet resolved, in plan order (before :meth:`resolve`: every recipe)."""
+        return self.waiting.keys()
 
     def named(self, r: ImageRecipe, e: Exception) -> ImageError:
-        t = self.first[r]
+        w = self.waiting.get(r)
+        if w is None:  # resolved already: find its first trial again (an error path only)
+            t = next(t for t in self.trials if r in t.images)
+        else:
+            t = self.trials[w if type(w) is int else w[0]]
         return ImageError(f"case {t.case_id!r} ({t.probe_set}), condition {t.condition}: {e}")
 
     def ready_without_images(self) -> list[int]:
@@ -118,29 +140,69 @@ class TrialIndex:
     def resolve(self, recipes: Iterable[ImageRecipe]) -> list[int]:
         """Mark recipes as hashed; return the trials that have become ready (all their images hashed)."""
         ready = []
+        missing = self.missing
         for r in recipes:
-            for i in self.waiting.pop(r, ()):
-                self.missing[i] -= 1
-                if self.missing[i] == 0:
+            w = self.waiting.pop(r, None)
+            if w is None:
+                continue
+            for i in (w,) if type(w) is int else w:
+                missing[i] -= 1
+                if missing[i] == 0:
                     ready.append(i)
         return ready
 
 
-def check_sources(index: TrialIndex, known: Container[str] = ()) -> dict[ImageRecipe, str]:
+class SourceKeys(MutableMapping[ImageRecipe, str]):
+    """Each recipe's cache key (:meth:`ImageRecipe.cache_key`), built when read from one stat per source file:
+    a large plan holds a (size, mtime) pair per file and an entry per recipe, not a ~200-byte key per recipe
+    (40,000 recipes: 8 MB). Iterates in the order recipes were added; ``del``/``pop`` drop a recipe."""
+
+    def __init__(self) -> None:
+        self._stats: dict[str, tuple[int, int]] = {}
+        self._recipes: dict[ImageRecipe, None] = {}
+
+    def add(self, r: ImageRecipe) -> None:
+        """Take a recipe, its file stat once per source (ImageError naming a missing file)."""
+        if r.source not in self._stats:
+            self._stats[r.source] = r.file_stat()
+        self._recipes[r] = None
+
+    def __getitem__(self, r: ImageRecipe) -> str:
+        if r not in self._recipes:
+            raise KeyError(r)
+        return r.cache_key(self._stats[r.source])
+
+    def __setitem__(self, r: ImageRecipe, key: str) -> None:
+        raise TypeError("SourceKeys are built from the files: use add()")
+
+    def __delitem__(self, r: ImageRecipe) -> None:
+        del self._recipes[r]
+
+    def __contains__(self, r: object) -> bool:
+        return r in self._recipes
+
+    def __iter__(self) -> Iterator[ImageRecipe]:
+        return iter(self._recipes)
+
+    def __len__(self) -> int:
+        return len(self._recipes)
+
+
+def check_sources(index: TrialIndex, known: Container[str] = ()) -> SourceKeys:
     """Check every source file once (exists, header decodes, PNG CRCs) and return each recipe's cache key.
 
     Runs before any model call, so a missing or unreadable file fails the run with the case named. ``known``:
     recipe cache keys already hashed in the run store (``RunStore.image_hashes``); a key names the file's
     path, size and mtime, so a source with a known key was fully decoded by an earlier invocation and is
     unchanged since: it is not read again (a resumed or extended run checks only new or changed files)."""
-    keys: dict[ImageRecipe, str] = {}
+    keys = SourceKeys()
     proven: set[str] = set()
     for r in index.first:
         try:
-            keys[r] = k = r.cache_key()
+            keys.add(r)
         except ImageError as e:
             raise index.named(r, e) from None
-        if k in known:
+        if known and keys[r] in known:
             proven.add(r.source)
     checked: dict[str, Exception | None] = {}
     for r in index.first:
@@ -158,7 +220,7 @@ def check_sources(index: TrialIndex, known: Container[str] = ()) -> dict[ImageRe
     return keys
 
 
-Rendered = tuple[ImageRecipe, "str | Exception", "np.ndarray | None", tuple[bytes, ...]]
+Rendered = tuple["ImageRecipe | int", "str | Exception", "np.ndarray | None", tuple[bytes, ...]]
 
 _WORKER_CACHE: SourceCache | None = None
 
@@ -168,9 +230,14 @@ def render_sources(
     encoders: Sequence[Callable[[np.ndarray], bytes]] = (),
     want_pixels: bool = True,
     cache: SourceCache | None = None,
+    positions: bool = False,
 ) -> list[Rendered]:
     """Render, hash and encode (for each model encoder) the recipes of some source files, one decode and one
     resize per file: (recipe, sha256 or the ImageError, pixels when ``want_pixels``, encoded bytes).
+
+    ``positions``: each result names its recipe by its position in ``groups`` (flattened) instead of the
+    recipe itself, so a worker process does not ship recipes back (the parent keeps its own; unpickled
+    copies would be held again by every dict that the parent keys by recipe).
 
     In a worker process (no ``cache`` given) it keeps its own source cache and runs at a lower priority:
     the request path (event loop, a local server) comes first, rendering only has to stay ahead of it."""
@@ -182,14 +249,17 @@ def render_sources(
                 os.nice(10)
         cache = _WORKER_CACHE
     out: list[Rendered] = []
+    i = 0
     for group in groups:
-        for r in group:
+        for j, r in enumerate(group):
+            name: Any = i + j if positions else r
             try:
                 px = r.render(cache)
             except ImageError as e:
-                out.append((r, e, None, ()))
+                out.append((name, e, None, ()))
                 break
-            out.append((r, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
+            out.append((name, pixel_sha256(px), px if want_pixels else None, tuple(enc(px) for enc in encoders)))
+        i += len(group)
     return out
 
 
@@ -519,11 +589,11 @@ async def _render_stream(
         method = "fork" if sys.platform == "linux" else "spawn"
         pool = ProcessPoolExecutor(max(1, workers), mp_context=mp.get_context(method),
                                    initializer=_render_worker_init, initargs=(os.getpid(),))
-        args: tuple = (encoders, want_pixels)
+        args: tuple = (encoders, want_pixels, None, True)
     else:
         pool = ThreadPoolExecutor(max(1, workers))
-        args = (encoders, True, cache)
-    inflight: set[asyncio.Future] = set()
+        args = (encoders, True, cache, True)
+    inflight: dict[asyncio.Future, list[ImageRecipe]] = {}  # a task -> its recipes, in order
     with pool:
         try:
             more = True
@@ -535,7 +605,7 @@ async def _render_stream(
                         break
                     f = loop.run_in_executor(pool, render_sources, chunk, *args)
                     f.add_done_callback(finished.put_nowait)
-                    inflight.add(f)
+                    inflight[f] = [r for g in chunk for r in g]
                 if not inflight:
                     if not more:
                         break
@@ -547,12 +617,13 @@ async def _render_stream(
                     done.append(finished.get_nowait())
                 out: list[tuple[ImageRecipe, str | Exception, tuple[bytes, ...]]] = []
                 for f in done:
-                    inflight.discard(f)
-                    for r, h, px, encoded in f.result():
+                    named = inflight.pop(f)
+                    for i, h, px, encoded in f.result():
+                        r = named[i]
                         if px is not None and want_pixels:
                             pixels.put(r, px)
                         out.append((r, h, encoded))
-                del done, f
+                del done, f, named
                 yield out
                 del out
         finally:
@@ -588,8 +659,9 @@ class _Room:
 
 
 class _Encoded:
-    """The encoded images (data URLs) render workers made for the models' encoders, each kept until the last
-    queued input that needs it was handed to its model: (recipe, encoder index) -> bytes, with use counts."""
+    """The encoded images (compact bytes, e.g. PNG) render workers made for the models' encoders, each kept
+    until the last queued input that needs it was handed to its model: (recipe, encoder index) -> bytes,
+    with use counts."""
 
     def __init__(self) -> None:
         self.data: dict[tuple[ImageRecipe, int], bytes] = {}
@@ -658,10 +730,23 @@ def _distinct_encoders(models: Sequence[Model]) -> tuple[list[Callable[[np.ndarr
     return encoders, of
 
 
+class _Either:
+    """Membership in either of two containers (a view: neither is copied)."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Container, b: Container) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.a or x in self.b
+
+
 class _Feed:
     """Hands keyed inputs to their model's queue once the images they need are rendered in this run, so
     models never wait on the event loop to render; inputs needing no image, or an image nobody is rendering,
-    go at once. ``scheduled`` is None until the render list is known: then every unrendered image waits.
+    go at once. ``unrendered`` (the images scheduled for rendering in this run and not rendered yet) is None
+    until the render list is known: until then every image waits.
 
     It counts the image-bearing inputs in each queue (``room``, which paces the rendering) and the queued
     uses of each encoded image (``encoded``, which drops an image after its last use)."""
@@ -675,8 +760,7 @@ class _Feed:
         self.pixel_uses: Counter[ImageRecipe] = Counter()
         self.room = _Room(caps if caps is not None else [2**62] * len(queues))
         self.encoded = _Encoded()
-        self.scheduled: set[ImageRecipe] | None = None
-        self.done: set[ImageRecipe] = set()
+        self.unrendered: Container[ImageRecipe] | None = None
         self.parked: dict[ImageRecipe, list[list]] = defaultdict(list)  # recipe -> [[missing, queue, item]]
 
     def offer(self, qi: int, item: Pending) -> None:
@@ -686,7 +770,8 @@ class _Feed:
                 self.encoded.want(item[2], j)
             else:
                 self.pixel_uses.update(set(item[2]))
-        missing = [r for r in item[2] if r not in self.done and (self.scheduled is None or r in self.scheduled)]
+        unrendered = self.unrendered
+        missing = list(item[2]) if unrendered is None else [r for r in item[2] if r in unrendered]
         if not missing:
             self._queue(qi, item)
             return
@@ -700,8 +785,8 @@ class _Feed:
             self.room.queued(qi)
 
     def rendered(self, recipes: Iterable[ImageRecipe]) -> None:
+        """Images rendered (already out of ``unrendered``): queue the inputs that waited only for them."""
         for r in recipes:
-            self.done.add(r)
             for slot in self.parked.pop(r, ()):
                 slot[0] -= 1
                 if slot[0] == 0:
@@ -1000,16 +1085,17 @@ async def _execute(
     workers: int = 2,
     pixel_cache_mb: int = 512,
     model_decoding: dict[str, Decoding] | None = None,
-    source_keys: dict[ImageRecipe, str] | None = None,
+    source_keys: MutableMapping[ImageRecipe, str] | None = None,
     render_in: Literal["auto", "threads", "processes"] = "auto",
 ) -> RunSummary:
     """Check every source, then render and hash images in worker threads while the models (side by side)
     answer the inputs keyed so far; each answer is committed as it arrives.
 
     ``model_decoding`` overrides ``decoding`` for the named models; ``source_keys`` passes the result of
-    :func:`check_sources` when the caller has already checked the sources. ``render_in``: "auto" renders in
-    worker processes when no model needs pixels in this process (HTTP models take encoded bytes) and there
-    are at least 64 images to render, else in threads."""
+    :func:`check_sources` when the caller has already checked the sources (it is consumed: emptied as the
+    image hashes are written). ``render_in``: "auto" renders in worker processes when no model needs pixels
+    in this process (HTTP models take encoded bytes) and there are at least 64 images to render, else in
+    threads."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
     check_models(models)
@@ -1034,8 +1120,10 @@ async def _execute(
     # pixels are needed in this process only by image models that take no encoded bytes (local models)
     want_pixels = any(m.modality != "text_only" and e is None for m, e in zip(models, encoder_of))
     known = store.image_hashes()
-    hashes = {r: known[ck] for r, ck in keys.items() if ck in known}
+    hashes = {r: known[ck] for r, ck in keys.items() if ck in known} if known else {}
     todo = [r for r in keys if r not in hashes]
+    for r in hashes:  # stored already; the others' keys are dropped once written (``source_keys`` is consumed)
+        del keys[r]
     timing: dict[str, float] = {}
 
     with _progress(progress, works) as bar:
@@ -1066,10 +1154,12 @@ async def _execute(
             """Key the trials each batch of rendered images completes and queue their inputs."""
             try:
                 admit(index.ready_without_images() + index.resolve(hashes))  # hashes known from an earlier run
-                unknown = set(todo)
                 # images already hashed but needed by inputs still to ask are rendered too, before those are asked
-                render = todo + [r for r in feed.parked if r not in unknown]
-                feed.scheduled = set(render)
+                again = {r for r in feed.parked if r not in keys}
+                render = todo + list(again)
+                # not rendered yet: a new image while its cache key is in ``keys`` (popped when its hash is
+                # written), an image rendered again while in ``again`` (no set of every recipe is built)
+                feed.unrendered = _Either(keys, again)
                 processes = render_in == "processes" or (render_in == "auto" and not want_pixels and len(render) >= 64)
                 stream_ = _render_stream(render, workers, cache, pixels, encoders, processes, want_pixels, feed.room)
                 async with aclosing(stream_) as stream:
@@ -1077,13 +1167,24 @@ async def _execute(
                         for r, h, encoded in rendered:
                             if isinstance(h, Exception):
                                 raise index.named(r, h) from None
-                            if r not in unknown and h != hashes[r]:
+                            if r not in keys and h != hashes[r]:
                                 raise index.named(r, ImageError(f"image file {r.source} changed since it was hashed"))
                             hashes[r] = h
                             feed.encoded.put(r, encoded)
-                        planned.add(image_hashes=[(keys[r], h) for r, h, _ in rendered if r in unknown])
+                        # a recipe's cache key is written with its hash, then dropped (keys of a large plan
+                        # are ~200 bytes each; the memory they free takes the hashes that follow)
+                        new = [r for r, _, _ in rendered if r in keys]
+                        planned.add(image_hashes=[(keys.pop(r), hashes[r]) for r in new])
+                        again.difference_update(r for r, _, _ in rendered)
                         feed.rendered(r for r, _, _ in rendered)
-                        admit(index.resolve(r for r, _, _ in rendered if r in unknown))
+                        admit(index.resolve(new))
+                        # every trial on a new image is keyed now: its hash is dropped unless a multi-image
+                        # trial still waits for its other images (the hash table stays as small as the backlog)
+                        need = feed.encoded.need
+                        for r in new:
+                            if r not in need:
+                                del hashes[r]
+                        del new
                         # an image whose inputs were all deduplicated or answered is not kept
                         feed.encoded.unwanted((r for r, _, _ in rendered), len(encoders))
                         feed.unwanted_pixels(r for r, _, _ in rendered)

@@ -230,7 +230,8 @@ class Model:
         raise NotImplementedError
 
     def image_encoder(self) -> Callable[[np.ndarray], bytes] | None:
-        """A picklable pure function from final pixels to the bytes this model sends for an image, or None.
+        """A picklable pure function from final pixels to the compact encoded image this model sends (e.g.
+        PNG bytes; any framing such as a base64 data URL is the model's, where it builds the request), or None.
 
         The runner may run it in its render workers (beside the event loop) and hand the bytes back
         through :meth:`prime_image`, so request building does not encode on the event loop."""

@@ -94,13 +94,22 @@ def encode_image(pixels: np.ndarray, fmt: str = "png", png_level: int = 1, jpeg_
     raise ImageError(f"unknown image format {fmt!r}; expected 'png' or 'jpeg'")
 
 
-def data_url_bytes(pixels: np.ndarray, fmt: str = "png", png_level: int = 1, jpeg_quality: int = 95) -> bytes:
-    """ASCII bytes of the ``data:image/...;base64,...`` URL (JSON-safe as is: base64 needs no escaping)."""
+def data_url_prefix(fmt: str = "png") -> bytes:
+    """The ``data:image/...;base64,`` head of a data URL for images encoded as ``fmt``.
+
+    >>> data_url_prefix("jpg")
+    b'data:image/jpeg;base64,'
+    """
     f = fmt.lower()
     if f not in _MIME:
         raise ImageError(f"unknown image format {fmt!r}; expected 'png' or 'jpeg'")
-    return b"data:" + _MIME[f].encode() + b";base64," + base64.b64encode(
-        encode_image(pixels, f, png_level, jpeg_quality))
+    return b"data:" + _MIME[f].encode() + b";base64,"
+
+
+def data_url_bytes(pixels: np.ndarray, fmt: str = "png", png_level: int = 1, jpeg_quality: int = 95) -> bytes:
+    """ASCII bytes of the ``data:image/...;base64,...`` URL (JSON-safe as is: base64 needs no escaping)."""
+    prefix = data_url_prefix(fmt)
+    return prefix + base64.b64encode(encode_image(pixels, fmt.lower(), png_level, jpeg_quality))
 
 
 def data_url(pixels: np.ndarray, fmt: str = "png", png_level: int = 1, jpeg_quality: int = 95) -> str:

@@ -52,7 +52,7 @@ from medvlm_audit.models.base import (
     ModelInput,
     Response,
 )
-from medvlm_audit.models.encoding import data_url_bytes
+from medvlm_audit.models.encoding import data_url_prefix, encode_image
 from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning, request_fields
 from medvlm_audit.models.flavours import check as check_flavour
 from medvlm_audit.models.flavours import effective as effective_decoding
@@ -154,13 +154,16 @@ class _Endpoint:
 
 
 class _DataUrlCache:
-    """LRU of encoded data URLs keyed by pixel hash, bounded in bytes: one image is often asked with
-    several prompts (and a swap partner is another case's original image)."""
+    """LRU of encoded images keyed by pixel hash, bounded in bytes: one image is often asked with several
+    prompts (and a swap partner is another case's original image). It keeps the compact encoded bytes (PNG
+    or JPEG, as render workers hand them over through ``prime_image``); the base64 data-URL framing is done
+    by :meth:`get`, where a request body is built."""
 
     def __init__(self, max_bytes: int, fmt: str, png_level: int) -> None:
         self.max_bytes = max_bytes
         self.fmt = fmt
         self.png_level = png_level
+        self.prefix = data_url_prefix(fmt)
         self._lru = LRU(max_bytes=max_bytes)
 
     @property
@@ -168,19 +171,20 @@ class _DataUrlCache:
         return self._lru.nbytes
 
     def peek(self, image: ImageData) -> bytes | None:
+        """The image's encoded bytes when kept (not framed)."""
         return self._lru.peek(image.sha256)
 
-    def put(self, key: str, url: bytes) -> None:
-        self._lru.put(key, url)
+    def put(self, key: str, encoded: bytes) -> None:
+        self._lru.put(key, encoded)
 
     def get(self, image: ImageData) -> bytes:
+        """The image's data URL (ASCII bytes), encoding its pixels when they are not kept."""
         key = image.sha256
-        hit = self._lru.get(key)
-        if hit is not None:
-            return hit
-        url = data_url_bytes(image.pixels, self.fmt, self.png_level)
-        self.put(key, url)
-        return url
+        encoded = self._lru.get(key)
+        if encoded is None:
+            encoded = encode_image(image.pixels, self.fmt, self.png_level)
+            self.put(key, encoded)
+        return self.prefix + base64.b64encode(encoded)
 
 
 class _Failure:
@@ -378,10 +382,11 @@ class OpenAIChatModel(Model):
         return h
 
     def image_encoder(self) -> Callable[[np.ndarray], bytes] | None:
-        """The data URL this client sends for an image (so the runner can encode in its render workers)."""
+        """The encoded image (PNG or JPEG bytes) this client sends, framed as a data URL where the request is
+        built (so the runner can encode in its render workers and ship compact bytes back)."""
         if self.modality == "text_only":
             return None
-        return functools.partial(data_url_bytes, fmt=self.image_format, png_level=self.png_level)
+        return functools.partial(encode_image, fmt=self.image_format, png_level=self.png_level)
 
     def prime_image(self, sha256: str, encoded: bytes) -> None:
         self._images.put(sha256, encoded)
