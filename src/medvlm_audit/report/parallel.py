@@ -1,0 +1,73 @@
+"""Figures drawn in forked worker processes while the parent goes on (matplotlib holds the GIL, threads do not help).
+
+A report's figures are independent of one another: each job builds one figure and returns its HTML. With
+``fork`` available (Linux), :func:`map_forked` starts a small process pool that inherits the jobs (closures over
+the analysis, never pickled), so the parent can render its tables meanwhile and collect the figures in order
+afterwards; the page is the same as with one process (each figure's SVG ids come from its number, not from a
+process-wide counter; tested). Without ``fork``, with one CPU, one job or ``workers=1``, the jobs run in the
+parent when the results are asked for. A pool that does not answer within ``timeout_s`` is terminated and the
+jobs run in the parent.
+
+>>> wait = map_forked([lambda: "a", lambda: "b"], workers=1)
+>>> wait()
+['a', 'b']
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import warnings
+from collections.abc import Callable, Sequence
+
+#: at most this many worker processes (a report has about a dozen figures)
+MAX_WORKERS = 4
+
+#: the jobs of the pool being filled (inherited by the forked workers, which get only an index)
+_JOBS: list[Callable[[], str]] = []
+
+
+def _run(i: int) -> str:
+    return _JOBS[i]()
+
+
+def _workers(workers: int | None, n_jobs: int) -> int:
+    if workers is None:
+        workers = min(os.cpu_count() or 1, MAX_WORKERS)
+    return max(1, min(int(workers), n_jobs))
+
+
+def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None,
+               timeout_s: float = 600.0) -> Callable[[], list[str]]:
+    """Start the jobs in forked worker processes; returns a function that waits and gives their results in order.
+
+    ``workers``: processes (None: the CPU count, at most ``MAX_WORKERS``); 1 runs the jobs in the parent, when
+    the returned function is called. An exception in a job is raised by the returned function."""
+    global _JOBS
+    jobs = list(jobs)
+    w = _workers(workers, len(jobs))
+    if w == 1 or "fork" not in multiprocessing.get_all_start_methods() or _JOBS:
+        return lambda: [job() for job in jobs]
+    _JOBS = jobs
+    try:
+        with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process that has (idle) threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pool = multiprocessing.get_context("fork").Pool(w)
+    except OSError:
+        _JOBS = []
+        return lambda: [job() for job in jobs]
+    pending = pool.map_async(_run, range(len(jobs)), chunksize=1)
+
+    def wait() -> list[str]:
+        global _JOBS
+        try:
+            return pending.get(timeout_s)
+        except multiprocessing.TimeoutError:
+            pool.terminate()
+            return [job() for job in jobs]
+        finally:
+            pool.terminate()
+            pool.join()
+            _JOBS = []
+
+    return wait
