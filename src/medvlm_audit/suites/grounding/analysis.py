@@ -159,10 +159,15 @@ def _mark_comparisons_not_assessable(rows: list[dict[str, Any]], prates: dict[st
 
 def _support_counts(vec: dict[str, Any]):
     """counts(w) for :func:`category_support`: weighted (k*, n*) of CGR, UAR and IS under case weights w."""
-    mats = {name: (vec[name].elig & vec[name].val.astype(bool), vec[name].elig) for name in ("cgr", "uar", "is")}
+    names = ("cgr", "uar", "is")
+    # the six 0/1 columns (k, n of each rate) as one float matrix: one BLAS product per weight matrix instead of
+    # six integer ones; exact, as every sum is an integer far below 2**53
+    cols = np.stack([c for name in names for c in (vec[name].elig & vec[name].val.astype(bool), vec[name].elig)],
+                    axis=1).astype(np.float64)
 
     def counts(w: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        return {name: (w @ k.astype(np.int64), w @ n.astype(np.int64)) for name, (k, n) in mats.items()}
+        s = (w.astype(np.float64) @ cols).astype(np.int64)
+        return {name: (s[:, 2 * j], s[:, 2 * j + 1]) for j, name in enumerate(names)}
 
     return counts
 
