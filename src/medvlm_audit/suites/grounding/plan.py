@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit.models.base import Message
-from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
+from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no_each
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
 from medvlm_audit.suites.grounding.probeset import ProbeSet
@@ -81,7 +81,7 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
 def score_grounding(tidy: pd.DataFrame) -> pd.DataFrame:
     """Parse yes/no, compute P(yes), and correctness (NaN when unparsed or errored)."""
     out = tidy.copy()
-    parsed = np.fromiter((parse_yes_no(t) for t in out["answer_text"]), dtype=np.int8, count=len(out))
+    parsed = np.array(parse_yes_no_each(out["answer_text"]), dtype=np.int8)
     if "imported_parsed" in out:
         imp = out["imported_parsed"].to_numpy()
         has = ~pd.isna(imp)
