@@ -822,14 +822,24 @@ _SUBGROUP_DIMS = ("sex", "view", "age")
 _LEVEL_ORDER = ["sex=M", "sex=F", "view=PA", "view=AP", "age=<50", "age=50-70", "age=>70"]
 
 
-def _subgroup_q(comparisons: pd.DataFrame, probe_set: str, model: str, metric: str, dim: str) -> object:
+def _subgroup_q(comparisons: pd.DataFrame, probe_set: str) -> Callable[[str, str, str], object]:
+    """q(model, metric, dim): the BH-adjusted p of the first subgroup test of ``probe_set`` on that metric whose
+    family is the model's (or whose model_a is the model) and whose subset names ``dim``; None without one.
+    The probe set's subgroup rows are selected once, then looked up per panel and model."""
     if not len(comparisons):
+        return lambda model, metric, dim: None
+    c = comparisons[comparisons["family"].astype(str).str.startswith(f"subgroups:{probe_set}:")]
+    rows = list(zip(c["family"].astype(str), c["metric"], c["model_a"], c["subset"].astype(str)))
+    p_adj = c["p_adj"]
+
+    def q(model: str, metric: str, dim: str) -> object:
+        own = f"subgroups:{probe_set}:{model}"
+        for i, (fam, met, model_a, subset) in enumerate(rows):
+            if met == metric and (fam == own or model_a == model) and dim in subset:
+                return p_adj.iloc[i]
         return None
-    c = comparisons[comparisons["family"].astype(str).str.startswith(f"subgroups:{probe_set}:")
-                    & (comparisons["metric"] == metric)]
-    c = c[(c["family"] == f"subgroups:{probe_set}:{model}") | (c["model_a"] == model)]
-    c = c[c["subset"].astype(str).str.contains(dim, regex=False)]
-    return c["p_adj"].iloc[0] if len(c) else None
+
+    return q
 
 
 @_styled
@@ -853,6 +863,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
     palette = ["#4c72b0", "#dd8452", "#55a868"]
     ys = np.arange(len(models))[::-1]
     caps = []
+    subgroup_q = _subgroup_q(comparisons, probe_set)
     for i, metric in enumerate(mets):
         for j, dim in enumerate(dims):
             ax = axes[i, j]
@@ -878,7 +889,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                              {mdl: _nfmt(rows.loc[mdl, "n"]) for mdl in models if mdl in rows.index}))
             trans = blended_transform_factory(ax.transAxes, ax.transData)
             for y, mdl in zip(ys, models):
-                q = _subgroup_q(comparisons, probe_set, mdl, metric, dim)
+                q = subgroup_q(mdl, metric, dim)
                 if q is not None:
                     txt = f"q {format_p(q)}" + ("†" if _fin(q) and float(q) < 0.05 else "")  # type: ignore[arg-type]
                     ax.text(0.99, y + 0.3, txt, transform=trans, ha="right", va="center", fontsize=7,
