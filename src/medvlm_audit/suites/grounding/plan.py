@@ -81,7 +81,7 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
 def score_grounding(tidy: pd.DataFrame) -> pd.DataFrame:
     """Parse yes/no, compute P(yes), and correctness (NaN when unparsed or errored)."""
     out = tidy.copy()
-    parsed = np.array(parse_yes_no_each(out["answer_text"]), dtype=np.int8)
+    parsed = np.array(parse_yes_no_each(out["answer_text"].tolist()), dtype=np.int8)
     if "imported_parsed" in out:
         imp = out["imported_parsed"].to_numpy()
         has = ~pd.isna(imp)
