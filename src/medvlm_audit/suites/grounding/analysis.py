@@ -166,7 +166,7 @@ def _support_counts(vec: dict[str, Any]):
                     axis=1).astype(np.float64)
 
     def counts(w: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        s = (w.astype(np.float64) @ cols).astype(np.int64)
+        s = (np.asarray(w, dtype=np.float64) @ cols).astype(np.int64)  # no copy of float64 weights
         return {name: (s[:, 2 * j], s[:, 2 * j + 1]) for j, name in enumerate(names)}
 
     return counts
@@ -237,7 +237,9 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                                   {i: vecs[m] for i, m in enumerate(main.models)})
         rows_ps: list[dict[str, Any]] = []
         prates = {m: parse_rates(vecs[m]) for m in main.models}
-        sup_w = support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed) if main.n_cases else None
+        # the shared case weights as float64 once (their counts come from one BLAS product per model)
+        sup_w = (support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed).astype(np.float64) if main.n_cases
+                 else None)
         for i, m in enumerate(main.models):
             mrows = model_metric_rows(main, i, opts, vecs[m], calib[i])
             _mark_not_assessable(mrows, prates[m])
