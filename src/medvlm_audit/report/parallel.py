@@ -32,6 +32,20 @@ def _run(i: int) -> str:
     return _JOBS[i]()
 
 
+def warm_up() -> None:
+    """What every figure job needs first, done once before the fork so that the workers inherit it: the report's
+    template macros compiled and the house style's font loaded."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    from medvlm_audit.report.figures import STYLE
+    from medvlm_audit.report.render import macro
+
+    macro("figure")
+    with matplotlib.rc_context(STYLE):  # type: ignore[arg-type]
+        font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+
+
 def _workers(workers: int | None, n_jobs: int) -> int:
     if workers is None:
         workers = min(os.cpu_count() or 1, MAX_WORKERS)
@@ -50,6 +64,7 @@ def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None,
     if w == 1 or "fork" not in multiprocessing.get_all_start_methods() or _JOBS:
         return lambda: [job() for job in jobs]
     _JOBS = jobs
+    warm_up()
     gc.freeze()  # the workers' garbage collector leaves the inherited objects alone: fewer copied pages
     try:
         with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process that has (idle) threads
