@@ -24,6 +24,9 @@ def test_jobs_run_in_worker_processes_and_come_back_in_order() -> None:
     got = wait()
     assert [g.split(":")[0] for g in got] == [str(i) for i in range(7)]
     assert all(g.split(":")[1] != str(os.getpid()) for g in got)  # drawn elsewhere
+    # the slowest jobs handed out first: the results still come back in the jobs' order
+    got = map_forked([partial(_pid_job, i) for i in range(7)], workers=2, first=[5, 2, 5, 99])()
+    assert [g.split(":")[0] for g in got] == [str(i) for i in range(7)]
     # one worker: run in this process, when asked
     assert [g.split(":")[1] for g in map_forked([partial(_pid_job, 0)], workers=1)()] == [str(os.getpid())]
 

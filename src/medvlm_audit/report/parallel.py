@@ -52,12 +52,13 @@ def _workers(workers: int | None, n_jobs: int) -> int:
     return max(1, min(int(workers), n_jobs))
 
 
-def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None,
+def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None, first: Sequence[int] = (),
                timeout_s: float = 600.0) -> Callable[[], list[str]]:
     """Start the jobs in forked worker processes; returns a function that waits and gives their results in order.
 
     ``workers``: processes (None: the CPU count, at most ``MAX_WORKERS``); 1 runs the jobs in the parent, when
-    the returned function is called. An exception in a job is raised by the returned function."""
+    the returned function is called. ``first``: indices of the slowest jobs, handed out before the others so that
+    no worker is left with a long job at the end. An exception in a job is raised by the returned function."""
     global _JOBS
     jobs = list(jobs)
     w = _workers(workers, len(jobs))
@@ -75,12 +76,15 @@ def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None,
         return lambda: [job() for job in jobs]
     finally:
         gc.unfreeze()
-    pending = pool.map_async(_run, range(len(jobs)), chunksize=1)
+    head = [i for i in dict.fromkeys(first) if 0 <= i < len(jobs)]
+    order = head + [i for i in range(len(jobs)) if i not in set(head)]
+    pending = pool.map_async(_run, order, chunksize=1)
 
     def wait() -> list[str]:
         global _JOBS
         try:
-            return pending.get(timeout_s)
+            got = dict(zip(order, pending.get(timeout_s)))
+            return [got[i] for i in range(len(jobs))]
         except multiprocessing.TimeoutError:
             pool.terminate()
             return [job() for job in jobs]

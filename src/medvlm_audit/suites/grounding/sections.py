@@ -210,6 +210,14 @@ def comparisons_table(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 
 
+def _slow_figures() -> tuple[Any, ...]:
+    """The figure functions that take longest to draw (several panels; the subgroup figure's nine take ~30% of a
+    paper-sized report's figure time): handed to the worker processes first."""
+    from medvlm_audit.suites.grounding import figures as F
+
+    return (F.subgroup_figure, F.accuracy_figure, F.calibration_figure, F.finding_heatmap_figure)
+
+
 def _given(fig: Any) -> Any:
     return fig
 
@@ -234,8 +242,9 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
     models = model_order(analysis)
     probe_sets = probe_sets_of(analysis)
     builders = figure_builders(analysis) if figures is None else [partial(_given, f) for f in figures]
+    slow = [k for k, b in enumerate(builders) if getattr(b, "func", None) in _slow_figures()]
     waiting = map_forked([partial(_figure_html, i, b, fmt) for i, b in enumerate(builders, 1)],
-                         workers=figure_workers)
+                         workers=figure_workers, first=slow)
     tables: list[str] = []
     met = analysis.metrics
     for ps in probe_sets:
