@@ -10,7 +10,10 @@ so a loaded machine slows both alike; the figures are the median wall, the CPU s
 child, from ``wait4``) and the peak RSS of each, and the before/after ratios. The written metrics.csv,
 comparisons.csv and categories.csv of the two trees are compared cell by cell.
 
-    PYTHONPATH=src python benchmarks/bench_report_cli.py [--repeats 3] [--before /tmp/old/src] [--run DIR]
+    PYTHONPATH=src python benchmarks/bench_report_cli.py [--repeats 3] [--before /tmp/old/src] [--run DIR] [--stages]
+
+``--stages`` adds, per tree, the CPU seconds of each stage split into the main thread, the resampling kernels'
+threads and the forked figure workers, and from them the wall the report would take on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -75,6 +78,67 @@ def run_report(src: Path, run_dir: Path, out: Path, B: int) -> tuple[float, floa
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
+def child_stages(run_dir: Path, B: int) -> None:
+    """The report's stages in this process (imports, store read + scoring, analysis, sections with figures, the
+    files), each as CPU seconds of the main thread, of this process's other threads (the resampling kernels) and
+    of forked children (figure workers); one JSON line. Runs against whichever source tree PYTHONPATH names."""
+    import json
+    import resource
+
+    def children() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    out: list[dict] = []
+    last = [time.thread_time(), time.process_time(), children(), time.perf_counter()]
+
+    def lap(name: str) -> None:
+        t, p, c, w = time.thread_time(), time.process_time(), children(), time.perf_counter()
+        out.append({"stage": name, "main": t - last[0], "threads": (p - last[1]) - (t - last[0]),
+                    "children": c - last[2], "wall": w - last[3]})
+        last[:] = [t, p, c, w]
+
+    import medvlm_audit.cli  # noqa: F401
+    from medvlm_audit import api  # noqa: F401
+    from medvlm_audit.report import write_report
+    from medvlm_audit.store import RunStore
+    from medvlm_audit.suites.grounding import analysis as A
+    from medvlm_audit.suites.grounding import suite as GS
+    lap("imports")
+    tidy = GS.tidy_grounding(RunStore(run_dir / "run.sqlite"))
+    lap("store read + scoring")
+    an = A.analyse_grounding(tidy, B=B)
+    lap("analysis")
+    res = GS.grounding_result(an)  # figures (in worker processes where the tree has them) and tables
+    lap("sections (figures, tables)")
+    with tempfile.TemporaryDirectory() as tmp:
+        write_report(res, Path(tmp), suite="grounding", title="bench", run_info={},
+                     parquet_tables=GS.GroundingSuite.parquet_tables)
+    lap("page + files")
+    print(json.dumps({"stages": out}))
+
+
+def stages(src: Path, run_dir: Path, B: int, cores: int) -> float:
+    """Print one tree's stage table; returns the 2-core estimate: per stage max(main + threads / cores,
+    children / cores) (the main thread waits while the kernels' threads run; forked figure workers run while
+    the parent renders the tables), summed."""
+    import json
+
+    env = dict(os.environ, PYTHONPATH=str(src))
+    p = subprocess.run([sys.executable, __file__, "--child-stages", str(run_dir), "--B", str(B)], env=env,
+                       cwd=tempfile.gettempdir(), capture_output=True, text=True, check=False)
+    if p.returncode:
+        raise SystemExit(f"stages from {src} failed:\n{p.stderr[-3000:]}")
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    est = 0.0
+    for st in got["stages"]:
+        e = max(st["main"] + st["threads"] / cores, st["children"] / cores)
+        est += e
+        print(f"    {st['stage']:28s} main {st['main']:5.2f}  threads {st['threads']:5.2f}  children "
+              f"{st['children']:5.2f}  CPU-s; wall {st['wall']:5.2f} s; on {cores} idle cores ~{e:5.2f} s")
+    return est
+
+
 def compare(a: Path, b: Path) -> list[str]:
     import pandas as pd
 
@@ -95,7 +159,13 @@ def main() -> None:
     ap.add_argument("--B", type=int, default=10_000)
     ap.add_argument("--before", type=Path, default=None, help="the baseline's src/ folder (run alternately)")
     ap.add_argument("--run", type=Path, default=None, help="reuse (or build once into) this run folder")
+    ap.add_argument("--stages", action="store_true",
+                    help="also the per-stage CPU split of each tree and its estimated wall on 2 idle cores")
+    ap.add_argument("--child-stages", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_stages:
+        child_stages(args.child_stages, args.B)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="bench_report_cli_"))
     run_dir = args.run or tmp / "paper-sized"
     if not (run_dir / "run.sqlite").exists() and not any(run_dir.glob("*.sqlite")):
@@ -112,14 +182,18 @@ def main() -> None:
             w, c, m = res[side][-1]
             print(f"  {side:6s} repeat {i + 1}: {w:5.2f} s wall, {c:5.2f} s CPU, {m:4.0f} MB peak RSS "
                   f"(load {os.getloadavg()[0]:.1f})")
-    med = {s: [statistics.median(x[j] for x in v) for j in range(3)] for s, v in res.items()}
+    med = {s: [statistics.median(x[j] for x in v) for j in range(3)] for s, v in res.items() if v}
     for s, (w, c, m) in med.items():
         print(f"{s:6s}: median {w:.2f} s wall, {c:.2f} s CPU, {m:.0f} MB peak RSS")
-    if args.before:
+    if args.before and args.repeats:
         (wa, ca, _), (wb, cb, _) = med["after"], med["before"]
         diff = compare(tmp / "before", tmp / "after")
         print(f"ratio after / before: wall {wa / wb:.2f}, CPU {ca / cb:.2f}; "
               f"outputs {'equal' if not diff else 'DIFFER: ' + ', '.join(diff)}")
+    if args.stages:
+        for side, src in sides:
+            print(f"{side}: stages (in one process; load {os.getloadavg()[0]:.1f})")
+            print(f"{side}: estimated wall on 2 idle cores ~{stages(src, run_dir, args.B, 2):.2f} s")
     print(f"load after: {os.getloadavg()}")
 
 
