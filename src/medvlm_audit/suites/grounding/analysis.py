@@ -12,6 +12,7 @@ default prompt. Nothing here raises on degenerate data: such cells carry a note 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -233,13 +234,19 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                        "n_ibox_overlaps": int((main.has_box & main.ibox_overlaps).sum()),
                        "models": list(main.models), "conditions": answered}
         vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
-        calib = calibration_draws(main, range(len(main.models)), opts,
-                                  {i: vecs[m] for i, m in enumerate(main.models)})
+        # the calibration resampling (numpy kernels that release the GIL) runs in a thread while this one
+        # computes what does not need it: parse rates, the support weights and the paired comparisons
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            calib_job = pool.submit(calibration_draws, main, range(len(main.models)), opts,
+                                    {i: vecs[m] for i, m in enumerate(main.models)})
+            prates = {m: parse_rates(vecs[m]) for m in main.models}
+            # the shared case weights as float64 once (their counts come from one BLAS product per model)
+            sup_w = (support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed).astype(np.float64) if main.n_cases
+                     else None)
+            ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
+                        + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
+            calib = calib_job.result()
         rows_ps: list[dict[str, Any]] = []
-        prates = {m: parse_rates(vecs[m]) for m in main.models}
-        # the shared case weights as float64 once (their counts come from one BLAS product per model)
-        sup_w = (support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed).astype(np.float64) if main.n_cases
-                 else None)
         for i, m in enumerate(main.models):
             mrows = model_metric_rows(main, i, opts, vecs[m], calib[i])
             _mark_not_assessable(mrows, prates[m])
@@ -273,8 +280,6 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             else:
                 text = verdict(cat, reason, cgr, uar, is_, acc.n, n_edited)
             verdict_parts.setdefault(m, []).append((ps, text, n_boxed))
-        ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
-                    + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
         _mark_comparisons_not_assessable(ps_comps, prates)
         comp_rows.extend(ps_comps)
         for (ps2, res, var), pnl in panels.items():
