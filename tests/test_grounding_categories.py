@@ -162,3 +162,22 @@ def test_a_mostly_unparsed_model_is_not_assessable_everywhere():
     assert len(cm) and cm["diff"].isna().all() and cm.note.str.contains("mumbler: not assessable").all()
     # the others are untouched
     assert res.categories.set_index("model").loc["reader", "category"] == "uses_image"
+
+
+def test_support_counts_equal_integer_products() -> None:
+    """The support bootstrap's (k*, n*) from one float product equal the integer products they replaced."""
+    from types import SimpleNamespace
+
+    from medvlm_audit.suites.grounding.analysis import _support_counts
+    from medvlm_audit.suites.grounding.categories import support_weights
+
+    rng = np.random.default_rng(3)
+    n = 700
+    vec = {k: SimpleNamespace(elig=rng.random(n) < 0.6, val=(rng.random(n) < 0.4).astype(np.int8))
+           for k in ("cgr", "uar", "is")}
+    w = support_weights(n, 200, 0)
+    got = _support_counts(vec)(w)
+    for k, v in vec.items():
+        assert np.array_equal(got[k][0], w @ (v.elig & v.val.astype(bool)).astype(np.int64))
+        assert np.array_equal(got[k][1], w @ v.elig.astype(np.int64))
+        assert got[k][0].dtype == np.int64

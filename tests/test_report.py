@@ -404,7 +404,7 @@ def test_extra_sections_and_png_mode(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
     a = make_analysis()
     few = [F.triad_figure(a.categories, probe_set=PS), F.uar_figure(a.metrics, a.categories, probe_set=PS)]
-    monkeypatch.setattr(F, "build_figures", lambda analysis: few)  # PNG rendering of all figures is slow
+    monkeypatch.setattr(F, "figure_builders", lambda analysis: [lambda f=f: f for f in few])  # PNG is slow
     fig = Figure(figsize=(2, 2))
     fig.add_subplot().plot([0, 1], [1, 0])
     sec = Section("Stress suite", figure_to_html(fig, "Option reordering (n = 30)", fmt="png")
@@ -453,7 +453,7 @@ def test_failure_while_rendering_leaves_nothing(tmp_path: Path, monkeypatch: pyt
 
 def _no_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     """File-level tests need no figures: skip the (slow) rendering."""
-    monkeypatch.setattr(F, "build_figures", lambda analysis: [])
+    monkeypatch.setattr(F, "figure_builders", lambda analysis: [])
 
 
 def test_failure_while_writing_leaves_no_partial_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,3 +74,11 @@ def test_p_yes_undefined_not_zero() -> None:
     assert math.isnan(p_yes([]))
     assert math.isnan(p_yes([("The", -0.1), ("A", -2.0)]))
     assert p_yes([("No", -0.01)]) == 0.0
+
+
+def test_parse_yes_no_each_equals_one_by_one() -> None:
+    from medvlm_audit.scorers.yesno import parse_yes_no_each
+
+    texts = ["Yes", "no", "Yes.", None, float("nan"), "", "<think>no</think>Yes", "Maybe", "No, not present", "Yes"]
+    assert parse_yes_no_each(texts) == [parse_yes_no(t) for t in texts]  # type: ignore[arg-type]
+    assert parse_yes_no_each([]) == []

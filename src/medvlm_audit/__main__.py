@@ -1,5 +1,5 @@
 """`python -m medvlm_audit` runs the CLI."""
 
-from medvlm_audit.cli import app
+from medvlm_audit.cli import main
 
-app()
+main()

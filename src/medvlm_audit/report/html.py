@@ -250,8 +250,10 @@ def figure_to_html(
     level, why = information(fig)
     if level == "none":
         return str(macro("fignote")(label, title or caption or "Figure", why))
+    # the SVG ids of a numbered figure depend on its number only (the same page whatever the process drew before,
+    # and in whichever worker process it is drawn); an unnumbered one takes the next value of a process counter
     _FIG_COUNTER[0] += 1
-    salt = f"medvlm-fig-{_FIG_COUNTER[0]}-{number if number is not None else ''}"
+    salt = f"medvlm-fig-n{number}" if number is not None else f"medvlm-fig-{_FIG_COUNTER[0]}-"
     if fmt == "svg":
         body = trusted(_svg_markup(fig, salt))
     elif fmt == "png":

@@ -65,6 +65,23 @@ def parse_yes_no(text: str | None) -> int:
     return UNPARSED
 
 
+def parse_yes_no_each(texts: Iterable[str | None]) -> list[int]:
+    """:func:`parse_yes_no` of every text, each distinct text parsed once (a run's answers repeat a few texts).
+
+    >>> parse_yes_no_each(["Yes", "No.", "Yes", None, "I cannot tell"])
+    [1, 0, 1, -1, -1]
+    """
+    seen: dict[str | None, int] = {}
+    out = []
+    for t in texts:
+        key = t if isinstance(t, str) else None
+        got = seen.get(key)
+        if got is None:
+            got = seen[key] = parse_yes_no(t)
+        out.append(got)
+    return out
+
+
 #: the paper's first-token sets (Methods, "Confidence"; DESIGN.md): these strings exactly, nothing else
 #: ("y", "n", "yeah", "Yes." and the like do not count).
 YES_TOKENS = frozenset({"Yes", "yes", "YES", " Yes", " yes", " YES"})

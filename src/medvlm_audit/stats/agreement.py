@@ -6,7 +6,6 @@ import math
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as _sstats
 
 from medvlm_audit.stats.types import _NAN, NOT_ESTIMABLE_N0, Estimate
 from medvlm_audit.stats.validation import (
@@ -65,6 +64,8 @@ def kendall_tau_b(x: Any, y: Any) -> tuple[float, float]:
     _check_same_length(xv, yv, "x", "y")
     if xv.shape[0] < 2 or np.all(xv == xv[0]) or np.all(yv == yv[0]):
         return _NAN, _NAN
+    from scipy import stats as _sstats
+
     res = _sstats.kendalltau(xv, yv, variant="b")
     return float(res.statistic), float(res.pvalue)
 

@@ -6,8 +6,8 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats as _sstats
 
+from medvlm_audit.stats.distributions import binom_cdf
 from medvlm_audit.stats.kernels import (
     _cluster_index_means,
     _cluster_type_counts,
@@ -127,7 +127,7 @@ def mcnemar_exact(a: Any, b: Any) -> float:
     m = n10 + n01
     if m == 0:
         return 1.0
-    return float(min(1.0, 2.0 * _sstats.binom.cdf(min(n10, n01), m, 0.5)))
+    return float(min(1.0, 2.0 * binom_cdf(min(n10, n01), m, 0.5)))
 
 
 def shift_reflect_p(draws: Any, d: float, B: int | None = None) -> float:

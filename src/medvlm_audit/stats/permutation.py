@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats as _sstats
 
 from medvlm_audit.stats import kernels
+from medvlm_audit.stats.distributions import hypergeom_pmf, rankdata
 from medvlm_audit.stats.types import _NAN, PermutationResult
 from medvlm_audit.stats.validation import _as_1d, _as_real, _check_B, _check_same_length
 
@@ -101,7 +101,7 @@ def permutation_test(values: Any, groups: Any, B: int = 1_000, seed: int = 0,
             support = np.arange(max(0, K1 - int(sizes[1])), min(K1, int(sizes[0])) + 1)
             s_sup = np.stack([support, K1 - support], axis=1) - sizes * (K1 / N)
             ssb_sup = _ssb_from_sums(s_sup, sizes)
-            pmf = _sstats.hypergeom.pmf(support, N, K1, int(sizes[0]))
+            pmf = hypergeom_pmf(support, N, K1, int(sizes[0]))
             p_exact = float(min(1.0, pmf[ssb_sup >= ssb_obs - tol].sum()))
         else:
             cnt = rng.multivariate_hypergeometric(sizes, K1, size=B)
@@ -135,8 +135,8 @@ def spearman_permutation(x: Any, y: Any, B: int = 10_000, seed: int = 0) -> tupl
     n = int(xv.shape[0])
     if n < 3:
         return _NAN, _NAN
-    rx = _sstats.rankdata(xv)
-    ry = _sstats.rankdata(yv)
+    rx = rankdata(xv)
+    ry = rankdata(yv)
     rx = rx - rx.mean()
     ry = ry - ry.mean()
     sxx, syy = float(rx @ rx), float(ry @ ry)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as _sstats
 
+from medvlm_audit.stats.distributions import rankdata
 from medvlm_audit.stats.kernels import (
     _CELLS_MAX,
     _as_cluster_matrix,
@@ -47,7 +47,7 @@ def auroc(scores: Any, labels: Any) -> float:
     n0 = int(y.shape[0]) - n1
     if n1 == 0 or n0 == 0:
         return _NAN
-    r = _sstats.rankdata(s)
+    r = rankdata(s)
     return float((r[y == 1].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 

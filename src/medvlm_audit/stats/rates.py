@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 from scipy import special as _special
-from scipy import stats as _sstats
 
+from medvlm_audit.stats.distributions import binom_ppf
 from medvlm_audit.stats.kernels import _cluster_index_means, _cluster_type_counts, _index_binary_means
 from medvlm_audit.stats.types import _NAN, NOT_ESTIMABLE_N0, Estimate, Mode
 from medvlm_audit.stats.validation import (
@@ -101,8 +101,8 @@ def rate_intervals_limit(k: Any, n: Any, alpha: float = 0.05) -> tuple[np.ndarra
     half = z * np.sqrt(p * (1.0 - p) / nn + z * z / (4.0 * nn * nn)) / denom
     w_lo = np.where(kk == 0, 0.0, np.maximum(0.0, center - half))
     w_hi = np.where(kk == nn, 1.0, np.minimum(1.0, center + half))
-    b_lo = _sstats.binom.ppf(alpha / 2.0, nn, p) / nn
-    b_hi = _sstats.binom.ppf(1.0 - alpha / 2.0, nn, p) / nn
+    b_lo = binom_ppf(alpha / 2.0, nn, p) / nn
+    b_hi = binom_ppf(1.0 - alpha / 2.0, nn, p) / nn
     wil = np.minimum(kk, nn - kk) < RATE_WILSON_EVENTS
     lo[ok] = np.where(wil, w_lo, b_lo)
     hi[ok] = np.where(wil, w_hi, b_hi)
@@ -198,6 +198,8 @@ def binomial_test(k: int, n: int, p0: float, alternative: str = "greater") -> fl
         raise ValueError(f"alternative must be 'greater', 'less' or 'two-sided', got {alternative!r}")
     if n == 0:
         return _NAN
+    from scipy import stats as _sstats
+
     return float(_sstats.binomtest(k, n, float(p0), alternative=alternative).pvalue)
 
 

@@ -12,6 +12,7 @@ default prompt. Nothing here raises on degenerate data: such cells carry a note 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -161,10 +162,15 @@ def _mark_comparisons_not_assessable(rows: list[dict[str, Any]], prates: dict[st
 
 def _support_counts(vec: dict[str, Any]):
     """counts(w) for :func:`category_support`: weighted (k*, n*) of CGR, UAR and IS under case weights w."""
-    mats = {name: (vec[name].elig & vec[name].val.astype(bool), vec[name].elig) for name in ("cgr", "uar", "is")}
+    names = ("cgr", "uar", "is")
+    # the six 0/1 columns (k, n of each rate) as one float matrix: one BLAS product per weight matrix instead of
+    # six integer ones; exact, as every sum is an integer far below 2**53
+    cols = np.stack([c for name in names for c in (vec[name].elig & vec[name].val.astype(bool), vec[name].elig)],
+                    axis=1).astype(np.float64)
 
     def counts(w: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        return {name: (w @ k.astype(np.int64), w @ n.astype(np.int64)) for name, (k, n) in mats.items()}
+        s = (np.asarray(w, dtype=np.float64) @ cols).astype(np.int64)  # no copy of float64 weights
+        return {name: (s[:, 2 * j], s[:, 2 * j + 1]) for j, name in enumerate(names)}
 
     return counts
 
@@ -230,11 +236,19 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                        "n_ibox_overlaps": int((main.has_box & main.ibox_overlaps).sum()),
                        "models": list(main.models), "conditions": answered}
         vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
-        calib = calibration_draws(main, range(len(main.models)), opts,
-                                  {i: vecs[m] for i, m in enumerate(main.models)})
+        # the calibration resampling (numpy kernels that release the GIL) runs in a thread while this one
+        # computes what does not need it: parse rates, the support weights and the paired comparisons
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            calib_job = pool.submit(calibration_draws, main, range(len(main.models)), opts,
+                                    {i: vecs[m] for i, m in enumerate(main.models)})
+            prates = {m: parse_rates(vecs[m]) for m in main.models}
+            # the shared case weights as float64 once (their counts come from one BLAS product per model)
+            sup_w = (support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed).astype(np.float64) if main.n_cases
+                     else None)
+            ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
+                        + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
+            calib = calib_job.result()
         rows_ps: list[dict[str, Any]] = []
-        prates = {m: parse_rates(vecs[m]) for m in main.models}
-        sup_w = support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed) if main.n_cases else None
         for i, m in enumerate(main.models):
             mrows = model_metric_rows(main, i, opts, vecs[m], calib[i])
             _mark_not_assessable(mrows, prates[m])
@@ -268,8 +282,6 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
             else:
                 text = verdict(cat, reason, cgr, uar, is_, acc.n, n_edited)
             verdict_parts.setdefault(m, []).append((ps, text, n_boxed))
-        ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
-                    + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
         _mark_comparisons_not_assessable(ps_comps, prates)
         comp_rows.extend(ps_comps)
         for (ps2, res, var), pnl in panels.items():

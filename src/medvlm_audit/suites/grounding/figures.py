@@ -9,7 +9,8 @@ without pyplot, so building them has no global state and needs no display.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import matplotlib
@@ -821,14 +822,24 @@ _SUBGROUP_DIMS = ("sex", "view", "age")
 _LEVEL_ORDER = ["sex=M", "sex=F", "view=PA", "view=AP", "age=<50", "age=50-70", "age=>70"]
 
 
-def _subgroup_q(comparisons: pd.DataFrame, probe_set: str, model: str, metric: str, dim: str) -> object:
+def _subgroup_q(comparisons: pd.DataFrame, probe_set: str) -> Callable[[str, str, str], object]:
+    """q(model, metric, dim): the BH-adjusted p of the first subgroup test of ``probe_set`` on that metric whose
+    family is the model's (or whose model_a is the model) and whose subset names ``dim``; None without one.
+    The probe set's subgroup rows are selected once, then looked up per panel and model."""
     if not len(comparisons):
+        return lambda model, metric, dim: None
+    c = comparisons[comparisons["family"].astype(str).str.startswith(f"subgroups:{probe_set}:")]
+    rows = list(zip(c["family"].astype(str), c["metric"], c["model_a"], c["subset"].astype(str)))
+    p_adj = c["p_adj"]
+
+    def q(model: str, metric: str, dim: str) -> object:
+        own = f"subgroups:{probe_set}:{model}"
+        for i, (fam, met, model_a, subset) in enumerate(rows):
+            if met == metric and (fam == own or model_a == model) and dim in subset:
+                return p_adj.iloc[i]
         return None
-    c = comparisons[comparisons["family"].astype(str).str.startswith(f"subgroups:{probe_set}:")
-                    & (comparisons["metric"] == metric)]
-    c = c[(c["family"] == f"subgroups:{probe_set}:{model}") | (c["model_a"] == model)]
-    c = c[c["subset"].astype(str).str.contains(dim, regex=False)]
-    return c["p_adj"].iloc[0] if len(c) else None
+
+    return q
 
 
 @_styled
@@ -852,6 +863,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
     palette = ["#4c72b0", "#dd8452", "#55a868"]
     ys = np.arange(len(models))[::-1]
     caps = []
+    subgroup_q = _subgroup_q(comparisons, probe_set)
     for i, metric in enumerate(mets):
         for j, dim in enumerate(dims):
             ax = axes[i, j]
@@ -877,7 +889,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                              {mdl: _nfmt(rows.loc[mdl, "n"]) for mdl in models if mdl in rows.index}))
             trans = blended_transform_factory(ax.transAxes, ax.transData)
             for y, mdl in zip(ys, models):
-                q = _subgroup_q(comparisons, probe_set, mdl, metric, dim)
+                q = subgroup_q(mdl, metric, dim)
                 if q is not None:
                     txt = f"q {format_p(q)}" + ("†" if _fin(q) and float(q) < 0.05 else "")  # type: ignore[arg-type]
                     ax.text(0.99, y + 0.3, txt, transform=trans, ha="right", va="center", fontsize=7,
@@ -1118,8 +1130,10 @@ def probe_sets_of(analysis: Any) -> list[str]:
     return list(seen)
 
 
-def build_figures(analysis: Any) -> list[Figure]:
-    """Every figure the analysis supports, per probe set, in report order; figures without data are left out."""
+def figure_builders(analysis: Any) -> list[Callable[[], Figure]]:
+    """A builder (no-argument callable) of every figure the analysis supports, per probe set, in report order;
+    figures without data are left out. Nothing is drawn until a builder is called (the report may call them in
+    worker processes: :func:`medvlm_audit.report.parallel.map_forked`)."""
 
     met, cats, comp = analysis.metrics, analysis.categories, analysis.comparisons
     if len(comp) and "test" in comp.columns:  # exact McNemar rows (p only) sit beside the tests, in the tables
@@ -1129,7 +1143,7 @@ def build_figures(analysis: Any) -> list[Figure]:
         sweep = pd.DataFrame()
     if not isinstance(rob, pd.DataFrame):
         rob = pd.DataFrame()
-    figs: list[Figure] = []
+    figs: list[Callable[[], Figure]] = []
     probe_sets = probe_sets_of(analysis)
     for ps in probe_sets:
         cps = cats[cats["probe_set"] == ps] if len(cats) else cats
@@ -1137,45 +1151,50 @@ def build_figures(analysis: Any) -> list[Figure]:
         boxed = len(cps) and (pd.to_numeric(cps["n_cgr"], errors="coerce").fillna(0).gt(0).any()
                               or pd.to_numeric(cps["n_is"], errors="coerce").fillna(0).gt(0).any())
         if boxed:
-            figs.append(triad_figure(cats, probe_set=ps))
+            figs.append(partial(triad_figure, cats, probe_set=ps))
         if boxed and _has_metric(met, ps, "gsp"):
-            figs.append(gsp_figure(met, cats, probe_set=ps))
+            figs.append(partial(gsp_figure, met, cats, probe_set=ps))
         if _has_metric(met, ps, "uar"):
-            figs.append(uar_figure(met, cats, probe_set=ps))
+            figs.append(partial(uar_figure, met, cats, probe_set=ps))
         if _has_metric(met, ps, "sensitivity") and _has_metric(met, ps, "specificity"):
-            figs.append(sens_spec_figure(met, cats, probe_set=ps))
+            figs.append(partial(sens_spec_figure, met, cats, probe_set=ps))
         if _has_metric(met, ps, "accuracy"):
-            figs.append(accuracy_figure(met, cats, comp, probe_set=ps))
+            figs.append(partial(accuracy_figure, met, cats, comp, probe_set=ps))
         fc = met[(met["probe_set"] == ps) & (met["metric"] == "cgr")
                  & met["subset"].astype(str).str.startswith("finding=")]
         if len(fc) and pd.to_numeric(fc["n"], errors="coerce").fillna(0).gt(0).any():
-            figs.append(finding_heatmap_figure(met, probe_set=ps))
+            figs.append(partial(finding_heatmap_figure, met, probe_set=ps))
         fams = comp["family"].astype(str).unique().tolist() if len(comp) else []
         for metric, label in (("accuracy", "accuracy"), ("uar", "UAR")):
             fs = [f for f in fams if f.startswith(f"baseline:{ps}:{metric}:")]
             if fs:
-                figs.append(forest_figure(comp, families=fs, title=f"Paired {label} differences vs text-only "
+                figs.append(partial(forest_figure, comp, families=fs, title=f"Paired {label} differences vs text-only "
                                                                    f"baselines — {ps}"))
         fs = [f for f in fams if f.startswith(f"pairs:{ps}:")]
         if fs:
-            figs.append(forest_figure(comp, families=fs, title=f"All pairwise differences — {ps}"))
+            figs.append(partial(forest_figure, comp, families=fs, title=f"All pairwise differences — {ps}"))
         known = ("baseline:", "pairs:", "subgroups:", "robustness:")  # robustness rows are rank correlations
         fs = [f for f in fams if not f.startswith(known) and f":{ps}:" in f":{f}:"
               and comp.loc[comp["family"] == f, "diff"].map(_fin).any()]
         if fs:
-            figs.append(forest_figure(comp, families=fs, title=f"Other paired comparisons — {ps}"))
+            figs.append(partial(forest_figure, comp, families=fs, title=f"Other paired comparisons — {ps}"))
         if len(sweep) and "probe_set" in sweep.columns and (sweep["probe_set"] == ps).any():
-            figs.append(threshold_sweep_figure(sweep, cats, probe_set=ps))
+            figs.append(partial(threshold_sweep_figure, sweep, cats, probe_set=ps))
         if any(_has_metric(met, ps, k) for k in ("auroc", "ece", "brier", "conf_grounded_correct",
                                                   "conf_ungrounded_correct", "conf_incorrect")):
-            figs.append(calibration_figure(met, cats, probe_set=ps))
+            figs.append(partial(calibration_figure, met, cats, probe_set=ps))
         if ((met["probe_set"] == ps) & met["subset"].astype(str).str.match(r"^(sex|view|age)=")).any():
-            figs.append(subgroup_figure(met, comp, cats, probe_set=ps))
+            figs.append(partial(subgroup_figure, met, comp, cats, probe_set=ps))
         if _has_metric(met, ps, "cgr", "res=512"):
-            figs.append(resolution_figure(met, cats, rob, probe_set=ps))
+            figs.append(partial(resolution_figure, met, cats, rob, probe_set=ps))
         if ((met["probe_set"] == ps) & (met["metric"] == "parse_rate")
                 & met["subset"].astype(str).str.startswith("prompt=")).any():
-            figs.append(prompt_figure(met, probe_set=ps))
+            figs.append(partial(prompt_figure, met, probe_set=ps))
     if len(probe_sets) >= 2:
-        figs.append(cross_dataset_figure(met, cats, probe_sets=probe_sets, robustness=rob))
+        figs.append(partial(cross_dataset_figure, met, cats, probe_sets=probe_sets, robustness=rob))
     return figs
+
+
+def build_figures(analysis: Any) -> list[Figure]:
+    """Every figure the analysis supports, per probe set, in report order; figures without data are left out."""
+    return [build() for build in figure_builders(analysis)]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no
+from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no_each
 
 
 def score_grounding(tidy: pd.DataFrame) -> pd.DataFrame:
     """Parse yes/no, compute P(yes), and correctness (NaN when unparsed or errored)."""
     out = tidy.copy()
-    parsed = np.fromiter((parse_yes_no(t) for t in out["answer_text"]), dtype=np.int8, count=len(out))
+    parsed = np.array(parse_yes_no_each(out["answer_text"].tolist()), dtype=np.int8)
     if "imported_parsed" in out:
         imp = out["imported_parsed"].to_numpy()
         has = ~pd.isna(imp)

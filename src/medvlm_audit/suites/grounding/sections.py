@@ -4,7 +4,8 @@ the one report page."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -209,16 +210,41 @@ def comparisons_table(comparisons: pd.DataFrame) -> pd.DataFrame:
 
 
 
+def _slow_figures() -> tuple[Any, ...]:
+    """The figure functions that take longest to draw (several panels; the subgroup figure's nine take ~30% of a
+    paper-sized report's figure time): handed to the worker processes first."""
+    from medvlm_audit.suites.grounding import figures as F
+
+    return (F.subgroup_figure, F.accuracy_figure, F.calibration_figure, F.finding_heatmap_figure)
+
+
+def _given(fig: Any) -> Any:
+    return fig
+
+
+def _figure_html(number: int, build: Callable[[], Any], fmt: str) -> str:
+    from medvlm_audit.suites.grounding.figures import figure_title
+
+    fig = build()
+    return figure_to_html(fig, number=number, title=figure_title(fig), fmt=fmt)
+
+
 def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, fmt: str = "svg",
-                       designed: Mapping[str, str] | None = None) -> list[Section]:
-    """Verdicts, Figures and Tables of a GroundingAnalysis (figures built from the analysis if not given)."""
-    from medvlm_audit.suites.grounding.figures import build_figures, figure_title
+                       designed: Mapping[str, str] | None = None,
+                       figure_workers: int | None = None) -> list[Section]:
+    """Verdicts, Figures and Tables of a GroundingAnalysis (figures built from the analysis if not given).
+
+    The figures are built and drawn in ``figure_workers`` forked processes (None: one per CPU, at most
+    ``report.parallel.MAX_WORKERS``; 1: in this process) while this process renders the tables."""
+    from medvlm_audit.report.parallel import map_forked
+    from medvlm_audit.suites.grounding.figures import figure_builders
 
     models = model_order(analysis)
     probe_sets = probe_sets_of(analysis)
-    if figures is None:
-        figures = build_figures(analysis)
-    fig_html = [figure_to_html(f, number=i, title=figure_title(f), fmt=fmt) for i, f in enumerate(figures, 1)]
+    builders = figure_builders(analysis) if figures is None else [partial(_given, f) for f in figures]
+    slow = [k for k, b in enumerate(builders) if getattr(b, "func", None) in _slow_figures()]
+    waiting = map_forked([partial(_figure_html, i, b, fmt) for i, b in enumerate(builders, 1)],
+                         workers=figure_workers, first=slow)
     tables: list[str] = []
     met = analysis.metrics
     for ps in probe_sets:
@@ -269,6 +295,7 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
     tables.append(compact_table_html(metrics_long_table(met), keys=("model", "metric", "subset"), max_columns=8,
                                      notes=("method", "note"), table_id="metrics-all"))
     tables.append("</details>")
+    fig_html = waiting()
     return [
         Section("Verdicts", _verdicts_html(analysis, designed), "verdicts"),
         Section("Figures", "".join(fig_html) or '<p class="muted">No figures.</p>', "figures"),

@@ -1,0 +1,201 @@
+"""Benchmark: `medvlm-audit report` of the paper-sized grounding run, end to end (issue 23 item 5: <= 2 s, <= 350 MB).
+
+Builds a run store holding the paper-sized synthetic run (``suites.grounding.synthetic.paper_sized_run``: 9 models x
+2,575 cases, original and swap on every case, both masks on the 700 boxed cases, a 99-case 512 px probe and a
+100-case prompt probe; 66,114 trials; answers and confidences stored as imported answers, as `import-results`
+stores the paper's released files), then runs ``python -m medvlm_audit report RUN --out DIR`` (B = 10,000) as a
+fresh process: store reading, scoring, analysis, figures, HTML and every table. With ``--before SRC`` the same
+command runs from another source tree (e.g. a ``git archive`` of the baseline commit) alternately with this one,
+so a loaded machine slows both alike; the figures are the median wall, the CPU seconds (user + system of the
+child, from ``wait4``) and the peak RSS of each, and the before/after ratios. The written metrics.csv,
+comparisons.csv and categories.csv of the two trees are compared cell by cell.
+
+    PYTHONPATH=src python benchmarks/bench_report_cli.py [--repeats 3] [--before /tmp/old/src] [--run DIR] [--stages]
+
+``--stages`` adds, per tree, the CPU seconds of each stage split into the main thread, the resampling kernels'
+threads and the forked figure workers, and from them the wall the report would take on 2 idle cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def build_run(run_dir: Path) -> int:
+    """Write the paper-sized synthetic run into a new run store at ``run_dir``; returns the number of trials."""
+    import numpy as np
+
+    from medvlm_audit.store import STORE_FILE, RunStore
+    from medvlm_audit.suites.grounding.synthetic import paper_sized_run
+
+    tidy = paper_sized_run()
+    case_cols = ["case_id", "kind", "finding", "label", "source", "patient_id", "study_id", "sex", "view", "split",
+                 "age", "has_box", "ibox_overlaps"]
+    cases = tidy[case_cols].drop_duplicates("case_id").sort_values("case_id").reset_index(drop=True)
+    box = cases.pop("has_box").to_numpy(bool)
+    for c, v in (("x0", 10.0), ("y0", 10.0), ("x1", 60.0), ("y1", 60.0)):
+        cases[f"tbox_{c}"] = np.where(box, v, np.nan)
+    store = RunStore(run_dir / STORE_FILE)
+    store.set_meta(run_id=run_dir.name, suite="grounding", imported_from="paper_sized_run", started_at=time.time(),
+                   seeds={"construction": 42, "resampling": 0})
+    store.add_probe_set("mimic", "synthetic", "paper-sized", cases, {"builder": "bench_report_cli"})
+    for model, modality in dict(zip(tidy["model"], tidy["modality"])).items():
+        store.add_model(model, modality, {"synthetic": model})
+    cond = tidy["condition"].astype(str)
+    cond = cond.where(tidy["resolution"] == 224, cond + "@" + tidy["resolution"].astype(str))
+    cond = cond.where(tidy["prompt_variant"] == "default", cond + "|prompt=" + tidy["prompt_variant"].astype(str))
+    keys = tidy["key"].astype(str).tolist()
+    store.add_trials(list(zip(tidy["model"], tidy["probe_set"], tidy["case_id"], cond, [0] * len(tidy), keys,
+                              [None] * len(tidy), [None] * len(tidy))))
+    with store.transaction():
+        store.db.executemany("INSERT OR REPLACE INTO responses(key, text, attempts, created_at) VALUES(?, ?, 1, 0)",
+                             list(zip(keys, tidy["answer_text"].astype(str))))
+    conf = [None if c != c else float(c) for c in tidy["confidence"]]
+    store.add_imported(list(zip(keys, tidy["parsed"].astype(int).tolist(), conf)))
+    store.close()
+    return len(tidy)
+
+
+def run_report(src: Path, run_dir: Path, out: Path, B: int) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of one ``python -m medvlm_audit report`` from source tree ``src``."""
+    env = dict(os.environ, PYTHONPATH=str(src))
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-m", "medvlm_audit", "report", str(run_dir), "--out", str(out), "--B", str(B)],
+                         env=env, cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode() if p.stderr else ""
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise SystemExit(f"report from {src} failed ({p.returncode}):\n{err[-3000:]}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+
+
+def child_stages(run_dir: Path, B: int) -> None:
+    """The report's stages in this process (imports, store read + scoring, analysis, sections with figures, the
+    files), each as CPU seconds of the main thread, of this process's other threads (the resampling kernels) and
+    of forked children (figure workers); one JSON line. Runs against whichever source tree PYTHONPATH names."""
+    import json
+    import resource
+
+    def children() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    out: list[dict] = []
+    last = [time.thread_time(), time.process_time(), children(), time.perf_counter()]
+
+    def lap(name: str) -> None:
+        t, p, c, w = time.thread_time(), time.process_time(), children(), time.perf_counter()
+        out.append({"stage": name, "main": t - last[0], "threads": (p - last[1]) - (t - last[0]),
+                    "children": c - last[2], "wall": w - last[3]})
+        last[:] = [t, p, c, w]
+
+    import medvlm_audit.cli  # noqa: F401
+    from medvlm_audit import api  # noqa: F401
+    from medvlm_audit.report import write_report
+    from medvlm_audit.store import RunStore
+    from medvlm_audit.suites.grounding import analysis as A
+    from medvlm_audit.suites.grounding import suite as GS
+    lap("imports")
+    tidy = GS.tidy_grounding(RunStore(run_dir / "run.sqlite"))
+    lap("store read + scoring")
+    an = A.analyse_grounding(tidy, B=B)
+    lap("analysis")
+    res = GS.grounding_result(an)  # figures (in worker processes where the tree has them) and tables
+    lap("sections (figures, tables)")
+    with tempfile.TemporaryDirectory() as tmp:
+        write_report(res, Path(tmp), suite="grounding", title="bench", run_info={},
+                     parquet_tables=GS.GroundingSuite.parquet_tables)
+    lap("page + files")
+    print(json.dumps({"stages": out}))
+
+
+def stages(src: Path, run_dir: Path, B: int, cores: int) -> float:
+    """Print one tree's stage table; returns the 2-core estimate: per stage max(main + threads / cores,
+    children / cores) (the main thread waits while the kernels' threads run; forked figure workers run while
+    the parent renders the tables), summed."""
+    import json
+
+    env = dict(os.environ, PYTHONPATH=str(src))
+    p = subprocess.run([sys.executable, __file__, "--child-stages", str(run_dir), "--B", str(B)], env=env,
+                       cwd=tempfile.gettempdir(), capture_output=True, text=True, check=False)
+    if p.returncode:
+        raise SystemExit(f"stages from {src} failed:\n{p.stderr[-3000:]}")
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    est = 0.0
+    for st in got["stages"]:
+        e = max(st["main"] + st["threads"] / cores, st["children"] / cores)
+        est += e
+        print(f"    {st['stage']:28s} main {st['main']:5.2f}  threads {st['threads']:5.2f}  children "
+              f"{st['children']:5.2f}  CPU-s; wall {st['wall']:5.2f} s; on {cores} idle cores ~{e:5.2f} s")
+    return est
+
+
+def compare(a: Path, b: Path) -> list[str]:
+    import pandas as pd
+
+    out = []
+    for name in ("metrics.csv", "comparisons.csv", "categories.csv"):
+        x = pd.read_csv(a / name, keep_default_na=False)
+        y = pd.read_csv(b / name, keep_default_na=False)
+        if list(x.columns) != list(y.columns) or not x.equals(y):
+            out.append(name)
+    if (a / "summary.json").read_text() != (b / "summary.json").read_text():
+        out.append("summary.json")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--B", type=int, default=10_000)
+    ap.add_argument("--before", type=Path, default=None, help="the baseline's src/ folder (run alternately)")
+    ap.add_argument("--run", type=Path, default=None, help="reuse (or build once into) this run folder")
+    ap.add_argument("--stages", action="store_true",
+                    help="also the per-stage CPU split of each tree and its estimated wall on 2 idle cores")
+    ap.add_argument("--child-stages", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_stages:
+        child_stages(args.child_stages, args.B)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="bench_report_cli_"))
+    run_dir = args.run or tmp / "paper-sized"
+    if not (run_dir / "run.sqlite").exists() and not any(run_dir.glob("*.sqlite")):
+        t = time.perf_counter()
+        n = build_run(run_dir)
+        print(f"built the paper-sized run store: {n:,} trials in {time.perf_counter() - t:.1f} s -> {run_dir}")
+    here = Path(__file__).resolve().parents[1] / "src"
+    sides = [("after", here)] + ([("before", args.before)] if args.before else [])
+    print(f"B = {args.B}; {os.cpu_count()} cores; load before: {os.getloadavg()}")
+    res: dict[str, list[tuple[float, float, float]]] = {s: [] for s, _ in sides}
+    for i in range(args.repeats):
+        for side, src in (sides if i % 2 == 0 else sides[::-1]):
+            res[side].append(run_report(src, run_dir, tmp / side, args.B))
+            w, c, m = res[side][-1]
+            print(f"  {side:6s} repeat {i + 1}: {w:5.2f} s wall, {c:5.2f} s CPU, {m:4.0f} MB peak RSS "
+                  f"(load {os.getloadavg()[0]:.1f})")
+    med = {s: [statistics.median(x[j] for x in v) for j in range(3)] for s, v in res.items() if v}
+    for s, (w, c, m) in med.items():
+        print(f"{s:6s}: median {w:.2f} s wall, {c:.2f} s CPU, {m:.0f} MB peak RSS")
+    if args.before and args.repeats:
+        (wa, ca, _), (wb, cb, _) = med["after"], med["before"]
+        diff = compare(tmp / "before", tmp / "after")
+        print(f"ratio after / before: wall {wa / wb:.2f}, CPU {ca / cb:.2f}; "
+              f"outputs {'equal' if not diff else 'DIFFER: ' + ', '.join(diff)}")
+    if args.stages:
+        for side, src in sides:
+            print(f"{side}: stages (in one process; load {os.getloadavg()[0]:.1f})")
+            print(f"{side}: estimated wall on 2 idle cores ~{stages(src, run_dir, args.B, 2):.2f} s")
+    print(f"load after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
