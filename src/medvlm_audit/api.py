@@ -22,7 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
-from medvlm_audit.aio import run_sync
+from medvlm_audit.aio import one_loop, run_sync
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
 from medvlm_audit.errors import AuditError, ConfigError, RunLockedError
 from medvlm_audit.export import export_table
@@ -202,6 +202,24 @@ def run(
     ``batch_max_wait_s`` override those options of every ``batch: true`` model (:mod:`medvlm_audit.batch`).
     Works inside a running event loop (a Jupyter notebook): the run then goes on its own loop in a worker thread
     while the caller waits; from async code, ``await run_async(...)`` keeps the caller's loop free."""
+    with one_loop():  # the endpoint check, server identification and every stage's execution share one loop
+        return _run(config, models=models, retry_errors=retry_errors, progress=progress, max_error_rate=max_error_rate,
+                    retry_missing_logprobs=retry_missing_logprobs, only_models=only_models,
+                    batch_poll_s=batch_poll_s, batch_max_wait_s=batch_max_wait_s)
+
+
+def _run(
+    config: RunConfig | dict[str, Any] | str | Path,
+    *,
+    models: list[Model] | None,
+    retry_errors: bool,
+    progress: bool,
+    max_error_rate: float,
+    retry_missing_logprobs: bool,
+    only_models: Collection[str] | None,
+    batch_poll_s: float | None,
+    batch_max_wait_s: float | None,
+) -> RunResult:
     cfg, suite, opts = resolve_config(config)
     run_dir = Path(cfg.run_dir)
     override = {m.name: m for m in models or ()}
