@@ -13,10 +13,12 @@ import json
 import random
 from typing import Any
 
-import aiohttp
 from yarl import URL
 
 from medvlm_audit.batch.lines import BatchError
+from medvlm_audit.lazy_tls import import_aiohttp
+
+aiohttp = import_aiohttp()  # its TLS contexts get their CA certificates at the first https request
 
 _RETRY = frozenset({408, 409, 429, 500, 502, 503, 504})
 

@@ -35,12 +35,12 @@ from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' 
 from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, quote_plus, urlsplit, urlunsplit
 
-import aiohttp
 import numpy as np
 from yarl import URL
 
 from medvlm_audit.cache import LRU
 from medvlm_audit.errors import ConfigError
+from medvlm_audit.lazy_tls import import_aiohttp
 from medvlm_audit.models.base import (
     NOT_ASKED,
     Decoding,
@@ -57,6 +57,8 @@ from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning, r
 from medvlm_audit.models.flavours import check as check_flavour
 from medvlm_audit.models.flavours import effective as effective_decoding
 from medvlm_audit.models.flavours import max_tokens_field as resolve_max_tokens_field
+
+aiohttp = import_aiohttp()  # its TLS contexts get their CA certificates at the first https request
 
 ApiStyle = Literal["openai", "azure"]
 
