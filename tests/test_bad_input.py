@@ -23,6 +23,8 @@ from medvlm_audit.suites.grounding.probeset import ProbeSet
         ((1, "finding"), "dragon", r"case 'c001': field 'finding' = 'dragon' is not a known finding"),
         ((2, "box_x1"), 900.0, r"case 'c002': box .* lies outside the 64x64 image"),
         ((3, "box_x1"), 8.5, r"case 'c003': box .* is under 1 px"),
+        ((3, "box_x1"), 2.0, r"case 'c003': box \[8.0, .*\] is inverted: x1 < x0 \(x0, y0 is the top left corner"),
+        ((3, "box_y1"), 2.0, r"case 'c003': box .* is inverted: y1 < y0 \("),
         ((4, "image_path"), "images/missing.png", r"case 'c004': field 'image_path': file .*missing.png does not exist"),
         ((5, "kind"), "essay", r"case 'c005': field 'kind' = 'essay'"),
     ],

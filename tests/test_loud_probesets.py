@@ -57,6 +57,22 @@ def test_built_probe_sets_honour_the_umask(tmp_path: Path, umask022) -> None:
     assert any((tmp_path / "out" / "phantom").rglob("*.png"))
 
 
+def test_build_folder_says_a_box_is_inverted_not_under_1_px(tmp_path: Path) -> None:
+    import pandas as pd
+
+    names = _images(tmp_path / "imgs")
+    rows = [{"image": n, "finding": "nodule", "label": 1, "x0": 10, "y0": 10, "x1": 40, "y1": 40} for n in names]
+    rows[2].update(x1=5)  # x1 < x0
+    rows[3].update(y0=50, y1=20)  # y1 < y0
+    rows[4].update(x1=10.5)  # truly under 1 px
+    build_folder(tmp_path / "imgs", _csv(tmp_path / "cases.csv", rows), tmp_path / "out", verbose=False, workers=1)
+    why = pd.read_csv(tmp_path / "out" / "exclusions.csv").set_index("record_id")["reason"].to_dict()
+    tail = " (x0, y0 is the top left corner, x1, y1 the bottom right)"
+    assert why == {"im2.png": "box (10.0, 10.0, 5.0, 40.0) is inverted: x1 < x0" + tail,
+                   "im3.png": "box (10.0, 50.0, 40.0, 20.0) is inverted: y1 < y0" + tail,
+                   "im4.png": "box (10.0, 10.0, 10.5, 40.0) is under 1 px"}
+
+
 @pytest.mark.parametrize("blank", ["", "   "])
 def test_build_folder_rejects_an_empty_case_id_naming_the_row(tmp_path: Path, blank: str) -> None:
     from medvlm_audit.errors import AuditError

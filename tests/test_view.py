@@ -273,3 +273,19 @@ def test_report_lists_the_cases_behind_the_verdicts_with_the_view_command(run: P
     shown = re.findall(r"(test-[a-z]+-\d+) \((Yes|No) → (Yes|No)\)", html.unescape(row.group(3)))
     assert [c for c, _, _ in shown] == sorted(want)[:3] and all(a != b for _, a, b in shown)
     assert "<img" not in sec  # ids and answers, no pixels
+
+
+def test_a_trial_without_an_error_shows_no_error_line(run: Path) -> None:
+    view = _view(run)
+    mine = view.rows[view.rows.model == "local-evidence"]
+    k = int(mine.case_idx.iloc[0])
+    idx = mine.index[mine.case_idx == k]
+    assert len(idx) > 2
+    view.rows["error_message"] = None
+    view.rows["error_message"] = view.rows["error_message"].astype(object)
+    view.rows.loc[idx, "error_message"] = float("nan")  # as results.parquet holds it for a trial without error
+    view.rows.loc[idx[0], "error_message"] = "HTTP 500: boom"
+    view.rows.loc[idx[1], "error_message"] = ""
+    page = TestClient(create_app(view, TOKEN)).get(f"/v/{TOKEN}/case/{k}?model=local-evidence").text
+    assert "error: nan" not in page and "error: None" not in page
+    assert page.count('<p class="error">') == 1 and '<p class="error">error: HTTP 500: boom</p>' in page

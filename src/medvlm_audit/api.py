@@ -426,13 +426,43 @@ def _add_driving_cases(result: Any, run_dir: Path, suite: Suite) -> None:
         result.sections.append(sec)
 
 
-def report_title(suite_title: str, run_dir: Path, models: list[str]) -> str:
+def report_title(suite_title: str, run_dir: Path, models: list[str],
+                 roles: dict[str, list[str]] | None = None) -> str:
     """``"<suite title>: <run folder> — <models>"``: the folder as the user named it (with its parent when the
-    folder is a generic ``run``, e.g. ``demo-run/run``) and up to four model names (then how many more)."""
+    folder is a generic ``run``, e.g. ``demo-run/run``) and up to four names of the models under audit (then how
+    many more); the models of a later stage (``roles``: stage name -> models, e.g. a judge) follow in
+    parentheses, named by their stage, never as models under audit.
+
+    >>> report_title("Faithfulness audit", Path("f/run"), ["a", "b", "c", "d", "e"], {"judge": ["j1", "j2"]})
+    'Faithfulness audit: f/run — a, b, c, d and 1 more (judges: j1, j2)'
+    """
     folder = run_dir.resolve()
     label = f"{folder.parent.name}/{folder.name}" if folder.name == "run" and folder.parent.name else folder.name
     shown = ", ".join(models[:4]) + (f" and {len(models) - 4} more" if len(models) > 4 else "")
+    extra = "; ".join(f"{role}{'s' if len(names) > 1 else ''}: " + ", ".join(names[:4])
+                      + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+                      for role, names in (roles or {}).items() if names)
+    if extra:
+        shown = f"{shown} ({extra})" if shown else extra
     return f"{suite_title}: {label}" + (f" — {shown}" if shown else "")
+
+
+def _later_stage_models(suite: Suite, meta: dict[str, Any], options: BaseModel, run_dir: Path,
+                        stored: list[str]) -> dict[str, list[str]]:
+    """The stored models that a stage after the first asked (e.g. judges), by stage name; {} when the run's
+    recorded config no longer validates (an imported or older run: every stored model is then listed alike)."""
+    try:
+        cfg = validate_config(dict(meta.get("config") or {}), source=f"{run_dir}: recorded config")
+        ctx = StageContext(config=cfg, options=options, run_dir=run_dir)
+        first = {m.name for m in suite.stages()[0].models(ctx)}
+        out: dict[str, list[str]] = {}
+        for stage in suite.stages()[1:]:
+            names = [m.name for m in stage.models(ctx) if m.name in stored and m.name not in first]
+            if names:
+                out.setdefault(stage.name, []).extend(sorted(set(names)))
+        return out
+    except (AuditError, ValidationError, ValueError, TypeError, IndexError):
+        return {}
 
 
 def report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
@@ -463,7 +493,9 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         result.sections.append(_decoding_section(decodings))  # a suite with its own (per strategy) keeps it
         result.tables.setdefault("effective_decoding", decodings)
     _add_driving_cases(result, run_dir, suite)
-    title = report_title(suite.title, run_dir, model_names)
+    roles = _later_stage_models(suite, meta, opts, run_dir, model_names)
+    later = {m for names in roles.values() for m in names}
+    title = report_title(suite.title, run_dir, [m for m in model_names if m not in later], roles)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=suite.parquet_tables)
 

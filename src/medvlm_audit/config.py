@@ -276,5 +276,26 @@ def _error_lines(e: ValidationError, known: Any) -> list[str]:
         unknown = err["type"] in ("extra_forbidden", "unexpected_keyword_argument")
         hint = did_you_mean(str(err["loc"][-1]), known) if unknown and err["loc"] else ""
         msg = "unknown key" if unknown else err["msg"]
-        lines.append(f"key {loc!r}: {msg}{hint}")
+        lines.append(f"key {loc!r}: {msg}{hint}{_quote_hint(err)}")
     return lines
+
+
+def _quote_hint(err: Any) -> str:
+    """Why a value meant as text is not: YAML reads unquoted ``yes``/``no``/``on``/``off``/``true``/``false``
+    as booleans and ``1.0``/``123`` as numbers (the config file and ``--model name=VALUE`` flags alike).
+
+    >>> _quote_hint({"type": "string_type", "loc": ("models", 0, "name"), "input": True})
+    '; YAML read the unquoted value as the boolean true (as it reads yes, no, on, off, true, false): quote it, e.g. name: "yes"'
+    >>> _quote_hint({"type": "string_type", "loc": ("models", 0, "name"), "input": 1.5})
+    '; YAML read the unquoted value as the number 1.5: quote it, e.g. name: "1.5"'
+    >>> _quote_hint({"type": "int_parsing", "loc": ("repeats",), "input": "many"})
+    ''
+    """
+    inp, kind = err.get("input"), str(err.get("type", ""))
+    key = str(err["loc"][-1]) if err.get("loc") else "key"
+    if isinstance(inp, bool) and not kind.startswith("bool"):
+        return (f"; YAML read the unquoted value as the boolean {str(inp).lower()} (as it reads yes, no, on, off, "
+                f'true, false): quote it, e.g. {key}: "{"yes" if inp else "no"}"')
+    if kind == "string_type" and isinstance(inp, int | float):
+        return f'; YAML read the unquoted value as the number {inp!r}: quote it, e.g. {key}: "{inp}"'
+    return ""

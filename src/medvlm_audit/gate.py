@@ -13,6 +13,10 @@ A rule reads ``[SUITE:]METRIC[.FIELD] OP VALUE [or undefined] [where CONDITION [
 - OP is ``>= <= > < == !=`` or ``in [a, b]`` / ``not in [a, b]``; numbers compare as numbers, words as text.
 - A metric in percent (unit ``%``) takes a proportion (``0.20``) or a percentage (``20%``); a bare number above 1
   is refused as ambiguous.
+- A column found in several extra tables is read from the one named by ``where table = NAME`` (e.g.
+  ``stress:support == strong where table = stress_chance``); without it, from the report's verdicts table
+  (``verdicts.csv`` or ``SUITE_verdicts.csv``) when that is one of them; otherwise the rule is refused, naming
+  every table that holds the column.
 - ``where`` keeps rows: a key that is a column (``model``, ``probe_set``, ``subset``, ...) filters that column;
   any other key ``k`` selects the subset ``k=v`` (``finding in [a, b]`` = subsets ``finding=a`` and
   ``finding=b``). Without a subset condition the subset ``all`` is used (or the metric's only subset).
@@ -29,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +71,8 @@ class Rule:
     allow_undefined: bool = False
     where: tuple[Condition, ...] = ()
     name: str = ""
+    #: where the rule was written (``FILE, rule N`` / ``FILE, line N``); every error about the rule starts with it
+    origin: str = ""
 
     @property
     def label(self) -> str:
@@ -166,8 +172,10 @@ def _op(toks: list[str], i: int, text: str, *, where: bool) -> tuple[str, int]:
     raise GateError(f"bad rule {text!r}: {toks[i]!r} is not a comparison (use {known})")
 
 
-def parse_rule(text: str, *, name: str = "", allow_undefined: bool = False) -> Rule:
-    """Parse one rule (grammar in the module docstring); a bad rule raises :class:`GateError` naming it."""
+def parse_rule(text: str, *, name: str = "", allow_undefined: bool = False, origin: str = "") -> Rule:
+    """Parse one rule (grammar in the module docstring); a bad rule raises :class:`GateError` naming it.
+    ``origin`` (e.g. ``rules.yaml, rule 2``) is kept on the rule so that errors found later, against a run,
+    name it too."""
     text = " ".join(str(text).split())
     if not text:
         raise GateError("bad rule: it is empty")
@@ -215,7 +223,7 @@ def parse_rule(text: str, *, name: str = "", allow_undefined: bool = False) -> R
                 raise GateError(f"bad rule {text!r}: unexpected {toks[i]!r} (conditions are joined by 'and')")
             i += 1
     return Rule(text=text, suite=suite or None, metric=metric, field=fld, op=op, values=values,
-                allow_undefined=allow_undefined, where=tuple(conds), name=name)
+                allow_undefined=allow_undefined, where=tuple(conds), name=name, origin=origin)
 
 
 def load_rules(path: str | Path) -> list[Rule]:
@@ -247,26 +255,28 @@ def load_rules(path: str | Path) -> list[Rule]:
             raise GateError(f"{p}: expected a non-empty list of rules (or 'rules:' holding one)")
         rules = []
         for k, item in enumerate(data, 1):
+            origin = f"{p}, rule {k}"
             try:
                 if isinstance(item, str):
-                    rules.append(parse_rule(item))
+                    rules.append(parse_rule(item, origin=origin))
                 elif isinstance(item, dict) and isinstance(item.get("rule"), str):
                     extra = set(item) - {"rule", "name", "allow_undefined"}
                     if extra:
                         raise GateError(f"unknown key(s) {sorted(extra)}; known: rule, name, allow_undefined")
                     rules.append(parse_rule(item["rule"], name=str(item.get("name") or ""),
-                                            allow_undefined=bool(item.get("allow_undefined", False))))
+                                            allow_undefined=bool(item.get("allow_undefined", False)),
+                                            origin=origin))
                 else:
                     raise GateError("expected a rule string or a mapping with 'rule'")
             except GateError as e:
-                raise GateError(f"{p}, rule {k}: {e}") from None
+                raise GateError(f"{origin}: {e}") from None
         return rules
     rules = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if line:
             try:
-                rules.append(parse_rule(line))
+                rules.append(parse_rule(line, origin=f"{p}, line {n}"))
             except GateError as e:
                 raise GateError(f"{p}, line {n}: {e}") from None
     if not rules:
@@ -447,6 +457,32 @@ def _eval_table(rule: Rule, rep: _Report, name: str, rows: Any) -> list[Check]:
     return checks
 
 
+def _is_verdicts(name: str) -> bool:
+    return name == "verdicts" or name.endswith("_verdicts")
+
+
+def _pick_table(rule: Rule, rep: _Report, holders: list[str], table: Condition | None) -> str:
+    """The one extra table ``rule.metric`` is read from: the one named by ``where table = NAME``; else the only
+    table holding the column; else the report's verdicts table (``verdicts.csv`` / ``SUITE_verdicts.csv``) when
+    it is one of them; else an error naming every table that holds it."""
+    listed = ", ".join(f"{h}.csv" for h in holders)
+    if table is not None:
+        if table.op not in ("=", "in") or len(table.values) != 1:
+            raise GateError(f"rule {rule.text!r}: write 'where table = NAME' (one table, one of {listed})")
+        want = table.values[0].removesuffix(".csv")
+        if want not in holders:
+            raise GateError(f"rule {rule.text!r}: no table {want!r} with a column {rule.metric!r} in {rep.folder}"
+                            f"{did_you_mean(want, holders)}; tables with it: {listed}")
+        return want
+    if len(holders) == 1:
+        return holders[0]
+    verdicts = [h for h in holders if _is_verdicts(h)]
+    if len(verdicts) == 1:
+        return verdicts[0]
+    raise GateError(f"rule {rule.text!r}: {rule.metric!r} is a column of {len(holders)} tables in {rep.folder} "
+                    f"({listed}); name one with 'where table = {holders[0]}'")
+
+
 def _apply(rule: Rule, reports: Sequence[_Report]) -> list[Check]:
     targets = [r for r in reports if rule.suite is None or rule.suite in r.suites]
     if not targets:
@@ -454,23 +490,31 @@ def _apply(rule: Rule, reports: Sequence[_Report]) -> list[Check]:
         raise GateError(f"rule {rule.text!r}: no run of suite {rule.suite!r}{did_you_mean(rule.suite or '', have)}; "
                         f"the runs given are of suite(s) {', '.join(have) or 'none'}")
     checks: list[Check] = []
+    tables = [c for c in rule.where if c.key == "table"]
+    if len(tables) > 1:
+        raise GateError(f"rule {rule.text!r}: name one table ('where table = NAME' once)")
+    table = tables[0] if tables else None
+    plain = replace(rule, where=tuple(c for c in rule.where if c.key != "table")) if table else rule
     for rep in targets:
         m = rep.metrics
         if rule.suite is not None:
             m = m[m["suite"] == rule.suite]
         rows = m[m["metric"] == rule.metric]
-        if len(rows):
+        if len(rows) and table is None:
             checks += _eval_metric(rule, rep, _select(rule, rows, "the metrics table", subset_default=True))
             continue
         holders = [n for n, t in rep.tables.items() if rule.metric in t.columns]
         if holders:
+            name = _pick_table(rule, rep, holders, table)
             if rule.field != "point":
-                raise GateError(f"bad rule {rule.text!r}: {rule.metric} comes from {holders[0]}.csv, which has no "
+                raise GateError(f"bad rule {rule.text!r}: {rule.metric} comes from {name}.csv, which has no "
                                 f"{rule.field}; compare the value itself")
-            name = holders[0]
-            checks += _eval_table(rule, rep, name, _select(rule, rep.tables[name], f"{name}.csv",
+            checks += _eval_table(rule, rep, name, _select(plain, rep.tables[name], f"{name}.csv",
                                                             subset_default=False))
             continue
+        if table is not None and len(rows):
+            raise GateError(f"rule {rule.text!r}: {rule.metric} is a metric of the metrics table, not a column of "
+                            f"an extra table; drop 'where table = ...'")
         known = sorted(set(m["metric"]))
         cols = sorted({c for t in rep.tables.values() for c in t.columns if c != "model"})
         raise GateError(f"rule {rule.text!r}: unknown metric {rule.metric!r} in {rep.folder}"
@@ -491,7 +535,12 @@ def evaluate(runs: Iterable[str | Path], rules: Sequence[Rule]) -> GateResult:
         raise GateError("no rule given: use --rule RULE (repeatable) or --rules FILE")
     res = GateResult()
     for rule in rules:
-        res.checks += _apply(rule, reports)
+        try:
+            res.checks += _apply(rule, reports)
+        except GateError as e:
+            if rule.origin:  # a rule from a file: the error names the file and the rule / line
+                raise GateError(f"{rule.origin}: {e}") from None
+            raise
     return res
 
 

@@ -33,6 +33,31 @@ def max_line_bytes() -> int:
     return v
 
 
+def json_error_where(e: json.JSONDecodeError, line: str) -> str:
+    r"""What is wrong with one JSONL line and where, by the column in the line itself: a line cut short is said
+    to end early at its last column (the decoder places that error after the line's newline, at "column 1").
+
+    >>> import json
+    >>> line = '{"id": "x", "text": "a report",\n'
+    >>> try:
+    ...     json.loads(line)
+    ... except json.JSONDecodeError as e:
+    ...     print(json_error_where(e, line))
+    Expecting property name enclosed in double quotes after column 31: the line ends there (cut short?)
+    >>> bad = '{"id": x}'
+    >>> try:
+    ...     json.loads(bad)
+    ... except json.JSONDecodeError as e:
+    ...     print(json_error_where(e, bad))
+    Expecting value at column 8
+    """
+    body = line.rstrip("\r\n")
+    end = len(body.rstrip())
+    if e.pos >= end:  # nothing but the newline (or spaces) after where it stopped: the line is cut short
+        return f"{e.msg} after column {end}: the line ends there (cut short?)"
+    return f"{e.msg} at column {e.pos - body.rfind(chr(10), 0, e.pos)}"
+
+
 def iter_jsonl(path: str | Path, *, error: type[Exception] = AuditError, what: str = "file",
                limit: int | None = None, unit: str | None = None, hint: str = ""
                ) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -71,7 +96,7 @@ def iter_jsonl(path: str | Path, *, error: type[Exception] = AuditError, what: s
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as e:
-                raise error(f"{at(n)}: not valid JSON ({e.msg} at column {e.colno})") from None
+                raise error(f"{at(n)}: not valid JSON ({json_error_where(e, text)})") from None
             if not isinstance(obj, dict):
                 raise error(f"{at(n)}: expected a JSON object{hint}, got {type(obj).__name__}")
             yield n, obj

@@ -130,6 +130,18 @@ def _options(raw: Any, gold: Any, chosen: Any) -> list[dict[str, Any]] | None:
             for i, o in enumerate(raw[:26])]
 
 
+def _present(v: Any) -> str | None:
+    """A cell's text, or None where the cell is empty (None, NaN, blank): a trial without an error has none.
+
+    >>> [_present(v) for v in (None, float("nan"), "", "  ", "HTTP 500: boom")]
+    [None, None, None, None, 'HTTP 500: boom']
+    """
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    s = str(v).strip()
+    return s or None
+
+
 def _num(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
@@ -282,7 +294,7 @@ def create_app(view: RunView, token: str, *, allowed_hosts: list[str] | None = N
             ref_id = getattr(r, spec.reference_column, None) if spec.reference_column else None
             ref = view.references.get(str(ref_id)) if ref_id is not None else None
             t["reference"] = highlight_words(ref, terms) if isinstance(ref, str) else None
-            t["error"] = getattr(r, "error_message", None)
+            t["error"] = _present(getattr(r, "error_message", None))
             t["options"] = _options(getattr(r, spec.options_column, None) if spec.options_column else None,
                                     getattr(r, spec.gold_column, None) if spec.gold_column else None,
                                     getattr(r, spec.answer, None))

@@ -324,7 +324,11 @@ def validate_manifest(df: pd.DataFrame, image_root: Path | None, name: str = "pr
                 problems.append(f"case {cid!r}: box has missing coordinates {b}")
             else:
                 x0, y0, x1, y1 = b
-                if x1 - x0 < 1 or y1 - y0 < 1:
+                if x1 < x0 or y1 < y0:
+                    swapped = " and ".join(t for t, bad in (("x1 < x0", x1 < x0), ("y1 < y0", y1 < y0)) if bad)
+                    problems.append(f"case {cid!r}: box {b} is inverted: {swapped} (x0, y0 is the top left "
+                                    f"corner, x1, y1 the bottom right)")
+                elif x1 - x0 < 1 or y1 - y0 < 1:
                     problems.append(f"case {cid!r}: box {b} is under 1 px")
                 if (w is None or h is None) and image_root is not None:
                     w, h, why = _header_size(_none(r.get("image_path")), image_root, w, h)

@@ -668,8 +668,19 @@ def box_size_at(x0: pd.Series, y0: pd.Series, x1: pd.Series, y1: pd.Series, w: p
 
 
 def box_outside_reason(x0, y0, x1, y1, w, h, tol: float = 0.5) -> pd.Series:
-    """Per-row reason a box is degenerate or lies outside its w x h image (None where fine)."""
-    bad_size = (x1 - x0 < 1) | (y1 - y0 < 1)
+    """Per-row reason a box is degenerate or lies outside its w x h image (None where fine). An inverted box
+    (x1 < x0 or y1 < y0: the corners swapped) is said to be inverted, not "under 1 px".
+
+    >>> s = lambda *v: pd.Series([float(x) for x in v])
+    >>> box_outside_reason(s(40, 10, 10), s(40, 10, 10), s(20, 50, 10.5), s(120, 5, 50), s(200, 200, 200),
+    ...                    s(200, 200, 200)).tolist()  # doctest: +NORMALIZE_WHITESPACE
+    ['box (40.0, 40.0, 20.0, 120.0) is inverted: x1 < x0 (x0, y0 is the top left corner, x1, y1 the bottom right)',
+     'box (10.0, 10.0, 50.0, 5.0) is inverted: y1 < y0 (x0, y0 is the top left corner, x1, y1 the bottom right)',
+     'box (10.0, 10.0, 10.5, 50.0) is under 1 px']
+    """
+    inv_x, inv_y = x1 < x0, y1 < y0
+    inverted = inv_x | inv_y
+    bad_size = ((x1 - x0 < 1) | (y1 - y0 < 1)) & ~inverted
     outside = (x0 < -tol) | (y0 < -tol) | (x1 > w + tol) | (y1 > h + tol)
     reason = pd.Series([None] * len(x0), index=x0.index, dtype=object)
     txt = (
@@ -678,6 +689,11 @@ def box_outside_reason(x0, y0, x1, y1, w, h, tol: float = 0.5) -> pd.Series:
     )
     reason[outside] = txt[outside] + " lies outside the " + w[outside].astype(str) + "x" + h[outside].astype(str) + " image"
     reason[bad_size & ~outside] = txt[bad_size & ~outside] + " is under 1 px"
+    which = pd.Series(np.where(inv_x & inv_y, "x1 < x0 and y1 < y0", np.where(inv_x, "x1 < x0", "y1 < y0")),
+                      index=x0.index)
+    sel = inverted & ~outside
+    reason[sel] = (txt[sel] + " is inverted: " + which[sel]
+                   + " (x0, y0 is the top left corner, x1, y1 the bottom right)")
     return reason
 
 
