@@ -4,10 +4,13 @@ and SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from medvlm_audit import api
 from medvlm_audit.health import failing_models
@@ -84,3 +87,53 @@ def test_cli_rerun_exits_1_and_names_the_model(tmp_path: Path) -> None:
     for p in outs:
         assert p.returncode == 1, p.stderr[-2000:]
         assert "model 'flaky' failed" in p.stdout + p.stderr
+
+
+def _png(path: Path) -> str:
+    import numpy as np
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((32, 32), 90, dtype=np.uint8)).save(path)
+    return path.name
+
+
+def test_reports_bad_reference_corpus_fails_before_anything_is_written(tmp_path: Path) -> None:
+    """Defect 7: a reference row without ``text`` was found by the report, after the model was asked."""
+    from medvlm_audit.errors import ConfigError
+
+    rows = [{"id": f"im{i}", "image": f"rimg/{_png(tmp_path / 'rimg' / f'{i}.png')}", "group": "MF"[i % 2]}
+            for i in range(4)]
+    (tmp_path / "images.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ref = [{"id": f"im{i}", "text": "The lungs are clear.", "group": "MF"[i % 2]} for i in range(4)]
+    del ref[2]["text"]
+    (tmp_path / "ref.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ref))
+    with ThreadedFakeServer() as srv:
+        cfg = {"suite": "reports", "run_dir": str(tmp_path / "run"), "probe_sets": [str(tmp_path / "images.jsonl")],
+               "reference": str(tmp_path / "ref.jsonl"), "strategies": ["greedy"],
+               "models": [_openai("m", srv.base_url)]}
+        with pytest.raises(ConfigError, match=r"option 'reference': .*ref\.jsonl, row 3: missing field 'text'"):
+            api.run(cfg, progress=False)
+        assert sum(srv.stats.answers.values()) == 0  # the model was not asked
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_stress_missing_image_fails_before_the_store_naming_item_field_and_path(tmp_path: Path) -> None:
+    """Defect 8: a missing image file was excluded and the item asked without it; now one line, nothing written."""
+    from medvlm_audit.errors import AuditError
+
+    _png(tmp_path / "img" / "0.png")
+    items = [{"item_id": "ok", "question": "Q?", "options": ["a", "b"], "answer": "A", "images": ["img/0.png"]},
+             {"item_id": "typo", "question": "Q?", "options": ["a", "b"], "answer": "B", "images": ["img/nope.png"]}]
+    (tmp_path / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
+    cfg = {"suite": "stress", "run_dir": str(tmp_path / "run"), "probe_sets": [str(tmp_path / "items.jsonl")],
+           "models": [{"name": "x", "backend": "stress_reference", "kind": "first_option"}],
+           "conditions": ["original", "no_image"]}
+    with pytest.raises(AuditError) as e:
+        api.run(cfg, progress=False)
+    msg = str(e.value)
+    assert "\n" not in msg and "items.jsonl: item 'typo': field 'images'" in msg and "img/nope.png does not exist" in msg
+    assert not (tmp_path / "run").exists()
+    # on_missing: exclude keeps the earlier behaviour (the conditions showing the image are skipped and listed)
+    res = api.run({**cfg, "on_missing": "exclude"}, progress=False)
+    assert res.summary.skipped == {"original: image file " + str(tmp_path / "img" / "nope.png") + " does not exist": 1}
