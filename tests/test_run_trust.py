@@ -137,3 +137,40 @@ def test_stress_missing_image_fails_before_the_store_naming_item_field_and_path(
     # on_missing: exclude keeps the earlier behaviour (the conditions showing the image are skipped and listed)
     res = api.run({**cfg, "on_missing": "exclude"}, progress=False)
     assert res.summary.skipped == {"original: image file " + str(tmp_path / "img" / "nope.png") + " does not exist": 1}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """Defect 17: SIGTERM killed the run silently and left its lock held by a dead PID. Now: the "interrupted"
+    line, exit 143, answers kept, the lock released; the same command resumes."""
+    import signal
+    import sqlite3
+    import time
+
+    import yaml
+
+    with ThreadedFakeServer(delay_ms=200) as srv:
+        spec = _grounding(tmp_path / "run", srv.base_url, tmp_path)
+        spec["models"][0]["max_concurrency"] = 1
+        spec["conditions"] = ["original", "no_image"]
+        cfg = tmp_path / "g.yaml"
+        cfg.write_text(yaml.safe_dump(spec))
+        env = {**os.environ, "PYTHONPATH": str(SRC)}
+        cmd = [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while srv.stats.total < 3 and time.monotonic() < deadline:  # endpoint check + some answers in
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)  # `kill PID`
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, out + err
+        assert "Traceback" not in out + err, err
+        lines = [ln for ln in (out + err).splitlines() if ln.strip()]
+        db = sqlite3.connect(tmp_path / "run" / "run.sqlite")
+        kept = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        db.close()
+        assert lines == [f"interrupted: {kept} answers kept; run the same command to resume"]
+        assert 0 < kept < 12
+        assert (tmp_path / "run" / "run.lock").read_text() == ""  # released (no PID left in it)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

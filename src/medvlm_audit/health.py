@@ -106,6 +106,8 @@ def report_health(summary: Mapping[str, Any], say: Callable[[str], Any]) -> int:
 
 #: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
 EXIT_INTERRUPTED = 130
+#: exit status of a run stopped by SIGTERM (128 + SIGTERM), after the same clean stop as Ctrl-C
+EXIT_TERMINATED = 143
 
 
 def stored_answers(run_dir: str | Path) -> int:
