@@ -174,3 +174,32 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
         assert (tmp_path / "run" / "run.lock").read_text() == ""  # released (no PID left in it)
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_empty_completion_is_asked_again_at_most_twice_without_backoff() -> None:
+    """Defect 15: a model answering "" (200, finish_reason stop) was asked 7 times per input with exponential
+    backoff (32 s for 38 inputs). Now at most EMPTY_RETRIES more times, at once; then the error kind ``empty``."""
+    import asyncio
+    import time
+
+    from medvlm_audit.models.base import Decoding, Message, ModelInput
+    from medvlm_audit.models.openai_compat import EMPTY_RETRIES, OpenAIChatModel
+
+    inputs = [ModelInput((Message("user", f"Finding {i}?"),), (), Decoding()) for i in range(8)]
+    with ThreadedFakeServer(answer_fn=lambda body: "") as srv:
+        m = OpenAIChatModel("empty", "fake-vlm", srv.base_url)  # default max_retries 6, backoff 0.5 s doubling
+
+        async def go():
+            try:
+                return await m.generate(inputs)
+            finally:
+                await m.aclose()
+
+        t0 = time.perf_counter()
+        responses = asyncio.run(go())
+        elapsed = time.perf_counter() - t0
+        total = srv.stats.total
+    assert all(r.error is not None and r.error.kind == "empty" for r in responses)
+    assert {r.error.attempts for r in responses} == {1 + EMPTY_RETRIES} and EMPTY_RETRIES == 2
+    assert total == len(inputs) * (1 + EMPTY_RETRIES)
+    assert elapsed < 2.0  # no backoff between the attempts (was > 10 s with 6 backed-off retries)
