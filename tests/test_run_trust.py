@@ -73,6 +73,7 @@ def test_rerun_of_a_failing_run_still_fails_and_retry_errors_that_fixes_it_passe
     assert failing_models(fixed) == {}
 
 
+@pytest.mark.slow  # two CLI subprocesses
 def test_cli_rerun_exits_1_and_names_the_model(tmp_path: Path) -> None:
     """Defect 2 through the command line (docs/gate.md's CI recipe relies on the exit status)."""
     import yaml
@@ -139,6 +140,7 @@ def test_stress_missing_image_fails_before_the_store_naming_item_field_and_path(
     assert res.summary.skipped == {"original: image file " + str(tmp_path / "img" / "nope.png") + " does not exist": 1}
 
 
+@pytest.mark.slow  # CLI subprocesses
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_sigterm_stops_a_run_as_ctrl_c_does(tmp_path: Path) -> None:
     """Defect 17: SIGTERM killed the run silently and left its lock held by a dead PID. Now: the "interrupted"
