@@ -19,6 +19,7 @@ from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites.stress.analysis import analyse_stress
 from medvlm_audit.suites.stress.conditions import DEFAULT_CONDITIONS
 from medvlm_audit.suites.stress.embedded import build_phantom_mcq
+from medvlm_audit.suites.stress.items import ItemError
 from medvlm_audit.suites.stress.plan import plan_stress
 from medvlm_audit.suites.stress.reference import reference_mcq_panel
 from medvlm_audit.suites.stress.suite import report_stress, tidy_stress
@@ -168,7 +169,9 @@ def test_exclusion_log_is_written_and_summarised(tmp_path: Path) -> None:
 
     items = build_phantom_mcq(tmp_path / "set", n_items=8, size=64, n_substitutions=2, n_options=4)
     (tmp_path / "set" / "images" / "phantom-mcq-0001.png").unlink()  # a missing image
-    plan = plan_stress(config(tmp_path, str(tmp_path / "set")))
+    with pytest.raises(ItemError, match="item 'phantom-mcq-0001': field 'images': image file .* does not exist"):
+        plan_stress(config(tmp_path, str(tmp_path / "set")))  # a run fails on it by default ...
+    plan = plan_stress(config(tmp_path, str(tmp_path / "set"), on_missing="exclude"))  # ... or excludes it
     n_required = sum(bool(it.needs_image) for it in items.items)
     store = RunStore(tmp_path / "run" / STORE_FILE)
     try:

@@ -96,22 +96,34 @@ def plan_for(cfg: RunConfig | dict[str, Any] | str | Path, stage: int = 0) -> Pl
     return suite.stages()[stage].plan(StageContext(cfg, opts, Path(cfg.run_dir)))
 
 
+def _add_counts(acc: dict[str, Any], d: dict[str, Any]) -> None:
+    """Add one stage's per-model counts into ``acc``: numbers are summed, nested dicts (counts by kind, each
+    ``{"n": .., "sample": ..}``) are added key by key, anything else (a sample message) keeps the first seen.
+
+    >>> acc = {"errors": 1, "error_kinds": {"empty": {"n": 1, "sample": "a"}}}
+    >>> _add_counts(acc, {"errors": 2, "error_kinds": {"empty": {"n": 2, "sample": "b"}, "timeout": {"n": 1}}})
+    >>> acc
+    {'errors': 3, 'error_kinds': {'empty': {'n': 3, 'sample': 'a'}, 'timeout': {'n': 1}}}
+    """
+    for k, v in d.items():
+        if isinstance(v, dict):
+            sub = acc.setdefault(k, {})
+            if isinstance(sub, dict):
+                _add_counts(sub, v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            old = acc.get(k, 0)
+            acc[k] = old + v if isinstance(old, (int, float)) else v
+        else:
+            acc.setdefault(k, v)
+
+
 def _merge(summaries: list[RunSummary]) -> RunSummary:
     if len(summaries) == 1:
         return summaries[0]
-    per: dict[str, dict[str, int]] = {}
+    per: dict[str, dict[str, Any]] = {}
     for s in summaries:
         for name, d in s.per_model.items():
-            acc = per.setdefault(name, {})
-            for k, v in d.items():
-                if isinstance(v, dict):  # counts by kind
-                    sub = acc.setdefault(k, {})
-                    for kk, vv in v.items():
-                        sub[kk] = sub.get(kk, 0) + vv
-                elif isinstance(v, (int, float)):
-                    acc[k] = acc.get(k, 0) + v
-                else:
-                    acc.setdefault(k, v)
+            _add_counts(per.setdefault(name, {}), d)
     skipped: dict[str, int] = {}
     for s in summaries:
         for k, v in s.skipped.items():

@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperGroup
 
 from medvlm_audit import __version__
-from medvlm_audit.cliutil import console, emit, fail
+from medvlm_audit.cliutil import console, emit, fail, interrupted_exit_code, sigterm_as_interrupt
 from medvlm_audit.errors import AuditError
 
 
@@ -175,9 +175,10 @@ def run_cmd(
             for line in dry_run_lines(count_missing(cfg, retry_errors=retry_errors)):
                 console.print(line, markup=False, highlight=False)
             return
-        res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress,
-                      retry_missing_logprobs=retry_missing_logprobs, batch_poll_s=batch_poll_s,
-                      batch_max_wait_s=batch_max_wait_s)
+        with sigterm_as_interrupt():  # SIGTERM stops the run as Ctrl-C does (answers kept, lock released)
+            res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress,
+                          retry_missing_logprobs=retry_missing_logprobs, batch_poll_s=batch_poll_s,
+                          batch_max_wait_s=batch_max_wait_s)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -200,10 +201,10 @@ def _warn_low_parse_rates(results_parquet: Path) -> None:
 
 
 def _interrupted(run_dir: Path | str | None, resume: str = "run the same command to resume") -> None:
-    from medvlm_audit.health import EXIT_INTERRUPTED, interrupted_line
+    from medvlm_audit.health import interrupted_line
 
     console.print(interrupted_line(run_dir, resume), markup=False, highlight=False)
-    raise typer.Exit(EXIT_INTERRUPTED)
+    raise typer.Exit(interrupted_exit_code())  # 130 after Ctrl-C, 143 after SIGTERM
 
 
 def _exit_on_model_errors(summary: dict) -> None:
@@ -323,7 +324,8 @@ def demo_cmd(
         flags: dict[str, Any] = {k: v for k, v, d in (("n_cases", n_cases, None), ("gemma", gemma, False),
                                                       ("vision_probe", vision_probe, False)) if v != d}
         flags.update(_settings(set_))
-        res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
+        with sigterm_as_interrupt():
+            res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
     except (AuditError, ValueError, TypeError) as e:  # a --set value the embedded default refuses: one line
         _fail(e)
     except KeyboardInterrupt:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -25,3 +27,45 @@ def fail(e: BaseException | str, code: int = 2) -> NoReturn:
 
     console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)  # one line
     raise typer.Exit(code)
+
+
+class _Terminated:
+    """Whether the last interruption was a SIGTERM (set by :func:`sigterm_as_interrupt`'s handler)."""
+
+    seen = False
+
+
+def interrupted_exit_code() -> int:
+    """130 (128 + SIGINT) after Ctrl-C, 143 (128 + SIGTERM) after a SIGTERM, as a shell reports them."""
+    from medvlm_audit.health import EXIT_INTERRUPTED, EXIT_TERMINATED
+
+    return EXIT_TERMINATED if _Terminated.seen else EXIT_INTERRUPTED
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block a SIGTERM (``kill PID``, a job scheduler's stop, ``docker stop``) stops the command as Ctrl-C
+    does: the SIGINT handler in force is called (asyncio's cancels the run's main task; Python's raises
+    KeyboardInterrupt), or, where SIGINT is ignored (a background job of a script), KeyboardInterrupt is raised.
+    So answers received are committed, the run's lock is released and the "interrupted" line is printed; the exit
+    status is then :func:`interrupted_exit_code`. Only in the main thread; elsewhere the block runs unchanged."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        _Terminated.seen = True
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -2,7 +2,9 @@
 
 A model fails a run when it was asked something and got no answer at all, or when the share of its inputs
 that ended in an error (or were not asked because its circuit breaker stopped it) exceeds
-``max_error_rate``. The command line prints :func:`error_summary_lines` at the end of every run and exits
+``max_error_rate``. The shares are taken over the run's whole plan as the store holds it after the invocation
+(the summary's ``stored``), so rerunning a failing run without ``--retry-errors`` fails again, and a
+``--retry-errors`` rerun that fixes the errors passes. The command line prints :func:`error_summary_lines` at the end of every run and exits
 non-zero when :func:`failing_models` is not empty; the report shows the same models in a red box.
 """
 
@@ -20,9 +22,22 @@ EXIT_MODEL_ERRORS = 1
 
 
 def _counts(m: Mapping[str, Any]) -> tuple[int, int, int]:
-    """(inputs tried in this invocation, errors among them, inputs not asked)."""
+    """(inputs, errors among them, inputs not asked): over the run's whole plan as the store holds it after the
+    invocation when the summary records that (``stored``: a rerun that asked nothing still shows the errors an
+    earlier invocation stored), else over the inputs tried in this invocation."""
     asked, errors, not_asked = int(m.get("asked") or 0), int(m.get("errors") or 0), int(m.get("not_asked") or 0)
+    stored = m.get("stored")
+    if isinstance(stored, Mapping) and stored.get("inputs"):
+        inputs = int(stored["inputs"])
+        return inputs, min(int(stored.get("errors") or 0), inputs - min(not_asked, inputs)), min(not_asked, inputs)
     return asked + not_asked, errors, not_asked
+
+
+def _kinds(m: Mapping[str, Any]) -> Mapping[str, Any]:
+    stored = m.get("stored")
+    if isinstance(stored, Mapping) and stored.get("inputs"):
+        return stored.get("error_kinds") or {}
+    return m.get("error_kinds") or {}
 
 
 def failing_models(summary: Mapping[str, Any], max_error_rate: float | None = None) -> dict[str, str]:
@@ -34,6 +49,12 @@ def failing_models(summary: Mapping[str, Any], max_error_rate: float | None = No
     ...                               "b": {"asked": 100, "errors": 6},
     ...                               "c": {"asked": 100, "errors": 5}}})
     {'a': 'no answer: all 40 inputs asked ended in an error', 'b': '6.0% of 100 inputs failed (limit 5.0%)'}
+
+    A rerun that asked nothing is judged on the errors its store holds for the run's plan (``stored``):
+
+    >>> failing_models({"per_model": {"a": {"asked": 0, "errors": 0,
+    ...                               "stored": {"inputs": 38, "errors": 38}}}})
+    {'a': 'no answer: all 38 inputs asked ended in an error'}
     """
     limit = float(summary.get("max_error_rate", DEFAULT_MAX_ERROR_RATE) if max_error_rate is None
                   else max_error_rate)
@@ -63,7 +84,7 @@ def error_summary_lines(summary: Mapping[str, Any]) -> list[str]:
         tried, errors, not_asked = _counts(m)
         if not errors and not not_asked:
             continue
-        kinds = m.get("error_kinds") or {}
+        kinds = _kinds(m)
         parts = [f"{kind} x{k['n']} (e.g. {str(k['sample'])[:240]!r})" for kind, k in kinds.items()]
         lines.append(f"{name}: {errors + not_asked} of {tried} inputs failed; " + "; ".join(parts))
     return lines
@@ -85,6 +106,8 @@ def report_health(summary: Mapping[str, Any], say: Callable[[str], Any]) -> int:
 
 #: exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
 EXIT_INTERRUPTED = 130
+#: exit status of a run stopped by SIGTERM (128 + SIGTERM), after the same clean stop as Ctrl-C
+EXIT_TERMINATED = 143
 
 
 def stored_answers(run_dir: str | Path) -> int:

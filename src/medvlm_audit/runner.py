@@ -70,7 +70,8 @@ Pending = tuple[str, ModelInput, tuple[ImageRecipe, ...]]  # key, input without 
 class RunSummary:
     n_trials: int
     n_skipped: int
-    per_model: dict[str, dict[str, Any]]  # trials, distinct_inputs, pending, asked, errors, not_asked, error_kinds
+    per_model: dict[str, dict[str, Any]]  # trials, distinct_inputs, pending, asked, errors, not_asked, error_kinds,
+    # stored (the plan's errors as the store holds them: what the run is judged on, medvlm_audit.health)
     elapsed_s: float
     plan_s: float = 0.0  # until every image was hashed and every trial keyed (overlaps the asking)
     first_input_s: float | None = None  # until the first input was queued for a model
@@ -1060,6 +1061,31 @@ def check_models(models: Sequence[Model]) -> None:
 _RESUME_HINT = "Fix the cause, then run the same command again to resume."
 
 
+def _stored_health(keys: set[str], stored_errors: dict[str, tuple[str, str]], asked_now: dict[str, Any]
+                   ) -> dict[str, Any]:
+    """A model's errors over the whole plan as the store holds them after this invocation (errors an earlier
+    invocation stored count too; those re-asked with success do not), with this invocation's inputs not asked:
+    ``{"inputs": distinct inputs of the plan, "errors": n, "error_kinds": {kind: {"n", "sample"}}}``. A rerun of a
+    failing run is judged on these (:mod:`medvlm_audit.health`), not only on what it asked itself.
+
+    >>> _stored_health({"a", "b", "c"}, {"a": ("empty", "empty answer"), "z": ("timeout", "t")}, {})
+    {'inputs': 3, 'errors': 1, 'error_kinds': {'empty': {'n': 1, 'sample': 'empty answer'}}}
+    """
+    kinds: dict[str, dict[str, Any]] = {}
+    found = (k for k in stored_errors if k in keys) if len(stored_errors) < len(keys) else \
+        (k for k in keys if k in stored_errors)
+    n = 0
+    for k in found:
+        kind, msg = stored_errors[k]
+        d = kinds.setdefault(kind, {"n": 0, "sample": msg})
+        d["n"] += 1
+        n += 1
+    for kind, d in (asked_now.get("error_kinds") or {}).items():
+        if kind == NOT_ASKED:  # never sent, so not in the store
+            kinds[kind] = dict(d)
+    return {"inputs": len(keys), "errors": n, "error_kinds": kinds}
+
+
 async def execute(store: RunStore, plan: Plan, models: Sequence[Model], decoding: Decoding | None = None,
                   **kw: Any) -> RunSummary:
     """See :func:`_execute`. A store that cannot be written stops the run with a :class:`StoreError` that
@@ -1226,8 +1252,10 @@ async def _execute(
         if commit.error is not None:  # the last answers could not be saved
             raise commit.stopped_error()
     per_model: dict[str, dict[str, Any]] = {}
+    stored_errors = store.stored_errors()
     for w, r in zip(works, results):
-        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": w.n_pending, **r}
+        per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": w.n_pending, **r,
+                                   "stored": _stored_health(w.keys, stored_errors, r)}
     skipped = Counter(f"{sk.condition}: {sk.reason}" for sk in plan.skipped)
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
                       timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals(),

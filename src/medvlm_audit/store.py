@@ -318,6 +318,11 @@ class RunStore:
             done -= self.missing_logprob_keys(partial_only=missing_logprobs == "retry-partial")
         return done
 
+    def stored_errors(self) -> dict[str, tuple[str, str]]:
+        """key -> (error kind, message) of every stored error (an answer that ended in an error)."""
+        return {k: (kind, msg or "") for k, kind, msg in self.db.execute(
+            "SELECT key, error_kind, error_message FROM responses WHERE error_kind IS NOT NULL")}
+
     _MISSING_LP = ("r.error_kind IS NULL AND (r.top_logprobs IS NULL OR r.top_logprobs = '[]') "
                    "AND json_extract(q.input, '$.decoding.logprobs') = 1")
 

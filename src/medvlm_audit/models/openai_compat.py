@@ -2,8 +2,11 @@
 
 One shared aiohttp session per event loop; at most ``max_concurrency`` requests in flight, spread over
 several base URLs by least outstanding requests. Transient failures (429, 408, 500/502/503/504,
-timeouts, dropped connections, malformed JSON, empty content) are retried with exponential backoff
-and full jitter, honouring ``Retry-After``; permanent ones (other 4xx) are not. A failed input comes
+timeouts, dropped connections, malformed JSON) are retried with exponential backoff
+and full jitter, honouring ``Retry-After``; permanent ones (other 4xx) are not. An empty completion (a 200 whose
+content is empty, finish_reason not "length") is asked again at once, at most :data:`EMPTY_RETRIES` times: the
+server answered, so backing off does not help, and a model that answers nothing answers nothing again; it is then
+recorded as an error of kind ``empty`` (counted in the model's error rate; ``--retry-errors`` asks it again). A failed input comes
 back as a :class:`Response` with ``error`` set, never as an exception.
 
 :meth:`OpenAIChatModel.check_endpoints` asks every base URL a cheap ``GET /models`` before a run, so a dead
@@ -63,6 +66,8 @@ aiohttp = import_aiohttp()  # its TLS contexts get their CA certificates at the 
 ApiStyle = Literal["openai", "azure"]
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: an empty completion is asked again at once at most this many times (within ``max_retries``), then recorded
+EMPTY_RETRIES = 2
 DEFAULT_AZURE_API_VERSION = "2024-10-21"
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 _SECRETISH = re.compile(
@@ -655,10 +660,11 @@ class OpenAIChatModel(Model):
                         eff = {**eff, "echo": result.effective}
                     return dataclasses.replace(result, effective=eff)
                 fail = result
-                if not fail.transient or attempt > self.max_retries:
+                limit = min(self.max_retries, EMPTY_RETRIES) if fail.kind == "empty" else self.max_retries
+                if not fail.transient or attempt > limit:
                     return Response(text=None, error=ErrorInfo(
                         fail.kind, scrub(fail.message, secrets), attempt, fail.transient))
-                if not (fail.kind == "connection" and self._healthy_endpoint()):
+                if fail.kind != "empty" and not (fail.kind == "connection" and self._healthy_endpoint()):
                     # one replica's failed connection is that replica's: retry at once on a healthy one
                     await asyncio.sleep(self._backoff(attempt, fail.retry_after))
                 key = self._api_key()  # keys can rotate between attempts

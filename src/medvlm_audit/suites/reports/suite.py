@@ -145,8 +145,8 @@ def preflight(ctx: StageContext) -> list[str]:
     """Every problem that would stop the run or its report, found before any work (each one line): the
     ``reports`` extra's modules and torchxrayvision for the IU corpus (the ``iu`` reference or the reference
     generator, fitted on it) in one line with the one command that installs them (CPU torch first when torch is
-    absent, so no CUDA wheel is fetched), a reference corpus file that is not there, clinical-metric paths and
-    the BERTScore backbone."""
+    absent, so no CUDA wheel is fetched), a reference corpus file that is not there or that the report could not
+    read (its file, row and field), clinical-metric paths and the BERTScore backbone."""
     from medvlm_audit.extras import absent_modules, install_command, torchxrayvision_data_dir
 
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
@@ -164,6 +164,13 @@ def preflight(ctx: StageContext) -> list[str]:
     if opts.reference != "iu" and not Path(opts.reference).expanduser().is_file():
         problems.append(f"option 'reference': {opts.reference} does not exist (a JSONL of {{id, text, group}} or "
                         "'iu')")
+    elif opts.reference != "iu":  # read as the report reads it: a bad row is found before any model is asked
+        from medvlm_audit.suites.reports.corpus import CorpusError, read_corpus
+
+        try:
+            read_corpus(Path(opts.reference).expanduser())
+        except CorpusError as e:
+            problems.append(f"option 'reference': {e}")
     for c in opts.clinical_metrics:
         if not Path(c.path).expanduser().exists():
             problems.append(f"option 'clinical_metrics' ({c.name}): {c.path} does not exist")

@@ -275,6 +275,8 @@ class StressOptions:
     resolution: int | None = None  # None = the image's native size
     required: Literal["auto", "needs_image", "all"] = "auto"
     check_files: bool = True
+    #: an image file that does not exist: the conditions showing it are skipped ("exclude"), or the plan fails
+    #: naming the item, field and path ("raise": what a run does unless its config says ``on_missing: exclude``)
     on_missing: Literal["exclude", "raise"] = "exclude"
     t4_variant: T4Variant = DEFAULT_T4_VARIANT
     prompt_protocol: Literal["paper", "project"] = DEFAULT_PROTOCOL  # type: ignore[assignment]
@@ -339,17 +341,17 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
                 continue
             shown = apply_condition(it, cond, seed=opts.seed, pool=pools.get(it.benchmark, ()),
                                     t4_variant=opts.t4_variant)
-            if isinstance(shown, str):
-                if opts.on_missing == "raise" and "image" in shown:
-                    raise ItemError(f"item {it.item_id!r}: {shown} (condition {cond.name})")
+            if isinstance(shown, str):  # the item lacks what the condition needs (no image, no substitute)
                 plan.skipped.append(Skip(name, it.item_id, cond.name, shown))
                 continue
             if opts.check_files and shown.images:
                 missing = [p for p in shown.images if not file_ok(p)]
                 if missing:
                     reason = f"image file {missing[0]} does not exist"
-                    if opts.on_missing == "raise":
-                        raise ItemError(f"item {it.item_id!r}: {reason} (condition {cond.name})")
+                    if opts.on_missing == "raise":  # one line naming the file, item, field and path
+                        key = "substitute_image" if missing[0] == it.substitute_image else "images"
+                        raise ItemError(f"{item_set.source or name}: item {it.item_id!r}: field {key!r}: "
+                                        f"{reason} (condition {cond.name})")
                     plan.skipped.append(Skip(name, it.item_id, cond.name, reason))
                     continue
             msgs = mcq_messages(it.question, shown.options, cond.prompt, opts.prompt_protocol)

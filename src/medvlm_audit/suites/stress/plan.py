@@ -44,7 +44,7 @@ def load_item_source(spec: str, *, run_dir: str | Path = ".", seed: int = 42) ->
 
 
 def plan_stress(cfg: Any, conditions: list[str] | None = None, t4_variant: str | None = None,
-                prompt_protocol: str | None = None) -> Plan:
+                prompt_protocol: str | None = None, on_missing: str | None = None) -> Plan:
     """Plan a stress run from a RunConfig (conditions default to all T1-T6 conditions; ``t4_variant`` to the
     run options' or :data:`~medvlm_audit.suites.stress.conditions.DEFAULT_T4_VARIANT`)."""
     conds = list(conditions if conditions is not None else (cfg.options.get("conditions") or []))
@@ -61,8 +61,11 @@ def plan_stress(cfg: Any, conditions: list[str] | None = None, t4_variant: str |
     protocol = prompt_protocol or cfg.options.get("prompt_protocol") or DEFAULT_PROTOCOL
     if protocol not in PROTOCOLS:
         raise ConfigError(f"unknown prompt_protocol {protocol!r}; known: {list(PROTOCOLS)}")
+    missing = on_missing or cfg.options.get("on_missing") or "raise"  # a missing image file fails the plan
+    if missing not in ("raise", "exclude"):
+        raise ConfigError(f"unknown on_missing {missing!r}; known: ['raise', 'exclude']")
     opts = StressOptions(conditions=tuple(conds), repeats=int(cfg.repeats), seed=int(cfg.seed), t4_variant=variant,
-                         prompt_protocol=protocol)
+                         prompt_protocol=protocol, on_missing=missing)  # type: ignore[arg-type]
     return _plan_items(items, opts)
 
 
@@ -70,4 +73,5 @@ def plan_stress(cfg: Any, conditions: list[str] | None = None, t4_variant: str |
 def plan_stage(ctx: StageContext) -> Plan:
     """The stress suite's one stage."""
     o = ctx.options
-    return plan_stress(ctx.config, list(o.conditions), o.t4_variant, o.prompt_protocol)  # type: ignore[attr-defined]
+    return plan_stress(ctx.config, list(o.conditions), o.t4_variant, o.prompt_protocol,  # type: ignore[attr-defined]
+                       o.on_missing)  # type: ignore[attr-defined]

@@ -38,6 +38,9 @@ class StressRunOptions(BaseModel):
     #: the prompts: the authors' released system prompt and answer instruction, verbatim ("paper"), or the
     #: project's earlier wording ("project"); see medvlm_audit.suites.stress.prompts
     prompt_protocol: Literal["paper", "project"] = "paper"
+    #: an item's image file that does not exist: the run fails before anything is written, naming the item, field
+    #: and path ("raise"), or the conditions showing that image are skipped and listed as exclusions ("exclude")
+    on_missing: Literal["raise", "exclude"] = "raise"
 
     @field_validator("conditions")
     @classmethod
