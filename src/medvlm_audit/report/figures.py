@@ -124,8 +124,12 @@ def x_tick_labels(ax: Any, positions: Sequence[float], labels: Sequence[object],
     wrapped = [wrap_label(lab, room2, size) for lab in labels]
     if widest(wrapped) <= room2:
         upper = nlines(wrapped[0::2])
-        staggered = [lab if k % 2 == 0 else "\n" * upper + lab for k, lab in enumerate(wrapped)]
-        ax.set_xticks(pos, staggered, fontsize=size)
+        ax.set_xticks(pos, wrapped, fontsize=size)
+        order = np.argsort(pos, kind="stable")
+        ticks = ax.xaxis.get_major_ticks(len(pos))
+        for rank, k in enumerate(order):
+            if rank % 2:  # every other label in position order one row block lower
+                ticks[k].set_pad(ticks[k].get_pad() + upper * size * 1.2)
         return upper + nlines(wrapped[1::2])
     ax.set_xticks(pos, [str(lab) for lab in labels], rotation=90, ha="center", fontsize=size)
     return max(1, math.ceil(widest([str(lab) for lab in labels]) * 72.0 / (size * 1.2)))
