@@ -4,6 +4,7 @@ batched points with whiskers, one house style, and the title and caption a figur
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -43,6 +44,7 @@ def text_in(labels: Iterable[object], size: float = 7.5) -> float:
     return longest * size * 0.6 / 72.0
 
 
+@functools.lru_cache(maxsize=4096)
 def text_width_in(text: str, size: float = 7.5) -> float:
     """Width in inches of one line of text in the house font (DejaVu Sans), measured from its glyphs."""
     from matplotlib.font_manager import FontProperties
