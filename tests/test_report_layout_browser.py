@@ -89,7 +89,9 @@ OVERLAPS = r"""
 const out = [];
 for (const svg of document.querySelectorAll('svg')) {
   const fig = svg.closest('figure');
-  const head = fig && fig.querySelector('figcaption strong') ? fig.querySelector('figcaption strong').textContent : '';
+  const cap = fig ? fig.querySelector('figcaption') : null;
+  const first = svg.querySelector('text');
+  const head = cap ? (cap.querySelector('strong') || cap).textContent : first ? first.textContent : '';
   const boxes = [];
   for (const t of svg.querySelectorAll('text')) {
     if (!t.textContent.trim()) continue;
