@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from test_readers_sections import B, _exports
-from test_report_layout_browser import CHROMEDRIVER, CHROMIUM, MEASURE, SCREENSHOTS, _browser
+from test_report_layout_browser import CHROMEDRIVER, CHROMIUM, MEASURE, OVERLAPS, SCREENSHOTS, _browser
 
 from medvlm_audit.readers.analysis import analyse_exports, write_analysis
 
@@ -19,24 +19,6 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-OVERLAPS = r"""
-const out = [];
-for (const svg of document.querySelectorAll('svg')) {
-  const boxes = [];
-  for (const t of svg.querySelectorAll('text')) {
-    if (!t.textContent.trim()) continue;
-    const r = t.getBoundingClientRect();
-    if (r.width > 0) boxes.push([t.textContent.slice(0, 30), r]);
-  }
-  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
-    const a = boxes[i][1], b = boxes[j][1];
-    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
-    const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
-    if (w > 1 && h > 2) out.push([boxes[i][0], boxes[j][0]]);
-  }
-}
-return out;
-"""
 
 
 def test_readers_page_fits_and_reads(tmp_path: Path) -> None:
@@ -55,7 +37,7 @@ def test_readers_page_fits_and_reads(tmp_path: Path) -> None:
         assert not got["wide"], f"tables wider than the page: {got['wide']}"
         assert not got["tall"], f"tall table rows: {got['tall']}"
         overlaps = browser.execute_script(OVERLAPS)
-        assert not overlaps, f"overlapping figure texts: {overlaps[:10]}"
+        assert not overlaps, f"overlapping figure texts (figure, text, text): {overlaps[:10]}"
         assert browser.execute_script("return document.querySelector('h2').textContent") == "Readers: verdicts"
         if SCREENSHOTS:
             Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)

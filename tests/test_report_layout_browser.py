@@ -2,8 +2,9 @@
 scrolling, no figure text under 10 px (an SVG text's font size times the SVG's rendered scale), no table wider
 than its box (no table scrolls sideways) and no table row taller than ROW_MAX_PX (a long note squeezed into a
 narrow column), captions of a sentence or two (n lists go to the counts table under the figure), no figure
-text that is a raw key (``baseline:phantom:accuracy:finding-prior``) and no drawn placeholder figure ("not
-computed", "not run": those are one-line notes). The first screen of each report is saved as
+text that is a raw key (``baseline:phantom:accuracy:finding-prior``), no drawn placeholder figure ("not
+computed", "not run": those are one-line notes) and no two texts of one figure overlapping on the page (OVERLAPS:
+their rendered boxes share more than 1 x 2 px). The first screen of each report is saved as
 docs/report-SUITE.png when MEDVLM_REPORT_SCREENSHOTS is set (a folder).
 
 Needs Debian's chromium and chromium-driver and selenium; skipped with the reason when the browser is missing.
@@ -82,6 +83,32 @@ return {scrollWidth: doc.scrollWidth, clientWidth: doc.clientWidth, small: small
 """.replace("MAX_CAPTION", str(MAX_CAPTION)).replace("ROW_MAX_PX", str(ROW_MAX_PX))
 
 
+#: pairs of texts of one figure whose rendered boxes overlap (more than 1 px across and 2 px down: a glyph box's
+#: ascent and descent padding may touch its neighbour's on a tight line)
+OVERLAPS = r"""
+const out = [];
+for (const svg of document.querySelectorAll('svg')) {
+  const fig = svg.closest('figure');
+  const cap = fig ? fig.querySelector('figcaption') : null;
+  const first = svg.querySelector('text');
+  const head = cap ? (cap.querySelector('strong') || cap).textContent : first ? first.textContent : '';
+  const boxes = [];
+  for (const t of svg.querySelectorAll('text')) {
+    if (!t.textContent.trim()) continue;
+    const r = t.getBoundingClientRect();
+    if (r.width > 0) boxes.push([t.textContent.slice(0, 30), r]);
+  }
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i][1], b = boxes[j][1];
+    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (w > 1 && h > 2) out.push([head.slice(0, 40), boxes[i][0], boxes[j][0]]);
+  }
+}
+return out;
+"""
+
+
 def _browser() -> webdriver.Chrome:
     opts = ChromeOptions()
     opts.binary_location = CHROMIUM
@@ -105,7 +132,7 @@ def _embedded_report(suite: str, out: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("suite", suite_names())
-def test_embedded_report_fits_1280_px_and_figure_text_is_readable(suite: str, tmp_path: Path, browser) -> None:
+def test_embedded_report_fits_1280_px_and_figure_text_is_readable_without_overlaps(suite: str, tmp_path: Path, browser) -> None:
     page = _embedded_report(suite, tmp_path / suite)
     browser.set_window_size(1280, 900)
     browser.get(page.resolve().as_uri())
@@ -119,6 +146,8 @@ def test_embedded_report_fits_1280_px_and_figure_text_is_readable(suite: str, tm
     assert not got["longCaps"], f"captions over {MAX_CAPTION} characters (figure, length): {got['longCaps']}"
     assert not got["raw"], f"raw keys in figure text: {got['raw'][:10]}"
     assert not got["drawnEmpty"], f"placeholder figures drawn instead of a one-line note: {got['drawnEmpty']}"
+    overlaps = browser.execute_script(OVERLAPS)
+    assert not overlaps, f"overlapping figure texts (figure, text, text): {overlaps[:10]}"
     # the page opens on the verdicts, not on run metadata
     first_h2 = browser.execute_script("return document.querySelector('h2').textContent")
     assert first_h2 == "Verdicts"

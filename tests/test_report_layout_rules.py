@@ -149,3 +149,64 @@ def test_compact_table_fits() -> None:
                                  drop_constant=False)
     assert "<caption>First</caption>" in grouped and "<caption>Rest</caption>" in grouped
     assert "<caption>Other columns</caption>" in grouped  # probe_set and note were in no group
+
+
+def _tick_boxes(fig) -> list[tuple[str, object]]:
+    """The drawn x tick labels of every panel with their boxes on the canvas (axis-aligned, as a browser measures)."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    return [(t.get_text(), t.get_window_extent(r)) for ax in fig.axes for t in ax.get_xticklabels()
+            if t.get_text().strip()]
+
+
+def _overlapping(boxes: list[tuple[str, object]]) -> list[tuple[str, str]]:
+    out = []
+    for i, (ta, a) in enumerate(boxes):
+        for tb, b in boxes[i + 1:]:
+            w = min(a.x1, b.x1) - max(a.x0, b.x0)
+            h = min(a.y1, b.y1) - max(a.y0, b.y0)
+            if w > 1 and h > 1:
+                out.append((ta, tb))
+    return out
+
+
+def test_x_tick_labels_never_overlap() -> None:
+    """Issue 24: x tick labels are wrapped to the space between ticks, staggered when a word is wider than that
+    and vertical as a last resort; no two drawn labels overlap, the block's height in lines comes back for the
+    bottom margin, and the labels inside the figure."""
+    from medvlm_audit.report.figures import label_lines_in, margins, x_tick_labels
+
+    findings = ["atelectasis", "cardiomegaly", "consolidation", "pulmonary edema", "lung opacity",
+                "pleural effusion", "pneumonia", "pneumothorax", "lung nodule"]
+    models = [f"{m}\n(n = 300)" for m in ("local-evidence", "finding-prior", "occlusion-unstable", "always-yes",
+                                           "global-probe")]
+    cases = [  # (width in inches, labels, expected regime)
+        (6.0, models, "wrapped"),
+        (7.5, findings, "staggered"),
+        (3.0, findings, "vertical"),
+    ]
+    for width, labels, regime in cases:
+        fig = new_figure(width, 3.0)
+        ax = fig.add_subplot()
+        ax.bar(range(len(labels)), np.arange(len(labels)) + 1.0)
+        margins(fig, left=0.6, right=0.2)
+        lines = x_tick_labels(ax, range(len(labels)), labels, size=7.5)
+        margins(fig, left=0.6, right=0.2, bottom=label_lines_in(lines) + 0.2)
+        boxes = _tick_boxes(fig)
+        assert len(boxes) == len(labels)
+        assert not _overlapping(boxes), (regime, _overlapping(boxes))
+        assert all(b.y0 >= 0 for _, b in boxes), f"{regime}: a label below the figure's edge"
+        texts = [t for t, _ in boxes]
+        rotations = {ax.get_xticklabels()[0].get_rotation()}
+        if regime == "wrapped":
+            assert rotations == {0.0} and texts[2] == "occlusion-\nunstable\n(n = 300)" and lines == 3
+        elif regime == "staggered":
+            assert rotations == {0.0} and boxes[1][1].y1 < boxes[0][1].y0 and abs(boxes[2][1].y1 - boxes[0][1].y1) < 0.5
+        else:
+            assert rotations == {90.0} and texts == findings
+    # the old way (30 degrees, anchored right) overlaps on the same crowded axis: the check can fail
+    fig = new_figure(7.5, 3.0)
+    ax = fig.add_subplot()
+    ax.bar(range(len(findings)), np.arange(len(findings)) + 1.0)
+    ax.set_xticks(range(len(findings)), findings, rotation=30, ha="right", fontsize=7.5)
+    assert _overlapping(_tick_boxes(fig))

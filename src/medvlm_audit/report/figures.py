@@ -4,6 +4,8 @@ batched points with whiskers, one house style, and the title and caption a figur
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +42,104 @@ def text_in(labels: Iterable[object], size: float = 7.5) -> float:
     """Estimated width in inches of the longest label (DejaVu Sans averages ~0.6 em per character)."""
     longest = max((len(line) for lab in labels for line in str(lab).split("\n")), default=0)
     return longest * size * 0.6 / 72.0
+
+
+@functools.lru_cache(maxsize=4096)
+def text_width_in(text: str, size: float = 7.5) -> float:
+    """Width in inches of one line of text in the house font (DejaVu Sans), measured from its glyphs."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    w, _, _ = TextToPath().get_text_width_height_descent(str(text), FontProperties(size=size), ismath=False)
+    return float(w) / 72.0
+
+
+def wrap_label(label: object, width: float, size: float = 7.5) -> str:
+    r"""A label broken into lines at spaces (and after hyphens) so that each line is at most ``width`` inches wide
+    at font ``size``; a word wider than that stays whole on its own line. Existing line breaks are kept.
+
+    >>> wrap_label("occlusion-unstable\n(n = 300)", 0.9)
+    'occlusion-\nunstable\n(n = 300)'
+    >>> wrap_label("pulmonary edema", 0.8)
+    'pulmonary\nedema'
+    >>> wrap_label("Top-p 0.9, T = 1.0", 0.7)
+    'Top-p 0.9,\nT = 1.0'
+    >>> wrap_label("atelectasis", 0.2)
+    'atelectasis'
+    """
+    import re
+
+    def shown(text: str) -> str:
+        return text.replace("\u00a0", " ").replace("\u0001", "-")
+
+    out: list[str] = []
+    for para in str(label).split("\n"):
+        line = ""
+        # "T = 1.0" and "n = 300" stay on one line, and so do "top-p" and "Top-k" (breaks only between longer parts)
+        para = re.sub(r"(?<!\w{3})-|-(?!\w{3})", "\u0001", para.replace(" = ", "\u00a0=\u00a0"))
+        for chunk in re.findall(r"[^ -]+-?[ ]*|-[ ]*", para):  # each word with its hyphen or following space
+            trial = line + chunk.rstrip() if line else chunk.rstrip()
+            if line and text_width_in(shown(trial), size) > width:
+                out.append(line.rstrip())
+                line = chunk
+            else:
+                line += chunk
+        out.append(line.rstrip())
+    return shown("\n".join(out))
+
+
+def x_tick_labels(ax: Any, positions: Sequence[float], labels: Sequence[object], *, size: float | None = None,
+                  gap: float = 0.08) -> int:
+    """Horizontal x tick labels that never overlap, fitted to the space between neighbouring ticks on the axes as
+    placed now (set the figure's left and right margins, and any colour bar, first):
+
+    1. each label wrapped (:func:`wrap_label`) to the space between two ticks, when every line then fits;
+    2. otherwise staggered: every other label one row lower, each wrapped to the space between two ticks of its
+       own row (twice as wide);
+    3. otherwise (a single word wider than that) every label stands vertical (rotation 90).
+
+    Returns the height of the label block in text lines (a vertical block: its longest label, in lines of the
+    same font), for the bottom margin (:func:`label_lines_in`)."""
+    from matplotlib.font_manager import FontProperties
+
+    size = float(size) if size is not None else FontProperties(size=matplotlib.rcParams["xtick.labelsize"]).get_size()
+    pos = [float(p) for p in positions]
+    if not pos:
+        ax.set_xticks([])
+        return 1
+    lo, hi = ax.get_xlim()
+    inch_per_unit = ax.get_position().width * ax.figure.get_figwidth() / max(abs(hi - lo), 1e-9)
+    step = float(np.diff(sorted(pos)).min()) if len(pos) > 1 else abs(hi - lo)
+
+    def widest(labs: Sequence[str]) -> float:
+        return max((text_width_in(line, size) for lab in labs for line in lab.split("\n")), default=0.0)
+
+    def nlines(labs: Sequence[str]) -> int:
+        return max((lab.count("\n") + 1 for lab in labs), default=0)
+
+    room = step * inch_per_unit - gap
+    wrapped = [wrap_label(lab, room, size) for lab in labels]
+    if widest(wrapped) <= room:
+        ax.set_xticks(pos, wrapped, fontsize=size)
+        return max(1, nlines(wrapped))
+    room2 = 2 * step * inch_per_unit - gap
+    wrapped = [wrap_label(lab, room2, size) for lab in labels]
+    if widest(wrapped) <= room2:
+        upper = nlines(wrapped[0::2])
+        ax.set_xticks(pos, wrapped, fontsize=size)
+        order = np.argsort(pos, kind="stable")
+        ticks = ax.xaxis.get_major_ticks(len(pos))
+        for rank, k in enumerate(order):
+            if rank % 2:  # every other label in position order one row block lower
+                ticks[k].set_pad(ticks[k].get_pad() + upper * size * 1.2)
+        return upper + nlines(wrapped[1::2])
+    ax.set_xticks(pos, [str(lab) for lab in labels], rotation=90, ha="center", fontsize=size)
+    return max(1, math.ceil(widest([str(lab) for lab in labels]) * 72.0 / (size * 1.2)))
+
+
+def label_lines_in(lines: int, size: float = 7.5) -> float:
+    """Height in inches of ``lines`` lines of tick text at font ``size`` (matplotlib's 1.2 line spacing)."""
+    return lines * size * 1.2 / 72.0
 
 
 def margins(fig: Figure, *, left: float = 0.6, right: float = 0.2, bottom: float = 0.5, top: float = 0.35,

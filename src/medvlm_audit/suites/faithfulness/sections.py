@@ -36,7 +36,15 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
     cell in a table attached to the figure."""
     import matplotlib
 
-    from medvlm_audit.report.figures import STYLE, captioned, margins, new_figure, text_in
+    from medvlm_audit.report.figures import (
+        STYLE,
+        captioned,
+        label_lines_in,
+        margins,
+        new_figure,
+        text_in,
+        x_tick_labels,
+    )
 
     m = metrics[(metrics["metric"] == metric) & ~metrics["subset"].str.contains(r"\||family:|^all$|/", regex=True)]
     piv = m.pivot_table(index="subset", columns="model", values="point", aggfunc="first")
@@ -49,7 +57,6 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
         ax = fig.add_subplot()
         values = piv.to_numpy(dtype=float)
         im = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_xticks(range(piv.shape[1]), piv.columns, rotation=30, ha="right")
         ax.set_yticks(range(piv.shape[0]), rows)
         for (i, j), v in np.ndenumerate(values):
             if np.isfinite(v):
@@ -57,6 +64,8 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
         fig.colorbar(im, ax=ax, fraction=0.04, label=name)
         ax.set_title(f"{name} by cue and model")
         margins(fig, left=left, right=0.9, bottom=0.75, top=0.3)
+        lines = x_tick_labels(ax, range(piv.shape[1]), [str(c) for c in piv.columns])
+        margins(fig, left=left, right=0.9, bottom=label_lines_in(lines) + 0.25, top=0.3)
     counts = nn.reset_index().rename(columns={"subset": "condition"})
     counts["condition"] = [words(k) for k in counts["condition"]]
     for c in counts.columns[1:]:

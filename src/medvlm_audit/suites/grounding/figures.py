@@ -26,11 +26,13 @@ from matplotlib.transforms import blended_transform_factory
 from medvlm_audit.findings import DISPLAY_NAMES, MS_CXR_FINDINGS
 from medvlm_audit.report.figures import caption_of, figure_title, key_in_words
 from medvlm_audit.report.figures import captioned as _captioned
+from medvlm_audit.report.figures import label_lines_in as _label_lines_in
 from medvlm_audit.report.figures import margins as _margins
 from medvlm_audit.report.figures import marks as _marks
 from medvlm_audit.report.figures import new_figure as _new_figure
 from medvlm_audit.report.figures import styled as _styled
 from medvlm_audit.report.figures import text_in as _text_in
+from medvlm_audit.report.figures import x_tick_labels as _x_tick_labels
 from medvlm_audit.report.html import format_p, is_missing
 from medvlm_audit.suites.grounding.categories import CATEGORY_COLORS, CATEGORY_LABELS
 
@@ -513,8 +515,6 @@ def accuracy_figure(
                 va="bottom", fontsize=7)
     if segs:
         ax.add_collection(LineCollection(segs, colors="#333333", linewidths=0.8))
-    ax.set_xticks(range(len(est)))
-    ax.set_xticklabels([f"{m}\n(n = {_nfmt(rows.loc[m, 'n'])})" for m in est], rotation=30, ha="right")
     ax.set_xlim(-0.6, max(0, len(est) - 1) + 0.6)
     ybot = max(0.0, math.floor((min([float(rows.loc[m, "ci_low"]) for m in est if _fin(rows.loc[m, "ci_low"])]
                                    + [float(rows.loc[m, "point"]) for m in est] + [60.0]) - 15) / 10) * 10)
@@ -525,7 +525,9 @@ def accuracy_figure(
     ax.legend(handles=_legend_handles(info), loc="lower left", frameon=False, ncol=2)
     if not est:
         _empty_axes(ax, "accuracy not estimable for any model (n = 0)")
-    _margins(fig, left=0.6, bottom=_text_in(est) * 0.5 + 0.55, top=0.3)
+    _margins(fig, left=0.6, top=0.3)
+    lines = _x_tick_labels(ax, range(len(est)), [f"{m}\n(n = {_nfmt(rows.loc[m, 'n'])})" for m in est])
+    _margins(fig, left=0.6, bottom=_label_lines_in(lines) + 0.2, top=0.3)
     cap = (f"Accuracy on {probe_set} with 95% intervals, ordered by value; dashed lines mark text-only baselines. "
            f"Brackets join each model to a text-only baseline: paired bootstrap difference on shared parsed cases "
            f"(percentage points, first model minus second) with Benjamini–Hochberg adjusted significance "
@@ -600,14 +602,13 @@ def finding_heatmap_figure(metrics: pd.DataFrame, *, probe_set: str, min_n: int 
                                        linewidth=1.2))
             color = "white" if v > 0.6 * vmax else "black"
             ax.text(j, i, f"{v:.1f}\nn = {n:,}", ha="center", va="center", fontsize=7, color=color)
-    ax.set_xticks(range(len(findings)))
-    ax.set_xticklabels([DISPLAY_NAMES.get(f, f) for f in findings], rotation=30, ha="right")
     ax.set_yticks(range(len(models)))
     ax.set_yticklabels(models)
     ax.spines[:].set_visible(False)
-    _margins(fig, left=_text_in(models) + 0.2, right=0.3,
-             bottom=_text_in([DISPLAY_NAMES.get(f, f) for f in findings]) * 0.5 + 0.35, top=0.3)
+    _margins(fig, left=_text_in(models) + 0.2, right=0.3, top=0.3)
     fig.colorbar(im, ax=ax, label="CGR (%)", shrink=0.8, fraction=0.05, pad=0.02)
+    lines = _x_tick_labels(ax, range(len(findings)), [DISPLAY_NAMES.get(f, f) for f in findings])
+    _margins(fig, left=_text_in(models) + 0.2, right=0.3, bottom=_label_lines_in(lines) + 0.2, top=0.3)
     ax.set_title(f"Per-finding CGR — {probe_set}")
     cap = (f"Per-finding causal grounding rate on {probe_set}: upper number CGR (%), lower number the case count "
            f"n on which it rests (correct-on-original cases with a parsed target-mask answer); 95% intervals "

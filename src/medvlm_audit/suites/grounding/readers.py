@@ -431,6 +431,8 @@ def readers_beside_models_figure(metrics: pd.DataFrame, comp: pd.DataFrame, read
 
 def box_validity_figure(rows: pd.DataFrame) -> Any:
     """Share of boxes rated accurate per finding with Wilson intervals (as in paper 000's Fig. 7d)."""
+    from medvlm_audit.report.figures import label_lines_in, x_tick_labels
+
     d = rows[(rows["metric"] == "box_valid") & rows["subset"].str.startswith("finding=")]
     fig = new_figure(6.0, 3.2)
     ax = fig.subplots()
@@ -445,12 +447,13 @@ def box_validity_figure(rows: pd.DataFrame) -> Any:
         hi = [s.loc[f"finding={f}", "ci_high"] if f"finding={f}" in s.index else np.nan for f in findings]
         ax.bar(x, p, width=w, label=rd)
         ax.errorbar(x, p, yerr=[np.subtract(p, lo), np.subtract(hi, p)], fmt="none", color="black", capsize=2)
-    ax.set_xticks(np.arange(len(findings)) + 0.4 - w / 2, findings, rotation=30, ha="right", fontsize=7.5)
     ax.set_ylabel("boxes rated accurate (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=7.5)
     ax.set_title("d  Box validity per finding (Wilson 95% intervals)", loc="left", fontsize=9)
     fig.subplots_adjust(bottom=0.3)
+    lines = x_tick_labels(ax, np.arange(len(findings)) + 0.4 - w / 2, findings, size=7.5)
+    fig.subplots_adjust(bottom=min(0.45, (label_lines_in(lines, 7.5) + 0.25) / fig.get_figheight()))
     return fig
 
 

@@ -196,7 +196,7 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
                                  labels: Mapping[str, str] | None = None) -> Any:
     """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
     counts (ungated, solid; gated, hatched)."""
-    from medvlm_audit.report.figures import captioned, margins, new_figure
+    from medvlm_audit.report.figures import captioned, label_lines_in, margins, new_figure, x_tick_labels
 
     d = table[table["model"] == model]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
@@ -206,7 +206,6 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
     ax = fig.add_subplot(1, 2, 1)
     ax.bar(x, d["vocabulary_size"].to_numpy(dtype=float), color="#5d6d7e")
     ax.axhline(reference_vocab, color="#c0392b", lw=0.8, ls="--", label="reference corpus")
-    ax.set_xticks(x, strategies, rotation=40, ha="right")
     ax.set_ylabel("distinct words")
     ax.set_title("Vocabulary size", fontsize=8)
     ax.legend(fontsize=7, frameon=False)
@@ -218,10 +217,11 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
                 label=cat.replace("_", " "))
         ax2.bar(x + off, d[f"{cat}_count"].to_numpy(dtype=float), w, color="none", edgecolor="black", hatch="///",
                 lw=0.4)
-    ax2.set_xticks(x, strategies, rotation=40, ha="right")
     ax2.set_ylabel("words")
     ax2.set_title("CAD transitions (hatched: BH-gated)", fontsize=8)
     ax2.legend(fontsize=7.5, frameon=False, ncols=2)
+    lines = max(x_tick_labels(ax, x, strategies, size=7.5), x_tick_labels(ax2, x, strategies, size=7.5))
+    margins(fig, left=0.65, right=0.1, bottom=label_lines_in(lines) + 0.3, top=0.35, wspace=0.35)
     return captioned(fig, f"Vocabulary and CAD transitions by strategy, {model}",
                      "Left: distinct words in the model's reports per strategy against the reference corpus. "
                      "Right: words per CAD category, ungated (bars) and significant after BH (hatched).")
