@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.html import format_number, format_p
+from medvlm_audit.report.html import format_interval, format_number, format_p
 from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
 from medvlm_audit.suites.reports.decoding import STRATEGIES
 
@@ -42,13 +42,18 @@ def _int(v: Any) -> str:
 
 
 def _ci(point: Any, lo: Any, hi: Any) -> str:
-    """``point [lo, hi]``; the point alone when no interval that contains it was found (never an interval that
-    excludes its point: DESIGN.md, report audit)."""
+    """``point [lo, hi]`` at the shared interval decimals (``report.html.format_interval``: a nonzero width never
+    prints as zero width); the point alone when no interval that contains it was found (never an interval that
+    excludes its point: DESIGN.md, report audit).
+
+    >>> _ci(0.0039, 0.00055, 0.0092), _ci(0.0828, 0.0784, 0.0833), _ci(0.004, float("nan"), float("nan"))
+    ('0.0039 [0.0006, 0.0092]', '0.0828 [0.0784, 0.0833]', '0.0040 (no interval)')
+    """
     if math.isnan(point):
         return "not estimable"
     if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
-        return f"{format_number(point, 'z')} (no interval)"
-    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
+        return f"{format_interval(point, None, None, 'z')} (no interval)"
+    return format_interval(point, lo, hi, "z")
 
 
 def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, key: tuple[str, str]) -> str:
@@ -115,10 +120,7 @@ def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
                 row[PAIRED_LABELS.get(m, m)] = "—"
                 continue
             r = g.loc[m]
-            v = f"{r['point']:.3f}"
-            if not (math.isnan(r["ci_low"]) or math.isnan(r["ci_high"])):
-                v += f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-            row[PAIRED_LABELS.get(m, m)] = v
+            row[PAIRED_LABELS.get(m, m)] = format_interval(r["point"], r["ci_low"], r["ci_high"], "prob")
         out.append(row)
     methods = paired.drop_duplicates("metric").set_index("metric")["method"]
     bs = methods.get("bertscore_f1")
