@@ -195,12 +195,15 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
 
 
 def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, model: str,
-                                 labels: Mapping[str, str] | None = None) -> Any:
-    """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
-    counts (ungated, solid; gated, hatched)."""
+                                 labels: Mapping[str, str] | None = None,
+                                 strategies: list[str] | None = None) -> Any:
+    """Bars per strategy (``strategies``: those given, else all of the model's): vocabulary size of the model's
+    reports (line: the reference's), and the CAD category counts (ungated, solid; gated, hatched)."""
     from medvlm_audit.report.figures import captioned, margins, new_figure
 
     d = table[table["model"] == model]
+    if strategies is not None:
+        d = d[d["strategy"].isin(strategies)]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
     fig = new_figure(min(9.0, max(6.0, 1.5 * len(strategies))), 3.0)
@@ -245,13 +248,17 @@ def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict
     sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
                 Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
     for model in table["model"].unique():
-        t = table[table["model"] == model].set_index("strategy")
-        strategies = list(t.index)
+        # strategies with CAD rows only (a not-assessable one has none: assess.py)
+        strategies = [s for s in table.loc[table["model"] == model, "strategy"]
+                      if ((cad["model"] == model) & (cad["strategy"] == s)).any()]
+        if not strategies:
+            continue
         labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
         sections.append(Section(f"CAD scatter: {model}", figure_to_html(
             cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
         sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
+            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels, strategies),
+            fmt=fmt)))
     return sections
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
           "X-ray.")
 TIDY_COLUMNS = ("run_id", "model", "probe_set", "case_id", "reference_id", "strategy", "sample_index", "group",
-                "report", "n_words", "finish_reason", "error_kind", "error_message", "effective_decoding")
+                "report", "n_words", "status", "finish_reason", "error_kind", "error_message", "effective_decoding")
 
 
 class ClinicalMetricSpec(BaseModel):
@@ -198,6 +198,7 @@ def check_stage(ctx: StageContext, models: list[Any]) -> None:
 def tidy_reports(store: RunStore) -> pd.DataFrame:
     """One row per model x image x strategy x sample: the report text and the patient's sex (case metadata)."""
     from medvlm_audit.export import raw_table
+    from medvlm_audit.suites.reports.assess import report_status
     from medvlm_audit.suites.reports.corpus import normalise_group
 
     raw = raw_table(store)
@@ -210,6 +211,7 @@ def tidy_reports(store: RunStore) -> pd.DataFrame:
         "effective_decoding": raw["effective_decoding"],
     })
     out["n_words"] = [len(str(t).split()) if isinstance(t, str) else None for t in out["report"]]
+    out["status"] = [report_status(t) for t in out["report"]]  # assess.py: the not-assessable rule
     out["reference_id"] = _reference_ids(store, out)
     return out[list(TIDY_COLUMNS)].reset_index(drop=True)
 
