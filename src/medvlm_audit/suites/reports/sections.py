@@ -169,7 +169,7 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
             g = d[d["category_ungated"] == cat]
             if g.empty:
                 continue
-            stable = (g["category"] == "stable").to_numpy()
+            stable = g["category"].isin(["stable", "absent"]).to_numpy()
             x, y = g["z_ref"].to_numpy(dtype=float), g["z_pred"].to_numpy(dtype=float)
             c = CATEGORY_COLORS[cat]
             size = 4 if cat == "none" else 9
@@ -190,7 +190,8 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
     return captioned(fig, f"CAD per word, {model}",
                      "Each dot is a vocabulary word: its sex association in the reference (z_ref) against the "
                      "model's reports (z_pred). Grey band: neutral |z_pred| < 1; dotted: |z_ref| = 2; diagonal: "
-                     "no displacement. Colour: ungated category; hollow: not significant after BH (gated 'stable'). "
+                     "no displacement. Colour: ungated category; hollow: not significant after BH (gated 'stable', or "
+                     "'absent' for a word the model never writes). "
                      "n: the words in each panel, in the table below.", n_table=counts)
 
 
