@@ -51,3 +51,27 @@ def test_zero_se_beside_a_wide_interval_is_not_printed() -> None:
     assert format_estimate(78.3, 1.2, 75.9, 80.6, 412) == "78.3 ± 1.2 [75.9, 80.6] (n = 412)"
     assert format_estimate(50.0, 0.0, 50.0, 50.0, 4) == "50.0 ± 0.0 [50.0, 50.0] (n = 4)"
     assert format_estimate(1.5, 0.3, 1.0, 2.0, 9, "pp") == "+1.5 ± 0.3 [+1.0, +2.0] (n = 9)"
+
+
+def test_rouge_of_zero_overlap_gets_the_exact_bound_not_zero_width() -> None:
+    # the audit's ROUGE 0.0 [0.0, 0.0] at n = 12: every pair scored 0, so every cluster resample is 0
+    from medvlm_audit import stats
+    from medvlm_audit.suites.reports.audit import surface_frame
+    from medvlm_audit.suites.reports.corpus import make_corpus
+
+    ref = make_corpus(({"id": f"c{i}", "text": "heart size normal lungs clear", "group": "FM"[i % 2]}
+                       for i in range(12)), "ref")
+    pred = make_corpus(({"id": f"c{i}", "text": "blorp quux zing", "group": "FM"[i % 2]} for i in range(12)), "pred")
+    f = surface_frame(ref, pred, B=200).set_index("metric")
+    for m in ("rouge1", "rougeL"):
+        r = f.loc[m]
+        assert r["value"] == 0.0 and r["ci_low"] == 0.0
+        assert r["ci_high"] == pytest.approx(1 - 0.025 ** (1 / 12)) and "degenerate" in r["method"]
+    # the exact bound: Clopper-Pearson's upper end for 0 of 12, (alpha/2)-quantile of Beta(1, 12)
+    from scipy.stats import beta
+    assert stats.bounded_mean_interval_at_edge(12, 0.0)[1] == pytest.approx(beta.ppf(0.975, 1, 12))
+    # a model with some overlap keeps its cluster-bootstrap interval
+    pred2 = make_corpus(({"id": f"c{i}", "text": "heart size normal" if i % 3 else "blorp", "group": "FM"[i % 2]}
+                         for i in range(12)), "pred")
+    r = surface_frame(ref, pred2, B=200).set_index("metric").loc["rouge1"]
+    assert "degenerate" not in r["method"] and r["ci_low"] < r["value"] < r["ci_high"]

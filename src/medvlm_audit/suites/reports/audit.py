@@ -248,8 +248,16 @@ def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None 
     per = rouge_pair_scores(hyp, refs)
     for name, label in (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L")):
         e = stats.mean_estimate(per[name], B=B, seed=seed, clusters=rid)
-        rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
-                     "method": f"mean {label} F (rouge-score, stemmed); {e.method}{sample}"})
+        lo, hi, how = e.ci_low, e.ci_high, e.method
+        v = np.asarray(per[name], dtype=np.float64)
+        if v.size and (np.all(v == 0.0) or np.all(v == 1.0)):
+            # every pair scores 0 (or 1): the cluster bootstrap's [0, 0] has zero width; the exact bound of a
+            # [0, 1] mean over the n_ref independent reference reports instead (stats.bounded_mean_interval_at_edge)
+            lo, hi = stats.bounded_mean_interval_at_edge(n_ref, float(v[0]))
+            how = (f"every pair scores {v[0]:g}: the cluster bootstrap is degenerate, so the exact 95% bound of a "
+                   f"mean in [0, 1] over {n_ref} reference reports (Clopper-Pearson's for {v[0]:g} on each)")
+        rows.append({"metric": name, "value": e.point, "ci_low": lo, "ci_high": hi, **base,
+                     "method": f"mean {label} F (rouge-score, stemmed); {how}{sample}"})
     if bertscore:
         from medvlm_audit.suites.reports import bertscore as bs
 
