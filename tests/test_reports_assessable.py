@@ -84,3 +84,21 @@ def test_report_status_rules() -> None:
     assert assessability(["answer"] * 5 + ["empty"] * 5)[2] == ""
     assert assessability(["answer"] * 4 + ["empty"] * 5 + ["refused"])[2] == (
         "not assessable (4 of 10 reports assessable, 40.0% < 50%: empty 5, refusals 1)")
+
+
+def test_a_report_written_again_leaves_no_stale_cad_labels(tmp_path: Path) -> None:
+    # the pilot's report folder kept cad_greedy.csv (a never-written word `stable`) from an earlier report
+    from medvlm_audit.report import write_report
+    from medvlm_audit.suites.reports.analysis import analyse_reports
+    from medvlm_audit.suites.reports.suite import ReportsOptions
+
+    ref = reference_file(tmp_path / "ref.jsonl")
+    opts = ReportsOptions(reference=str(ref), B=20, n_perm=20, semantic="off", bertscore="off")
+    tidy = _tidy()
+    write_report(analyse_reports(tidy[tidy.model == "good"], opts), tmp_path / "report", suite="reports", title="a")
+    assert len(pd.read_csv(tmp_path / "report" / "cad_greedy.csv"))
+    res = analyse_reports(tidy[tidy.model == "alwaysyes"], opts)
+    assert "not assessable" in res.verdicts["alwaysyes"]
+    write_report(res, tmp_path / "report", suite="reports", title="b")
+    for name in ("cad", "cad_greedy", "cad_t0_7", "wae", "by_strategy"):
+        assert (tmp_path / "report" / f"{name}.csv").read_text().strip() == "", name

@@ -281,6 +281,9 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
                      "not_assessable": not_assessable, "assessable_reports": shares,
                      "undefined": "no model x strategy has reports of both groups to audit"},
+            # empty tables, so that a report written again over an older one leaves no stale CAD labels
+            tables={name: pd.DataFrame() for name in ("by_strategy", "cad", "wae", "diversity",
+                    *("cad_" + re.sub(r"[^A-Za-z0-9]", "_", s) for s in tidy["strategy"].dropna().unique()))},
             intro="No reports to audit: see the section below for why.")
     table = strategy_table(metrics)
     cad = pd.concat(cads, ignore_index=True)
@@ -289,7 +292,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     tables = {"by_strategy": table, "cad": cad, "wae": pd.concat(waes, ignore_index=True)[
         ["model", "strategy", *waes[0].columns.drop(["model", "strategy"])]],
         "diversity": pd.concat(divs, ignore_index=True)}
-    for s in cad["strategy"].unique():
+    for s in tidy["strategy"].unique():  # every strategy run, empty where none is assessable (no stale file)
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
     wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
     sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
