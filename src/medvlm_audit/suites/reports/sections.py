@@ -196,15 +196,12 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
 
 
 def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, model: str,
-                                 labels: Mapping[str, str] | None = None,
-                                 strategies: list[str] | None = None) -> Any:
-    """Bars per strategy (``strategies``: those given, else all of the model's): vocabulary size of the model's
-    reports (line: the reference's), and the CAD category counts (ungated, solid; gated, hatched)."""
+                                 labels: Mapping[str, str] | None = None) -> Any:
+    """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
+    counts (ungated, solid; gated, hatched)."""
     from medvlm_audit.report.figures import captioned, margins, new_figure
 
     d = table[table["model"] == model]
-    if strategies is not None:
-        d = d[d["strategy"].isin(strategies)]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
     fig = new_figure(min(9.0, max(6.0, 1.5 * len(strategies))), 3.0)
@@ -258,8 +255,8 @@ def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict
         sections.append(Section(f"CAD scatter: {model}", figure_to_html(
             cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
         sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels, strategies),
-            fmt=fmt)))
+            vocabulary_transition_figure(table[table["strategy"].isin(strategies)],
+                                         int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
     return sections
 
 
