@@ -102,3 +102,22 @@ def test_a_report_written_again_leaves_no_stale_cad_labels(tmp_path: Path) -> No
     write_report(res, tmp_path / "report", suite="reports", title="b")
     for name in ("cad", "cad_greedy", "cad_t0_7", "wae", "by_strategy"):
         assert (tmp_path / "report" / f"{name}.csv").read_text().strip() == "", name
+
+
+def test_run_time_status_flags_gibberish_against_the_recorded_reference(tmp_path: Path) -> None:
+    # the tidy table reads the run's recorded `reference` so `run` warns for gibberish too (the pilot's `garbage`)
+    import os
+
+    from medvlm_audit.suites.reports.assess import reference_vocabulary, with_vocabulary
+
+    ref = reference_file(tmp_path / "ref.jsonl")
+    vocab = reference_vocabulary(str(ref))
+    assert vocab is not None and "heart" in vocab and "blorp" not in vocab
+    t = _tidy()
+    t["status"] = with_vocabulary(t["status"], t["report"], vocab)
+    lines = low_parse_rate_lines(t)
+    assert len(lines) == 4 and any("'garbage'" in x for x in lines)
+    assert reference_vocabulary(str(tmp_path / "missing.jsonl")) is None and reference_vocabulary(None) is None
+    ref.write_text('{"id": "a", "text": "blorp quux", "group": "F"}\n{"id": "b", "text": "zing", "group": "M"}\n')
+    os.utime(ref, ns=(1, 10**18))  # a new modification time: read again, not the cached words
+    assert reference_vocabulary(str(ref)) == {"blorp", "quux", "zing"}

@@ -5,7 +5,8 @@ gibberish for every image has no words to displace, so its counts and WAE say no
 it never writes is not "stable"). Each report gets a ``status`` (the tidy table's column, as the other suites'
 Score status): ``answer`` (an assessable report), ``empty``, ``refused`` (a first-person refusal: "As an AI, I
 cannot ..."), ``too_short`` (fewer than :data:`MIN_CONTENT_WORDS` words once stop words are removed),
-``no_vocabulary`` (no word of the reference corpus's vocabulary; set by the analysis, which has the reference),
+``no_vocabulary`` (no word of the reference corpus's vocabulary: set in the tidy table where the run's recorded
+``reference`` can be read, and always by the analysis),
 ``no_response`` (the request ended in an error). A model x strategy whose share of assessable reports (among
 those with a response) is below :data:`ASSESSABLE_SHARE` is ``not assessable``: no CAD category, WAE, diversity
 or verdict is given for it, and ``run`` warns as for the other suites' parse rate below 50%.
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from medvlm_audit.health import ASSESSABLE_PARSE_RATE
 from medvlm_audit.suites.reports.terms import report_tokens
 
-__all__ = ["ASSESSABLE_SHARE", "MIN_CONTENT_WORDS", "REPORT_STATUSES", "assessability", "report_status",
-           "with_vocabulary"]
+__all__ = ["ASSESSABLE_SHARE", "MIN_CONTENT_WORDS", "REPORT_STATUSES", "assessability", "reference_vocabulary",
+           "report_status", "with_vocabulary"]
 
 #: the share of assessable reports below which a model x strategy is not assessable (the other suites' 50%)
 ASSESSABLE_SHARE = ASSESSABLE_PARSE_RATE
@@ -38,7 +40,7 @@ _REFUSAL = re.compile(
 
 
 def report_status(text: Any) -> str:
-    """The status of one report from its text alone (``no_vocabulary`` needs the reference: the analysis).
+    """The status of one report from its text alone (``no_vocabulary`` needs the reference: :func:`with_vocabulary`).
 
     >>> [report_status(t) for t in (None, "  ", "Yes", "As an AI, I cannot provide a medical diagnosis.",
     ...                              "No acute cardiopulmonary abnormality.", "Pneumothorax cannot be excluded.")]
@@ -63,6 +65,37 @@ def with_vocabulary(statuses: Iterable[str], texts: Iterable[Any], vocabulary: s
     """
     return [("no_vocabulary" if s == "answer" and not (set(report_tokens(str(t))) & vocabulary) else s)
             for s, t in zip(statuses, texts)]
+
+
+def reference_vocabulary(spec: Any) -> set[str] | None:
+    """The words of a reference corpus (``"iu"`` or a JSONL path, the suite's ``reference`` option), for the
+    tidy table's ``no_vocabulary`` status at run time; None where it cannot be read (the preflight and the
+    analysis report why). Cached per spec and file modification time.
+
+    >>> reference_vocabulary("/no/such/file.jsonl") is None
+    True
+    """
+    import os
+
+    if not isinstance(spec, str) or not spec:
+        return None
+    try:
+        stamp = os.stat(spec).st_mtime_ns if spec != "iu" else 0
+    except OSError:
+        return None
+    return _vocabulary(spec, stamp)
+
+
+@lru_cache(maxsize=4)
+def _vocabulary(spec: str, stamp: int) -> set[str] | None:
+    from medvlm_audit.errors import AuditError
+    from medvlm_audit.suites.reports.corpus import iu_reference_corpus, read_corpus
+
+    try:
+        corpus = iu_reference_corpus() if spec == "iu" else read_corpus(spec)
+    except (AuditError, OSError, ValueError):
+        return None
+    return {w for t in corpus.texts for w in report_tokens(t)}
 
 
 def assessability(statuses: Iterable[str]) -> tuple[int, int, str]:
