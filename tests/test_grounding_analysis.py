@@ -244,7 +244,8 @@ def test_every_rate_uses_rate_interval():
         assert (r.ci_low, r.ci_high) == pytest.approx((100 * lo, 100 * hi)), (r.metric, r.subset)
         assert r.ci_high > r.ci_low, (r.metric, r.subset)
     gsp = res.metrics[res.metrics.metric == "gsp"]
-    assert set(gsp.ci_method) <= {"bootstrap-percentile", "none"}  # GSP's own bootstrap, whatever the n
+    # GSP: its own bootstrap, or where CGR or IS has few events the Bonferroni-Wilson interval (issue 21, defect 5)
+    assert set(gsp.ci_method) <= {"bootstrap-percentile", "wilson-bonferroni", "none"}
 
 
 def test_brier_ece_and_confidence_regimes_have_bootstrap_intervals(designed):
@@ -541,21 +542,45 @@ def test_category_reads_the_printed_interval():
 
 def test_gsp_interval_recomputes_cgr_and_is_on_their_own_denominators():
     # 20 correct boxed cases flip under the target mask but have no parsed irrelevant-mask answer; 20 more are
-    # parsed under both masks and never change. CGR 20/40 = 50, IS 20/20 = 100, GSP = 50. A paired bootstrap on
-    # the 20 cases parsed under both masks gave [0, 0], excluding its own point (issue 12 item 6).
-    n = 40
-    answers = {"m": {"original": [1] * n, "target_mask": [0] * 20 + [1] * 20,
-                     "irrelevant_mask": [-1] * 20 + [1] * 20}}
+    # parsed under both masks and never change; 20 more keep their answer under the target mask and change it
+    # under the irrelevant one. CGR 20/60, IS 20/40 = 50, GSP = 33.3 - 50. A paired bootstrap on the cases parsed
+    # under both masks excluded its own point (issue 12 item 6). (With IS 20/20 this design now gets the
+    # few-events interval: the next test.)
+    n = 60
+    answers = {"m": {"original": [1] * n, "target_mask": [0] * 20 + [1] * 40,
+                     "irrelevant_mask": [-1] * 20 + [1] * 20 + [0] * 20}}
     res = analyse_grounding(tidy_from_answers(answers, [1] * n, [True] * n), B=2000)
     g = _m(res, "m", "gsp")
-    assert g.point == pytest.approx(50.0)
+    assert g.point == pytest.approx(100 / 3 - 50)
+    assert g.ci_method == "bootstrap-percentile"
     assert g.ci_low <= g.point <= g.ci_high and g.ci_high - g.ci_low > 10
-    # by hand: the same draws as a ratio bootstrap of (flips / CGR cases, unchanged / IS cases) over the 40 cases
-    num = np.stack([[1.0] * 20 + [0.0] * 20, [0.0] * 20 + [1.0] * 20], axis=1)
-    den = np.stack([[1.0] * 40, [0.0] * 20 + [1.0] * 20], axis=1)
+    # by hand: the same draws as a ratio bootstrap of (flips / CGR cases, unchanged / IS cases) over the 60 cases
+    num = np.stack([[1.0] * 20 + [0.0] * 40, [0.0] * 20 + [1.0] * 20 + [0.0] * 20], axis=1)
+    den = np.stack([[1.0] * 60, [0.0] * 20 + [1.0] * 40], axis=1)
     d = stats.case_bootstrap_ratios(num, den, B=2000, seed=0)
     want = stats.percentile_interval(100 * (d[:, 0] - (1 - d[:, 1])))
     assert (g.ci_low, g.ci_high) == pytest.approx(want)
+
+
+def test_gsp_with_few_events_gets_an_honest_interval_and_no_zero_se():
+    # the audit's pilot (issue 21, defects 5 and 12): 6 boxed cases, no flip under either mask: CGR 0/6 printed
+    # [0.0, 39.0] while GSP printed "+0.0 ± 0.0 [+0.0, +0.0] (n = 6)" (the case bootstrap is degenerate)
+    n = 6
+    answers = {"m": {"original": [1] * n, "target_mask": [1] * n, "irrelevant_mask": [1] * n}}
+    res = analyse_grounding(tidy_from_answers(answers, [1] * n, [True] * n), B=2000)
+    g, cgr, is_ = (_m(res, "m", k) for k in ("gsp", "cgr", "is"))
+    assert (cgr.k, cgr.n, is_.k, is_.n) == (0, 6, 6, 6) and g.point == pytest.approx(0.0)
+    c_lo, c_hi = stats.wilson_interval(0, 6, 0.025)
+    i_lo, i_hi = stats.wilson_interval(6, 6, 0.025)
+    assert (g.ci_low, g.ci_high) == pytest.approx((100 * (c_lo - (1 - i_lo)), 100 * (c_hi - (1 - i_hi))))
+    assert g.ci_low < 0 < g.ci_high and g.ci_high > cgr.ci_high  # at least as wide as CGR's own interval
+    assert g.ci_method == "wilson-bonferroni" and "Bonferroni" in g.note and math.isnan(g.se)
+    from medvlm_audit.report.html import format_estimate
+    assert format_estimate(g.point, g.se, g.ci_low, g.ci_high, g.n, "pp") == "+0.0 [-45.6, +45.6] (n = 6)"
+    assert format_estimate(cgr.point, cgr.se, cgr.ci_low, cgr.ci_high, cgr.n) == "0.0 [0.0, 39.0] (n = 6)"
+    # index mode keeps the released code's bootstrap (tests/test_index_mode_released.py)
+    idx = _m(analyse_grounding(tidy_from_answers(answers, [1] * n, [True] * n), B=200, mode="index"), "m", "gsp")
+    assert idx.ci_method == "bootstrap-percentile" and (idx.ci_low, idx.ci_high) == (0.0, 0.0)
 
 
 def test_no_paired_test_below_ten_shared_cases_and_mcnemar_beside_accuracy():

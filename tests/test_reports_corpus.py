@@ -164,7 +164,10 @@ def test_corpus_audit_writes_every_file(tmp_path):
                 "count_ref_F", "count_ref_M", "count_pred_F", "count_pred_M"):
         assert col in cad.columns
     assert set(cad.loc[cad.category_ungated == "erasure", "word"]) == {"mastectomy", "aicd"}
-    assert (cad.category == "stable").all()  # never written: the gate cannot see the erasure
+    # the gate cannot see the erasure of a word never written: gated `absent`, never `stable` (issue 21, defect 6)
+    assert (cad.category.isin(["stable", "absent"])).all()
+    never = (cad.count_pred_F + cad.count_pred_M) == 0
+    assert never.any() and (cad.category[never] == "absent").all() and (cad.category[~never] == "stable").all()
     wae = pd.read_csv(out / "wae.csv")
     assert list(zip(wae.weighting, wae.group)) == [(w, g) for w in ("pred", "ref") for g in ("all", "F", "M", "delta")]
     assert {"value", "ci_low", "ci_high", "p_perm"} <= set(wae.columns)

@@ -26,7 +26,8 @@ def test_one_word_reports_give_a_report_with_undefined_delta_wae(tmp_path: Path)
 
     ref = reference_file(tmp_path / "ref.jsonl")
     tidy = pd.DataFrame([{"run_id": "x", "model": "m", "probe_set": "p", "case_id": f"c{i}", "strategy": "greedy",
-                          "sample_index": 0, "group": "F" if i % 2 else "M", "report": "normal"} for i in range(10)])
+                          "sample_index": 0, "group": "F" if i % 2 else "M", "report": "normal normal"}
+                         for i in range(10)])  # one word (twice: a one-word report is not assessable, assess.py)
     opts = ReportsOptions(reference=str(ref), B=20, n_perm=20, semantic="off", bertscore="off")
     res = analyse_reports(tidy, opts)
     delta = res.metrics[res.metrics.metric == "delta_wae"]
@@ -47,6 +48,6 @@ def test_reports_of_one_group_only_give_a_report_saying_why(tmp_path: Path) -> N
                           "sample_index": 0, "group": "F", "report": "heart normal"} for i in range(4)])
     res = analyse_reports(tidy, ReportsOptions(reference=str(ref), B=20, n_perm=20, semantic="off",
                                                bertscore="off"))
-    assert res.metrics.empty and "undefined" in res.verdicts["m"]
+    assert set(res.metrics.metric) == {"assessable_share"} and "undefined" in res.verdicts["m"]
     page = write_report(res, tmp_path / "report", suite="reports", title="one group")
     assert "Nothing to audit" in page.read_text() and "every report is in group F" in page.read_text()

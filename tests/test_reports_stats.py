@@ -66,7 +66,8 @@ def test_categories_are_the_four_disjoint_rules():
 def test_gate_marks_stable_words():
     out = cad([50, 50], [5, 50], [0, 5], [0, 5], alpha=0.1)
     assert out["category_ungated"][0] == "erasure"
-    assert out["category"][0] == "stable"  # never written: |z_disp| < 0.9, so q >= 0.05
+    # never written: |z_disp| < 0.9, so q >= 0.05; gated `absent` (not generated), not `stable` (issue 21, defect 6)
+    assert out["category"][0] == "absent" and out["category"][1] == "stable"
     assert abs(out["z_disp"][0]) < 0.9
 
 

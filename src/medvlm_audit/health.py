@@ -152,7 +152,8 @@ def low_parse_rate_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> lis
     t = tidy[tidy["status"].notna() & (tidy["status"] != "no_response")]
     if t.empty:
         return []
-    keys = ["model", "condition"] if "condition" in t.columns else ["model"]
+    cond = next((c for c in ("condition", "strategy") if c in t.columns), None)  # the reports suite: strategy
+    keys = ["model", cond] if cond else ["model"]
     g = t.assign(_p=t["status"].isin(_PARSED)).groupby(keys, sort=True)["_p"].agg(["mean", "size"])
     lines = []
     for model, sub in g.groupby(level=0, sort=True):
@@ -175,7 +176,7 @@ def results_parse_rate_lines(results_parquet: str | Path) -> list[str]:
         names = set(pq.read_schema(results_parquet).names)
         if not {"model", "status"} <= names:
             return []
-        cols = [c for c in ("model", "condition", "status") if c in names]
+        cols = [c for c in ("model", "condition", "strategy", "status") if c in names]
         return low_parse_rate_lines(pd.read_parquet(results_parquet, columns=cols))
     except (OSError, ValueError):
         return []

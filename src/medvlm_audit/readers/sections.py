@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.html import badge, escape, format_estimate, format_number, format_p, is_missing
+from medvlm_audit.report.html import (
+    badge,
+    escape,
+    format_estimate,
+    format_interval,
+    format_p,
+    is_missing,
+)
 
 __all__ = ["comparisons_html", "kappa_words", "metrics_html", "reader_verdicts", "verdicts_html"]
 
@@ -184,10 +191,7 @@ def comparisons_html(comparisons: pd.DataFrame, *, table_id: str = "reader-compa
         if is_missing(diff) or not math.isfinite(float(diff)):
             text = "not estimable"
         else:
-            text = format_number(diff, "pp", signed=True)
-            lo, hi = r["ci_low"], r["ci_high"]
-            if not (is_missing(lo) or is_missing(hi)) and math.isfinite(float(lo)) and math.isfinite(float(hi)):
-                text += f" [{format_number(lo, 'pp', signed=True)}, {format_number(hi, 'pp', signed=True)}]"
+            text = format_interval(diff, r["ci_low"], r["ci_high"], "pp", signed=True)
             if not is_missing(r["p_adj"]) and math.isfinite(float(r["p_adj"])):
                 text += f", p (BH) {format_p(r['p_adj'])}"
         if not is_missing(r["n"]):
@@ -287,8 +291,8 @@ def reader_verdicts(metrics: pd.DataFrame, comparisons: pd.DataFrame) -> list[tu
             others = ", ".join(dict.fromkeys(p.replace(name, "").replace(" vs ", "").strip()
                                              for p in pairs["model"].astype(str)))
             text = (f"Agreement with {others}: {kappa_words(float(worst['point']))} at worst "
-                    f"(κ {format_number(worst['point'], 'prob')} [{format_number(worst['ci_low'], 'prob')}, "
-                    f"{format_number(worst['ci_high'], 'prob')}] on {worst['subset']}, n = {int(worst['n'])})")
+                    f"(κ {format_interval(worst['point'], worst['ci_low'], worst['ci_high'], 'prob')} on "
+                    f"{worst['subset']}, n = {int(worst['n'])})")
             if category == "uncertain agreement":
                 text += (f", but its interval reaches down to {kappa_words(lo)}: more items read by both are "
                          "needed to call this reader a consistent reference")

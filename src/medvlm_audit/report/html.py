@@ -28,6 +28,7 @@ __all__ = [
     "escape",
     "figure_to_html",
     "format_estimate",
+    "format_interval",
     "format_number",
     "format_p",
     "is_missing",
@@ -71,6 +72,53 @@ def format_number(value: object, unit: str = "%", *, signed: bool = False) -> st
     return f"{x:.{d}f}"
 
 
+def interval_decimals(values: Iterable[object], unit: str = "%") -> int:
+    """Decimals that print an estimate and its interval honestly: the unit's precision (:func:`format_number`),
+    more where the interval is narrower than that, so that an interval of nonzero width never prints as zero width
+    (its width shows to two significant digits) and a nonzero point never prints as 0 (two significant digits).
+    ``values``: the point, then the interval's ends (either may be missing: then the point alone counts);
+    at most 12 decimals.
+
+    >>> interval_decimals([0.0039, 0.00055, 0.0092], "z"), interval_decimals([78.3, 75.9, 80.6])
+    (4, 1)
+    >>> interval_decimals([0.0, 0.0, 0.0]), interval_decimals([0.004, 0.004, 0.004], "z")
+    (1, 4)
+    """
+    vals = [None if is_missing(v) or not math.isfinite(float(v)) else float(v)  # type: ignore[arg-type]
+            for v in values]
+    d = _decimals(unit)
+    ends = [v for v in vals[1:3] if v is not None]
+    if len(ends) == 2 and ends[1] - ends[0] > 0:
+        d = max(d, math.ceil(-math.log10(ends[1] - ends[0])) + 1)
+    point = vals[0] if vals else None
+    if point is not None and point != 0.0 and round(point, d) == 0.0:
+        d = max(d, math.ceil(-math.log10(abs(point))) + 1)
+    return min(d, 12)
+
+
+def format_interval(point: object, ci_low: object, ci_high: object, unit: str = "%", *,
+                    signed: bool = False) -> str:
+    """'0.0039 [0.00055, 0.0092]': a point and its interval at the decimals of :func:`interval_decimals` (the
+    one formatter every report section uses for an estimate with an interval); the point alone where an end is
+    missing; '—' for a missing point.
+
+    >>> format_interval(0.0039, 0.00055, 0.0092, "z")
+    '0.0039 [0.0006, 0.0092]'
+    >>> format_interval(0.0828, 0.0784, 0.0833, "z"), format_interval(78.3, 75.9, 80.6)
+    ('0.0828 [0.0784, 0.0833]', '78.3 [75.9, 80.6]')
+    """
+    if is_missing(point) or not math.isfinite(float(point)):  # type: ignore[arg-type]
+        return _NA
+    d = interval_decimals([point, ci_low, ci_high], unit)
+    sign = "+" if signed or unit == "pp" else ""
+    text = f"{float(point):{sign}.{d}f}"  # type: ignore[arg-type]
+    if not (is_missing(ci_low) or is_missing(ci_high)):
+        lo, hi = float(ci_low), float(ci_high)  # type: ignore[arg-type]
+        if math.isfinite(lo) and math.isfinite(hi):
+            text += f" [{lo:{sign}.{d}f}, {hi:{sign}.{d}f}]"
+    return text
+
+
 def _format_n(n: object) -> str:
     if is_missing(n):
         return "0"
@@ -89,19 +137,33 @@ def format_estimate(
     unit: str = "%",
     note: object = "",
 ) -> str:
-    """'78.3 ± 1.2 [75.9, 80.6] (n = 412)'; an undefined point gives the note or 'not estimable (n = k)'."""
+    """'78.3 ± 1.2 [75.9, 80.6] (n = 412)'; an undefined point gives the note or 'not estimable (n = k)'.
+
+    Decimals as :func:`format_interval` (a narrow interval gets more, never printing as zero width); a zero SE
+    beside an interval of nonzero width is left out (it would contradict the interval).
+
+    >>> format_estimate(0.0, 0.0, 0.0, 39.0, 6)
+    '0.0 [0.0, 39.0] (n = 6)'
+    >>> format_estimate(78.3, 1.2, 75.9, 80.6, 412), format_estimate(-0.02, 0.01, -0.041, -0.004, 50, "pp")
+    ('78.3 ± 1.2 [75.9, 80.6] (n = 412)', '-0.020 ± 0.010 [-0.041, -0.004] (n = 50)')
+    """
     note_s = "" if is_missing(note) else str(note).strip()
     if is_missing(point) or not math.isfinite(float(point)):  # type: ignore[arg-type]
         if note_s:
             return note_s if "n =" in note_s else f"{note_s} (n = {_format_n(n)})"
         return f"not estimable (n = {_format_n(n)})"
-    text = format_number(point, unit)
+    d = interval_decimals([point, ci_low, ci_high], unit)
+    sign = "+" if unit == "pp" else ""
+    text = f"{float(point):{sign}.{d}f}"  # type: ignore[arg-type]
+    lo, hi = (math.nan if is_missing(v) else float(v) for v in (ci_low, ci_high))  # type: ignore[arg-type]
+    has_ci = math.isfinite(lo) and math.isfinite(hi)
     if not is_missing(se) and math.isfinite(float(se)):  # type: ignore[arg-type]
-        text += f" ± {format_number(se, unit).lstrip('+')}"
-    if not (is_missing(ci_low) or is_missing(ci_high)):
-        lo, hi = float(ci_low), float(ci_high)  # type: ignore[arg-type]
-        if math.isfinite(lo) and math.isfinite(hi):
-            text += f" [{format_number(lo, unit)}, {format_number(hi, unit)}]"
+        # a zero SE beside an interval of nonzero width is degenerate (e.g. sqrt(p(1-p)/n) at 0 events beside
+        # Wilson's interval): it would contradict the interval, so the interval is printed alone
+        if not (float(se) == 0.0 and has_ci and hi > lo):  # type: ignore[arg-type]
+            text += f" ± {float(se):.{d}f}"  # type: ignore[arg-type]
+    if has_ci:
+        text += f" [{lo:{sign}.{d}f}, {hi:{sign}.{d}f}]"
     if not is_missing(n):
         text += f" (n = {_format_n(n)})"
     return text

@@ -81,6 +81,7 @@ from medvlm_audit.stats.ranking import (
 from medvlm_audit.stats.rates import (
     RATE_WILSON_EVENTS,
     binomial_test,
+    bounded_mean_interval_at_edge,
     chance_test,
     poisson_binomial_sf,
     proportion,
@@ -156,6 +157,7 @@ __all__ = [
     'proportion',
     'rate_interval',
     'rate_interval_method',
+    'bounded_mean_interval_at_edge',
     'rate_intervals_limit',
     'ratings_to_counts',
     'shift_reflect_p',

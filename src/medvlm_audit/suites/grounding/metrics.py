@@ -395,6 +395,8 @@ def _proportion_from_counts(k: int, n: int, B: int, seed: int) -> stats.Estimate
 
 #: ``ci_method`` of a row: how its interval was made.
 CI_WILSON, CI_BOOT, CI_PAIRED, CI_NONE = "wilson", "bootstrap-percentile", "paired-bootstrap-percentile", "none"
+#: GSP where CGR or IS has few events: the Bonferroni combination of the two rates' Wilson intervals
+CI_WILSON_BONF = "wilson-bonferroni"
 
 
 def rate_row(values: np.ndarray, clusters: np.ndarray | None, opts: Options, *, label: str = "") -> dict[str, Any]:
@@ -539,12 +541,37 @@ def gsp_row(cgr: dict[str, Any], is_: dict[str, Any], vecs: dict[str, Vec], pane
     gsp_draws = 100.0 * (draws[:, 0] - (1.0 - draws[:, 1]))
     how = f"bootstrap ({unit}, {opts.mode}, B={opts.B}, seed={opts.seed})"
     est = stats.bootstrap_estimate(point, gsp_draws, int(pos.size), how=how)
-    return {"point": point, "se": est.se, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": int(pos.size), "k": 0,
-            "unit": "pp",
-            "method": (f"GSP = CGR - (100 - IS); in each draw CGR (n = {cgr['n']}) and IS (n = {is_['n']}) are "
-                       f"recomputed on their own denominators over the {pos.size} cases entering either; "
-                       f"{est.method}"),
-            "note": "", "ci_method": CI_BOOT}
+    row = {"point": point, "se": est.se, "ci_low": est.ci_low, "ci_high": est.ci_high, "n": int(pos.size), "k": 0,
+           "unit": "pp",
+           "method": (f"GSP = CGR - (100 - IS); in each draw CGR (n = {cgr['n']}) and IS (n = {is_['n']}) are "
+                      f"recomputed on their own denominators over the {pos.size} cases entering either; "
+                      f"{est.method}"),
+           "note": "", "ci_method": CI_BOOT}
+    few = {name: min(int(r["k"]), int(r["n"]) - int(r["k"])) for name, r in (("CGR", cgr), ("IS", is_))}
+    if opts.mode != "index" and min(few.values()) < stats.RATE_WILSON_EVENTS:
+        row.update(gsp_few_events_interval(cgr, is_, few))
+    return row
+
+
+def gsp_few_events_interval(cgr: dict[str, Any], is_: dict[str, Any], few: dict[str, int]) -> dict[str, Any]:
+    """GSP's interval where CGR or IS has fewer than 10 events on a side (where each rate prints Wilson's
+    interval): the case bootstrap is degenerate there (0 flips on 6 cases and IS 6/6 gave [+0.0, +0.0] beside
+    CGR's [0.0, 39.0]), so the interval is the Bonferroni combination of the two rates' 97.5% Wilson intervals,
+    [CGR_lo - (100 - IS_lo), CGR_hi - (100 - IS_hi)]: both cover together with probability >= 95% (as far as
+    Wilson's do), it contains the point and has nonzero width for n >= 1. Index mode keeps the released code's
+    bootstrap. The SE is then not printed (the bootstrap SD of degenerate draws is 0).
+
+    >>> r = gsp_few_events_interval({"k": 0, "n": 6}, {"k": 6, "n": 6}, {"CGR": 0, "IS": 0})
+    >>> round(r["ci_low"], 1), round(r["ci_high"], 1), r["ci_method"]
+    (-45.6, 45.6, 'wilson-bonferroni')
+    """
+    c_lo, c_hi = stats.wilson_interval(int(cgr["k"]), int(cgr["n"]), 0.025)
+    i_lo, i_hi = stats.wilson_interval(int(is_["k"]), int(is_["n"]), 0.025)
+    which = ", ".join(f"{k} min(k, n - k) = {v}" for k, v in few.items() if v < stats.RATE_WILSON_EVENTS)
+    return {"ci_low": 100.0 * (c_lo - (1.0 - i_lo)), "ci_high": 100.0 * (c_hi - (1.0 - i_hi)), "se": math.nan,
+            "ci_method": CI_WILSON_BONF,
+            "note": (f"Bonferroni combination of CGR's and IS's 97.5% Wilson intervals ({which} < "
+                     f"{stats.RATE_WILSON_EVENTS}: the case bootstrap is degenerate with so few events)")}
 
 
 def _value_row(est: stats.Estimate, unit: str, note: str = "") -> dict[str, Any]:

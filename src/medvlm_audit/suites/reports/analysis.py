@@ -7,14 +7,24 @@ from __future__ import annotations
 
 import math
 import re
+from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from medvlm_audit.report.html import format_p
+from medvlm_audit.report.sections import Section
 from medvlm_audit.results import MetricRow, metrics_frame
+from medvlm_audit.stats import rate_interval, rate_interval_method
 from medvlm_audit.suites.base import SuiteResult
+from medvlm_audit.suites.reports.assess import (
+    ASSESSABLE_SHARE,
+    MIN_CONTENT_WORDS,
+    assessability,
+    report_status,
+    with_vocabulary,
+)
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
 from medvlm_audit.suites.reports.corpus import (
     Corpus,
@@ -35,6 +45,7 @@ from medvlm_audit.suites.reports.sections import (
     nothing_to_audit_section,
     strategy_sections,
 )
+from medvlm_audit.suites.reports.terms import report_tokens
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -138,6 +149,30 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
     return rows
 
 
+def report_statuses(rows: pd.DataFrame, vocabulary: set[str]) -> list[str]:
+    """Each report's status (assess.py): the tidy table's ``status`` (from the text where an older run lacks
+    it), ``no_vocabulary`` where an otherwise assessable report has no word of the reference's ``vocabulary``."""
+    base = rows["status"] if "status" in rows else rows["report"].map(report_status)
+    return with_vocabulary([str(x) for x in base], rows["report"], vocabulary)
+
+
+def assessable_row(model: str, strategy: str, k: int, n: int, reason: str, probe_set: str) -> MetricRow:
+    """The share of assessable reports (the reports suite's parse rate), with the interval every rate gets."""
+    lo, hi = rate_interval(k, n) if n else (math.nan, math.nan)
+    return _row(model, "assessable_share", strategy, k / n if n else math.nan, n=n, unit="fraction",
+                method=("share of reports that are not empty, a refusal, too short or without a reference word "
+                        f"(assess.py); {rate_interval_method(k, n)}"), note=reason, ci=(lo, hi),
+                probe_set=probe_set)
+
+
+def not_assessable_rows(model: str, strategy: str, n: int, reason: str, probe_set: str) -> list[MetricRow]:
+    """A not-assessable model x strategy: every headline metric undefined, its note the reason (the gate reads
+    it as ``FAIL (not assessable)``); no CAD category or WAE is computed."""
+    return [_row(model, m, strategy, math.nan, n=n, unit="words" if "count" in m or m == "vocabulary_size" else
+                 "z^2" if "wae" in m else "fraction", method="not computed: the reports are not assessable",
+                 note=reason, probe_set=probe_set) for m in TABLE_METRICS]
+
+
 #: the metrics the strategy table shows (a column each, NaN where undefined)
 TABLE_METRICS: tuple[str, ...] = (
     "template_diversity", "ttr", "one_minus_self_bleu", "vocabulary_size",
@@ -171,6 +206,22 @@ def strategy_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["model", "_o"]).drop(columns="_o").reset_index(drop=True)
 
 
+def not_assessable_section(not_assessable: dict[str, str]) -> Section:
+    """The model x strategy pairs whose reports are degenerate (assess.py), each with its counts."""
+    items = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in not_assessable.items())
+    return Section("Not assessable", (
+        "<p>A model x strategy whose reports are mostly empty, refusals, too short (fewer than "
+        f"{MIN_CONTENT_WORDS} words besides stop words) or without a word of the reference corpus's vocabulary "
+        f"(fewer than {100 * ASSESSABLE_SHARE:g}% assessable) gets no CAD category, WAE, diversity or verdict: "
+        f"its rows in the tables read '—'.</p><ul>{items}</ul>"))
+
+
+def _undefined_verdict(model: str, not_assessable: dict[str, str]) -> str:
+    """The verdict of a model with nothing audited: its strategies' not-assessable reasons, else undefined."""
+    why = [f"{k.split(' / ', 1)[1]} {v}" for k, v in not_assessable.items() if k.split(" / ", 1)[0] == model]
+    return "; ".join(why) if why else "undefined: no reports of both groups to audit"
+
+
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
     """Run the corpus audit per model x strategy and assemble the suite result."""
     from medvlm_audit.suites.reports.clinical import load_clinical_metric
@@ -186,11 +237,21 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     skipped: dict[str, str] = {}
     paired_names: set[str] = set()
     ref_div: dict[str, Any] = {}
+    not_assessable: dict[str, str] = {}
+    shares: dict[str, dict[str, Any]] = {}
+    vocabulary = {w for t in ref.texts for w in report_tokens(t)}
     order = {s: i for i, s in enumerate(STRATEGIES)}
     for model in sorted(tidy["model"].unique()):
         m = tidy[tidy["model"] == model]
         for strategy in sorted(m["strategy"].unique(), key=lambda s: order.get(s, 99)):
             g = m[m["strategy"] == strategy]
+            k, n, reason = assessability(report_statuses(g, vocabulary))
+            shares[f"{model} / {strategy}"] = {"assessable": k, "n": n}
+            rows.append(assessable_row(model, strategy, k, n, reason, probe_set))
+            if reason:  # degenerate output: no CAD category, WAE, diversity or verdict (assess.py)
+                not_assessable[f"{model} / {strategy}"] = reason
+                rows += not_assessable_rows(model, strategy, n, reason, probe_set)
+                continue
             try:
                 pred, ref_ids = predictions_corpus(g, f"{model} / {strategy}")
             except CorpusError as e:
@@ -211,13 +272,18 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                 ref_div = res.diversity.set_index("corpus").loc["reference"].to_dict()
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
     metrics = metrics_frame(rows)
-    if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
+    if not cads:  # a report that says why, not a traceback (every answer errored, one group only, ...)
+        skipped = {**skipped, **not_assessable}
         return SuiteResult(
             metrics=metrics, sections=[nothing_to_audit_section(skipped)],
-            verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
+            verdicts={str(m): _undefined_verdict(str(m), not_assessable) for m in sorted(tidy["model"].unique())},
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
+                     "not_assessable": not_assessable, "assessable_reports": shares,
                      "undefined": "no model x strategy has reports of both groups to audit"},
+            # empty tables, so that a report written again over an older one leaves no stale CAD labels
+            tables={name: pd.DataFrame() for name in ("by_strategy", "cad", "wae", "diversity",
+                    *("cad_" + re.sub(r"[^A-Za-z0-9]", "_", s) for s in tidy["strategy"].dropna().unique()))},
             intro="No reports to audit: see the section below for why.")
     table = strategy_table(metrics)
     cad = pd.concat(cads, ignore_index=True)
@@ -226,14 +292,20 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     tables = {"by_strategy": table, "cad": cad, "wae": pd.concat(waes, ignore_index=True)[
         ["model", "strategy", *waes[0].columns.drop(["model", "strategy"])]],
         "diversity": pd.concat(divs, ignore_index=True)}
-    for s in cad["strategy"].unique():
+    for s in tidy["strategy"].unique():  # every strategy run, empty where none is assessable (no stale file)
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
     wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
     sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
+    if not_assessable:
+        sections.insert(0, not_assessable_section(not_assessable))
     verdicts: dict[str, str] = {}
     for model in table["model"].unique():
         t = table[table["model"] == model].set_index("strategy")
-        strategies = list(t.index)
+        gone = [s for s in t.index if f"{model} / {s}" in not_assessable]
+        strategies = [s for s in t.index if s not in gone]
+        if not strategies:
+            verdicts[model] = _undefined_verdict(model, not_assessable)
+            continue
         det = [s for s in strategies if s not in STOCHASTIC]
         sto = [s for s in strategies if s in STOCHASTIC]
         if det and sto:
@@ -248,10 +320,15 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
             verdicts[model] = (f"unique reports (template diversity) {td}; sex-associated words erased (BH-gated, or "
                                f"strong in the reference and never written) {er}; new bias (BH-gated) {nb}; WAE_pred "
                                f"{wae} (WAE falls when associated words are erased: read it with the erasures)")
+        if gone:
+            text = "; ".join(f"{s} {not_assessable[f'{model} / {s}']}" for s in gone)
+            verdicts[model] = (f"{verdicts[model]}; {text}" if model in verdicts else
+                               f"no deterministic against stochastic comparison: {text}")
     summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},
                "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "headline", "skipped": skipped,
+               "not_assessable": not_assessable, "assessable_reports": shares,
                "categories_headline": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_headline"]) for c in CATEGORIES}
                                        for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
                "categories_null": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_null"]) for c in CATEGORIES}

@@ -5,7 +5,8 @@ Everything association-based works on one sparse report x word count matrix per 
 (:func:`medvlm_audit.suites.reports.terms.report_count_matrices`); resamples reweight its rows (counts-based), nothing is
 re-tokenised. Files are written together, atomically:
 
-* ``cad.csv``: word, z_ref, z_pred, z_disp, p, q, category (BH-gated: ``stable`` where q >= p*), category_ungated,
+* ``cad.csv``: word, z_ref, z_pred, z_disp, p, q, category (BH-gated: ``stable`` where q >= p*, ``absent`` where
+  q >= p* and the predictions never write the word), category_ungated,
   s_ref, s_pred and the word's counts per group and corpus;
 * ``wae.csv``: weighting (pred, ref), group (all, F, M, delta = F - M), value, ci_low, ci_high (percentile
   bootstrap over reports, stratified by group), p_perm (label-permutation null; one-sided for WAE, two-sided for
@@ -84,7 +85,7 @@ def headline_categories(cadf: pd.DataFrame, z_strong: float = 2.0) -> tuple[np.n
     absent = ((np.abs(cadf["z_ref"].to_numpy(dtype=float)) > z_strong)
               & ((cadf["count_pred_F"].to_numpy() + cadf["count_pred_M"].to_numpy()) == 0))
     gated = cadf["category"].astype(str).to_numpy()
-    out = np.where(gated == "stable", "none", gated).astype(object)
+    out = np.where(np.isin(gated, ("stable", "absent")), "none", gated).astype(object)
     out[absent] = "erasure"
     return out, absent
 
@@ -247,8 +248,16 @@ def surface_frame(reference: Corpus, predictions: Corpus, max_pairs: int | None 
     per = rouge_pair_scores(hyp, refs)
     for name, label in (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L")):
         e = stats.mean_estimate(per[name], B=B, seed=seed, clusters=rid)
-        rows.append({"metric": name, "value": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, **base,
-                     "method": f"mean {label} F (rouge-score, stemmed); {e.method}{sample}"})
+        lo, hi, how = e.ci_low, e.ci_high, e.method
+        v = np.asarray(per[name], dtype=np.float64)
+        if v.size and (np.all(v == 0.0) or np.all(v == 1.0)):
+            # every pair scores 0 (or 1): the cluster bootstrap's [0, 0] has zero width; the exact bound of a
+            # [0, 1] mean over the n_ref independent reference reports instead (stats.bounded_mean_interval_at_edge)
+            lo, hi = stats.bounded_mean_interval_at_edge(n_ref, float(v[0]))
+            how = (f"every pair scores {v[0]:g}: the cluster bootstrap is degenerate, so the exact 95% bound of a "
+                   f"mean in [0, 1] over {n_ref} reference reports (Clopper-Pearson's for {v[0]:g} on each)")
+        rows.append({"metric": name, "value": e.point, "ci_low": lo, "ci_high": hi, **base,
+                     "method": f"mean {label} F (rouge-score, stemmed); {how}{sample}"})
     if bertscore:
         from medvlm_audit.suites.reports import bertscore as bs
 
@@ -382,7 +391,8 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         "predictions": {"source": pred.source, "n": len(pred), **pred.counts()},
         "vocabulary": len(vocab), "alpha": alpha, "p_star": p_star, "z_neutral": 1.0, "z_strong": 2.0,
         "B": B, "n_perm": n_perm, "seed": seed,
-        "categories_gated": res.category_counts(True) | {"stable": int((cadf["category"] == "stable").sum())},
+        "categories_gated": res.category_counts(True) | {"stable": int((cadf["category"] == "stable").sum()),
+                                                         "absent": int((cadf["category"] == "absent").sum())},
         "categories_ungated": res.category_counts(False),
         "categories_headline": res.category_counts("headline"),
         "categories_null": {c: int(null_counts.get(c, 0)) for c in CAD_CATEGORIES},

@@ -70,11 +70,15 @@ def cad(c_ref_f: Any, c_ref_m: Any, c_pred_f: Any, c_pred_m: Any, alpha: float =
     Returns s_ref, z_ref, s_pred, z_pred, z_disp = (s_pred - s_ref) / sqrt(Var_pred + Var_ref), its two-sided
     normal p, the BH-adjusted q, ``category_ungated`` (:func:`cad_category`) and ``category`` (``stable`` where
     q >= p_star, else the ungated category). A word never written in the predictions has Var_pred = 2/alpha, so
-    its |z_disp| stays below about 0.9 at alpha = 0.1 and the gate can never flag its erasure: report both.
+    its |z_disp| stays below about 0.9 at alpha = 0.1 and the gate can never flag its erasure: its gated
+    category is ``absent`` (not generated: its displacement cannot be tested), never ``stable`` (the paper's
+    "no displacement"; its erasure rule counts a word that "is not generated"), and both are reported.
 
     >>> out = cad([30, 5, 5], [2, 5, 5], [5, 5, 5], [5, 5, 5], alpha=0.1)
     >>> out["category_ungated"].tolist(), bool(out["z_ref"][0] > 2)
     (['erasure', 'none', 'none'], True)
+    >>> cad([6, 5, 5], [0, 5, 5], [0, 5, 5], [0, 5, 5])["category"].tolist()   # word 0 never written
+    ['absent', 'stable', 'stable']
     """
     s_r, v_r, z_r = word_association(c_ref_f, c_ref_m, alpha)
     s_p, v_p, z_p = word_association(c_pred_f, c_pred_m, alpha)
@@ -84,6 +88,8 @@ def cad(c_ref_f: Any, c_ref_m: Any, c_pred_f: Any, c_pred_m: Any, alpha: float =
     ungated = cad_category(z_r, z_p, z_neutral, z_strong)
     gated = ungated.copy()
     gated[~(q < p_star)] = "stable"
+    never = (np.asarray(c_pred_f, dtype=np.float64) + np.asarray(c_pred_m, dtype=np.float64)) == 0
+    gated[never & ~(q < p_star)] = "absent"
     return {"s_ref": s_r, "z_ref": z_r, "var_ref": v_r, "s_pred": s_p, "z_pred": z_p, "var_pred": v_p,
             "z_disp": zd, "p": p, "q": q, "category": gated, "category_ungated": ungated}
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.html import format_number, format_p
+from medvlm_audit.report.html import format_interval, format_number, format_p
 from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
 from medvlm_audit.suites.reports.decoding import STRATEGIES
 
@@ -42,13 +42,18 @@ def _int(v: Any) -> str:
 
 
 def _ci(point: Any, lo: Any, hi: Any) -> str:
-    """``point [lo, hi]``; the point alone when no interval that contains it was found (never an interval that
-    excludes its point: DESIGN.md, report audit)."""
+    """``point [lo, hi]`` at the shared interval decimals (``report.html.format_interval``: a nonzero width never
+    prints as zero width); the point alone when no interval that contains it was found (never an interval that
+    excludes its point: DESIGN.md, report audit).
+
+    >>> _ci(0.0039, 0.00055, 0.0092), _ci(0.0828, 0.0784, 0.0833), _ci(0.004, float("nan"), float("nan"))
+    ('0.0039 [0.0006, 0.0092]', '0.0828 [0.0784, 0.0833]', '0.0040 (no interval)')
+    """
     if math.isnan(point):
         return "not estimable"
     if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
-        return f"{format_number(point, 'z')} (no interval)"
-    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
+        return f"{format_interval(point, None, None, 'z')} (no interval)"
+    return format_interval(point, lo, hi, "z")
 
 
 def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, key: tuple[str, str]) -> str:
@@ -115,10 +120,7 @@ def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
                 row[PAIRED_LABELS.get(m, m)] = "—"
                 continue
             r = g.loc[m]
-            v = f"{r['point']:.3f}"
-            if not (math.isnan(r["ci_low"]) or math.isnan(r["ci_high"])):
-                v += f" [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-            row[PAIRED_LABELS.get(m, m)] = v
+            row[PAIRED_LABELS.get(m, m)] = format_interval(r["point"], r["ci_low"], r["ci_high"], "prob")
         out.append(row)
     methods = paired.drop_duplicates("metric").set_index("metric")["method"]
     bs = methods.get("bertscore_f1")
@@ -167,7 +169,7 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
             g = d[d["category_ungated"] == cat]
             if g.empty:
                 continue
-            stable = (g["category"] == "stable").to_numpy()
+            stable = g["category"].isin(["stable", "absent"]).to_numpy()
             x, y = g["z_ref"].to_numpy(dtype=float), g["z_pred"].to_numpy(dtype=float)
             c = CATEGORY_COLORS[cat]
             size = 4 if cat == "none" else 9
@@ -188,7 +190,8 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
     return captioned(fig, f"CAD per word, {model}",
                      "Each dot is a vocabulary word: its sex association in the reference (z_ref) against the "
                      "model's reports (z_pred). Grey band: neutral |z_pred| < 1; dotted: |z_ref| = 2; diagonal: "
-                     "no displacement. Colour: ungated category; hollow: not significant after BH (gated 'stable'). "
+                     "no displacement. Colour: ungated category; hollow: not significant after BH (gated 'stable', or "
+                     "'absent' for a word the model never writes). "
                      "n: the words in each panel, in the table below.", n_table=counts)
 
 
@@ -243,13 +246,17 @@ def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict
     sections = [Section("By decoding strategy", _table_html(table, ref_div, wae_by)),
                 Section("Similarity to the reference reports", paired_table_html(metrics, paired_names))]
     for model in table["model"].unique():
-        t = table[table["model"] == model].set_index("strategy")
-        strategies = list(t.index)
+        # strategies with CAD rows only (a not-assessable one has none: assess.py)
+        strategies = [s for s in table.loc[table["model"] == model, "strategy"]
+                      if ((cad["model"] == model) & (cad["strategy"] == s)).any()]
+        if not strategies:
+            continue
         labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
         sections.append(Section(f"CAD scatter: {model}", figure_to_html(
             cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
         sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
-            vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
+            vocabulary_transition_figure(table[table["strategy"].isin(strategies)],
+                                         int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
     return sections
 
 

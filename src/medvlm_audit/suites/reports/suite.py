@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PROMPT = ("You are a radiologist. Write the findings and impression of the radiology report for this chest "
           "X-ray.")
 TIDY_COLUMNS = ("run_id", "model", "probe_set", "case_id", "reference_id", "strategy", "sample_index", "group",
-                "report", "n_words", "finish_reason", "error_kind", "error_message", "effective_decoding")
+                "report", "n_words", "status", "finish_reason", "error_kind", "error_message", "effective_decoding")
 
 
 class ClinicalMetricSpec(BaseModel):
@@ -205,6 +205,7 @@ def check_stage(ctx: StageContext, models: list[Any]) -> None:
 def tidy_reports(store: RunStore) -> pd.DataFrame:
     """One row per model x image x strategy x sample: the report text and the patient's sex (case metadata)."""
     from medvlm_audit.export import raw_table
+    from medvlm_audit.suites.reports.assess import reference_vocabulary, report_status, with_vocabulary
     from medvlm_audit.suites.reports.corpus import normalise_group
 
     raw = raw_table(store)
@@ -217,6 +218,10 @@ def tidy_reports(store: RunStore) -> pd.DataFrame:
         "effective_decoding": raw["effective_decoding"],
     })
     out["n_words"] = [len(str(t).split()) if isinstance(t, str) else None for t in out["report"]]
+    out["status"] = [report_status(t) for t in out["report"]]  # assess.py: the not-assessable rule
+    vocabulary = reference_vocabulary(store.meta().get("config", {}).get("reference"))
+    if vocabulary is not None:  # gibberish (no reference word) is flagged at run time too
+        out["status"] = with_vocabulary(out["status"], out["report"], vocabulary)
     out["reference_id"] = _reference_ids(store, out)
     return out[list(TIDY_COLUMNS)].reset_index(drop=True)
 
