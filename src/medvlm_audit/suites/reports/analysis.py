@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 import re
+from html import escape as html_escape
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from medvlm_audit.report.html import format_p
+from medvlm_audit.report.sections import Section
 from medvlm_audit.results import MetricRow, metrics_frame
 from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.reports.audit import CorpusAudit, corpus_audit
@@ -25,16 +27,13 @@ from medvlm_audit.suites.reports.corpus import (
 )
 from medvlm_audit.suites.reports.decoding import STRATEGIES, effective_table
 from medvlm_audit.suites.reports.sections import (
-    _ci,
     _defined,
-    _fixed,
     _g,
-    _int,
-    _perm,
     decoding_section,
     nothing_to_audit_section,
     strategy_sections,
 )
+from medvlm_audit.suites.reports.verdicts import HOW_TO_READ, model_line, verdict_table, verdicts_html
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -230,24 +229,13 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         tables["cad_" + re.sub(r"[^A-Za-z0-9]", "_", s)] = cad[cad["strategy"] == s].reset_index(drop=True)
     wae_by = {(str(f["model"].iloc[0]), str(f["strategy"].iloc[0])): f for f in waes}
     sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
-    verdicts: dict[str, str] = {}
-    for model in table["model"].unique():
-        t = table[table["model"] == model].set_index("strategy")
-        strategies = list(t.index)
-        det = [s for s in strategies if s not in STOCHASTIC]
-        sto = [s for s in strategies if s in STOCHASTIC]
-        if det and sto:
-            td = ", ".join(f"{s} {_fixed(t.loc[s, 'template_diversity'], 3)} (n = {_int(t.loc[s, 'n_reports'])})"
-                           for s in strategies)
-            er = ", ".join(f"{s} {_int(t.loc[s, 'erasure_count_headline'])} (null {_int(t.loc[s, 'erasure_count_null'])})"
-                           for s in strategies)
-            nb = ", ".join(f"{s} {_int(t.loc[s, 'new_bias_count_headline'])} (null {_int(t.loc[s, 'new_bias_count_null'])})"
-                           for s in strategies)
-            wae = ", ".join(f"{s} {_ci(t.loc[s, 'wae_pred'], t.loc[s, 'wae_pred_ci_low'], t.loc[s, 'wae_pred_ci_high'])}"
-                            f" {_perm(wae_by, model, s, ('pred', 'all'))}" for s in (det[0], sto[-1]))
-            verdicts[model] = (f"unique reports (template diversity) {td}; sex-associated words erased (BH-gated, or "
-                               f"strong in the reference and never written) {er}; new bias (BH-gated) {nb}; WAE_pred "
-                               f"{wae} (WAE falls when associated words are erased: read it with the erasures)")
+    for col in ("p_perm", "null_median", "null_p95"):
+        table[f"wae_pred_{col}"] = [float(wae_by[(m, s)].set_index(["weighting", "group"]).loc[("pred", "all"), col])
+                                    if (m, s) in wae_by else math.nan
+                                    for m, s in zip(table["model"], table["strategy"], strict=True)]
+    vt = verdict_table(table)
+    labels = {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}
+    verdicts: dict[str, str] = {str(m): model_line(vt, m) for m in table["model"].unique()}
     summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},
@@ -256,6 +244,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                                        for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
                "categories_null": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_null"]) for c in CATEGORIES}
                                    for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
+               "verdict_badges": {f"{r.model} / {r.strategy}": r.verdict for r in vt.itertuples()},
                "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
     eff = effective_table(tidy, getattr(opts, "max_new_tokens", None))
     if len(eff):
@@ -265,12 +254,12 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         for r in flagged.itertuples():
             if r.model in verdicts:
                 verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
+            hit = (vt["model"] == r.model) & (vt["strategy"] == r.strategy)
+            vt.loc[hit, "reason"] += f"; the decoding as run differs from its label ({r.mismatch})"
         sections.append(decoding_section(eff))
-    intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
-             "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
-             "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "
-             "(BH-gated), each beside the same count on a null (the reference split in two at random); WAE is the "
-             "mean squared displacement weighted by prediction (WAE_pred) or reference (WAE_ref) counts, led by its "
-             "permutation test. WAE falls when associated words are erased, so a low WAE is not 'no erasure'.")
+    tables["reports_verdicts"] = vt
+    sections.insert(0, Section("Verdicts", verdicts_html(vt, labels), "verdicts"))
+    intro = HOW_TO_READ + (f"<p>Reference corpus: {html_escape(ref.source)} ({len(ref):,} reports); "
+                           f"{len(table)} model x strategy pairs audited, each against it.</p>")
     return SuiteResult(metrics=metrics, sections=sections, verdicts=verdicts, summary=summary, tables=tables,
                        intro=intro)

@@ -1,0 +1,83 @@
+"""The reports suite's report answers its question in words: one badge per model x strategy from the headline
+counts beside their null (a count that does not exceed its null is never called erasure or bias) and WAE's
+permutation test, and a how-to-read section (DESIGN.md "Report audit"; docs/reports.md "The verdict")."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from medvlm_audit.suites.reports.verdicts import (
+    BOTH,
+    CLEAN,
+    ERASES,
+    HOW_TO_READ,
+    SHIFTS,
+    classify,
+    verdict_table,
+    verdicts_html,
+)
+
+
+def _row(erasure=(0, 0), new_bias=(0, 0), bias_flip=(0, 0), preservation=(5, 5), absent=0, p=0.5, **kw):
+    r = {"model": "m", "strategy": "greedy", "absent_strong_count": absent, "wae_pred": 1.0, "wae_pred_p_perm": p,
+         "wae_pred_null_median": 0.9, "wae_pred_null_p95": 1.4, "template_diversity": 0.25, "n_reports": 40}
+    for c, (k, k0) in {"erasure": erasure, "new_bias": new_bias, "bias_flip": bias_flip,
+                       "preservation": preservation}.items():
+        r[f"{c}_count_headline"], r[f"{c}_count_null"] = k, k0
+    return r | kw
+
+
+@pytest.mark.parametrize("row, want", [
+    # erasure above its null, nothing else: erases
+    (_row(erasure=(41, 0), absent=38, p=0.001), ERASES),
+    # erasure and new bias both above their nulls
+    (_row(erasure=(5, 1), new_bias=(4, 0), p=0.001), BOTH),
+    # a bias flip above its null alone: shifts
+    (_row(bias_flip=(3, 0), p=0.01), SHIFTS),
+    # counts equal to their null are chance: not called, and WAE not beyond chance
+    (_row(erasure=(2, 2), new_bias=(1, 1), bias_flip=(0, 0), p=0.4), CLEAN),
+    # a count below its null is not a finding either
+    (_row(erasure=(1, 3), new_bias=(0, 2), p=0.2), CLEAN),
+    # no count above its null but WAE's displacement beyond chance: indeterminate (not "no erasure")
+    (_row(p=0.001), "indeterminate"),
+    # WAE's test undefined, no count above null: indeterminate
+    (_row(p=math.nan), "indeterminate"),
+    # preservation far above its null is good news, never a finding
+    (_row(preservation=(40, 2), p=0.3), CLEAN),
+    # an undefined count: not assessable
+    (_row(erasure=(math.nan, 0)), "not assessable"),
+    (_row(new_bias=(3, None)), "not assessable"),
+])
+def test_verdict_reads_counts_against_their_null(row, want):
+    label, reason = classify(row)
+    assert label == want, reason
+
+
+def test_a_count_at_its_null_is_never_called_bias_in_words():
+    label, reason = classify(_row(erasure=(3, 3), new_bias=(7, 9), p=0.3))
+    assert label == CLEAN
+    assert "erasure 3" in reason and "not above the null's 3: not called" in reason
+    assert "new bias 7, not above the null's 9: not called" in reason
+    label, reason = classify(_row(erasure=(41, 0), absent=38, p=0.001))
+    assert "erasure 41 words, 38 of them strong in the reference and never written, above the null's 0" in reason
+    assert "permutation p 0.001 (null median 0.9, 95th percentile 1.4)" in reason
+
+
+def test_verdict_table_and_html_give_a_badge_per_strategy():
+    table = pd.DataFrame([_row(erasure=(41, 0), p=0.001),
+                          _row(strategy="top_k", p=0.6),
+                          _row(model="other", strategy="greedy", bias_flip=(2, 0))])
+    vt = verdict_table(table)
+    assert list(vt.columns) == ["model", "strategy", "verdict", "reason"]
+    assert vt["verdict"].tolist() == [ERASES, CLEAN, SHIFTS]
+    html = verdicts_html(vt, {"greedy": "greedy decoding", "top_k": "top-k 50, T = 1.0"})
+    assert html.count('class="badge"') >= 3 + 4  # the legend's four and one per strategy
+    assert "greedy decoding" in html and "top-k 50, T = 1.0" in html and "<h3>other</h3>" in html
+
+
+def test_how_to_read_explains_each_quantity_in_sentences():
+    for words in ("Erasure", "New bias", "Bias flip", "The null", "WAE", "is <i>not</i>", "never writes"):
+        assert words in HOW_TO_READ, words
