@@ -59,10 +59,10 @@ def test_verdict_reads_counts_against_their_null(row, want):
 def test_a_count_at_its_null_is_never_called_bias_in_words():
     label, reason = classify(_row(erasure=(3, 3), new_bias=(7, 9), p=0.3))
     assert label == CLEAN
-    assert "erasure 3" in reason and "not above the null's 3: not called" in reason
-    assert "new bias 7, not above the null's 9: not called" in reason
+    assert "no count above its null: erasure 3 (null 3" in reason and "new bias 7 (null 9)" in reason
     label, reason = classify(_row(erasure=(41, 0), absent=38, p=0.001))
-    assert "erasure 41 words, 38 of them strong in the reference and never written, above the null's 0" in reason
+    assert reason.startswith("erasure 41 words where chance gives 0 (38 strong in the reference and never written)")
+    assert "not above the null, so not called: new bias 0 (null 0), bias flip 0 (null 0)" in reason
     assert "permutation p 0.001 (null median 0.9, 95th percentile 1.4)" in reason
 
 
@@ -81,3 +81,36 @@ def test_verdict_table_and_html_give_a_badge_per_strategy():
 def test_how_to_read_explains_each_quantity_in_sentences():
     for words in ("Erasure", "New bias", "Bias flip", "The null", "WAE", "is <i>not</i>", "never writes"):
         assert words in HOW_TO_READ, words
+
+
+def test_the_report_opens_on_a_badge_per_strategy(tmp_path):
+    import json
+
+    from test_reports_robust import reference_file
+
+    from medvlm_audit.report import write_report
+    from medvlm_audit.suites.reports.analysis import analyse_reports
+    from medvlm_audit.suites.reports.suite import ReportsOptions
+
+    ref = reference_file(tmp_path / "ref.jsonl", n=60)
+    rows = []
+    for i in range(30):
+        g = "F" if i % 2 else "M"
+        rows.append({"strategy": "greedy", "report": "heart normal lungs clear", "group": g, "case_id": f"c{i}"})
+        rows.append({"strategy": "top_k", "report": ("breast tissue " if g == "F" else "prostate ") + f"mild {i}",
+                     "group": g, "case_id": f"c{i}"})
+    tidy = pd.DataFrame([{"run_id": "x", "model": "m", "probe_set": "p", "sample_index": 0, **r} for r in rows])
+    res = analyse_reports(tidy, ReportsOptions(reference=str(ref), B=20, n_perm=50, semantic="off",
+                                               bertscore="off"))
+    vt = res.tables["reports_verdicts"]
+    assert vt["strategy"].tolist() == ["greedy", "top_k"]
+    page = write_report(res, tmp_path / "report", suite="reports", title="two strategies")
+    html = page.read_text()
+    first = html.index('id="verdicts"') if 'id="verdicts"' in html else html.index("Verdicts")
+    assert first < html.index("By decoding strategy")
+    for v in vt["verdict"]:
+        assert f">{v}</span>" in html
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["verdict_badges"] == {f"m / {s}": v for s, v in zip(vt["strategy"], vt["verdict"])}
+    assert (tmp_path / "report" / "reports_verdicts.csv").is_file()
+    assert "How to read this report" in html and "The null" in html

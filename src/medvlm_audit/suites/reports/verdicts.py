@@ -74,20 +74,17 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         missing = [_WORDS[c] for c, pair in counts.items() if any(math.isnan(v) for v in pair)]
         return "not assessable", f"no defined count for {', '.join(missing)} (no reports of both groups to audit)"
     found = {c: counts[c][0] > counts[c][1] for c in CATEGORIES}
-    parts = []
-    for c in CATEGORIES:
-        k, k0 = (int(v) for v in counts[c])
-        extra = ""
-        if c == "erasure":
-            a = _num(row.get("absent_strong_count"))
-            if not math.isnan(a):
-                extra = f", {int(a)} of them strong in the reference and never written"
-        if c == "preservation":
-            parts.append(f"{_WORDS[c]} {k} (null {k0}; associations kept)")
-        elif found[c]:
-            parts.append(f"{_WORDS[c]} {k} words{extra}, above the null's {k0}")
-        else:
-            parts.append(f"{_WORDS[c]} {k}{extra}, not above the null's {k0}: not called")
+    k = {c: int(counts[c][0]) for c in CATEGORIES}
+    k0 = {c: int(counts[c][1]) for c in CATEGORIES}
+    a = _num(row.get("absent_strong_count"))
+    absent = "" if math.isnan(a) or a <= 0 else f"; {int(a)} strong in the reference and never written"
+    lead = [f"{_WORDS[c]} {k[c]} words where chance gives {k0[c]}" + (f" ({absent[2:]})" if c == "erasure" else "")
+            for c in CATEGORIES[:3] if found[c]]
+    rest = [f"{_WORDS[c]} {k[c]} (null {k0[c]})" + (f" ({absent[2:]})" if c == "erasure" and absent else "")
+            for c in CATEGORIES[:3] if not found[c]]
+    parts = lead + ([("not above the null, so not called: " if lead else "no count above its null: ") +
+                     ", ".join(rest)] if rest else [])
+    parts.append(f"preservation {k['preservation']} (null {k0['preservation']}; associations kept)")
     p = _num(row.get("wae_pred_p_perm"))
     med, p95 = _num(row.get("wae_pred_null_median")), _num(row.get("wae_pred_null_p95"))
     if math.isnan(p):
@@ -108,11 +105,10 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         label = SHIFTS
     elif math.isnan(p):
         label = "indeterminate"
-        parts.insert(0, "no count above its null, and WAE's test is undefined")
+        parts.append("WAE cannot say whether the associations moved")
     elif p < WAE_ALPHA:
         label = "indeterminate"
-        parts.insert(0, "no count above its null, but WAE_pred's displacement is beyond chance: no word-level count "
-                        "shows where")
+        parts.append("WAE_pred's displacement is beyond chance, yet no word-level count shows where")
     else:
         label = CLEAN
     return label, "; ".join(parts)
