@@ -171,3 +171,40 @@ def test_support_beside_the_badge_in_the_report() -> None:
     met = _m("m", [("flip_rate", "family:text:misleading", 0.2, 0.08, 0.42, 20)])
     html = verdicts_html(met, ["m"], {}, support={"m": 0.9885})
     assert "support 99%" in html
+
+
+# ------------------------------------------------------------------ no zero-width interval printed (issue 21)
+
+
+def test_a_zero_width_score_interval_is_printed_as_the_point_and_what_it_is() -> None:
+    """cue-ignorer's CA is 0.5 on every answer: the bootstrap cannot move the mean, so '0.500 [0.500, 0.500]'
+    would pretend to be an interval; the page says every answer scored 0.500 instead."""
+    from medvlm_audit.suites.faithfulness.sections import _metric_table
+
+    rows = pd.DataFrame([
+        {"model": "m", "metric": "ca", "subset": "family:text:misleading", "point": 0.5, "ci_low": 0.5,
+         "ci_high": 0.5, "n": 72, "unit": "score 0-1"},
+        {"model": "m", "metric": "cf", "subset": "family:text:misleading", "point": 0.76, "ci_low": 0.72,
+         "ci_high": 0.81, "n": 72, "unit": "score 0-1"},
+        {"model": "m", "metric": "flip_rate", "subset": "family:text:misleading", "point": 0.0, "ci_low": 0.0,
+         "ci_high": 0.051, "n": 72, "unit": "fraction"}])
+    est = _metric_table(rows)["estimate [95% CI]"].tolist()
+    assert est[0] == "0.500 (every answer scored 0.500; no interval)"
+    assert est[1] == "0.760 [0.720, 0.810]"
+    assert est[2].startswith("0.0% [0.0, 5.1]")
+    # the verdict's reason names the answers too
+    _, reason = classify(_m("m", [("flip_rate", "family:text:misleading", 0.9, 0.8, 0.96, 72),
+                                  ("ca", "family:text:misleading|flip", 0.0, 0.0, 0.0, 66)]), "m")
+    assert "causal attribution 0.00 (all 66 answers scored 0.00; no interval)" in reason
+    assert "[0.00, 0.00]" not in reason
+
+
+@pytest.mark.slow
+def test_faithfulness_demo_report_prints_no_zero_width_interval(tmp_path: Path) -> None:
+    from medvlm_audit import api
+
+    res = api.demo("faithfulness", tmp_path / "f", progress=False, log=lambda *_: None)
+    html = Path(res.report).read_text()
+    same = [m.group(0) for m in re.finditer(r"\[(-?[0-9.]+)%?, \1%?\]", html)]
+    assert not same, same[:5]
+    assert "every answer scored 0.500; no interval" in html  # cue-ignorer's CA

@@ -3,6 +3,7 @@ the metrics tables and the paired comparisons."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,32 @@ def words(key: object) -> str:
     from medvlm_audit.report.figures import key_in_words
 
     return key_in_words(key, LABELS)
+
+
+def interval_text(point: float, lo: float, hi: float, fmt: Callable[[float], str], n: int | None = None, *,
+                  rate: bool = False, suffix: str = "") -> str:
+    """``point [lo, hi]`` (and `` (n = N)`` when ``n`` is given) in ``fmt``; an interval of zero width is never
+    printed as one (issue 21): every answer scored alike, the bootstrap cannot move the mean, so the point is shown
+    with what it is. ``rate``: a rate (its interval, from ``stats.rate_interval``, has zero width only when
+    undefined). ``suffix`` (e.g. "%") follows the point only, as on the rest of the page.
+
+    >>> f = lambda v: f"{v:.3f}"
+    >>> interval_text(0.5, 0.5, 0.5, f, 72)
+    '0.500 (all 72 answers scored 0.500; no interval)'
+    >>> interval_text(0.76, 0.72, 0.81, f, 144)
+    '0.760 [0.720, 0.810] (n = 144)'
+    >>> interval_text(1.0, 1.0, 1.0, f)
+    '1.000 (every answer scored 1.000; no interval)'
+    """
+    text = fmt(point) + suffix
+    if pd.notna(lo) and pd.notna(hi):
+        if lo == hi:
+            if rate:
+                return text + (f" (n = {int(n):,}; no interval)" if n is not None else " (no interval)")
+            who = f"all {int(n):,} answers" if n is not None else "every answer"
+            return f"{text} ({who} scored {text}; no interval)"
+        text += f" [{fmt(lo)}, {fmt(hi)}]"
+    return text + (f" (n = {int(n):,})" if n is not None else "")
 
 
 def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
@@ -72,7 +99,11 @@ def _metric_table(rows: pd.DataFrame) -> pd.DataFrame:
     from medvlm_audit.report.html import format_number
 
     def est(r: Any) -> str:
-        scale, unit, suffix = (100.0, "%", "%") if r.unit == "fraction" else (1.0, "prob", "")
+        rate = r.unit == "fraction"
+        scale, unit, suffix = (100.0, "%", "%") if rate else (1.0, "prob", "")
+        if pd.notna(r.ci_low) and r.ci_low == r.ci_high:  # zero width: the point and what it is, no interval
+            what = "no interval" if rate else f"every answer scored {format_number(r.point * scale, unit)}; no interval"
+            return f"{format_number(r.point * scale, unit)}{suffix} ({what})"
         text = format_number(r.point * scale, unit) + suffix
         if pd.notna(r.ci_low) and pd.notna(r.ci_high):
             text += f" [{format_number(r.ci_low * scale, unit)}, {format_number(r.ci_high * scale, unit)}]"

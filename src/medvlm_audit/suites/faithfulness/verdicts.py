@@ -76,7 +76,10 @@ def _pct(r: Mapping[str, Any]) -> str:
 
 
 def _score(r: Mapping[str, Any]) -> str:
-    return f"{r['point']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] (n = {int(r['n']):,})"
+    from medvlm_audit.suites.faithfulness.sections import interval_text
+
+    return interval_text(float(r["point"]), float(r["ci_low"]), float(r["ci_high"]), lambda v: f"{v:.2f}",
+                         int(r["n"]))
 
 
 def classify(metrics: pd.DataFrame, model: str) -> tuple[str, str]:
