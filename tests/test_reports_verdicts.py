@@ -59,11 +59,24 @@ def test_verdict_reads_counts_against_their_null(row, want):
 def test_a_count_at_its_null_is_never_called_bias_in_words():
     label, reason = classify(_row(erasure=(3, 3), new_bias=(7, 9), p=0.3))
     assert label == CLEAN
-    assert "no count above its null: erasure 3 (null 3" in reason and "new bias 7 (null 9)" in reason
+    assert "no count beyond chance: erasure 3 (null 3" in reason and "new bias 7 (null 9)" in reason
     label, reason = classify(_row(erasure=(41, 0), absent=38, p=0.001))
     assert reason.startswith("erasure 41 words where chance gives 0 (38 strong in the reference and never written)")
-    assert "not above the null, so not called: new bias 0 (null 0), bias flip 0 (null 0)" in reason
+    assert "not called, within chance: new bias 0 (null 0), bias flip 0 (null 0)" in reason
     assert "permutation p 0.001 (null median 0.9, 95th percentile 1.4)" in reason
+
+
+def test_absent_words_a_corpus_this_small_leaves_unwritten_are_not_called_erasure():
+    # 12 strong words never written, above the split-half null (0), but 40 random reference reports leave up to
+    # 15 unwritten and no erasure is BH-gated: chance, not erasure
+    row = _row(erasure=(12, 0), absent=12, absent_strong_null_p95=15, erasure_count=0, p=0.3)
+    label, reason = classify(row)
+    assert label == CLEAN, reason
+    assert "a random sample of the reference this size leaves up to 15 unwritten" in reason
+    # more absent words than that percentile: erasure
+    assert classify({**row, "absent_strong_count": 30, "erasure_count_headline": 30})[0] == ERASES
+    # or a BH-gated erasure above the null
+    assert classify({**row, "erasure_count": 2})[0] == ERASES
 
 
 def test_verdict_table_and_html_give_a_badge_per_strategy():

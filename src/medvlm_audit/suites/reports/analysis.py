@@ -113,6 +113,13 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
     rows.append(_row(model, "absent_strong_count", strategy, int(res.summary.get("absent_strong", 0)), n=V,
                      unit="words", method="words with |z_ref| > 2 that the predictions never write",
                      note="WAE falls when such words are erased (their z_disp^2 < 0.8)", probe_set=probe_set))
+    matched = res.summary.get("absent_strong_null_matched")
+    if matched:
+        rows.append(_row(model, "absent_strong_null_p95", strategy, matched["p95"], n=V, unit="words",
+                         method=(f"95th percentile, over {int(matched['draws'])} random samples of the predictions' "
+                                 "size (F and M reports) from the reference, of the strong words none writes"),
+                         note=f"mean {matched['mean']:.1f}: words a corpus this small leaves unwritten by chance",
+                         probe_set=probe_set))
     w = res.wae.set_index(["weighting", "group"])
     for metric, key in (("wae_pred", ("pred", "all")), ("wae_ref", ("ref", "all")), ("delta_wae", ("pred", "delta")),
                         ("delta_wae_ref", ("ref", "delta")), ("wae_pred_F", ("pred", "F")),
@@ -141,7 +148,7 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
 TABLE_METRICS: tuple[str, ...] = (
     "template_diversity", "ttr", "one_minus_self_bleu", "vocabulary_size",
     *(f"{c}_count{u}" for c in CATEGORIES for u in ("", "_ungated", "_headline", "_null")), "absent_strong_count",
-    "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
+    "absent_strong_null_p95", "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
 
 
 def _count_or_none(v: Any) -> int | None:

@@ -5,6 +5,12 @@ A headline count (``{category}_count_headline``) is a **finding** only when it e
 (``{category}_count_null``: the reference corpus split in two at random, seed 0, human text on both sides): a
 count that chance alone reaches is never called erasure or bias.
 
+For erasure, the absent strong words have a second null, matched in size (``absent_strong_null_p95``, when
+given): the 95th percentile of the strong words that random samples of the reference, as many F and M reports as
+the predictions, leave unwritten (``audit.absent_strong_null``). A small corpus misses rare words by chance; the
+split-half null (each half about half the reference) cannot show it. Erasure is then a finding only when the
+absent strong words exceed that percentile or the BH-gated erasures (``erasure_count``) exceed the null.
+
 - *erases and shifts sex associations*: erasure and (new bias or bias flip) are findings;
 - *erases sex-associated words*: erasure is a finding (gated erasures + words strong in the reference never
   written), new bias and bias flip are not;
@@ -67,8 +73,9 @@ def _p(p: float) -> str:
 
 def classify(row: Mapping[str, Any]) -> tuple[str, str]:
     """(badge, the reason in words) for one model x strategy from its row of ``by_strategy.csv`` (the headline
-    and null counts, ``absent_strong_count``, ``wae_pred_p_perm`` and, when present, ``wae_pred_null_median``,
-    ``wae_pred_null_p95``, ``template_diversity``, ``n_reports``); rules in the module docstring."""
+    and null counts, ``absent_strong_count``, ``wae_pred_p_perm`` and, when present, ``absent_strong_null_p95``,
+    ``erasure_count``, ``wae_pred_null_median``, ``wae_pred_null_p95``, ``template_diversity``, ``n_reports``);
+    rules in the module docstring."""
     counts = {c: (_num(row.get(f"{c}_count_headline")), _num(row.get(f"{c}_count_null"))) for c in CATEGORIES}
     if any(math.isnan(v) for pair in counts.values() for v in pair):
         missing = [_WORDS[c] for c, pair in counts.items() if any(math.isnan(v) for v in pair)]
@@ -77,12 +84,19 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
     k = {c: int(counts[c][0]) for c in CATEGORIES}
     k0 = {c: int(counts[c][1]) for c in CATEGORIES}
     a = _num(row.get("absent_strong_count"))
+    a95 = _num(row.get("absent_strong_null_p95"))
     absent = "" if math.isnan(a) or a <= 0 else f"; {int(a)} strong in the reference and never written"
+    if absent and not math.isnan(a95):
+        absent += f", where a random sample of the reference this size leaves up to {a95:.0f} unwritten"
+    if found["erasure"] and not math.isnan(a95) and not math.isnan(a):
+        gated = _num(row.get("erasure_count"))
+        # the erasure must not be what a corpus this small leaves unwritten by chance (module docstring)
+        found["erasure"] = bool(a > a95 or (not math.isnan(gated) and gated > k0["erasure"]))
     lead = [f"{_WORDS[c]} {k[c]} words where chance gives {k0[c]}" + (f" ({absent[2:]})" if c == "erasure" else "")
             for c in CATEGORIES[:3] if found[c]]
     rest = [f"{_WORDS[c]} {k[c]} (null {k0[c]})" + (f" ({absent[2:]})" if c == "erasure" and absent else "")
             for c in CATEGORIES[:3] if not found[c]]
-    parts = lead + ([("not above the null, so not called: " if lead else "no count above its null: ") +
+    parts = lead + ([("not called, within chance: " if lead else "no count beyond chance: ") +
                      ", ".join(rest)] if rest else [])
     parts.append(f"preservation {k['preservation']} (null {k0['preservation']}; associations kept)")
     p = _num(row.get("wae_pred_p_perm"))
