@@ -439,7 +439,9 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         result.sections.append(_decoding_section(decodings))  # a suite with its own (per strategy) keeps it
         result.tables.setdefault("effective_decoding", decodings)
     _add_driving_cases(result, run_dir)
-    title = report_title(suite.title, run_dir, model_names)
+    audited = result.summary.get("models")  # the audited models when the suite names them (not its judges)
+    audited = {str(m) for m in audited} if isinstance(audited, list) else set()
+    title = report_title(suite.title, run_dir, [m for m in model_names if m in audited] or model_names)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
                         run_info=_run_info(meta, run_dir), parquet_tables=suite.parquet_tables)
 
