@@ -61,7 +61,7 @@ def test_a_count_at_its_null_is_never_called_bias_in_words():
     assert label == CLEAN
     assert "no count beyond chance: erasure 3 (null 3" in reason and "new bias 7 (null 9)" in reason
     label, reason = classify(_row(erasure=(41, 0), absent=38, p=0.001))
-    assert reason.startswith("erasure 41 words where chance gives 0 (38 strong in the reference and never written)")
+    assert reason.startswith("erasure 41 words where chance gives 0 (38 strong in the reference never written)")
     assert "not called, within chance: new bias 0 (null 0), bias flip 0 (null 0)" in reason
     assert "permutation p 0.001 (null median 0.9, 95th percentile 1.4)" in reason
 
@@ -72,11 +72,25 @@ def test_absent_words_a_corpus_this_small_leaves_unwritten_are_not_called_erasur
     row = _row(erasure=(12, 0), absent=12, absent_strong_null_p95=15, erasure_count=0, p=0.3)
     label, reason = classify(row)
     assert label == CLEAN, reason
-    assert "a random sample of the reference this size leaves up to 15 unwritten" in reason
+    assert "12 strong in the reference never written, up to 15 by chance at this size" in reason
     # more absent words than that percentile: erasure
     assert classify({**row, "absent_strong_count": 30, "erasure_count_headline": 30})[0] == ERASES
     # or a BH-gated erasure above the null
     assert classify({**row, "erasure_count": 2})[0] == ERASES
+
+
+def test_no_erasure_is_not_called_on_a_corpus_too_small_to_find_it():
+    # 40 strong words; a random sample of the reference this size leaves up to 37 unwritten: blind
+    row = _row(erasure=(34, 0), absent=34, absent_strong_null_p95=37, strong_count=40, erasure_count=0, p=0.3)
+    label, reason = classify(row)
+    assert label == "indeterminate", reason
+    assert reason.startswith("too few reports to tell erasure from chance: a random sample of the reference this "
+                             "size leaves up to 37 of its 40 strong words unwritten")
+    # a larger corpus writes most strong words by chance: 'no erasure or new bias found' can be called
+    assert classify({**row, "absent_strong_count": 3, "erasure_count_headline": 3,
+                     "absent_strong_null_p95": 6})[0] == CLEAN
+    # and erasure beyond that null is called even when most words are missed by chance
+    assert classify({**row, "absent_strong_count": 40, "erasure_count_headline": 40})[0] == ERASES
 
 
 def test_verdict_table_and_html_give_a_badge_per_strategy():

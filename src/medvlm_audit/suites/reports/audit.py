@@ -98,7 +98,7 @@ def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_fem
     predictions' size leaves unwritten by chance: ``draws`` random samples of ``n_female`` F and ``n_male`` M
     reference reports (``numpy.random.default_rng(seed)``; without replacement, with it when a group asks for
     more reports than the reference has), the number of strong words none of them writes; mean and 95th
-    percentile. A word absent from 40 reports may be a rare word, not an erased one: the split-half null
+    percentile, and ``strong``, how many strong words there are. A word absent from 40 reports may be a rare word, not an erased one: the split-half null
     (each half ~half the reference) cannot say so for a small predictions corpus.
 
     >>> import scipy.sparse as sp
@@ -113,7 +113,7 @@ def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_fem
     cols = np.flatnonzero(strong)
     out = np.zeros(draws)
     if len(cols) == 0:
-        return {"mean": 0.0, "p95": 0.0, "draws": float(draws)}
+        return {"mean": 0.0, "p95": 0.0, "draws": float(draws), "strong": 0.0}
     Cs = C[:, cols]
     for i in range(draws):
         rows = []
@@ -123,7 +123,8 @@ def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_fem
         pick = np.concatenate(rows) if rows else np.zeros(0, dtype=int)
         written = np.asarray(Cs[pick].sum(axis=0)).ravel() > 0
         out[i] = float((~written).sum())
-    return {"mean": float(out.mean()), "p95": float(np.percentile(out, 95)), "draws": float(draws)}
+    return {"mean": float(out.mean()), "p95": float(np.percentile(out, 95)), "draws": float(draws),
+            "strong": float(len(cols))}
 
 
 def null_split(C_ref: Any, female: np.ndarray, vocab: list[str], alpha: float = 0.1, p_star: float = 0.05,

@@ -9,7 +9,10 @@ For erasure, the absent strong words have a second null, matched in size (``abse
 given): the 95th percentile of the strong words that random samples of the reference, as many F and M reports as
 the predictions, leave unwritten (``audit.absent_strong_null``). A small corpus misses rare words by chance; the
 split-half null (each half about half the reference) cannot show it. Erasure is then a finding only when the
-absent strong words exceed that percentile or the BH-gated erasures (``erasure_count``) exceed the null.
+absent strong words exceed that percentile or the BH-gated erasures (``erasure_count``) exceed the null. And
+*no erasure or new bias found* needs a corpus able to find erasure: when that percentile is above half the strong
+words (``strong_count``), a sample this small misses most of them by chance, and the call is *indeterminate* (too
+few reports).
 
 - *erases and shifts sex associations*: erasure and (new bias or bias flip) are findings;
 - *erases sex-associated words*: erasure is a finding (gated erasures + words strong in the reference never
@@ -84,17 +87,24 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
     k = {c: int(counts[c][0]) for c in CATEGORIES}
     k0 = {c: int(counts[c][1]) for c in CATEGORIES}
     a = _num(row.get("absent_strong_count"))
-    a95 = _num(row.get("absent_strong_null_p95"))
-    absent = "" if math.isnan(a) or a <= 0 else f"; {int(a)} strong in the reference and never written"
-    if absent and not math.isnan(a95):
-        absent += f", where a random sample of the reference this size leaves up to {a95:.0f} unwritten"
-    if found["erasure"] and not math.isnan(a95) and not math.isnan(a):
-        gated = _num(row.get("erasure_count"))
+    a95, strong = _num(row.get("absent_strong_null_p95")), _num(row.get("strong_count"))
+    sized = not math.isnan(a95) and not math.isnan(a)
+    gated = _num(row.get("erasure_count"))
+    if found["erasure"] and sized:
         # the erasure must not be what a corpus this small leaves unwritten by chance (module docstring)
         found["erasure"] = bool(a > a95 or (not math.isnan(gated) and gated > k0["erasure"]))
-    lead = [f"{_WORDS[c]} {k[c]} words where chance gives {k0[c]}" + (f" ({absent[2:]})" if c == "erasure" else "")
+    # "not found" needs a corpus large enough to find it: one that writes at least half the strong words by chance
+    blind = sized and not math.isnan(strong) and strong > 0 and a95 > strong / 2 and not found["erasure"]
+    absent = ""
+    if not math.isnan(a) and a > 0:
+        absent = f"{int(a)} strong in the reference never written"
+        if sized:
+            absent += f", up to {a95:.0f} by chance at this size" + (
+                f" (of {int(strong)} strong words)" if not math.isnan(strong) else "")
+    lead = [f"{_WORDS[c]} {k[c]} words where chance gives {k0[c]}" + (f" ({absent})" if c == "erasure" and absent
+                                                                       else "")
             for c in CATEGORIES[:3] if found[c]]
-    rest = [f"{_WORDS[c]} {k[c]} (null {k0[c]})" + (f" ({absent[2:]})" if c == "erasure" and absent else "")
+    rest = [f"{_WORDS[c]} {k[c]} (null {k0[c]}" + (f"; {absent}" if c == "erasure" and absent else "") + ")"
             for c in CATEGORIES[:3] if not found[c]]
     parts = lead + ([("not called, within chance: " if lead else "no count beyond chance: ") +
                      ", ".join(rest)] if rest else [])
@@ -117,6 +127,10 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         label = ERASES
     elif shifts:
         label = SHIFTS
+    elif blind:
+        label = "indeterminate"
+        parts.insert(0, f"too few reports to tell erasure from chance: a random sample of the reference this size "
+                        f"leaves up to {a95:.0f} of its {int(strong)} strong words unwritten")
     elif math.isnan(p):
         label = "indeterminate"
         parts.append("WAE cannot say whether the associations moved")
