@@ -120,6 +120,9 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
                                  "size (F and M reports) from the reference, of the strong words none writes"),
                          note=f"mean {matched['mean']:.1f}: words a corpus this small leaves unwritten by chance",
                          probe_set=probe_set))
+        rows.append(_row(model, "absent_strong_null_p5", strategy, matched.get("p5", math.nan), n=V, unit="words",
+                         method="5th percentile of the same draws (below it, the model writes more of the strong "
+                                "words than human reports of its size)", probe_set=probe_set))
         rows.append(_row(model, "strong_count", strategy, matched.get("strong", math.nan), n=V, unit="words",
                          method="words strong in the reference (|z_ref| > 2)", probe_set=probe_set))
     w = res.wae.set_index(["weighting", "group"])
@@ -150,7 +153,7 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
 TABLE_METRICS: tuple[str, ...] = (
     "template_diversity", "ttr", "one_minus_self_bleu", "vocabulary_size",
     *(f"{c}_count{u}" for c in CATEGORIES for u in ("", "_ungated", "_headline", "_null")), "absent_strong_count",
-    "absent_strong_null_p95", "strong_count", "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
+    "absent_strong_null_p95", "absent_strong_null_p5", "strong_count", "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
 
 
 def _count_or_none(v: Any) -> int | None:

@@ -113,7 +113,7 @@ def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_fem
     cols = np.flatnonzero(strong)
     out = np.zeros(draws)
     if len(cols) == 0:
-        return {"mean": 0.0, "p95": 0.0, "draws": float(draws), "strong": 0.0}
+        return {"mean": 0.0, "p5": 0.0, "p95": 0.0, "draws": float(draws), "strong": 0.0}
     Cs = C[:, cols]
     for i in range(draws):
         rows = []
@@ -123,7 +123,8 @@ def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_fem
         pick = np.concatenate(rows) if rows else np.zeros(0, dtype=int)
         written = np.asarray(Cs[pick].sum(axis=0)).ravel() > 0
         out[i] = float((~written).sum())
-    return {"mean": float(out.mean()), "p95": float(np.percentile(out, 95)), "draws": float(draws),
+    return {"mean": float(out.mean()), "p5": float(np.percentile(out, 5)), "p95": float(np.percentile(out, 95)),
+            "draws": float(draws),
             "strong": float(len(cols))}
 
 

@@ -12,7 +12,8 @@ split-half null (each half about half the reference) cannot show it. Erasure is 
 absent strong words exceed that percentile or the BH-gated erasures (``erasure_count``) exceed the null. And
 *no erasure or new bias found* needs a corpus able to find erasure: when that percentile is above half the strong
 words (``strong_count``), a sample this small misses most of them by chance, and the call is *indeterminate* (too
-few reports).
+few reports), unless the model leaves fewer strong words unwritten than the draws' 5th percentile
+(``absent_strong_null_p5``): it writes them more than human reports of its size do, so it is not omitting them.
 
 - *erases and shifts sex associations*: erasure and (new bias or bias flip) are findings;
 - *erases sex-associated words*: erasure is a finding (gated erasures + words strong in the reference never
@@ -94,13 +95,17 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         # the erasure must not be what a corpus this small leaves unwritten by chance (module docstring)
         found["erasure"] = bool(a > a95 or (not math.isnan(gated) and gated > k0["erasure"]))
     # "not found" needs a corpus large enough to find it: one that writes at least half the strong words by chance
-    blind = sized and not math.isnan(strong) and strong > 0 and a95 > strong / 2 and not found["erasure"]
+    a5 = _num(row.get("absent_strong_null_p5"))
+    writes_more = not math.isnan(a5) and not math.isnan(a) and a < a5  # fewer absent than chance: not omitting
+    blind = (sized and not math.isnan(strong) and strong > 0 and a95 > strong / 2 and not found["erasure"]
+             and not writes_more)
     absent = ""
     if not math.isnan(a) and a > 0:
         absent = f"{int(a)} strong in the reference never written"
         if sized:
-            absent += f", up to {a95:.0f} by chance at this size" + (
-                f" (of {int(strong)} strong words)" if not math.isnan(strong) else "")
+            lo = f"{a5:.0f} to " if not math.isnan(a5) else "up to "
+            absent += f", {lo}{a95:.0f} by chance at this size" + (
+                f" of {int(strong)}" if not math.isnan(strong) else "")
     lead = [f"{_WORDS[c]} {k[c]} words where chance gives {k0[c]}" + (f" ({absent})" if c == "erasure" and absent
                                                                        else "")
             for c in CATEGORIES[:3] if found[c]]
@@ -129,8 +134,8 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         label = SHIFTS
     elif blind:
         label = "indeterminate"
-        parts.insert(0, f"too few reports to tell erasure from chance: a random sample of the reference this size "
-                        f"leaves up to {a95:.0f} of its {int(strong)} strong words unwritten")
+        parts.insert(0, "too few reports to tell erasure from chance (human reports this many leave most strong "
+                        "words unwritten)")
     elif math.isnan(p):
         label = "indeterminate"
         parts.append("WAE cannot say whether the associations moved")
