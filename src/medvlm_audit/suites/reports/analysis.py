@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from html import escape as html_escape
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -271,7 +272,9 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         sections.append(decoding_section(eff))
     tables["reports_verdicts"] = vt
     sections.insert(0, Section("Verdicts", verdicts_html(vt, labels), "verdicts"))
-    intro = HOW_TO_READ + (f"<p>Reference corpus: {html_escape(ref.source)} ({len(ref):,} reports); "
+    name = "the IU X-ray reports (from the installed torchxrayvision)" if opts.reference == "iu" else \
+        Path(str(opts.reference)).name
+    intro = HOW_TO_READ + (f"<p>Reference corpus: {html_escape(name)}, {len(ref):,} reports with the patient's sex; "
                            f"{len(table)} model x strategy pairs audited, each against it.</p>")
     return SuiteResult(metrics=metrics, sections=sections, verdicts=verdicts, summary=summary, tables=tables,
                        intro=intro)

@@ -46,9 +46,9 @@ def _ci(point: Any, lo: Any, hi: Any) -> str:
     excludes its point: DESIGN.md, report audit)."""
     if math.isnan(point):
         return "not estimable"
-    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
-        return f"{format_number(point, 'z')} (no interval)"
-    return f"{format_number(point, 'z')} [{format_number(lo, 'z')}, {format_number(hi, 'z')}]"
+    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi or lo == hi:
+        return f"{point:.2f} (no interval)"
+    return f"{point:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def _perm(wae: dict[tuple[str, str], pd.DataFrame], model: str, strategy: str, key: tuple[str, str]) -> str:
@@ -71,7 +71,11 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
         "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: _fixed(v, 3)),
         "vocabulary": t["vocabulary_size"].map(_int),
         "erasure (model / null)": pair("erasure"),
-        "absent strong words": t["absent_strong_count"].map(_int),
+        "absent strong words (chance)": [
+            f"{_int(a)} ({_int(lo)}-{_int(hi)})" if _defined(hi) and _defined(lo) else _int(a)
+            for a, lo, hi in zip(t["absent_strong_count"], t.get("absent_strong_null_p5", pd.Series(math.nan,
+                                 index=t.index)), t.get("absent_strong_null_p95", pd.Series(math.nan, index=t.index)),
+                                 strict=True)],
         "new bias": pair("new_bias"),
         "bias flip": pair("bias_flip"),
         "preservation": pair("preservation"),
@@ -85,14 +89,20 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
            "1 - Self-BLEU": _fixed(ref_div.get("one_minus_self_bleu"), 3),
            "vocabulary": _int(ref_div.get("vocabulary_size"))}
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
-    cap = ("By decoding strategy: diversity; CAD headline counts beside the same count on a null (the reference "
-           "corpus split in two at random, what chance gives): erasure = BH-gated erasures plus words strong in the "
-           "reference (|z_ref| > 2) that the model never writes, new bias / flip / preservation BH-gated only "
-           "(ungated counts are in cad.csv); WAE led by its label-permutation test (p, and the null's median / 95th "
-           "percentile), with an interval only where one contains the point (bias-corrected percentile, else the "
-           "basic interval clipped at 0; all in wae.csv). WAE falls when associated words are erased (a word never "
-           "written has z_disp² < 0.8): a low WAE is not 'no erasure'; read it beside the absent strong words.")
-    return compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False)
+    intro = ("<p>Per decoding strategy, three tables. <b>Diversity</b>: share of unique reports, type-token ratio, "
+             "1 − Self-BLEU and distinct words, beside the reference corpus. <b>CAD headline counts</b>, each as "
+             "model / null (the null: the reference corpus split in two at random, what chance gives): erasure = "
+             "BH-gated erasures plus words strong in the reference (|z_ref| &gt; 2) that the model never writes; new "
+             "bias, flip and preservation BH-gated only (ungated counts are in cad.csv); absent strong words with, in "
+             "brackets, the 5th-95th percentile that random reference samples of the same size leave unwritten. "
+             "<b>WAE</b>, led by its label-permutation test (p, and the null's median / 95th percentile), with an "
+             "interval only where one contains the point (all intervals in wae.csv). WAE falls when associated "
+             "words are erased (a word never written has z_disp² &lt; 0.8): a low WAE is not 'no erasure'.</p>")
+    groups = [("diversity", ["reports", "template div.", "TTR", "1 - Self-BLEU", "vocabulary"]),
+              ("CAD headline counts (model / null)", ["erasure (model / null)", "absent strong words (chance)",
+                                                      "new bias", "bias flip", "preservation"]),
+              ("WAE", ["WAE_pred permutation test", "WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]"])]
+    return intro + compact_table_html(show, keys=("model", "strategy"), groups=groups, drop_constant=False)
 
 
 def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
