@@ -204,37 +204,40 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
 
 def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, model: str,
                                  labels: Mapping[str, str] | None = None) -> Any:
-    """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
-    counts (ungated, solid; gated, hatched)."""
+    """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD headline
+    counts (solid; the null's count as a black tick) beside the ungated counts (outline only: not a headline)."""
     from medvlm_audit.report.figures import captioned, margins, new_figure
 
     d = table[table["model"] == model]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
-    fig = new_figure(min(9.0, max(6.0, 1.5 * len(strategies))), 3.0)
-    margins(fig, left=0.65, right=0.1, bottom=0.75, top=0.35, wspace=0.35)
+    fig = new_figure(min(10.0, max(7.5, 1.6 * len(strategies))), 3.8)
+    margins(fig, left=0.65, right=1.45, bottom=1.45, top=0.35, wspace=0.35)
     ax = fig.add_subplot(1, 2, 1)
     ax.bar(x, d["vocabulary_size"].to_numpy(dtype=float), color="#5d6d7e")
     ax.axhline(reference_vocab, color="#c0392b", lw=0.8, ls="--", label="reference corpus")
     ax.set_xticks(x, strategies, rotation=40, ha="right")
     ax.set_ylabel("distinct words")
     ax.set_title("Vocabulary size", fontsize=8)
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(fontsize=7.5, frameon=False, loc="upper left")
     ax2 = fig.add_subplot(1, 2, 2)
     w = 0.8 / len(CATEGORY_ORDER)
     for j, cat in enumerate(CATEGORY_ORDER):
         off = (j - (len(CATEGORY_ORDER) - 1) / 2) * w
-        ax2.bar(x + off, d[f"{cat}_count_ungated"].to_numpy(dtype=float), w, color=CATEGORY_COLORS[cat],
+        ax2.bar(x + off, d[f"{cat}_count_ungated"].to_numpy(dtype=float), w, color="none",
+                edgecolor=CATEGORY_COLORS[cat], lw=0.6)
+        ax2.bar(x + off, d[f"{cat}_count_headline"].to_numpy(dtype=float), w, color=CATEGORY_COLORS[cat],
                 label=cat.replace("_", " "))
-        ax2.bar(x + off, d[f"{cat}_count"].to_numpy(dtype=float), w, color="none", edgecolor="black", hatch="///",
-                lw=0.4)
+        ax2.scatter(x + off, d[f"{cat}_count_null"].to_numpy(dtype=float), marker="_", s=40, color="black",
+                    zorder=3, label="null (reference halves)" if j == 0 else None)
     ax2.set_xticks(x, strategies, rotation=40, ha="right")
     ax2.set_ylabel("words")
-    ax2.set_title("CAD transitions (hatched: BH-gated)", fontsize=8)
-    ax2.legend(fontsize=7.5, frameon=False, ncols=2)
-    return captioned(fig, f"Vocabulary and CAD transitions by strategy, {model}",
+    ax2.set_title("CAD headline counts (outline: ungated)", fontsize=8)
+    ax2.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return captioned(fig, f"Vocabulary and CAD counts by strategy, {model}",
                      "Left: distinct words in the model's reports per strategy against the reference corpus. "
-                     "Right: words per CAD category, ungated (bars) and significant after BH (hatched).")
+                     "Right: words per CAD category, the headline count (solid) with the null's count (black tick) "
+                     "and, in outline, the ungated count (not a headline: chance alone reaches it).")
 
 
 def nothing_to_audit_section(skipped: Mapping[str, str]) -> Section:
