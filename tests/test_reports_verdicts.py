@@ -146,3 +146,31 @@ def test_the_report_opens_on_a_badge_per_strategy(tmp_path):
     assert summary["verdict_badges"] == {f"m / {s}": v for s, v in zip(vt["strategy"], vt["verdict"])}
     assert (tmp_path / "report" / "reports_verdicts.csv").is_file()
     assert "How to read this report" in html and "The null" in html
+
+
+@pytest.mark.slow
+def test_the_embedded_default_report_shows_a_badge_per_strategy(tmp_path):
+    import json
+
+    from test_reports_suite import _iu_available, _small_default
+
+    from medvlm_audit import api
+    from medvlm_audit.suites.reports.verdicts import BADGES
+
+    if not _iu_available():
+        pytest.skip("torchxrayvision (IU X-ray reports) is not installed")
+    res = api.run(_small_default(tmp_path / "run"), progress=False)
+    rep = api.report(res.run_dir)
+    vt = pd.read_csv(rep.parent / "reports_verdicts.csv")
+    assert set(vt["strategy"]) == {"greedy", "beam4", "t0.3", "t0.7", "top_k", "top_p"}
+    assert set(vt["verdict"]) <= set(BADGES)
+    html = rep.read_text()
+    verdicts = html.split('id="verdicts"')[1].split("</section>")[0]
+    assert verdicts.count('class="badge"') >= 6 + 4  # one per strategy, plus the legend's four
+    # 24 images: greedy's absent strong words are within what 24 human reports leave unwritten, so it is never
+    # called erasure on this little data
+    g = vt.set_index("strategy").loc["greedy"]
+    assert g["verdict"] == "indeterminate", g["reason"]
+    assert g["reason"].startswith("too few reports to tell erasure from chance") and "by chance at this size" in g["reason"]
+    summary = json.loads((rep.parent / "summary.json").read_text())
+    assert summary["verdict_badges"] == {f"{m} / {s}": v for m, s, v in zip(vt["model"], vt["strategy"], vt["verdict"])}
