@@ -98,7 +98,7 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
              "<b>WAE</b>, led by its label-permutation test (p, and the null's median / 95th percentile), with an "
              "interval only where one contains the point (all intervals in wae.csv). WAE falls when associated "
              "words are erased (a word never written has z_disp² &lt; 0.8): a low WAE is not 'no erasure'.</p>")
-    groups = [("diversity", ["reports", "template div.", "TTR", "1 - Self-BLEU", "vocabulary"]),
+    groups = [("Diversity", ["reports", "template div.", "TTR", "1 - Self-BLEU", "vocabulary"]),
               ("CAD headline counts (model / null)", ["erasure (model / null)", "absent strong words (chance)",
                                                       "new bias", "bias flip", "preservation"]),
               ("WAE", ["WAE_pred permutation test", "WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]"])]
@@ -212,14 +212,14 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
     fig = new_figure(min(10.0, max(7.5, 1.6 * len(strategies))), 3.8)
-    margins(fig, left=0.65, right=1.45, bottom=1.45, top=0.35, wspace=0.35)
+    margins(fig, left=0.65, right=1.2, bottom=1.45, top=0.35, wspace=0.35)
     ax = fig.add_subplot(1, 2, 1)
     ax.bar(x, d["vocabulary_size"].to_numpy(dtype=float), color="#5d6d7e")
     ax.axhline(reference_vocab, color="#c0392b", lw=0.8, ls="--", label="reference corpus")
     ax.set_xticks(x, strategies, rotation=40, ha="right")
     ax.set_ylabel("distinct words")
     ax.set_title("Vocabulary size", fontsize=8)
-    ax.legend(fontsize=7.5, frameon=False, loc="upper left")
+    ax.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(0.0, 0.94))
     ax2 = fig.add_subplot(1, 2, 2)
     w = 0.8 / len(CATEGORY_ORDER)
     for j, cat in enumerate(CATEGORY_ORDER):
@@ -229,7 +229,7 @@ def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, mode
         ax2.bar(x + off, d[f"{cat}_count_headline"].to_numpy(dtype=float), w, color=CATEGORY_COLORS[cat],
                 label=cat.replace("_", " "))
         ax2.scatter(x + off, d[f"{cat}_count_null"].to_numpy(dtype=float), marker="_", s=40, color="black",
-                    zorder=3, label="null (reference halves)" if j == 0 else None)
+                    zorder=3, label="null" if j == 0 else None)
     ax2.set_xticks(x, strategies, rotation=40, ha="right")
     ax2.set_ylabel("words")
     ax2.set_title("CAD headline counts (outline: ungated)", fontsize=8)
@@ -261,17 +261,27 @@ def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict
         labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
         sections.append(Section(f"CAD scatter: {model}", figure_to_html(
             cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
-        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
+        sections.append(Section(f"Vocabulary and CAD counts: {model}", figure_to_html(
             vocabulary_transition_figure(table, int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
     return sections
 
 
 def decoding_section(eff: pd.DataFrame) -> Section:
-    """What each engine was asked per model and strategy (:func:`~.decoding.effective_table`)."""
-    show = eff.drop(columns=["stop"]).fillna("server default")
-    cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
-           "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
-           "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
-           "the strategy its label names.")
-    return Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
-                                                         drop_constant=False))
+    """What each engine was asked per model and strategy (:func:`~.decoding.effective_table`); a model that
+    records no decoding (an in-process generator) is named in a sentence, not shown as a row of 'server default'."""
+    silent = eff[eff["mismatch"] == "not recorded"]
+    shown = eff[eff["mismatch"] != "not recorded"]
+    parts = []
+    if len(silent):
+        who = "; ".join(f"{html_escape(str(m))} ({', '.join(html_escape(str(s)) for s in g['strategy'])})"
+                        for m, g in silent.groupby("model", sort=True))
+        parts.append(f"<p>No decoding recorded (the model does not report the request it ran, e.g. an "
+                     f"in-process generator), so nothing to check against the strategies' labels: {who}.</p>")
+    if len(shown):
+        show = shown.drop(columns=["stop"]).rename(columns={"answers": "answers recorded"}).fillna("server default")
+        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
+               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
+               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
+               "the strategy its label names.")
+        parts.append(compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False))
+    return Section("Decoding as run", "".join(parts))

@@ -171,9 +171,10 @@ def verdicts_html(verdicts: pd.DataFrame, labels: Mapping[str, str] | None = Non
 
     labels = dict(labels or {})
     legend = ('<p class="legend">Badges: ' + " ".join(_badge(b) for b in (BOTH, ERASES, SHIFTS, CLEAN)) +
-              " (a headline count is called a finding only when it exceeds the same count on the null, the "
-              "reference corpus split in two at random; with no count above its null, WAE_pred's permutation "
-              f"p below {WAE_ALPHA:g} leaves the call indeterminate).</p>")
+              " (a headline count is a finding only when it exceeds the same count on the null, the reference "
+              "corpus split in two at random, and absent strong words only beyond what random reference samples "
+              "of the model's size leave unwritten; indeterminate: too few reports to tell erasure from chance, or "
+              f"no count beyond chance while WAE_pred's permutation p is below {WAE_ALPHA:g}).</p>")
     out = [legend]
     for m in (models or list(dict.fromkeys(verdicts["model"]))):
         sub = verdicts[verdicts["model"] == m]
