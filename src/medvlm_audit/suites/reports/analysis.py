@@ -34,7 +34,13 @@ from medvlm_audit.suites.reports.sections import (
     nothing_to_audit_section,
     strategy_sections,
 )
-from medvlm_audit.suites.reports.verdicts import HOW_TO_READ, model_line, verdict_table, verdicts_html
+from medvlm_audit.suites.reports.verdicts import (
+    HOW_TO_READ,
+    model_line,
+    not_assessable_section,
+    verdict_table,
+    verdicts_html,
+)
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -225,7 +231,8 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     metrics = metrics_frame(rows)
     if metrics.empty:  # a report that says why, not a traceback (every answer errored, one group only, ...)
         return SuiteResult(
-            metrics=metrics, sections=[nothing_to_audit_section(skipped)],
+            metrics=metrics, sections=[not_assessable_section(sorted(map(str, tidy["model"].unique()))),
+                                       nothing_to_audit_section(skipped)],
             verdicts={str(m): "undefined: no reports of both groups to audit" for m in sorted(tidy["model"].unique())},
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,

@@ -48,7 +48,7 @@ from typing import Any
 import pandas as pd
 
 __all__ = ["BADGES", "BOTH", "CLEAN", "ERASES", "HOW_TO_READ", "SHIFTS", "WAE_ALPHA", "classify", "model_line",
-           "verdict_table", "verdicts_html"]
+           "not_assessable_section", "verdict_table", "verdicts_html"]
 
 #: permutation p below which WAE_pred's displacement counts as beyond chance
 WAE_ALPHA = 0.05
@@ -185,6 +185,16 @@ def verdicts_html(verdicts: pd.DataFrame, labels: Mapping[str, str] | None = Non
     return "".join(out)
 
 
+def not_assessable_section(models: Sequence[str]) -> Any:
+    """The verdict section of a run with nothing to audit: each model *not assessable*."""
+    from medvlm_audit.report.html import verdict_list
+    from medvlm_audit.report.sections import Section
+
+    items = [(m, _badge("not assessable"), "no model x strategy has reports of both groups (F and M) to audit; "
+              "see 'Nothing to audit' below") for m in models]
+    return Section("Verdicts", verdict_list(items), "verdicts")
+
+
 def model_line(verdicts: pd.DataFrame, model: str) -> str:
     """A model's verdicts in one line for ``summary.json`` (strategy: badge, ...)."""
     sub = verdicts[verdicts["model"] == model]
@@ -206,7 +216,10 @@ HOW_TO_READ = (
     "<li><b>Preservation</b>: the association kept (same sign, both clear): the good case, shown for context.</li>"
     "<li><b>The null</b> beside every count: the reference reports split in two at random, one half standing in "
     "for the model. Both halves are written by the same radiologists, so whatever the rule counts there is what "
-    "chance gives. A count is called a finding only when it exceeds its null.</li>"
+    "chance gives. A count is called a finding only when it exceeds its null. Words the model never writes get a "
+    "second null as large as the model's corpus (random samples of the reference with as many reports): a small "
+    "corpus misses rare words by chance, so a never-written word counts as erased only beyond that, and a corpus "
+    "too small to tell is called <i>indeterminate</i> (too few reports).</li>"
     "<li><b>WAE</b> (weighted association error): the mean squared displacement of the words' associations, "
     "weighted by how often the model (WAE_pred) or the reference (WAE_ref) uses them. It leads with its "
     "permutation test: p is how often randomly shuffled sex labels give a WAE at least as large (small p: the "
