@@ -92,6 +92,12 @@ def headline_categories(cadf: pd.DataFrame, z_strong: float = 2.0) -> tuple[np.n
 ABSENT_NULL_DRAWS = 200
 
 
+def _strong_mask(cadf: pd.DataFrame, vocab: list[str], z_strong: float = 2.0) -> np.ndarray:
+    """|z_ref| > z_strong per column of the count matrices (``vocab`` order; ``cadf`` is sorted by |z_disp|)."""
+    z = cadf.set_index("word")["z_ref"].reindex(vocab).to_numpy(dtype=float)
+    return np.abs(z) > z_strong
+
+
 def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_female: int, n_male: int, *,
                        draws: int = ABSENT_NULL_DRAWS, seed: int = 0) -> dict[str, float]:
     """How many of the reference's strong words (``strong``: a mask over the vocabulary) a corpus of the
@@ -428,8 +434,7 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         "absent_strong": int(cadf["absent_strong"].sum()),
         "absent_strong_null": int(nullf["absent_strong"].sum()),
         "absent_strong_null_matched": absent_strong_null(
-            C_ref, fr, np.abs(cadf["z_ref"].to_numpy(dtype=float)) > 2.0, int(fp.sum()), int((~fp).sum()),
-            seed=seed),
+            C_ref, fr, _strong_mask(cadf, vocab), int(fp.sum()), int((~fp).sum()), seed=seed),
         "null_split": {"seed": seed, "n_reference_half": int(C_ref.shape[0] // 2),
                        "n_prediction_half": int(C_ref.shape[0] - C_ref.shape[0] // 2)},
         "headline_rule": HEADLINE_RULE,
