@@ -61,7 +61,7 @@ def test_a_count_at_its_null_is_never_called_bias_in_words():
     assert label == CLEAN
     assert "no count beyond chance: erasure 3 (null 3" in reason and "new bias 7 (null 9)" in reason
     label, reason = classify(_row(erasure=(41, 0), absent=38, p=0.001))
-    assert reason.startswith("erasure 41 words where chance gives 0 (38 strong in the reference never written)")
+    assert reason.startswith("erasure 41 words (null 0; 38 strong in the reference never written)")
     assert "not called, within chance: new bias 0 (null 0), bias flip 0 (null 0)" in reason
     assert "permutation p 0.001 (null median 0.9, 95th percentile 1.4)" in reason
 
@@ -72,7 +72,7 @@ def test_absent_words_a_corpus_this_small_leaves_unwritten_are_not_called_erasur
     row = _row(erasure=(12, 0), absent=12, absent_strong_null_p95=15, erasure_count=0, p=0.3)
     label, reason = classify(row)
     assert label == CLEAN, reason
-    assert "12 strong in the reference never written, up to 15 by chance at this size" in reason
+    assert "12 strong in the reference never written, where as many human reports leave up to 15" in reason
     # more absent words than that percentile: erasure
     assert classify({**row, "absent_strong_count": 30, "erasure_count_headline": 30})[0] == ERASES
     # or a BH-gated erasure above the null
@@ -85,7 +85,7 @@ def test_no_erasure_is_not_called_on_a_corpus_too_small_to_find_it():
     label, reason = classify(row)
     assert label == "indeterminate", reason
     assert reason.startswith("too few reports to tell erasure from chance")
-    assert "34 strong in the reference never written, up to 37 by chance at this size of 40" in reason
+    assert "34 strong in the reference never written, where as many human reports leave up to 37 of 40" in reason
     # a larger corpus writes most strong words by chance: 'no erasure or new bias found' can be called
     assert classify({**row, "absent_strong_count": 3, "erasure_count_headline": 3,
                      "absent_strong_null_p95": 6})[0] == CLEAN
@@ -93,7 +93,7 @@ def test_no_erasure_is_not_called_on_a_corpus_too_small_to_find_it():
     # omitting them: the small corpus is no bar to 'no erasure or new bias found'
     small = {**row, "absent_strong_count": 3, "erasure_count_headline": 3, "absent_strong_null_p5": 25}
     assert classify(small)[0] == CLEAN
-    assert "3 strong in the reference never written, 25 to 37 by chance at this size of 40" in classify(small)[1]
+    assert "3 strong in the reference never written, where as many human reports leave 25-37 of 40" in classify(small)[1]
     # and erasure beyond that null is called even when most words are missed by chance
     assert classify({**row, "absent_strong_count": 40, "erasure_count_headline": 40})[0] == ERASES
 
@@ -167,10 +167,11 @@ def test_the_embedded_default_report_shows_a_badge_per_strategy(tmp_path):
     html = rep.read_text()
     verdicts = html.split('id="verdicts"')[1].split("</section>")[0]
     assert verdicts.count('class="badge"') >= 6 + 4  # one per strategy, plus the legend's four
-    # 24 images: greedy's absent strong words are within what 24 human reports leave unwritten, so it is never
-    # called erasure on this little data
-    g = vt.set_index("strategy").loc["greedy"]
-    assert g["verdict"] == "indeterminate", g["reason"]
-    assert g["reason"].startswith("too few reports to tell erasure from chance") and "by chance at this size" in g["reason"]
+    # greedy collapses to a few templates and leaves strong words unwritten beyond what as many human reports
+    # leave: erasure; sampling at T = 1 (top-k) writes them: no erasure called
+    v = vt.set_index("strategy")
+    assert v.loc["greedy", "verdict"] == ERASES, v.loc["greedy", "reason"]
+    assert "where as many human reports leave" in v.loc["greedy", "reason"]
+    assert v.loc["top_k", "verdict"] in (CLEAN, "indeterminate"), v.loc["top_k", "reason"]
     summary = json.loads((rep.parent / "summary.json").read_text())
     assert summary["verdict_badges"] == {f"{m} / {s}": v for m, s, v in zip(vt["model"], vt["strategy"], vt["verdict"])}

@@ -103,11 +103,10 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
     if not math.isnan(a) and a > 0:
         absent = f"{int(a)} strong in the reference never written"
         if sized:
-            lo = f"{a5:.0f} to " if not math.isnan(a5) else "up to "
-            absent += f", {lo}{a95:.0f} by chance at this size" + (
+            lo = f"{a5:.0f}-" if not math.isnan(a5) else "up to "
+            absent += f", where as many human reports leave {lo}{a95:.0f}" + (
                 f" of {int(strong)}" if not math.isnan(strong) else "")
-    lead = [f"{_WORDS[c]} {k[c]} words where chance gives {k0[c]}" + (f" ({absent})" if c == "erasure" and absent
-                                                                       else "")
+    lead = [f"{_WORDS[c]} {k[c]} words (null {k0[c]}" + (f"; {absent}" if c == "erasure" and absent else "") + ")"
             for c in CATEGORIES[:3] if found[c]]
     rest = [f"{_WORDS[c]} {k[c]} (null {k0[c]}" + (f"; {absent}" if c == "erasure" and absent else "") + ")"
             for c in CATEGORIES[:3] if not found[c]]
