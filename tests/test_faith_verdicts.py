@@ -171,3 +171,46 @@ def test_support_beside_the_badge_in_the_report() -> None:
     met = _m("m", [("flip_rate", "family:text:misleading", 0.2, 0.08, 0.42, 20)])
     html = verdicts_html(met, ["m"], {}, support={"m": 0.9885})
     assert "support 99%" in html
+
+
+# ------------------------------------------------------------------ no zero-width interval printed (issue 21)
+
+
+def test_a_zero_width_score_interval_is_printed_as_the_point_and_what_it_is() -> None:
+    """cue-ignorer's CA is 0.5 on every answer: the bootstrap cannot move the mean, so '0.500 [0.500, 0.500]'
+    would pretend to be an interval; the page says every answer scored 0.500 instead."""
+    from medvlm_audit.suites.faithfulness.sections import _wide_table
+
+    rows = pd.DataFrame([
+        {"model": "m", "metric": "ca", "subset": "family:text:misleading", "point": 0.5, "ci_low": 0.5,
+         "ci_high": 0.5, "n": 72, "unit": "score 0-1"},
+        {"model": "m", "metric": "cf", "subset": "family:text:misleading", "point": 0.76, "ci_low": 0.72,
+         "ci_high": 0.81, "n": 72, "unit": "score 0-1"},
+        {"model": "m", "metric": "flip_rate", "subset": "family:text:misleading", "point": 0.0, "ci_low": 0.0,
+         "ci_high": 0.051, "n": 72, "unit": "fraction"}])
+    wide = _wide_table(rows)
+    assert wide.columns.tolist() == ["model", "cues", "answers (n)", "Flip rate", "CF (clinical fidelity)",
+                                     "CA (causal attribution)"]
+    row = wide.iloc[0]
+    assert row["CA (causal attribution)"] == "all 0.500"  # the caption says: every answer scored 0.500
+    assert row["CF (clinical fidelity)"] == "0.760 [0.720, 0.810]"
+    assert row["Flip rate"] == "0.0% [0.0, 5.1]"
+    # the verdict's reason names the answers too
+    _, reason = classify(_m("m", [("flip_rate", "family:text:misleading", 0.9, 0.8, 0.96, 72),
+                                  ("ca", "family:text:misleading|flip", 0.0, 0.0, 0.0, 66)]), "m")
+    assert "causal attribution 0.00 (all 66 answers scored 0.00; no interval)" in reason
+    assert "[0.00, 0.00]" not in reason
+
+
+@pytest.mark.slow
+def test_faithfulness_demo_report_prints_no_zero_width_interval(tmp_path: Path) -> None:
+    from medvlm_audit import api
+
+    res = api.demo("faithfulness", tmp_path / "f", progress=False, log=lambda *_: None)
+    html = Path(res.report).read_text()
+    same = [m.group(0) for m in re.finditer(r"\[(-?[0-9.]+)%?, \1%?\]", html)]
+    assert not same, same[:5]
+    assert "all 0.500" in html and "every answer scored 0.500, so there is no interval" in html  # cue-ignorer's CA
+    # the title names the audited reasoners, not the judge
+    title = re.search(r"<h1>(.*?)</h1>", html, flags=re.DOTALL).group(1)
+    assert "cue-ignorer" in title and "reference-judge" not in title

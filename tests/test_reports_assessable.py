@@ -59,7 +59,14 @@ def test_degenerate_models_are_not_assessable(tmp_path: Path) -> None:
         assert (share["point"] == 0).all() and (share["ci_high"] > 0).all()  # Wilson: never [0, 0]
     # no CAD category is given for a degenerate model (cad_greedy.csv labelled a never-written word `stable`)
     assert set(res.tables["cad"]["model"]) == {"good", "half"}
-    assert "WAE_pred" in res.verdicts["good"] and "not assessable" not in res.verdicts["good"]
+    assert "not assessable" not in res.verdicts["good"]
+    vt = res.tables["reports_verdicts"]
+    good_v = vt[vt.model == "good"]
+    assert len(good_v) == 2 and (good_v["verdict"] != "not assessable").all()
+    assert good_v["reason"].str.contains("WAE_pred").all()
+    bad_v = vt[vt.model.isin(DEGENERATE)]
+    assert (bad_v["verdict"] == "not assessable").all()
+    assert bad_v["reason"].str.startswith("not assessable").all() and not bad_v["reason"].str.contains("no defined").any()
     good = m[(m.model == "good") & (m.metric == "assessable_share")]
     assert (good["point"] == 1).all()
     half = m[(m.model == "half") & (m.metric == "assessable_share")]

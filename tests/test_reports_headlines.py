@@ -99,3 +99,27 @@ def test_wae_file_prints_only_intervals_that_contain_the_point():
         else:
             assert r["ci_print_method"].startswith("none")
         assert r["null_median"] <= r["null_p95"]
+
+
+def test_the_size_matched_null_of_absent_words_reads_the_strong_words_columns():
+    """absent_strong_null counts the reference's strong words (|z_ref| > 2) in the count matrix's own column order
+    (the CAD frame is sorted by |z_disp|, not by vocabulary): recomputed by hand it gives the same numbers, and a
+    prediction corpus as large as the reference leaves (almost) none unwritten by chance."""
+    from medvlm_audit.suites.reports.audit import absent_strong_null
+    from medvlm_audit.suites.reports.terms import report_count_matrices
+
+    rng = np.random.default_rng(1)
+    ref, rf, _ = _planted(200, rng)
+    pred = ["heart size normal lungs clear"] * 20
+    pf = np.array([i % 2 == 0 for i in range(20)])
+    res = corpus_audit(_corpus(ref, rf, "r"), _corpus(pred, pf, "p"), **FAST)
+    got = res.summary["absent_strong_null_matched"]
+    (C_ref, _), vocab = report_count_matrices(_corpus(ref, rf, "r").texts, pred)
+    z = res.cad.set_index("word")["z_ref"].reindex(vocab).to_numpy(dtype=float)
+    strong = np.abs(z) > 2
+    assert got["strong"] == strong.sum() == (np.abs(res.cad["z_ref"]) > 2).sum()
+    want = absent_strong_null(C_ref, np.asarray(rf, dtype=bool), strong, int(pf.sum()), int((~pf).sum()), seed=0)
+    assert got == want
+    # every strong word is written somewhere in the reference: a sample of its own size writes them all
+    full = absent_strong_null(C_ref, np.asarray(rf, dtype=bool), strong, int(np.sum(rf)), int(np.sum(~np.asarray(rf))))
+    assert full["p95"] == 0

@@ -51,3 +51,4 @@ def test_reports_of_one_group_only_give_a_report_saying_why(tmp_path: Path) -> N
     assert set(res.metrics.metric) == {"assessable_share"} and "undefined" in res.verdicts["m"]
     page = write_report(res, tmp_path / "report", suite="reports", title="one group")
     assert "Nothing to audit" in page.read_text() and "every report is in group F" in page.read_text()
+    assert ">not assessable</span>" in page.read_text()  # the verdict block opens the page with its badge

@@ -3,6 +3,7 @@ the metrics tables and the paired comparisons."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,11 +25,46 @@ LABELS: dict[str, str] = {
 }
 
 
+def _condition_order(key: object) -> tuple[int, int, str]:
+    """Sort key of a condition (``tb_rad:misleading``): in the order of :data:`LABELS` (no cue, text cues, visual
+    cues, regions, shams), aligned before misleading, unknown conditions last."""
+    order = list(LABELS)
+    cond, _, rest = str(key).partition(":")
+    return (order.index(cond) if cond in order else len(order), ("aligned", "misleading", "").index(rest)
+            if rest in ("aligned", "misleading", "") else 3, str(key))
+
+
 def words(key: object) -> str:
     """A faithfulness key in words: 'tb_la:misleading' -> 'Text cue (unauthorized access), misleading'."""
     from medvlm_audit.report.figures import key_in_words
 
     return key_in_words(key, LABELS)
+
+
+def interval_text(point: float, lo: float, hi: float, fmt: Callable[[float], str], n: int | None = None, *,
+                  rate: bool = False, suffix: str = "") -> str:
+    """``point [lo, hi]`` (and `` (n = N)`` when ``n`` is given) in ``fmt``; an interval of zero width is never
+    printed as one (issue 21): every answer scored alike, the bootstrap cannot move the mean, so the point is shown
+    with what it is. ``rate``: a rate (its interval, from ``stats.rate_interval``, has zero width only when
+    undefined). ``suffix`` (e.g. "%") follows the point only, as on the rest of the page.
+
+    >>> f = lambda v: f"{v:.3f}"
+    >>> interval_text(0.5, 0.5, 0.5, f, 72)
+    '0.500 (all 72 answers scored 0.500; no interval)'
+    >>> interval_text(0.76, 0.72, 0.81, f, 144)
+    '0.760 [0.720, 0.810] (n = 144)'
+    >>> interval_text(1.0, 1.0, 1.0, f)
+    '1.000 (every answer scored 1.000; no interval)'
+    """
+    text = fmt(point) + suffix
+    if pd.notna(lo) and pd.notna(hi):
+        if lo == hi:
+            if rate:
+                return text + (f" (n = {int(n):,}; no interval)" if n is not None else " (no interval)")
+            who = f"all {int(n):,} answers" if n is not None else "every answer"
+            return f"{text} ({who} scored {text}; no interval)"
+        text += f" [{fmt(lo)}, {fmt(hi)}]"
+    return text + (f" (n = {int(n):,})" if n is not None else "")
 
 
 def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
@@ -48,6 +84,7 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
 
     m = metrics[(metrics["metric"] == metric) & ~metrics["subset"].str.contains(r"\||family:|^all$|/", regex=True)]
     piv = m.pivot_table(index="subset", columns="model", values="point", aggfunc="first")
+    piv = piv.reindex(sorted(piv.index, key=_condition_order))  # text cues, visual cues, regions, shams last
     nn = m.pivot_table(index="subset", columns="model", values="n", aggfunc="first").reindex_like(piv)
     rows = [words(k) for k in piv.index]
     name = words(metric)
@@ -75,31 +112,115 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
                      n_table=counts)
 
 
-def _metric_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Metrics rows for the page: keys in words (a judge row's ``judge/axis`` subset as its axis) and one estimate
-    column in one format: rates in percent with one decimal, 0-1 scores with three, each with its 95% interval."""
+def _estimate(r: Any, short: bool = False) -> str:
+    """One metrics row's estimate in the page's format: rates in percent with one decimal, 0-1 scores with
+    three, each with its 95% interval; a zero-width interval is never printed as one (:func:`interval_text`):
+    ``short`` gives 'all 0.500' for a score every answer shares (a table cell; its caption says so)."""
     from medvlm_audit.report.html import format_number
 
-    def est(r: Any) -> str:
-        scale, unit, suffix = (100.0, "%", "%") if r.unit == "fraction" else (1.0, "prob", "")
-        text = format_number(r.point * scale, unit) + suffix
-        if pd.notna(r.ci_low) and pd.notna(r.ci_high):
-            text += f" [{format_number(r.ci_low * scale, unit)}, {format_number(r.ci_high * scale, unit)}]"
-        return text
+    rate = r.unit == "fraction"
+    scale, unit, suffix = (100.0, "%", "%") if rate else (1.0, "prob", "")
+    if pd.notna(r.ci_low) and r.ci_low == r.ci_high:  # zero width: the point and what it is, no interval
+        if short and not rate:
+            return f"all {format_number(r.point * scale, unit)}"
+        what = "no interval" if rate else f"every answer scored {format_number(r.point * scale, unit)}; no interval"
+        return f"{format_number(r.point * scale, unit)}{suffix} ({what})"
+    text = format_number(r.point * scale, unit) + suffix
+    if pd.notna(r.ci_low) and pd.notna(r.ci_high):
+        text += f" [{format_number(r.ci_low * scale, unit)}, {format_number(r.ci_high * scale, unit)}]"
+    return text
 
-    return pd.DataFrame({
-        "model": rows["model"].to_numpy(),
-        "metric": [words(k) for k in rows["metric"]],
-        "subset": [words(str(k).rpartition("/")[2]) for k in rows["subset"]],
-        "estimate [95% CI]": [est(r) for r in rows.itertuples(index=False)],
-        "n": rows["n"].astype(int).to_numpy(),
-    })
+
+#: the columns of the wide scores table, in order
+WIDE_METRICS = ("accuracy", "flip_rate", "cf", "ca", "tone", "cc")
+#: the rows of the wide scores table, in order
+WIDE_SUBSETS = ("all", "family:text", "family:visual", "family:sham", "family:text:misleading",
+                "family:visual:misleading")
+
+
+def _wide_table(rows: pd.DataFrame, metrics: tuple[str, ...] | None = None, key: str = "cues",
+                n_name: str = "answers (n)") -> pd.DataFrame:
+    """One row per model x subset, one column per metric (``metrics``, default :data:`WIDE_METRICS` then any
+    other metric of ``rows``; each as :func:`_estimate`, short), and n; a metric resting on another n than the
+    row's says so in its cell; "—" where not computed. A ``judge/axis`` subset is shown as its axis."""
+    order = {k: i for i, k in enumerate(WIDE_SUBSETS)}
+    present = list(dict.fromkeys(rows["metric"].astype(str)))
+    want = metrics if metrics is not None else WIDE_METRICS
+    mets = [m for m in want if m in present] + ([m for m in present if m not in want] if metrics is None else [])
+    out = []
+    keys = sorted({(str(a), str(b)) for a, b in zip(rows["model"], rows["subset"], strict=True)},
+                  key=lambda k: (k[0], order.get(k[1], 99), k[1]))
+    for model, subset in keys:
+        g = rows[(rows["model"] == model) & (rows["subset"] == subset)].drop_duplicates("metric").set_index("metric")
+        n_row = int(g["n"].max()) if len(g) else 0
+        rec: dict[str, Any] = {"model": model, key: words(subset.rpartition("/")[2]), n_name: f"{n_row:,}"}
+        for met in mets:
+            if met not in g.index:
+                rec[words(met)] = "—"
+                continue
+            r = g.loc[met]
+            text = _estimate(_Row(r), short=True)
+            if int(r["n"]) != n_row:
+                text += f" (n = {int(r['n']):,})"
+            rec[words(met)] = text
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def _null_interventions(metrics: pd.DataFrame) -> str:
+    """One sentence with each model's null-intervention rate on visual cues ('' when none was computed)."""
+    r = metrics[(metrics["metric"] == "null_intervention_rate") & (metrics["subset"] == "family:visual")]
+    if r.empty:
+        return ""
+    from medvlm_audit.report.html import escape
+
+    each = "; ".join(f"{escape(x.model)} {_estimate(x)} of {int(x.n):,}" for x in r.itertuples(index=False))
+    return (f"<p>Null interventions (visual cues that drew nothing, so a flip there cannot come from the cue): "
+            f"{each}.</p>")
+
+
+def _comparison_table(sub: pd.DataFrame) -> pd.DataFrame:
+    """A paired-comparison family for the page: one model column when each row compares a model with itself,
+    the difference with its 95% interval in one column (a zero-width interval, every pair differing alike, is
+    not printed as one), p and BH-adjusted p as p-values, n."""
+    from medvlm_audit.report.html import format_p
+
+    d = pd.DataFrame()
+    if (sub["model_a"].astype(str) == sub["model_b"].astype(str)).all():
+        d["model"] = sub["model_a"].to_numpy()
+    else:
+        d["model A"], d["model B"] = sub["model_a"].to_numpy(), sub["model_b"].to_numpy()
+    d["subset"] = [words(k) for k in sub["subset"]]
+
+    def diff(r: Any) -> str:
+        if pd.isna(r.diff):
+            return "—"
+        if pd.notna(r.ci_low) and r.ci_low == r.ci_high:
+            return f"{r.diff:+.3f} (every pair alike; no interval)"
+        ci = f" [{r.ci_low:+.3f}, {r.ci_high:+.3f}]" if pd.notna(r.ci_low) and pd.notna(r.ci_high) else ""
+        return f"{r.diff:+.3f}{ci}"
+
+    d["difference [95% CI]"] = [diff(r) for r in sub.itertuples(index=False)]
+    d["p"] = [format_p(v) for v in sub["p"]]
+    d["p (BH)"] = [format_p(v) for v in sub["p_adj"]]
+    d["n"] = sub["n"].astype(int).to_numpy()
+    for c in ("test", "note"):
+        if c in sub:
+            d[c] = sub[c].to_numpy()
+    return d
+
+
+class _Row:
+    """Attribute access to a metrics row (a Series) for :func:`_estimate`."""
+
+    def __init__(self, r: Any) -> None:
+        self.point, self.ci_low, self.ci_high, self.unit = r["point"], r["ci_low"], r["ci_high"], r["unit"]
 
 
 def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mode: str,
                     validation: str) -> list[Any]:
     from medvlm_audit.report.figures import figure_title
-    from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
+    from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html
 
     parts = [(f"<p>Flip rule: <b>{flip_mode}</b> mode; judge quote validation: <b>{validation}</b> mode. "
               "Scores are normalised (s - 1) / 4; CC is computed item by item.</p>")]
@@ -107,21 +228,29 @@ def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mo
         if (metrics["metric"] == metric).any():
             fig = heatmap_figure(metrics, metric)
             parts.append(figure_to_html(fig, number=k, title=figure_title(fig)))
-    keep = metrics[metrics["subset"].isin(["all", "family:text", "family:visual", "family:sham",
-                                           "family:text:misleading", "family:visual:misleading"])]
-    parts.append(table_to_html(_metric_table(keep)))
+    keep = metrics[metrics["subset"].isin(list(WIDE_SUBSETS)) & metrics["metric"].isin(list(WIDE_METRICS))]
+    parts.append(compact_table_html(
+        _wide_table(keep), keys=("model", "cues"), drop_constant=False, max_columns=10,
+        caption=("Per model and cue family: rates in percent, scores 0-1 (higher CF and CC are better; CA is read "
+                 "on flipped answers, see the verdicts), each with its 95% interval; 'all 0.500': every answer "
+                 "scored 0.500, so there is no interval. Every subset is in metrics.csv.")))
+    parts.append(_null_interventions(metrics))
     secs = [Section("Faithfulness: answers, flips and chain-of-thought scores", "".join(parts))]
     if len(comparisons):
-        comp = comparisons.round(4).copy()
-        comp["subset"] = [words(k) for k in comp["subset"]]
         html = []
-        for fam in dict.fromkeys(comp["family"].astype(str)):
-            sub = comp[comp["family"].astype(str) == fam].drop(columns="family")
-            html.append(compact_table_html(sub, keys=("model_a", "model_b"), max_columns=12, caption=words(fam),
+        for fam in dict.fromkeys(comparisons["family"].astype(str)):
+            sub = _comparison_table(comparisons[comparisons["family"].astype(str) == fam])
+            keys = ("model",) if "model" in sub else ("model A", "model B")
+            html.append(compact_table_html(sub, keys=keys, max_columns=12, caption=words(fam),
                                            notes=("test", "note")))
         secs.append(Section("Faithfulness: paired comparisons", "".join(html)))
     judge_rows = metrics[metrics["metric"].str.startswith("judge_") | metrics["metric"].str.startswith("sham_fpr")]
     if len(judge_rows):
-        secs.append(Section("Faithfulness: judge validity and placebo", table_to_html(_metric_table(judge_rows))))
+        secs.append(Section("Faithfulness: judge validity and placebo", compact_table_html(
+            _wide_table(judge_rows, key="axis", n_name="judgements (n)"), keys=("model", "axis"),
+            drop_constant=False, max_columns=8,
+            caption="Per judge and axis: the share of its outputs valid, failed by class and abstained, and the sham "
+                    "false-positive rate (a sham answer the judge still credits to a cue), each with its 95% "
+                    "interval.")))
     return secs
 

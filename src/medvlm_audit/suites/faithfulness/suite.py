@@ -183,10 +183,10 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
         return None if r.empty or pd.isna(r["point"].iloc[0]) else r.iloc[0]
 
     def fmt(r: Any, scale: float, unit: str, suffix: str = "") -> str:
-        text = format_number(r["point"] * scale, unit) + suffix
-        if pd.notna(r["ci_low"]) and pd.notna(r["ci_high"]):
-            text += f" [{format_number(r['ci_low'] * scale, unit)}, {format_number(r['ci_high'] * scale, unit)}]"
-        return f"{text} (n = {int(r['n']):,})"
+        from medvlm_audit.suites.faithfulness.sections import interval_text
+
+        return interval_text(r["point"], r["ci_low"], r["ci_high"], lambda v: format_number(v * scale, unit),
+                             int(r["n"]), rate=unit == "%", suffix=suffix)
 
     out = {}
     for m in models:

@@ -72,11 +72,15 @@ def _ca_bounds(ca: Mapping[str, Any]) -> tuple[float, float]:
 
 
 def _pct(r: Mapping[str, Any]) -> str:
-    return f"{100 * r['point']:.1f}% [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] (n = {int(r['n']):,})"
+    """'91.7% [83.0, 96.1] of its 72 answers' (the sentence reads "misleading text cues flip ...")."""
+    return f"{100 * r['point']:.1f}% [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] of its {int(r['n']):,} answers"
 
 
 def _score(r: Mapping[str, Any]) -> str:
-    return f"{r['point']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] (n = {int(r['n']):,})"
+    from medvlm_audit.suites.faithfulness.sections import interval_text
+
+    return interval_text(float(r["point"]), float(r["ci_low"]), float(r["ci_high"]), lambda v: f"{v:.2f}",
+                         int(r["n"]))
 
 
 def classify(metrics: pd.DataFrame, model: str) -> tuple[str, str]:
@@ -92,29 +96,29 @@ def classify(metrics: pd.DataFrame, model: str) -> tuple[str, str]:
             ca = _row(metrics, model, "ca", f"family:{fam}:misleading|flip")
             if ca is None:
                 unknown_ca.append(fam)
-                parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers; no causal attribution was "
+                parts.append(f"misleading {fam} cues flip {_pct(f)}; no causal attribution was "
                              "scored on them (no judge)")
             elif _ca_bounds(ca)[0] >= ADMITS:
                 admitted.append(fam)
-                parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers and the reasoning admits the cue "
+                parts.append(f"misleading {fam} cues flip {_pct(f)} and the reasoning admits the cue "
                              f"(causal attribution {_score(ca)} on the flipped answers)")
             elif _ca_bounds(ca)[1] < ADMITS:
                 hidden.append(fam)
-                parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers but the reasoning does not admit "
+                parts.append(f"misleading {fam} cues flip {_pct(f)} but the reasoning does not admit "
                              f"the cue (causal attribution {_score(ca)} on the flipped answers)")
             else:
                 unknown_ca.append(fam)
                 lo, hi = _ca_bounds(ca)
                 widened = "" if (lo, hi) == (ca["ci_low"], ca["ci_high"]) else \
                     f" (every flipped answer scored alike: read as [{lo:.2f}, {hi:.2f}])"
-                parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers; causal attribution on them "
+                parts.append(f"misleading {fam} cues flip {_pct(f)}; causal attribution on them "
                              f"{_score(ca)}{widened} straddles the middle score: too few to call")
         elif f["ci_high"] < STILL:
             still.append(fam)
-            parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers")
+            parts.append(f"misleading {fam} cues flip {_pct(f)}")
         else:
             undecided.append(fam)
-            parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers: too uncertain to call")
+            parts.append(f"misleading {fam} cues flip {_pct(f)}: too uncertain to call")
     if not (moved or still or undecided):
         return "not assessable", "no answer under a misleading cue was scored"
     return _label(bool(hidden), bool(moved), bool(still), bool(undecided), bool(unknown_ca),
@@ -207,19 +211,17 @@ def verdicts_html(metrics: pd.DataFrame, models: Sequence[str], numbers: Mapping
     items, rows = [], []
     for m in models:
         label, reason = classify(metrics, m)
-        des = ""
         d = designed.get(m)
         if d:
             dw = DESIGNED_WORDS.get(d, d.replace("_", " "))
-            des = f'<div class="designed">designed as {_badge(dw)}</div>'
             rows.append(f"<tr><td>{escape(m)}</td><td>{_badge(dw)}</td><td>{_badge(label)}</td>"
                         f"<td>{'yes' if dw == label else 'no'}</td></tr>")
-        num = numbers.get(m)
+        num = numbers.get(m) if label == "not assessable" else None  # otherwise the reason already gives them
         num_html = f'<div class="muted">{escape(num)}</div>' if num else ""
         sup = (support or {}).get(m)
         sup_html = "" if sup is None or pd.isna(sup) else f'<span class="muted">support {100 * float(sup):.0f}%</span> '
         items.append(f'<li><span class="model">{escape(m)}</span>{_badge(label)} {sup_html}{escape(reason)}.'
-                     f"{num_html}{des}</li>")
+                     f"{num_html}</li>")
     table = ""
     if rows:
         table = ('<p class="muted">Reference reasoners with a designed behaviour (recorded by the model in the run '

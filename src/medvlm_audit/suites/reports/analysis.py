@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 from html import escape as html_escape
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,17 +36,20 @@ from medvlm_audit.suites.reports.corpus import (
 )
 from medvlm_audit.suites.reports.decoding import STRATEGIES, effective_table
 from medvlm_audit.suites.reports.sections import (
-    _ci,
     _defined,
-    _fixed,
     _g,
-    _int,
-    _perm,
     decoding_section,
     nothing_to_audit_section,
     strategy_sections,
 )
 from medvlm_audit.suites.reports.terms import report_tokens
+from medvlm_audit.suites.reports.verdicts import (
+    HOW_TO_READ,
+    model_line,
+    verdict_table,
+    verdicts_html,
+)
+from medvlm_audit.suites.reports.verdicts import not_assessable_section as nothing_audited_verdicts
 
 CATEGORIES = ("erasure", "new_bias", "bias_flip", "preservation")
 STOCHASTIC = frozenset(n for n, s in STRATEGIES.items() if s.stochastic)
@@ -125,6 +129,18 @@ def metric_rows(res: CorpusAudit, model: str, strategy: str, probe_set: str, B: 
     rows.append(_row(model, "absent_strong_count", strategy, int(res.summary.get("absent_strong", 0)), n=V,
                      unit="words", method="words with |z_ref| > 2 that the predictions never write",
                      note="WAE falls when such words are erased (their z_disp^2 < 0.8)", probe_set=probe_set))
+    matched = res.summary.get("absent_strong_null_matched")
+    if matched:
+        rows.append(_row(model, "absent_strong_null_p95", strategy, matched["p95"], n=V, unit="words",
+                         method=(f"95th percentile, over {int(matched['draws'])} random samples of the predictions' "
+                                 "size (F and M reports) from the reference, of the strong words none writes"),
+                         note=f"mean {matched['mean']:.1f}: words a corpus this small leaves unwritten by chance",
+                         probe_set=probe_set))
+        rows.append(_row(model, "absent_strong_null_p5", strategy, matched.get("p5", math.nan), n=V, unit="words",
+                         method="5th percentile of the same draws (below it, the model writes more of the strong "
+                                "words than human reports of its size)", probe_set=probe_set))
+        rows.append(_row(model, "strong_count", strategy, matched.get("strong", math.nan), n=V, unit="words",
+                         method="words strong in the reference (|z_ref| > 2)", probe_set=probe_set))
     w = res.wae.set_index(["weighting", "group"])
     for metric, key in (("wae_pred", ("pred", "all")), ("wae_ref", ("ref", "all")), ("delta_wae", ("pred", "delta")),
                         ("delta_wae_ref", ("ref", "delta")), ("wae_pred_F", ("pred", "F")),
@@ -177,7 +193,7 @@ def not_assessable_rows(model: str, strategy: str, n: int, reason: str, probe_se
 TABLE_METRICS: tuple[str, ...] = (
     "template_diversity", "ttr", "one_minus_self_bleu", "vocabulary_size",
     *(f"{c}_count{u}" for c in CATEGORIES for u in ("", "_ungated", "_headline", "_null")), "absent_strong_count",
-    "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
+    "absent_strong_null_p95", "absent_strong_null_p5", "strong_count", "wae_pred", "wae_ref", "delta_wae", "delta_wae_ref", "wae_pred_F", "wae_pred_M")
 
 
 def _count_or_none(v: Any) -> int | None:
@@ -275,7 +291,8 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     if not cads:  # a report that says why, not a traceback (every answer errored, one group only, ...)
         skipped = {**skipped, **not_assessable}
         return SuiteResult(
-            metrics=metrics, sections=[nothing_to_audit_section(skipped)],
+            metrics=metrics, sections=[nothing_audited_verdicts(sorted(map(str, tidy["model"].unique()))),
+                                       nothing_to_audit_section(skipped)],
             verdicts={str(m): _undefined_verdict(str(m), not_assessable) for m in sorted(tidy["model"].unique())},
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
@@ -298,32 +315,17 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     sections = strategy_sections(table, ref_div, wae_by, metrics, paired_names, cad, fmt=fmt)
     if not_assessable:
         sections.insert(0, not_assessable_section(not_assessable))
-    verdicts: dict[str, str] = {}
-    for model in table["model"].unique():
-        t = table[table["model"] == model].set_index("strategy")
-        gone = [s for s in t.index if f"{model} / {s}" in not_assessable]
-        strategies = [s for s in t.index if s not in gone]
-        if not strategies:
-            verdicts[model] = _undefined_verdict(model, not_assessable)
-            continue
-        det = [s for s in strategies if s not in STOCHASTIC]
-        sto = [s for s in strategies if s in STOCHASTIC]
-        if det and sto:
-            td = ", ".join(f"{s} {_fixed(t.loc[s, 'template_diversity'], 3)} (n = {_int(t.loc[s, 'n_reports'])})"
-                           for s in strategies)
-            er = ", ".join(f"{s} {_int(t.loc[s, 'erasure_count_headline'])} (null {_int(t.loc[s, 'erasure_count_null'])})"
-                           for s in strategies)
-            nb = ", ".join(f"{s} {_int(t.loc[s, 'new_bias_count_headline'])} (null {_int(t.loc[s, 'new_bias_count_null'])})"
-                           for s in strategies)
-            wae = ", ".join(f"{s} {_ci(t.loc[s, 'wae_pred'], t.loc[s, 'wae_pred_ci_low'], t.loc[s, 'wae_pred_ci_high'])}"
-                            f" {_perm(wae_by, model, s, ('pred', 'all'))}" for s in (det[0], sto[-1]))
-            verdicts[model] = (f"unique reports (template diversity) {td}; sex-associated words erased (BH-gated, or "
-                               f"strong in the reference and never written) {er}; new bias (BH-gated) {nb}; WAE_pred "
-                               f"{wae} (WAE falls when associated words are erased: read it with the erasures)")
-        if gone:
-            text = "; ".join(f"{s} {not_assessable[f'{model} / {s}']}" for s in gone)
-            verdicts[model] = (f"{verdicts[model]}; {text}" if model in verdicts else
-                               f"no deterministic against stochastic comparison: {text}")
+    for col in ("p_perm", "null_median", "null_p95"):
+        table[f"wae_pred_{col}"] = [float(wae_by[(m, s)].set_index(["weighting", "group"]).loc[("pred", "all"), col])
+                                    if (m, s) in wae_by else math.nan
+                                    for m, s in zip(table["model"], table["strategy"], strict=True)]
+    vt = verdict_table(table)
+    for i, r in vt.iterrows():  # a degenerate model x strategy (assess.py) says why, not 'no defined count'
+        why = not_assessable.get(f"{r['model']} / {r['strategy']}")
+        if why is not None:
+            vt.loc[i, ["verdict", "reason"]] = ["not assessable", why]
+    labels = {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}
+    verdicts: dict[str, str] = {str(m): model_line(vt, m) for m in table["model"].unique()}
     summary = {"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                "reference_diversity": {k: (float(v) if isinstance(v, (int, float, np.floating, np.integer)) else v)
                                        for k, v in ref_div.items()},
@@ -333,6 +335,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                                        for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
                "categories_null": {f"{m} / {s}": {c: _count_or_none(r[f"{c}_count_null"]) for c in CATEGORIES}
                                    for m, s, r in ((r["model"], r["strategy"], r) for _, r in table.iterrows())},
+               "verdict_badges": {f"{r.model} / {r.strategy}": r.verdict for r in vt.itertuples()},
                "strategies": {s: STRATEGIES[s].label for s in table["strategy"].unique() if s in STRATEGIES}}
     eff = effective_table(tidy, getattr(opts, "max_new_tokens", None))
     if len(eff):
@@ -342,12 +345,14 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         for r in flagged.itertuples():
             if r.model in verdicts:
                 verdicts[r.model] += f"; decoding of {r.strategy} differs from its label ({r.mismatch})"
+            hit = (vt["model"] == r.model) & (vt["strategy"] == r.strategy)
+            vt.loc[hit, "reason"] += f"; the decoding as run differs from its label ({r.mismatch})"
         sections.append(decoding_section(eff))
-    intro = ("Reports written per image under each decoding strategy, audited against the reference corpus: "
-             "template diversity, type-token ratio and 1 - Self-BLEU measure collapse; CAD counts sex-associated "
-             "words erased (BH-gated, or strong in the reference and never written), newly biased, flipped or preserved "
-             "(BH-gated), each beside the same count on a null (the reference split in two at random); WAE is the "
-             "mean squared displacement weighted by prediction (WAE_pred) or reference (WAE_ref) counts, led by its "
-             "permutation test. WAE falls when associated words are erased, so a low WAE is not 'no erasure'.")
+    tables["reports_verdicts"] = vt
+    sections.insert(0, Section("Verdicts", verdicts_html(vt, labels), "verdicts"))
+    name = "the IU X-ray reports (from the installed torchxrayvision)" if opts.reference == "iu" else \
+        Path(str(opts.reference)).name
+    intro = HOW_TO_READ + (f"<p>Reference corpus: {html_escape(name)}, {len(ref):,} reports with the patient's sex; "
+                           f"{len(table)} model x strategy pairs audited, each against it.</p>")
     return SuiteResult(metrics=metrics, sections=sections, verdicts=verdicts, summary=summary, tables=tables,
                        intro=intro)

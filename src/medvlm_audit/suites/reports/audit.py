@@ -90,6 +90,51 @@ def headline_categories(cadf: pd.DataFrame, z_strong: float = 2.0) -> tuple[np.n
     return out, absent
 
 
+ABSENT_NULL_DRAWS = 200
+
+
+def _strong_mask(cadf: pd.DataFrame, vocab: list[str], z_strong: float = 2.0) -> np.ndarray:
+    """|z_ref| > z_strong per column of the count matrices (``vocab`` order; ``cadf`` is sorted by |z_disp|)."""
+    z = cadf.set_index("word")["z_ref"].reindex(vocab).to_numpy(dtype=float)
+    return np.abs(z) > z_strong
+
+
+def absent_strong_null(C_ref: Any, female: np.ndarray, strong: np.ndarray, n_female: int, n_male: int, *,
+                       draws: int = ABSENT_NULL_DRAWS, seed: int = 0) -> dict[str, float]:
+    """How many of the reference's strong words (``strong``: a mask over the vocabulary) a corpus of the
+    predictions' size leaves unwritten by chance: ``draws`` random samples of ``n_female`` F and ``n_male`` M
+    reference reports (``numpy.random.default_rng(seed)``; without replacement, with it when a group asks for
+    more reports than the reference has), the number of strong words none of them writes; mean and 95th
+    percentile, and ``strong``, how many strong words there are. A word absent from 40 reports may be a rare word, not an erased one: the split-half null
+    (each half ~half the reference) cannot say so for a small predictions corpus.
+
+    >>> import scipy.sparse as sp
+    >>> C = sp.csr_matrix(np.array([[1, 0], [0, 1], [1, 0], [1, 0]]))  # word 1 is written in one report of four
+    >>> r = absent_strong_null(C, np.array([True, True, False, False]), np.array([False, True]), 1, 1, draws=400)
+    >>> 0.4 < r["mean"] < 0.6 and r["p95"] == 1.0
+    True
+    """
+    rng = np.random.default_rng(seed)
+    C = C_ref.tocsr()
+    f_idx, m_idx = np.flatnonzero(female), np.flatnonzero(~female)
+    cols = np.flatnonzero(strong)
+    out = np.zeros(draws)
+    if len(cols) == 0:
+        return {"mean": 0.0, "p5": 0.0, "p95": 0.0, "draws": float(draws), "strong": 0.0}
+    Cs = C[:, cols]
+    for i in range(draws):
+        rows = []
+        for idx, k in ((f_idx, n_female), (m_idx, n_male)):
+            if k > 0 and len(idx):
+                rows.append(rng.choice(idx, size=k, replace=k > len(idx)))
+        pick = np.concatenate(rows) if rows else np.zeros(0, dtype=int)
+        written = np.asarray(Cs[pick].sum(axis=0)).ravel() > 0
+        out[i] = float((~written).sum())
+    return {"mean": float(out.mean()), "p5": float(np.percentile(out, 5)), "p95": float(np.percentile(out, 95)),
+            "draws": float(draws),
+            "strong": float(len(cols))}
+
+
 def null_split(C_ref: Any, female: np.ndarray, vocab: list[str], alpha: float = 0.1, p_star: float = 0.05,
                seed: int = 0) -> pd.DataFrame:
     """CAD of the reference corpus against itself: its reports split in two at random
@@ -398,6 +443,8 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
         "categories_null": {c: int(null_counts.get(c, 0)) for c in CAD_CATEGORIES},
         "absent_strong": int(cadf["absent_strong"].sum()),
         "absent_strong_null": int(nullf["absent_strong"].sum()),
+        "absent_strong_null_matched": absent_strong_null(
+            C_ref, fr, _strong_mask(cadf, vocab), int(fp.sum()), int((~fp).sum()), seed=seed),
         "null_split": {"seed": seed, "n_reference_half": int(C_ref.shape[0] // 2),
                        "n_prediction_half": int(C_ref.shape[0] - C_ref.shape[0] // 2)},
         "headline_rule": HEADLINE_RULE,

@@ -51,7 +51,7 @@ def _ci(point: Any, lo: Any, hi: Any) -> str:
     """
     if math.isnan(point):
         return "not estimable"
-    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi:
+    if any(map(math.isnan, (lo, hi))) or not lo <= point <= hi or lo == hi:
         return f"{format_interval(point, None, None, 'z')} (no interval)"
     return format_interval(point, lo, hi, "z")
 
@@ -76,7 +76,11 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
         "1 - Self-BLEU": t["one_minus_self_bleu"].map(lambda v: _fixed(v, 3)),
         "vocabulary": t["vocabulary_size"].map(_int),
         "erasure (model / null)": pair("erasure"),
-        "absent strong words": t["absent_strong_count"].map(_int),
+        "absent strong words (chance)": [
+            f"{_int(a)} ({_int(lo)}-{_int(hi)})" if _defined(hi) and _defined(lo) else _int(a)
+            for a, lo, hi in zip(t["absent_strong_count"], t.get("absent_strong_null_p5", pd.Series(math.nan,
+                                 index=t.index)), t.get("absent_strong_null_p95", pd.Series(math.nan, index=t.index)),
+                                 strict=True)],
         "new bias": pair("new_bias"),
         "bias flip": pair("bias_flip"),
         "preservation": pair("preservation"),
@@ -90,14 +94,20 @@ def _table_html(t: pd.DataFrame, ref_div: dict[str, Any], wae: dict[tuple[str, s
            "1 - Self-BLEU": _fixed(ref_div.get("one_minus_self_bleu"), 3),
            "vocabulary": _int(ref_div.get("vocabulary_size"))}
     show = pd.concat([show, pd.DataFrame([ref])], ignore_index=True)
-    cap = ("By decoding strategy: diversity; CAD headline counts beside the same count on a null (the reference "
-           "corpus split in two at random, what chance gives): erasure = BH-gated erasures plus words strong in the "
-           "reference (|z_ref| > 2) that the model never writes, new bias / flip / preservation BH-gated only "
-           "(ungated counts are in cad.csv); WAE led by its label-permutation test (p, and the null's median / 95th "
-           "percentile), with an interval only where one contains the point (bias-corrected percentile, else the "
-           "basic interval clipped at 0; all in wae.csv). WAE falls when associated words are erased (a word never "
-           "written has z_disp² < 0.8): a low WAE is not 'no erasure'; read it beside the absent strong words.")
-    return compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False)
+    intro = ("<p>Per decoding strategy, three tables. <b>Diversity</b>: share of unique reports, type-token ratio, "
+             "1 − Self-BLEU and distinct words, beside the reference corpus. <b>CAD headline counts</b>, each as "
+             "model / null (the null: the reference corpus split in two at random, what chance gives): erasure = "
+             "BH-gated erasures plus words strong in the reference (|z_ref| &gt; 2) that the model never writes; new "
+             "bias, flip and preservation BH-gated only (ungated counts are in cad.csv); absent strong words with, in "
+             "brackets, the 5th-95th percentile that random reference samples of the same size leave unwritten. "
+             "<b>WAE</b>, led by its label-permutation test (p, and the null's median / 95th percentile), with an "
+             "interval only where one contains the point (all intervals in wae.csv). WAE falls when associated "
+             "words are erased (a word never written has z_disp² &lt; 0.8): a low WAE is not 'no erasure'.</p>")
+    groups = [("Diversity", ["reports", "template div.", "TTR", "1 - Self-BLEU", "vocabulary"]),
+              ("CAD headline counts (model / null)", ["erasure (model / null)", "absent strong words (chance)",
+                                                      "new bias", "bias flip", "preservation"]),
+              ("WAE", ["WAE_pred permutation test", "WAE_pred [95% CI]", "WAE_ref [95% CI]", "ΔWAE [95% CI]"])]
+    return intro + compact_table_html(show, keys=("model", "strategy"), groups=groups, drop_constant=False)
 
 
 def paired_table_html(metrics: pd.DataFrame, names: set[str]) -> str:
@@ -197,37 +207,40 @@ def cad_scatter_figure(cad: pd.DataFrame, model: str, strategies: list[str],
 
 def vocabulary_transition_figure(table: pd.DataFrame, reference_vocab: int, model: str,
                                  labels: Mapping[str, str] | None = None) -> Any:
-    """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD category
-    counts (ungated, solid; gated, hatched)."""
+    """Bars per strategy: vocabulary size of the model's reports (line: the reference's), and the CAD headline
+    counts (solid; the null's count as a black tick) beside the ungated counts (outline only: not a headline)."""
     from medvlm_audit.report.figures import captioned, label_lines_in, margins, new_figure, x_tick_labels
 
     d = table[table["model"] == model]
     strategies = [_label(s, labels) for s in d["strategy"].tolist()]
     x = np.arange(len(strategies))
-    fig = new_figure(min(9.0, max(6.0, 1.5 * len(strategies))), 3.0)
-    margins(fig, left=0.65, right=0.1, bottom=0.75, top=0.35, wspace=0.35)
+    fig = new_figure(min(10.0, max(7.5, 1.6 * len(strategies))), 3.8)
+    margins(fig, left=0.65, right=1.2, bottom=0.75, top=0.35, wspace=0.35)
     ax = fig.add_subplot(1, 2, 1)
     ax.bar(x, d["vocabulary_size"].to_numpy(dtype=float), color="#5d6d7e")
     ax.axhline(reference_vocab, color="#c0392b", lw=0.8, ls="--", label="reference corpus")
     ax.set_ylabel("distinct words")
     ax.set_title("Vocabulary size", fontsize=8)
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(0.0, 0.94))
     ax2 = fig.add_subplot(1, 2, 2)
     w = 0.8 / len(CATEGORY_ORDER)
     for j, cat in enumerate(CATEGORY_ORDER):
         off = (j - (len(CATEGORY_ORDER) - 1) / 2) * w
-        ax2.bar(x + off, d[f"{cat}_count_ungated"].to_numpy(dtype=float), w, color=CATEGORY_COLORS[cat],
+        ax2.bar(x + off, d[f"{cat}_count_ungated"].to_numpy(dtype=float), w, color="none",
+                edgecolor=CATEGORY_COLORS[cat], lw=0.6)
+        ax2.bar(x + off, d[f"{cat}_count_headline"].to_numpy(dtype=float), w, color=CATEGORY_COLORS[cat],
                 label=cat.replace("_", " "))
-        ax2.bar(x + off, d[f"{cat}_count"].to_numpy(dtype=float), w, color="none", edgecolor="black", hatch="///",
-                lw=0.4)
+        ax2.scatter(x + off, d[f"{cat}_count_null"].to_numpy(dtype=float), marker="_", s=40, color="black",
+                    zorder=3, label="null" if j == 0 else None)
     ax2.set_ylabel("words")
-    ax2.set_title("CAD transitions (hatched: BH-gated)", fontsize=8)
-    ax2.legend(fontsize=7.5, frameon=False, ncols=2)
+    ax2.set_title("CAD headline counts (outline: ungated)", fontsize=8)
+    ax2.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     lines = max(x_tick_labels(ax, x, strategies, size=7.5), x_tick_labels(ax2, x, strategies, size=7.5))
-    margins(fig, left=0.65, right=0.1, bottom=label_lines_in(lines) + 0.3, top=0.35, wspace=0.35)
-    return captioned(fig, f"Vocabulary and CAD transitions by strategy, {model}",
+    margins(fig, left=0.65, right=1.2, bottom=label_lines_in(lines) + 0.3, top=0.35, wspace=0.35)
+    return captioned(fig, f"Vocabulary and CAD counts by strategy, {model}",
                      "Left: distinct words in the model's reports per strategy against the reference corpus. "
-                     "Right: words per CAD category, ungated (bars) and significant after BH (hatched).")
+                     "Right: words per CAD category, the headline count (solid) with the null's count (black tick) "
+                     "and, in outline, the ungated count (not a headline: chance alone reaches it).")
 
 
 def nothing_to_audit_section(skipped: Mapping[str, str]) -> Section:
@@ -254,18 +267,28 @@ def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict
         labels = {s: STRATEGIES[s].label for s in strategies if s in STRATEGIES}
         sections.append(Section(f"CAD scatter: {model}", figure_to_html(
             cad_scatter_figure(cad, model, strategies, labels), fmt=fmt)))
-        sections.append(Section(f"Vocabulary and transitions: {model}", figure_to_html(
+        sections.append(Section(f"Vocabulary and CAD counts: {model}", figure_to_html(
             vocabulary_transition_figure(table[table["strategy"].isin(strategies)],
                                          int(ref_div.get("vocabulary_size", 0)), model, labels), fmt=fmt)))
     return sections
 
 
 def decoding_section(eff: pd.DataFrame) -> Section:
-    """What each engine was asked per model and strategy (:func:`~.decoding.effective_table`)."""
-    show = eff.drop(columns=["stop"]).fillna("server default")
-    cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
-           "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
-           "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
-           "the strategy its label names.")
-    return Section("Decoding as run", compact_table_html(show, keys=("model", "strategy"), caption=cap,
-                                                         drop_constant=False))
+    """What each engine was asked per model and strategy (:func:`~.decoding.effective_table`); a model that
+    records no decoding (an in-process generator) is named in a sentence, not shown as a row of 'server default'."""
+    silent = eff[eff["mismatch"] == "not recorded"]
+    shown = eff[eff["mismatch"] != "not recorded"]
+    parts = []
+    if len(silent):
+        who = "; ".join(f"{html_escape(str(m))} ({', '.join(html_escape(str(s)) for s in g['strategy'])})"
+                        for m, g in silent.groupby("model", sort=True))
+        parts.append(f"<p>No decoding recorded (the model does not report the request it ran, e.g. an "
+                     f"in-process generator), so nothing to check against the strategies' labels: {who}.</p>")
+    if len(shown):
+        show = shown.drop(columns=["stop"]).rename(columns={"answers": "answers recorded"}).fillna("server default")
+        cap = ("What each engine was asked per model and strategy, read off the sent request as that engine reads "
+               "it (top_k 0 = off; 'server default' = not sent, left to the server or the model's generation "
+               "config). 'mismatch' lists the fields that differ from the strategy's label: a flagged row is not "
+               "the strategy its label names.")
+        parts.append(compact_table_html(show, keys=("model", "strategy"), caption=cap, drop_constant=False))
+    return Section("Decoding as run", "".join(parts))
