@@ -83,7 +83,9 @@ def test_embedded_default_greedy_collapses_and_sampling_diversifies(tmp_path: Pa
     # the group is the patient's sex from the case metadata
     tidy = pd.read_parquet(res.results_parquet)
     assert set(tidy["group"]) == {"F", "M"} and tidy["report"].notna().all()
-    assert elapsed < 90
+    # its time is a benchmark (BENCHMARKS.md, reports embedded default), not a unit-test assertion: a loaded CI
+    # machine must not fail a correct run
+    del elapsed
 
 
 @pytest.mark.slow

@@ -204,4 +204,4 @@ def test_an_empty_completion_is_asked_again_at_most_twice_without_backoff() -> N
     assert all(r.error is not None and r.error.kind == "empty" for r in responses)
     assert {r.error.attempts for r in responses} == {1 + EMPTY_RETRIES} and EMPTY_RETRIES == 2
     assert total == len(inputs) * (1 + EMPTY_RETRIES)
-    assert elapsed < 2.0  # no backoff between the attempts (was > 10 s with 6 backed-off retries)
+    assert elapsed < 6.0  # no backoff between the attempts (was > 10 s with 6 backed-off retries)
