@@ -4,7 +4,6 @@ next-token distribution."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +42,8 @@ def _small_default(out: Path, n_images: int = 24, samples: int = 2) -> dict:
 def test_embedded_default_greedy_collapses_and_sampling_diversifies(tmp_path: Path) -> None:
     from medvlm_audit import api
 
-    t0 = time.perf_counter()
     res = api.run(_small_default(tmp_path / "run"), progress=False)
     rep = api.report(res.run_dir)
-    elapsed = time.perf_counter() - t0
     m = pd.read_csv(rep.parent / "metrics.csv")
     td = m[m["metric"] == "template_diversity"].set_index("subset")["point"]
     assert set(td.index) == {"greedy", "beam4", "t0.3", "t0.7", "top_k", "top_p"}
@@ -83,9 +80,6 @@ def test_embedded_default_greedy_collapses_and_sampling_diversifies(tmp_path: Pa
     # the group is the patient's sex from the case metadata
     tidy = pd.read_parquet(res.results_parquet)
     assert set(tidy["group"]) == {"F", "M"} and tidy["report"].notna().all()
-    # its time is a benchmark (BENCHMARKS.md, reports embedded default), not a unit-test assertion: a loaded CI
-    # machine must not fail a correct run
-    del elapsed
 
 
 @pytest.mark.slow
