@@ -220,9 +220,10 @@ def unchanged_interval(diff: float, n_items: int) -> dict[str, Any]:
     (-0.194, 0.194, 'no item changed')
     """
     u = stats.rate_interval(0, n_items)[1]
+    lo, hi = stats.collapsed_change_interval(diff, n_items)
     what = (f"{UNCHANGED} in {n_items} items" if diff == 0 else
             f"every one of {n_items} items changed by the same amount (the bootstrap interval has zero width)")
-    return {"ci_low": max(-1.0, diff - u), "ci_high": min(1.0, diff + u),
+    return {"ci_low": lo, "ci_high": hi,
             "note": f"{what}: the interval is the change +-{100 * u:.1f} pp (within +-100 pp), the 95% upper bound "
                     f"of a rate of 0 in {n_items} items (rate_interval)"}
 
