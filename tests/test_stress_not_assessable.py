@@ -250,3 +250,15 @@ def test_no_item_changed_is_not_a_zero_width_interval(yes_res):
     assert len(twelve) and twelve["ci_high"].round(4).eq(0.2425).all()
     est = res.changes.dropna(subset=["ci_low"])
     assert len(est) and (est["ci_high"] > est["ci_low"]).all()
+
+
+def test_a_robustness_term_no_item_moved_has_an_interval(yes_res):
+    """'first' answers A everywhere: every R-term is 1.0 in every bootstrap draw ([1, 1] before); it now prints
+    [1 - u, 1], u the Wilson upper bound of 0 in n items (12 items: 3.8415 / 15.8415 = 0.2425), with a note."""
+    _, res = yes_res
+    rob = res.robustness[(res.robustness.model == "first")].set_index("component")
+    r1 = rob.loc["R1"]
+    assert r1["value"] == 1.0 and r1["ci_high"] == 1.0 and round(1 - r1["ci_low"], 4) == 0.2425
+    assert "in every bootstrap draw" in r1["note"]
+    est = rob.dropna(subset=["ci_low"])
+    assert len(est) >= 6 and (est["ci_high"] > est["ci_low"]).all()

@@ -688,13 +688,23 @@ class _Plan:
             if boot is not None:
                 boot["mean_available"] = (np.mean([boot[c] for c in avail], axis=0) if avail
                                           else np.full(self.B, np.nan))
+            bounds: dict[str, tuple[float, float]] = {}
             for comp in [*s.F, *s.R, "mean", "mean_available"]:
                 lo = hi = float("nan")
                 if boot is not None and not math.isnan(vals[comp]):
                     lo, hi = stats.percentile_interval(boot[comp], alpha)
                 f = f"F{comp[1]}" if comp[0] in "FR" else None
+                collapsed = math.isfinite(lo) and lo == hi
                 if f is not None:
                     n_items, note = ns[f], notes[f]
+                    if collapsed and n_items:
+                        # every draw gave the same value (no item moved the term): never a zero-width interval
+                        u = stats.rate_interval(0, int(n_items))[1]
+                        lo, hi = max(0.0, vals[comp] - u), min(1.0, vals[comp] + u)
+                        note = (f"{note}; {comp} is {vals[comp]:g} in every bootstrap draw: the interval is the value "
+                                f"+-{100 * u:.1f} pp (within [0, 1]), the 95% upper bound of a rate of 0 in {n_items} "
+                                f"items")
+                    bounds[comp] = (lo, hi)
                 elif comp == "mean":
                     miss = [c for c in s.R if c not in avail]
                     n_items, note = None, ("mean of R1-R5" if not miss else
@@ -706,6 +716,14 @@ class _Plan:
                 else:
                     n_items, note = None, (f"mean of the {len(avail)} estimable components ({', '.join(avail)})"
                                            if avail else f"{NOT_ASSESSABLE}: no estimable component")
+                if comp in ("mean", "mean_available") and collapsed:
+                    # every component collapsed: the mean of their (widened) bounds, a conservative interval
+                    used = [c for c in rs if c in avail] if comp == "mean_available" else list(rs)
+                    if all(c in bounds and math.isfinite(bounds[c][0]) for c in used) and used:
+                        lo = float(np.mean([bounds[c][0] for c in used]))
+                        hi = float(np.mean([bounds[c][1] for c in used]))
+                        note = f"{note}; the same in every bootstrap draw: the interval is the mean of the " \
+                               f"components' intervals"
                 rows.append({"model": model, "component": comp, "value": vals[comp], "ci_low": lo, "ci_high": hi,
                              "n_items": n_items, "note": note})
         out = pd.DataFrame(rows, columns=["model", "component", "value", "ci_low", "ci_high", "n_items", "note"])
