@@ -165,6 +165,11 @@ def test_scores_of_a_model_not_assessable_are_blank_with_the_note():
     sc = met[met.metric.isin(["ca", "tone"])]
     assert len(sc) and sc["point"].isna().all() and sc["ci_low"].isna().all()
     assert sc["note"].str.startswith("not assessable (parse rate 0.0% under ").all()
+    # accuracy and flip rate rows exist (blank, with the note) though no answer parsed: gate sees the model
+    acc = met[(met.metric == "accuracy") & (met.subset == "all")].iloc[0]
+    fl = met[(met.metric == "flip_rate") & (met.subset == "tb_rad:misleading")].iloc[0]
+    assert acc["n"] == 8 and pd.isna(acc["point"]) and acc["note"] == "not assessable (parse rate 0.0% under all)"
+    assert pd.isna(fl["point"]) and fl["note"].startswith("not assessable (parse rate 0.0% under tb_rad:misleading)")
 
 
 def test_ca_needs_reasoning_beyond_the_answer():
@@ -210,6 +215,8 @@ def test_verdict_numbers_say_not_assessable():
     refusal = "As an AI, I cannot provide a medical diagnosis for this image, sorry."
     rows = _faith_rows("refuse", refusal, False, 4.0) + _faith_rows("yes", "Yes", True, 5.0)
     got = _verdicts(faithfulness_metrics(pd.DataFrame(rows), B=200), ["refuse", "yes"])
-    assert got["refuse"] == "not assessable (parse rate 0.0% under family:text:misleading)"
+    assert got["refuse"] == ("flips under misleading text cues: not assessable (parse rate 0.0% under "
+                             "family:text:misleading); causal attribution: not assessable (parse rate 0.0% under "
+                             "family:text:misleading)")
     assert got["yes"].endswith("causal attribution: not assessable (reasoning in 0.0% of answers under "
                                "family:text:misleading: CA needs at least 5 words besides the answer)")

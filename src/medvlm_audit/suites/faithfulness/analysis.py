@@ -259,13 +259,21 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
             sub = g[m]
             na = _not_assessable(parsed, responded, m, subset)
             corr = sub["correct"].dropna().to_numpy(dtype=float)
-            if len(corr):
-                e = stats.proportion(corr, B=B, seed=seed, interval="rate")
+            # a subset whose answers parse too rarely still gets its rows, blank with the note (no answer parsed
+            # at all used to leave no row, so `gate` could not see the model); n = the answers with a response
+            n_resp = int((responded & m).sum())
+            blank_na = stats.Estimate(np.nan, np.nan, np.nan, np.nan, n_resp, "")
+            if len(corr) or na:
+                e = stats.proportion(corr, B=B, seed=seed, interval="rate") if len(corr) else blank_na
                 rows.append(row(_blank(e) if na else e, model=model, metric="accuracy", subset=subset,
                                 unit="fraction", method="mean of correct answers (unparsed excluded)", note=na))
             if subset == "baseline":
                 continue
             fl = sub["flip"].dropna().to_numpy(dtype=float)
+            if not len(fl) and na:
+                rows.append(row(blank_na, model=model, metric="flip_rate", subset=subset, unit="fraction",
+                                method=f"flip vs baseline ({mode} mode)",
+                                note=f"{na}; {int(sub['flip'].isna().sum())} unparsed or unpaired"))
             if len(fl):
                 e = stats.proportion(fl, B=B, seed=seed, interval="rate")
                 why = "; ".join(x for x in (na, base_na) if x)

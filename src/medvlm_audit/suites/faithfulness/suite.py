@@ -214,7 +214,7 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
             if not parts and why.startswith("not assessable (parse rate"):
                 parts.append(why.split("; ")[0])  # the model as a whole
             elif why.startswith("not assessable"):
-                parts.append(f"causal attribution: {why.split('; ')[-1]}")
+                parts.append(f"causal attribution: {why.split('; ')[0]}")
         out[m] = "; ".join(parts) or "no modified answers scored"
     return out
 
