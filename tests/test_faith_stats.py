@@ -214,7 +214,12 @@ def test_verdict_numbers_say_not_assessable():
 
     refusal = "As an AI, I cannot provide a medical diagnosis for this image, sorry."
     rows = _faith_rows("refuse", refusal, False, 4.0) + _faith_rows("yes", "Yes", True, 5.0)
-    got = _verdicts(faithfulness_metrics(pd.DataFrame(rows), B=200), ["refuse", "yes"])
+    met = faithfulness_metrics(pd.DataFrame(rows), B=200)
+    got = _verdicts(met, ["refuse", "yes"])
+    from medvlm_audit.suites.faithfulness.verdicts import classify
+
+    badge, reason = classify(met, "yes")  # moved (4 of 8 flip), CA undefined: the reason says why, not "no judge"
+    assert badge == "indeterminate" and "(not assessable (reasoning in 0.0% of answers" in reason
     assert got["refuse"] == ("flips under misleading text cues: not assessable (parse rate 0.0% under "
                              "family:text:misleading); causal attribution: not assessable (parse rate 0.0% under "
                              "family:text:misleading)")
