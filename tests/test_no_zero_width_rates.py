@@ -44,3 +44,20 @@ def test_embedded_default_prints_no_zero_width_rate_interval(suite: str, tmp_pat
     # (the reports default prints no single rate with an interval: its rates are counts and diversity shares)
     zero = zero_width_rates(metrics)
     assert zero.empty, zero[["model", "metric", "subset", "n", "ci_low", "ci_high"]].head(10).to_string()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suite", ["stress", "faithfulness"])
+def test_stress_and_faithfulness_defaults_print_no_zero_width_interval_at_all(suite: str, tmp_path: Path):
+    """Beyond rates (issue 21; audit defects 3-5): no row of metrics.csv or comparisons.csv of the stress and
+    faithfulness defaults has a zero-width interval: robustness terms, mean scores and paired changes that every
+    bootstrap draw gives alike print a conservative interval with a note (214 of 356 faithfulness rows did)."""
+    from medvlm_audit import api
+
+    res = api.demo(suite, tmp_path / suite, progress=False, log=lambda *_: None)
+    for name in ("metrics.csv", "comparisons.csv"):
+        t = pd.read_csv(Path(res.report).parent / name)
+        shown = t[t["ci_low"].notna() & t["ci_high"].notna()]
+        assert len(shown), f"{suite} {name}: no interval"
+        zero = shown[shown["ci_low"] >= shown["ci_high"]]
+        assert zero.empty, f"{suite} {name}:\n" + zero.head(10).to_string()

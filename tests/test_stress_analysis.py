@@ -44,16 +44,20 @@ def test_non_answers_count_as_wrong_with_parsed_only_beside() -> None:
         row("i7", "no_image", "N/A"),
         row("i8", "no_image", "I don't know."),
         row("i9", "no_image", "Please provide the image so I can answer."),
+        # eight wrong answers that chose an option: options are chosen in 10 of 17 trials, so the model gives usable
+        # answers and the accuracy is assessable (a model choosing an option in under half the trials of every
+        # condition is not; issue 21 item 3)
+        *(row(f"w{j}", "no_image", "<answer>B</answer>") for j in range(8)),
     ])
     sc = score_stress(t).set_index("item_id")
     assert list(sc.loc[["i5", "i6", "i7", "i8", "i9"], "status"]) == ["abstain"] * 5
     acc = accuracy_table(t, B=200).iloc[0]
-    assert acc["n_trials"] == 9 and acc["n_scored"] == 9
-    assert acc["accuracy"] == pytest.approx(1 / 9)  # was 1/3: unparsed and abstentions dropped
-    assert acc["accuracy_parsed"] == pytest.approx(1 / 2) and acc["n_parsed"] == 2
-    assert acc["refusal_rate"] == pytest.approx(1 / 9) and acc["abstain_rate"] == pytest.approx(5 / 9)
-    assert acc["unparsed_rate"] == pytest.approx(1 / 9) and acc["parse_rate"] == pytest.approx(8 / 9)
-    assert acc["se"] == pytest.approx(math.sqrt(1 / 9 * 8 / 9 / 9))
+    assert acc["n_trials"] == 17 and acc["n_scored"] == 17
+    assert acc["accuracy"] == pytest.approx(1 / 17)  # unparsed and abstentions are wrong, not dropped
+    assert acc["accuracy_parsed"] == pytest.approx(1 / 10) and acc["n_parsed"] == 10
+    assert acc["refusal_rate"] == pytest.approx(1 / 17) and acc["abstain_rate"] == pytest.approx(5 / 17)
+    assert acc["unparsed_rate"] == pytest.approx(1 / 17) and acc["parse_rate"] == pytest.approx(16 / 17)  # the refusal is parsed without the image
+    assert acc["se"] == pytest.approx(math.sqrt(1 / 17 * 16 / 17 / 17))
     # 'Unknown' that IS an option (T4's 'Unknown' condition) is an answer, not an abstention
     opts_unk = ["Alpha", "Beta", "Unknown"]
     got = score_stress(pd.DataFrame([{**row("j", "no_image", "Unknown"), "options": opts_unk}])).iloc[0]
@@ -64,7 +68,10 @@ def test_text_only_abstentions_do_not_inflate_accuracy() -> None:
     # 150 "Unknown" of 175 items with 12 of the other 25 right: 12/175 = 6.9%, not 12/25 = 48% (issue 12)
     rows = [row(f"i{i:03d}", "no_image", "Unknown") for i in range(150)]
     rows += [row(f"k{i:03d}", "no_image", "A" if i < 12 else "B") for i in range(25)]
-    acc = accuracy_table(pd.DataFrame(rows), B=200).iloc[0]
+    # with the image it answers (a model that abstains in every condition is not assessable, issue 21 item 3)
+    rows += [row(r["item_id"], "original", "A") for r in list(rows)]
+    tab = accuracy_table(pd.DataFrame(rows), B=200)
+    acc = tab[tab.condition == "no_image"].iloc[0]
     assert acc["accuracy"] == pytest.approx(12 / 175) and round(100 * acc["accuracy"], 1) == 6.9
     assert acc["accuracy_parsed"] == pytest.approx(12 / 25)
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from test_stress_analysis import probe_items
 
-from medvlm_audit.suites.stress.analysis import ASSESSABLE_PARSE_RATE, analyse_stress, metrics_long
+from medvlm_audit.suites.stress.analysis import analyse_stress, metrics_long
 from medvlm_audit.suites.stress.sections import stress_result, stress_verdicts
 
 
@@ -32,7 +32,7 @@ def _answers(texts: dict[str, str], n5: int = 12) -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def yes_res():
     tidy = _answers({"yes-man": "Yes", "cannot": "I cannot determine the answer from this.",
-                     "first": "<answer>A</answer>"})
+                     "first": "<answer>A</answer>", "dunno": "I don't know."})
     return tidy, analyse_stress(tidy, B=300)
 
 
@@ -67,18 +67,81 @@ def test_a_model_that_answers_stays_assessable(yes_res):
     assert stress_verdicts(res)["first"][0] != ["not assessable"]
 
 
-def test_cannot_determine_is_not_a_robust_model(yes_res):
-    """'I cannot determine...' is a refusal: parsed (a wrong answer, DESIGN.md), so the numbers stay, but the
-    verdict is not 'no shortcut found' and every R row says that R near 1 is no evidence of robustness."""
+def test_cannot_determine_is_not_assessable(yes_res):
+    """'I cannot determine...' is a refusal: a wrong answer in every accuracy (DESIGN.md), but it chose no option,
+    so it is not parsed for the not-assessable rule: blank robustness, blank changes, not-assessable verdict (before
+    issue 21's audit it was parsed and scored R = 1.0 with only a note, and `gate` passed it)."""
     _, res = yes_res
     st = res.accuracy[res.accuracy.model == "cannot"]
-    assert (st["parse_rate"] >= ASSESSABLE_PARSE_RATE).all() and st["accuracy"].fillna(0).eq(0).all()
+    assert (st["parse_rate"] == 0).all() and (st["refusal_rate"] == 1).all()
+    assert st["accuracy"].isna().all() and st["note"].str.startswith("not assessable (parse rate 0.0%").all()
     tags, text = stress_verdicts(res)["cannot"]
-    assert tags == ["not assessable"] and "no usable answer" in text
-    rob = res.robustness[(res.robustness.model == "cannot") & res.robustness.component.str.startswith("R")]
-    assert rob["note"].str.startswith("no usable answer").all()
-    assert "cannot" in res.summary()["meta"]["no_usable_answer"]
-    assert "first" not in res.summary()["meta"]["no_usable_answer"]
+    assert tags == ["not assessable"] and text.startswith("not assessable: no usable answer")
+    assert res.summary()["meta"]["no_usable_answer"] == {"cannot": 0.0, "dunno": 0.0}  # yes-man: unparsed
+    rob = res.robustness[res.robustness.model == "cannot"]
+    assert rob["value"].isna().all() and rob["ci_low"].isna().all()
+    ch = res.changes[res.changes.model == "cannot"]
+    assert len(ch) and ch["diff"].isna().all() and ch["ci_low"].isna().all()
+    chance = res.chance.set_index("model").loc["cannot"]
+    assert chance["note"].startswith("not assessable") and chance["verdict"] != "absent"
+    assert "cannot" in res.summary()["not_assessable"]
+    ml = metrics_long(res, "p")
+    assert ml[(ml.model == "cannot") & (ml.metric == "robustness")]["point"].isna().all()
+
+
+def test_abstaining_everywhere_is_not_assessable(yes_res):
+    """Abstentions are parsed (wrong answers, DESIGN.md), but a model that chose an option in under half the
+    trials of every condition gives no usable answer: not assessable everywhere, no R = 1.0."""
+    _, res = yes_res
+    st = res.accuracy[res.accuracy.model == "dunno"]
+    assert (st["abstain_rate"] == 1).all() and (st["parse_rate"] == 0).all()  # the option rate, for such a model
+    assert st["accuracy"].isna().all() and st["note"].str.startswith("not assessable").all()
+    assert res.robustness[res.robustness.model == "dunno"]["value"].isna().all()
+    assert stress_verdicts(res)["dunno"][0] == ["not assessable"]
+
+
+@pytest.mark.parametrize("text", ["Unknown.", "I cannot determine the answer without the image."])
+def test_text_only_non_answers_keep_a_model_assessable(text):
+    """A model that abstains or refuses on every text-only item but answers with the image (the embedded
+    image-reader) is assessable: without the image those are the answers it should give, so T1 is estimated
+    (accuracy 0 without the image, a drop of 100 pp), not blanked."""
+    tidy = _answers({"m": "<answer>A</answer>"})
+    tidy.loc[tidy.condition.str.endswith("no_image"), "answer_text"] = text
+    res = analyse_stress(tidy, B=200)
+    assert "m" not in res.summary()["not_assessable"]
+    acc = res.accuracy[(res.accuracy.model == "m") & (res.accuracy.condition == "no_image")].iloc[0]
+    assert acc["accuracy"] == 0 and acc["parse_rate"] == 1 and not acc["note"]
+    t1 = res.changes[(res.changes.model == "m") & (res.changes.test == "T1") & res.changes.benchmark.isna()].iloc[0]
+    assert t1["diff"] == -1 and not t1["note"].startswith("not assessable")
+    # every item dropped by 100 pp: the collapsed bootstrap is replaced by [-1, -1 + Wilson upper of 0/12]
+    assert (t1["ci_low"], round(t1["ci_high"], 4)) == (-1.0, round(-1 + 3.8415 / 15.8415, 4))
+
+
+def test_refusals_with_the_image_are_not_parsed():
+    """Refusing 7 of 12 items with the image shown: parse rate 5/12 = 41.7% under each image condition, so
+    every term using one is not assessable; the text-only terms (refusals parsed there) are not blanked."""
+    tidy = _answers({"m": "<answer>A</answer>"})
+    idx = sorted(tidy.item_id.unique())
+    with_image = ~tidy.condition.str.endswith("no_image")
+    tidy.loc[with_image & tidy.item_id.isin(idx[5:]), "answer_text"] = "As an AI, I cannot provide a diagnosis."
+    res = analyse_stress(tidy, B=200)
+    na = res.summary()["not_assessable"]["m"]
+    assert na["original"] == pytest.approx(5 / 12, abs=1e-4) and "no_image" not in na
+    acc = res.accuracy[res.accuracy.model == "m"].set_index("condition")
+    assert math.isnan(acc.loc["original", "accuracy"]) and acc.loc["original", "parse_rate"] == pytest.approx(5 / 12)
+    assert not math.isnan(acc.loc["no_image", "accuracy"])
+
+
+def test_several_options_or_prose_is_unparsed():
+    """DESIGN.md: a hedge or a reply naming several options picks nothing; prose naming no option is unparsed."""
+    from medvlm_audit.scorers.option import parse_option
+
+    opts = ["Pneumothorax", "Pleural effusion", "Cardiomegaly", "Normal"]
+    assert parse_option("It could be pneumothorax or cardiomegaly.", opts).status == "unparsed"
+    assert parse_option("B or C", opts).status == "unparsed"
+    assert parse_option("The lungs look interesting today.", opts).status == "unparsed"
+    assert parse_option("As an AI, I cannot provide a medical diagnosis.", opts).status == "refusal"
+    assert parse_option("Cardiomegaly.", opts).status == "answer"
 
 
 def test_threshold_is_half_of_the_answers():
@@ -168,3 +231,34 @@ def test_stress_accuracy_rows_name_their_interval(yes_res):
     assert a["ci_method"] == stats.rate_interval_method(k, n)
     ml = metrics_long(res, "p")
     assert (ml[(ml.metric == "accuracy")]["method"] != "item bootstrap (percentile)").all()
+
+
+def test_no_item_changed_is_not_a_zero_width_interval(yes_res):
+    """'first' answers A under every condition: no item changes, the item bootstrap collapses to [0, 0]; the
+    changes table prints +- the Wilson upper bound of 0 changes in n items instead, with a note (issue 21)."""
+    from medvlm_audit import stats
+
+    _, res = yes_res
+    ch = res.changes[(res.changes.model == "first") & (res.changes["diff"] == 0)]
+    assert len(ch)
+    for r in ch.to_dict("records"):
+        u = stats.rate_interval(0, r["n_items"])[1]
+        assert r["ci_low"] == pytest.approx(-u) and r["ci_high"] == pytest.approx(u) and r["ci_high"] > 0
+        assert r["note"].startswith(f"no item changed in {r['n_items']} items")
+    # 12 items: Wilson upper bound of 0/12 = z^2 / (12 + z^2) (hand: 3.8415 / 15.8415 = 0.2425)
+    twelve = ch[ch.n_items == 12]
+    assert len(twelve) and twelve["ci_high"].round(4).eq(0.2425).all()
+    est = res.changes.dropna(subset=["ci_low"])
+    assert len(est) and (est["ci_high"] > est["ci_low"]).all()
+
+
+def test_a_robustness_term_no_item_moved_has_an_interval(yes_res):
+    """'first' answers A everywhere: every R-term is 1.0 in every bootstrap draw ([1, 1] before); it now prints
+    [1 - u, 1], u the Wilson upper bound of 0 in n items (12 items: 3.8415 / 15.8415 = 0.2425), with a note."""
+    _, res = yes_res
+    rob = res.robustness[(res.robustness.model == "first")].set_index("component")
+    r1 = rob.loc["R1"]
+    assert r1["value"] == 1.0 and r1["ci_high"] == 1.0 and round(1 - r1["ci_low"], 4) == 0.2425
+    assert "in every bootstrap draw" in r1["note"]
+    est = rob.dropna(subset=["ci_low"])
+    assert len(est) >= 6 and (est["ci_high"] > est["ci_low"]).all()

@@ -133,19 +133,26 @@ def interrupted_line(run_dir: str | Path | None, resume: str = "run the same com
 
 #: below this share of parsed answers a model is ``not assessable`` under a condition (DESIGN.md, every suite)
 ASSESSABLE_PARSE_RATE = 0.5
-_PARSED = ("answer", "refusal", "abstain")
+#: parsed = an answer (an option, a yes/no) or an abstention (a wrong answer, DESIGN.md); refusals and unparsed
+#: text are not (issue 21 item 3)
+_PARSED = ("answer", "abstain")
+#: a refusal where the image was removed ("I cannot answer without the image") is an answer there
+_TEXT_ONLY_PARSED = ("answer", "abstain", "refusal")
 
 
 def low_parse_rate_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> list[str]:
     """One warning per model whose parse rate under some condition is below ``floor``, from a tidy table's
-    Score ``status`` column (answers, refusals and abstentions are parsed; rows without a response or a status
-    do not count). Empty when the table has no ``status`` column.
+    Score ``status`` column (answers and abstentions are parsed, and refusals under a condition without the image,
+    ``no_image`` or ``...+no_image``; other refusals and unparsed text are not; rows without a response or a
+    status do not count). Empty when the table has no ``status`` column. (A stress model that chose an option in
+    under half the trials of every condition is also not assessable: the analysis says so.)
 
     >>> import pandas as pd
-    >>> t = pd.DataFrame({"model": ["m"] * 4 + ["k"] * 2, "condition": ["a"] * 6,
-    ...                   "status": ["unparsed", "unparsed", "unparsed", "answer", "answer", "refusal"]})
+    >>> t = pd.DataFrame({"model": ["m"] * 4 + ["k"] * 3 + ["r"] * 2, "condition": ["a"] * 7 + ["no_image"] * 2,
+    ...                   "status": ["unparsed", "unparsed", "unparsed", "answer", "abstain", "refusal", "refusal",
+    ...                              "refusal", "refusal"]})
     >>> low_parse_rate_lines(t)
-    ["warning: model 'm' has a parse rate below 50% (25.0% under a, n = 4): not assessable there"]
+    ["warning: model 'k' has a parse rate below 50% (33.3% under a, n = 3): not assessable there", "warning: model 'm' has a parse rate below 50% (25.0% under a, n = 4): not assessable there"]
     """
     if tidy is None or "status" not in getattr(tidy, "columns", ()) or "model" not in tidy.columns:
         return []
@@ -154,7 +161,12 @@ def low_parse_rate_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> lis
         return []
     cond = next((c for c in ("condition", "strategy") if c in t.columns), None)  # the reports suite: strategy
     keys = ["model", cond] if cond else ["model"]
-    g = t.assign(_p=t["status"].isin(_PARSED)).groupby(keys, sort=True)["_p"].agg(["mean", "size"])
+    parsed = t["status"].isin(_PARSED)
+    if "condition" in t.columns:
+        conds = t["condition"].astype(str)
+        text_only = (conds == "no_image") | conds.str.endswith("+no_image")
+        parsed = parsed | (text_only & t["status"].isin(_TEXT_ONLY_PARSED))
+    g = t.assign(_p=parsed).groupby(keys, sort=True)["_p"].agg(["mean", "size"])
     lines = []
     for model, sub in g.groupby(level=0, sort=True):
         low = sub[sub["mean"] < floor]

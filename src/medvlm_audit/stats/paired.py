@@ -29,7 +29,7 @@ from medvlm_audit.stats.validation import (
     _sd,
 )
 
-__all__ = ['cluster_paired_difference', 'mcnemar_exact', 'paired_difference', 'paired_difference_values', 'paired_from_draws', 'shift_reflect_p']
+__all__ = ['cluster_paired_difference', 'collapsed_change_interval', 'mcnemar_exact', 'paired_difference', 'paired_difference_values', 'paired_from_draws', 'shift_reflect_p']
 
 
 def _shift_reflect_p(boot: np.ndarray, d: float, B: int) -> float:
@@ -112,6 +112,23 @@ def paired_difference_values(a: Any, b: Any, B: int = 10_000, seed: int = 0, clu
         ma, mb = _index_means([av, bv], B, seed)
         how = f"bootstrap (index, B={B}, seed={seed})"
     return _paired_result(ma - mb, d, n, B, alpha, how)
+
+
+def collapsed_change_interval(diff: float, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """The interval of a paired change (in [-1, 1]) whose bootstrap has zero width: every unit changed by the same
+    amount, usually none changed. ``diff`` +- the upper bound of :func:`~medvlm_audit.stats.rates.rate_interval`
+    for 0 events in ``n`` units (no unit seen to differ), clipped to [-1, 1]: never a zero-width interval.
+
+    >>> lo, hi = collapsed_change_interval(0.0, 16)
+    >>> round(lo, 4), round(hi, 4)
+    (-0.1936, 0.1936)
+    >>> collapsed_change_interval(-1.0, 12)[0]
+    -1.0
+    """
+    from medvlm_audit.stats.rates import rate_interval
+
+    u = rate_interval(0, int(n), alpha=alpha)[1]
+    return max(-1.0, diff - u), min(1.0, diff + u)
 
 
 def mcnemar_exact(a: Any, b: Any) -> float:

@@ -33,7 +33,7 @@ from medvlm_audit.stats.validation import (
     _sd,
 )
 
-__all__ = ['bias_corrected_interval', 'bootstrap_bias', 'bootstrap_draws_sd', 'bootstrap_estimate', 'bootstrap_mean', 'bootstrap_sd', 'case_bootstrap_ratios', 'cluster_bootstrap_ratios', 'cluster_ratio_se', 'mean_estimate', 'percentile_interval']
+__all__ = ['bias_corrected_interval', 'bootstrap_bias', 'bounded_mean_estimate', 'bootstrap_draws_sd', 'bootstrap_estimate', 'bootstrap_mean', 'bootstrap_sd', 'case_bootstrap_ratios', 'cluster_bootstrap_ratios', 'cluster_ratio_se', 'mean_estimate', 'percentile_interval']
 
 
 def bootstrap_sd(x: Any, B: int = 10_000, seed: int = 0, mode: Mode = "index") -> float:
@@ -76,6 +76,36 @@ def mean_estimate(values: Any, B: int = 10_000, seed: int = 0, clusters: Any = N
         how = f"bootstrap (index, B={B}, seed={seed})"
     lo, hi = _percentiles(boot, alpha)
     return Estimate(point, se, lo, hi, n, f"percentile {how} {_pct(alpha)} interval; {se_txt}", _sd(boot))
+
+
+def bounded_mean_estimate(values: Any, B: int = 10_000, seed: int = 0, alpha: float = 0.05) -> Estimate:
+    """Mean of scores in [0, 1] (:func:`mean_estimate`), never with a zero-width interval.
+
+    When every value is the same the percentile bootstrap collapses to the point ([0.25, 0.25] on 108 answers that
+    all scored 2 of 5). Then the interval is :func:`~medvlm_audit.stats.rates.rate_interval` of the mean taken as a
+    rate, k = round(mean * n) of n, and the SE sqrt(p(1 - p) / n): conservative, since a variable in [0, 1] with
+    mean p has variance at most p(1 - p), the Bernoulli's (DESIGN.md, statistics conventions: no zero-width
+    interval). Otherwise the result equals :func:`mean_estimate`'s.
+
+    >>> e = bounded_mean_estimate([0.25] * 108, B=200)
+    >>> e.point, e.ci_low < 0.25 < e.ci_high, round(e.se, 4)
+    (0.25, True, 0.0417)
+    >>> bounded_mean_estimate([0.0, 1.0], B=200) == mean_estimate([0.0, 1.0], B=200)
+    True
+    """
+    from medvlm_audit.stats.rates import rate_interval
+
+    e = mean_estimate(values, B=B, seed=seed, alpha=alpha)
+    if e.n == 0 or not math.isfinite(e.point) or e.ci_low != e.ci_high:
+        return e
+    if not 0.0 <= e.point <= 1.0:
+        raise ValueError(f"bounded_mean_estimate: values must lie in [0, 1], got a mean of {e.point}")
+    k = int(round(e.point * e.n))
+    lo, hi = rate_interval(k, e.n, B=B, seed=seed, alpha=alpha)
+    se = math.sqrt(e.point * (1.0 - e.point) / e.n)
+    return Estimate(e.point, se, lo, hi, e.n,
+                    f"no variation (every value {e.point:g}): rate_interval of the mean as a rate, {k} of {e.n} "
+                    f"(conservative for scores in [0, 1]); SE sqrt(p(1 - p) / n)", e.boot_sd)
 
 
 def case_bootstrap_ratios(num: Any, den: Any = None, B: int = 10_000, seed: int = 0, mode: Mode = "exact-counts",

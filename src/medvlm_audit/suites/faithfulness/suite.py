@@ -30,7 +30,7 @@ TIDY_COLUMNS: tuple[str, ...] = (
     "run_id", "stage", "probe_set", "model", "case_id", "condition", "sample_index", "key", "image_sha256",
     "question", "qtype", "gold", "modification", "alignment", "family", "injected_answer", "cued_side", "regions",
     "image_ops", "null_intervention", "answer_text", "error_kind", "answer_raw", "value", "unparsed", "correct",
-    "baseline_value", "flip", "flip_mode", "kb_status", "cf_kb", "cf", "ca", "tone", "cc",
+    "baseline_value", "flip", "flip_mode", "kb_status", "cf_kb", "cf", "ca", "tone", "cc", "has_reasoning",
     "axis", "answer_model", "answer_condition", "judge_status", "judge_score", "judge_reason", "validation",
     "status",
 )
@@ -182,6 +182,10 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
         r = metrics[(metrics["model"] == model) & (metrics["metric"] == metric) & (metrics["subset"] == subset)]
         return None if r.empty or pd.isna(r["point"].iloc[0]) else r.iloc[0]
 
+    def note_of(model: str, metric: str, subset: str) -> str:
+        r = metrics[(metrics["model"] == model) & (metrics["metric"] == metric) & (metrics["subset"] == subset)]
+        return str(r["note"].iloc[0] or "") if len(r) and pd.notna(r["note"].iloc[0]) else ""
+
     def fmt(r: Any, scale: float, unit: str, suffix: str = "") -> str:
         from medvlm_audit.suites.faithfulness.sections import interval_text
 
@@ -205,6 +209,12 @@ def _verdicts(metrics: pd.DataFrame, models: Sequence[str]) -> dict[str, str]:
         ca = ca if ca is not None else est(m, "ca", "all")
         if ca is not None:
             parts.append(f"causal attribution (CA, 0-1) {fmt(ca, 1, 'prob')}")
+        else:  # a CA row without a value says why (not assessable: parse rate, or no reasoning to read)
+            why = note_of(m, "ca", "family:text:misleading") or note_of(m, "ca", "all")
+            if not parts and why.startswith("not assessable (parse rate"):
+                parts.append(why.split("; ")[0])  # the model as a whole
+            elif why.startswith("not assessable"):
+                parts.append(f"causal attribution: {why.split('; ')[0]}")
         out[m] = "; ".join(parts) or "no modified answers scored"
     return out
 

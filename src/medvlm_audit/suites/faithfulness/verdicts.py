@@ -96,8 +96,12 @@ def classify(metrics: pd.DataFrame, model: str) -> tuple[str, str]:
             ca = _row(metrics, model, "ca", f"family:{fam}:misleading|flip")
             if ca is None:
                 unknown_ca.append(fam)
-                parts.append(f"misleading {fam} cues flip {_pct(f)}; no causal attribution was "
-                             "scored on them (no judge)")
+                na = metrics[(metrics["model"] == model) & (metrics["metric"] == "ca")
+                             & (metrics["subset"] == f"family:{fam}:misleading|flip")]
+                why = str(na["note"].iloc[0]) if len(na) and "note" in na and pd.notna(na["note"].iloc[0]) \
+                    and str(na["note"].iloc[0]) else "no judge"
+                parts.append(f"misleading {fam} cues flip {_pct(f)} of its answers; no causal attribution was "
+                             f"scored on them ({why})")
             elif _ca_bounds(ca)[0] >= ADMITS:
                 admitted.append(fam)
                 parts.append(f"misleading {fam} cues flip {_pct(f)} and the reasoning admits the cue "

@@ -206,13 +206,65 @@ class _Columns:
         return None if self.draws is None or j is None else self.draws[:, j]
 
 
+#: the note of a paired change whose bootstrap collapsed (every item moved alike, usually: no item changed)
+UNCHANGED = "no item changed"
+
+
+def unchanged_interval(diff: float, n_items: int) -> dict[str, Any]:
+    """The interval of a paired change whose item bootstrap has zero width (every item's change is the same,
+    usually 0: no item changed): ``diff`` +- the 95% upper bound of a change rate of 0 in ``n_items`` items
+    (:func:`stats.rate_interval`), clipped to [-1, 1], with a note saying so; never a zero-width interval.
+
+    >>> r = unchanged_interval(0.0, 16)
+    >>> round(r["ci_low"], 3), round(r["ci_high"], 3), r["note"][:15]
+    (-0.194, 0.194, 'no item changed')
+    """
+    u = stats.rate_interval(0, n_items)[1]
+    lo, hi = stats.collapsed_change_interval(diff, n_items)
+    what = (f"{UNCHANGED} in {n_items} items" if diff == 0 else
+            f"every one of {n_items} items changed by the same amount (the bootstrap interval has zero width)")
+    return {"ci_low": lo, "ci_high": hi,
+            "note": f"{what}: the interval is the change +-{100 * u:.1f} pp (within +-100 pp), the 95% upper bound "
+                    f"of a rate of 0 in {n_items} items (rate_interval)"}
+
+
+def text_only(condition: str) -> bool:
+    """Whether a condition drops the image (``no_image`` and the ``+no_image`` variants)."""
+    return condition == "no_image" or condition.endswith("+no_image")
+
+
 def parse_rates(cube: StressCube) -> np.ndarray:
-    """(models, conditions) parse rate over the trials with a response: answers, refusals and abstentions (which
-    are answers, wrong ones) over those plus unparsed answers; nan where no trial had a response."""
-    parsed = sum(cube.status[s].sum(axis=2) for s in ("answer", "refusal", "abstain"))
-    responded = parsed + cube.status["unparsed"].sum(axis=2)
+    """(models, conditions) parse rate over the trials with a response; nan where no trial had a response.
+
+    Parsed: an option chosen, or an abstention ("Unknown", "I don't know": an answer, a wrong one, DESIGN.md), or,
+    in a condition without the image (:func:`text_only`), a refusal ("I cannot answer without the image" is the
+    answer a model that reads the image should give there). Not parsed: refusals where the image was shown ("As
+    an AI, I cannot...") and unparsed text (prose naming no option, or several). A model that chose an option in
+    under half of the trials of *every* condition gives no usable answer at all: its parse rate is the option
+    rate, so it is not assessable everywhere. Refusals and abstentions stay wrong answers in every accuracy (the
+    paper's denominators); this rate only decides what is assessable, so a model that refuses or abstains
+    throughout never scores R = 1.0 (issue 21 item 3)."""
+    rate = response_parse_rates(cube)
+    opt = option_rates(cube)
+    for m in range(rate.shape[0]):
+        if no_usable_answer(opt[m]):
+            rate[m] = opt[m]
+    return rate
+
+
+def response_parse_rates(cube: StressCube) -> np.ndarray:
+    """:func:`parse_rates` before the no-usable-answer rule: the share of responses parsed, per condition."""
+    txt = np.array([text_only(c) for c in cube.conditions], dtype=bool)
+    refused = cube.status["refusal"].sum(axis=2)
+    parsed = sum(cube.status[s].sum(axis=2) for s in ("answer", "abstain")) + np.where(txt[None, :], refused, 0)
+    responded = sum(cube.status[s].sum(axis=2) for s in ("answer", "abstain", "refusal", "unparsed"))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(responded > 0, parsed / np.maximum(responded, 1), np.nan)
+
+
+def no_usable_answer(option_rate: np.ndarray) -> bool:
+    """Whether a model's option rates (one per condition) are all below the assessable floor."""
+    return bool(np.isfinite(option_rate).any() and np.nanmax(option_rate) < ASSESSABLE_PARSE_RATE)
 
 
 def option_rates(cube: StressCube) -> np.ndarray:
@@ -340,6 +392,11 @@ class _Plan:
         self.cube = cube
         self.cols = cols or _Columns(len(cube.items))
         self.parse = parse_rates(cube)
+        #: models that chose an option in under half the trials of every condition (parse rate = option rate),
+        #: though their responses parse (refusals, abstentions): not assessable for want of a usable answer
+        opt, raw = option_rates(cube), response_parse_rates(cube)
+        self.no_usable_answer = {m for m in range(len(cube.models)) if no_usable_answer(opt[m])
+                                 and np.nanmax(np.nan_to_num(raw[m], nan=0.0)) >= ASSESSABLE_PARSE_RATE}
         self.B = 0
         self._acc: list[tuple[dict[str, Any], int, np.ndarray, int, int]] = []
         self._pairs: list[tuple[dict[str, Any], int, int, np.ndarray]] = []
@@ -496,7 +553,9 @@ class _Plan:
                          "refusal_rate": st["refusal"] / max(n_trials, 1),
                          "abstain_rate": st["abstain"] / max(n_trials, 1),
                          "unparsed_rate": (st["unparsed"] + st["no_response"]) / max(n_trials, 1),
-                         "parse_rate": (st["answer"] + st["refusal"] + st["abstain"]) / max(n_trials, 1),
+                         "parse_rate": (st["answer"] if m in self.no_usable_answer else
+                                        st["answer"] + st["abstain"] + (st["refusal"] if text_only(key["condition"])
+                                                                        else 0)) / max(n_trials, 1),
                          "chance": chance})
         if not rows:  # nothing estimable: the table keeps its columns (key columns named by the caller's grouping)
             return pd.DataFrame(columns=["model", "condition", "n_items", "n_trials", "n_scored", "accuracy", "se",
@@ -537,6 +596,8 @@ class _Plan:
                    "acc_base": a if n_pairs else np.nan, "acc_perturbed": b if n_pairs else np.nan,
                    "diff": res.diff, "sd": res.sd, "ci_low": res.ci_low, "ci_high": res.ci_high, "p": res.p,
                    "support": support, "note": na}
+            if not na and row["n_items"] > 0 and math.isfinite(res.diff) and res.ci_low == res.ci_high:
+                row.update(unchanged_interval(res.diff, row["n_items"]))
             if na:
                 row.update({c: np.nan for c in ("acc_base", "acc_perturbed", "diff", "sd", "ci_low", "ci_high", "p",
                                                 "support")})
@@ -627,13 +688,23 @@ class _Plan:
             if boot is not None:
                 boot["mean_available"] = (np.mean([boot[c] for c in avail], axis=0) if avail
                                           else np.full(self.B, np.nan))
+            bounds: dict[str, tuple[float, float]] = {}
             for comp in [*s.F, *s.R, "mean", "mean_available"]:
                 lo = hi = float("nan")
                 if boot is not None and not math.isnan(vals[comp]):
                     lo, hi = stats.percentile_interval(boot[comp], alpha)
                 f = f"F{comp[1]}" if comp[0] in "FR" else None
+                collapsed = math.isfinite(lo) and lo == hi
                 if f is not None:
                     n_items, note = ns[f], notes[f]
+                    if collapsed and n_items:
+                        # every draw gave the same value (no item moved the term): never a zero-width interval
+                        u = stats.rate_interval(0, int(n_items))[1]
+                        lo, hi = max(0.0, vals[comp] - u), min(1.0, vals[comp] + u)
+                        note = (f"{note}; {comp} is {vals[comp]:g} in every bootstrap draw: the interval is the value "
+                                f"+-{100 * u:.1f} pp (within [0, 1]), the 95% upper bound of a rate of 0 in {n_items} "
+                                f"items")
+                    bounds[comp] = (lo, hi)
                 elif comp == "mean":
                     miss = [c for c in s.R if c not in avail]
                     n_items, note = None, ("mean of R1-R5" if not miss else
@@ -645,6 +716,14 @@ class _Plan:
                 else:
                     n_items, note = None, (f"mean of the {len(avail)} estimable components ({', '.join(avail)})"
                                            if avail else f"{NOT_ASSESSABLE}: no estimable component")
+                if comp in ("mean", "mean_available") and collapsed:
+                    # every component collapsed: the mean of their (widened) bounds, a conservative interval
+                    used = [c for c in rs if c in avail] if comp == "mean_available" else list(rs)
+                    if all(c in bounds and math.isfinite(bounds[c][0]) for c in used) and used:
+                        lo = float(np.mean([bounds[c][0] for c in used]))
+                        hi = float(np.mean([bounds[c][1] for c in used]))
+                        note = f"{note}; the same in every bootstrap draw: the interval is the mean of the " \
+                               f"components' intervals"
                 rows.append({"model": model, "component": comp, "value": vals[comp], "ci_low": lo, "ci_high": hi,
                              "n_items": n_items, "note": note})
         out = pd.DataFrame(rows, columns=["model", "component", "value", "ci_low", "ci_high", "n_items", "note"])
@@ -991,17 +1070,16 @@ def _verdict_evidence(main: _Plan, required: _Plan, changes: pd.DataFrame, chanc
                 _, ja, jb = hit[0]
                 r = row.iloc[0]
                 note = str(r.get("note") or "")
+                unchanged = note.startswith((UNCHANGED, "every one of"))
+                note = "" if unchanged else note  # the not-assessable note, or none
                 draws = None if cols.draws is None else cols.col(jb) - cols.col(ja)
                 args = (float(r["diff"]), float(r["ci_low"]), float(r["ci_high"]), int(r["n_items"]), float(r["q"]))
                 text = (f"{'removing the image' if test == 'T1' else 'reordering the options'}: {note}" if note
                         else evidence_text(test, *args))
-                if not note and args[1] == args[2] and args[3] > 0:
-                    # no item changed: the bootstrap interval is [0, 0] on any number of items; the rule reads
-                    # the interval of the change rate 0/n instead (rate_interval), so a small pilot stays open
-                    u = stats.rate_interval(0, args[3])[1]
-                    args = (args[0], args[0] - u, args[0] + u, *args[3:])
-                    text += (f" (no item changed; the verdict reads +-{100 * u:.1f} pp, the 95% upper bound of a "
-                             f"change rate of 0 in {args[3]} items)")
+                if unchanged:
+                    # the bootstrap interval is [0, 0] on any number of items; the changes table (and the rule)
+                    # read the interval of the change rate 0/n instead (rate_interval), so a small pilot stays open
+                    text += f" ({r['note']})"
                 ev[test] = Evidence(test, *args, ref=0.0, draws=draws, note=note, text=text)
                 break
         ch = chance[(chance["model"] == model) & (chance["condition"] == "no_image")]
@@ -1025,9 +1103,9 @@ def _model_not_assessable(meta: dict[str, Any], model: str) -> str:
     """Why a model is not assessable as a whole ('' when it is): no usable answer, or a parse rate below 50%."""
     na = meta.get("not_assessable", {}).get(model, {})
     no_opt = meta.get("no_usable_answer", {}).get(model)
-    if no_opt is not None and not na:
+    if no_opt is not None:
         return (f"{NOT_ASSESSABLE}: no usable answer (an option was chosen in at most {100 * float(no_opt):.1f}% of "
-                f"trials in any condition; refusals and abstentions count as wrong, so no change can show)")
+                f"trials in any condition; refusals, abstentions and unparsed answers choose none)")
     if na:
         rates = ", ".join(f"{100 * v:.1f}% under {c}" for c, v in na.items())
         return f"{NOT_ASSESSABLE} (parse rate {rates})"
@@ -1059,17 +1137,6 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
     not_assessable = {model: {c: round(float(main.parse[m, k]), 4) for k, c in enumerate(cube.conditions)
                               if main.parse[m, k] < ASSESSABLE_PARSE_RATE}
                       for m, model in enumerate(cube.models)}
-    opt = option_rates(cube)
-    # parsed, but (almost) never an option: refusals / abstentions throughout. They are wrong answers (the paper's
-    # denominators), so every accuracy is ~0 and every R ~1: say that this is no evidence of robustness
-    no_option = {model: round(float(np.nanmax(opt[m])), 4) for m, model in enumerate(cube.models)
-                 if np.isfinite(opt[m]).any() and np.nanmax(opt[m]) < ASSESSABLE_PARSE_RATE
-                 and not not_assessable[model]}
-    for model, rate in no_option.items():
-        sel = (robustness["model"] == model) & robustness["component"].str.match(r"^(R\d|mean|mean_available)$")
-        robustness.loc[sel, "note"] = [f"no usable answer: an option was chosen in at most {100 * rate:.1f}% of "
-                                       f"trials in any condition (refusals and abstentions count as wrong), so R "
-                                       f"near 1 is no evidence of robustness; {n}" for n in robustness.loc[sel, "note"]]
     f4 = robustness["component"] == "F4"
     robustness.loc[f4, "note"] = [f"{n}; T4 variant: {variant}" if n else f"T4 variant: {variant}"
                                   for n in robustness.loc[f4, "note"].fillna("")]
@@ -1077,9 +1144,13 @@ def analyse_stress(tidy_or_scored: pd.DataFrame, *, B: int = 10_000, seed: int =
             "n_substitution": int(cube.substitution.sum()), "models": cube.models, "conditions": cube.conditions,
             "t4_variant": variant,
             "not_assessable": {m: v for m, v in not_assessable.items() if v},
-            "no_usable_answer": no_option,
-            "not_assessable_rule": f"parse rate below {100 * ASSESSABLE_PARSE_RATE:g}% under a condition: no "
-                                   f"accuracy, change or robustness term from that condition",
+            "no_usable_answer": {cube.models[m]: round(float(np.nanmax(option_rates(cube)[m])), 4)
+                                 for m in sorted(main.no_usable_answer)},
+            "not_assessable_rule": f"parse rate (options chosen, abstentions, and refusals where the image was "
+                                   f"removed; not refusals with the image or unparsed text; for a model choosing an "
+                                   f"option in under half the trials of every condition: options chosen) below "
+                                   f"{100 * ASSESSABLE_PARSE_RATE:g}% under a condition: no accuracy, change or "
+                                   f"robustness term from that condition",
             "bootstrap": "item bootstrap (repeats stay with their item; stats.cluster_bootstrap_ratios), "
                          "numpy default_rng(seed), shared by all tables; accuracy counts refusals, abstentions and "
                          "unparsed answers as wrong (all items: the paper's denominators), the parsed-only "

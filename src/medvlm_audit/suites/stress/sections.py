@@ -350,7 +350,7 @@ def stress_sections(res: StressAnalysis, *, fmt: str = "svg", designed: dict[str
         Section("Paired changes", '<p class="muted">Perturbed minus base accuracy on the same items, in percentage '
                 "points; q: Benjamini-Hochberg over the model's family.</p>"
                 + _table_html(ch_t, ["model", "test", "comparison", "change (pp) [95% CI] (n items)", "acc_base (%)",
-                                     "acc_perturbed (%)", "p", "q"])),
+                                     "acc_perturbed (%)", "p", "q", "note"])),
         Section("Accuracy against chance without the image (T2)",
                 "<p>Two accuracies, each labelled. <b>Modal accuracy (items)</b>, the one tested: items are the "
                 "unit, each item's modal answer over its repeats (ties broken by a seeded draw that does not look "
