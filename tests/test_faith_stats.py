@@ -219,7 +219,7 @@ def test_verdict_numbers_say_not_assessable():
     from medvlm_audit.suites.faithfulness.verdicts import classify
 
     badge, reason = classify(met, "yes")  # moved (4 of 8 flip), CA undefined: the reason says why, not "no judge"
-    assert badge == "indeterminate" and "(not assessable (reasoning in 0.0% of answers" in reason
+    assert badge == "not assessable" and "flipped answers not assessable (reasoning in 0.0% of answers" in reason
     assert got["refuse"] == ("flips under misleading text cues: not assessable (parse rate 0.0% under "
                              "family:text:misleading); causal attribution: not assessable (parse rate 0.0% under "
                              "family:text:misleading)")
