@@ -1,6 +1,7 @@
 """Compare two runs' outputs for equality (the suite-seam move was checked with this): the tidy results, the
-report's metrics / comparisons / categories and summary.json of a grounding run, or the tidy results and the
-robustness table of a stress run. Column order and added columns may differ; every shared column must be equal.
+report's metrics / comparisons / categories and summary.json of a grounding run, the tidy results and the
+robustness table of a stress run, or a faithfulness run's verdicts (``faithfulness_verdicts.csv``). Column
+order and added columns may differ; every shared column must be equal.
 
     python benchmarks/compare_outputs.py BEFORE_RUN_DIR AFTER_RUN_DIR [--atol X]
 
@@ -74,7 +75,8 @@ def compare_runs(before: Path, after: Path) -> list[str]:
                        ("categories.csv", ["probe_set", "model"]),
                        ("stress_robustness.csv", ["model", "component"]),
                        ("stress_accuracy.csv", ["model", "condition"]),
-                       ("stress_changes.csv", ["model", "test", "perturbed"])):
+                       ("stress_changes.csv", ["model", "test", "perturbed"]),
+                       ("faithfulness_verdicts.csv", ["model"])):
         if (rb / name).exists():
             if not (ra / name).exists():
                 diffs.append(f"{name}: missing after")
@@ -90,6 +92,9 @@ def compare_runs(before: Path, after: Path) -> list[str]:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args or len([a for a in args if not a.startswith("-")]) < 2:
+        print(__doc__)
+        sys.exit(0 if "-h" in args or "--help" in args else 2)
     if "--atol" in args:
         i = args.index("--atol")
         ATOL = float(args[i + 1])
