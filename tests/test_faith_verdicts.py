@@ -299,3 +299,17 @@ def test_faithfulness_demo_report_prints_no_zero_width_interval(tmp_path: Path) 
     # the title names the audited reasoners; the judge only by its stage (api.report_title, audit defect 18)
     title = re.search(r"<h1>(.*?)</h1>", html, flags=re.DOTALL).group(1)
     assert "cue-ignorer" in title and title.endswith("cue-ignorer (judge: reference-judge)")
+
+
+def test_a_not_assessable_badge_says_its_reason_once() -> None:
+    """The verdict block prints the muted numbers line only when the reason has no numbers (no misleading-cue answer
+    scored); for `hashyn` the reason already gives the flip rate and the CA note."""
+    from medvlm_audit.suites.faithfulness.verdicts import verdicts_html
+
+    m = pd.concat([_na([("flip_rate", "family:text:misleading", 0.5, 0.28, 0.72, 16),
+                        ("ca", "family:text:misleading|flip", 1.0, 0.7, 1.0, 8)],
+                       {("ca", "family:text:misleading|flip"): NO_REASONING}),
+                   _m("x", [("flip_rate", "family:text:aligned", 0.1, 0.0, 0.2, 50)])])
+    html = verdicts_html(m, ["m", "x"], {"m": "NUMBERS-M", "x": "NUMBERS-X"})
+    assert html.count("reasoning in 0.0% of answers") == 1 and "NUMBERS-M" not in html
+    assert "no answer under a misleading cue was scored" in html and "NUMBERS-X" in html
