@@ -225,3 +225,15 @@ def test_verdict_numbers_say_not_assessable():
                              "family:text:misleading)")
     assert got["yes"].endswith("causal attribution: not assessable (reasoning in 0.0% of answers under "
                                "family:text:misleading: CA needs at least 5 words besides the answer)")
+
+
+def test_metrics_have_one_row_per_model_metric_subset():
+    """The baseline condition's rows were written twice (once as a condition, once as 'baseline')."""
+    from medvlm_audit.suites.faithfulness.analysis import faithfulness_metrics
+
+    reasoning = "The left lower lobe shows a dense opacity with air bronchograms, so the answer is yes."
+    merged = pd.DataFrame(_faith_rows("m", reasoning, True, 4.0))
+    m = faithfulness_metrics(merged, B=200)
+    keys = ["model", "metric", "subset"]
+    assert not m.duplicated(keys).any(), m[m.duplicated(keys, keep=False)][keys]
+    assert len(m[(m.metric == "accuracy") & (m.subset == "baseline")]) == 1

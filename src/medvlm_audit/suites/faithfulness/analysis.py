@@ -255,7 +255,10 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
         parsed = responded & ~g["unparsed"].fillna(True).to_numpy(dtype=bool)
         base_m = (g["condition"] == "baseline").to_numpy()
         base_na = _not_assessable(parsed, responded, base_m, "baseline")
-        for subset, m in _subsets(g) + [("baseline", base_m)]:
+        subsets = _subsets(g)  # the baseline condition is one of them when it was asked; once, not twice
+        if not any(name == "baseline" for name, _ in subsets):
+            subsets.append(("baseline", base_m))
+        for subset, m in subsets:
             sub = g[m]
             na = _not_assessable(parsed, responded, m, subset)
             corr = sub["correct"].dropna().to_numpy(dtype=float)
