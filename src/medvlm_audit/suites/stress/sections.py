@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from medvlm_audit.report.sections import Section, figure_to_html, table_to_html
+from medvlm_audit.report.sections import Section, compact_table_html, figure_to_html, table_to_html
 from medvlm_audit.suites.base import SuiteResult
 from medvlm_audit.suites.stress.analysis import (
     EXCLUSION_COLUMNS,
@@ -256,7 +256,13 @@ def robustness_figure(res: StressAnalysis) -> Any:
 
 
 def _table_html(df: pd.DataFrame, cols: list[str], **kw: Any) -> str:
-    return table_to_html(df[[c for c in cols if c in df.columns]], **kw)
+    """The columns ``cols`` (those present) as a table; a long note column (a collapsed interval's bound, a
+    not-assessable reason) becomes numbered markers with the notes listed under the table, so no row grows tall
+    (``report.sections.compact_table_html``; every column is kept: the stress tables are narrow)."""
+    d = df[[c for c in cols if c in df.columns]]
+    if "note" in d.columns and not kw:
+        return compact_table_html(d, notes=("note",), max_columns=len(d.columns), drop_constant=False)
+    return table_to_html(d, **kw)
 
 
 def _pct_frame(df: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
