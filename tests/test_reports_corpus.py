@@ -232,13 +232,15 @@ def test_corpus_audit_of_degenerate_predictions_is_not_assessable(tmp_path, text
     rows = [{"id": f"p{i}", "text": text if i % 6 else "Heart size normal. Lungs clear.", "group": "FM"[i % 2]}
             for i in range(24)]
     pred = _jsonl(tmp_path / "degenerate.jsonl", rows)
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "surface.csv").write_text("metric,value\nbleu,0.5\n")  # an earlier audit's: not kept
     r = _audit_cli(tmp_path, ref, pred, "o")
     assert r.exit_code == 1, r.output
     assert "not assessable (4 of 24 reports assessable" in r.stderr and f"{status} 20" in r.stderr
     assert r.stdout.split() and all(Path(p).is_file() for p in r.stdout.split()), r.stdout
     summ = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summ["assessable"] is False and summ["statuses"] == {"answer": 4, status: 20}
-    assert "categories_headline" not in summ
+    assert "categories_headline" not in summ and not (tmp_path / "o" / "surface.csv").exists()
     for table in ("cad.csv", "wae.csv", "diversity.csv"):
         df = pd.read_csv(tmp_path / "o" / table)  # a header, no rows: never an EmptyDataError
         assert len(df) == 0 and len(df.columns) > 3, table

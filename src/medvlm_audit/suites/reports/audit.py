@@ -532,5 +532,8 @@ def write_audit(res: CorpusAudit, out_dir: str | Path) -> list[Path]:
     if res.clinical is not None:
         payloads.append(("clinical.csv", csv_bytes(res.clinical)))
     write_files_atomic(Path(out_dir), payloads)
+    for stale in ("surface.csv", "clinical.csv"):  # an earlier audit's table this one does not have: not kept
+        if stale not in {name for name, _ in payloads}:
+            (Path(out_dir) / stale).unlink(missing_ok=True)
     res.written = [Path(out_dir) / name for name, _ in payloads]
     return res.written
