@@ -108,3 +108,48 @@ def test_a_column_in_several_tables_without_a_verdicts_table_is_an_error_naming_
     assert "where table = cad_greedy" in msg
     res = evaluate([run], [parse_rule("toy:category == stable where table = cad_t0_7.csv")])
     assert [(c.value, c.status) for c in res.checks] == [("erasure", "fail")]
+
+
+def _with_run_models(run: Path, models: list[str]) -> Path:
+    """Write the run's model list where reports keep it (summary.json, ``report.run_info.models``)."""
+    import json
+
+    (run / "report" / "summary.json").write_text(json.dumps({"report": {"run_info": {"models": models}}}))
+    return run
+
+
+def test_a_model_of_the_run_without_rows_fails_as_not_assessable_never_skipped(tmp_path: Path) -> None:
+    run = _with_run_models(_report(tmp_path, {}), ["m1", "m2", "m3"])  # m3: no cgr row (e.g. every answer unparsed)
+    res = evaluate([run], [parse_rule("cgr >= 20%")])
+    assert [(c.model, c.subset, c.status) for c in res.checks] == [("m1", "all", "pass"), ("m2", "all", "fail"),
+                                                                  ("m3", "all", "undefined")]
+    res = evaluate([run], [parse_rule("cgr >= 20% or undefined where model in [m1, m3]")])
+    assert [(c.model, c.passed) for c in res.checks] == [("m1", True), ("m3", True)]
+    r = CliRunner().invoke(app, ["gate", str(run), "--rule", "cgr >= 20% where model = m3"])
+    assert r.exit_code == 1, r.output
+    assert "m3" in r.output and "FAIL (not assessable)" in r.output
+    r = CliRunner().invoke(app, ["gate", str(run), "--rule", "cgr >= 20% where model = m9"])
+    assert r.exit_code == 2 and "no model 'm9'" in r.output, r.output
+
+
+def test_a_judge_metric_is_not_asked_of_the_run_models(tmp_path: Path) -> None:
+    run = _with_run_models(_report(tmp_path, {}), ["m1", "m2"])
+    rep = run / "report"
+    df = pd.read_csv(rep / "metrics.csv")
+    judge = df.iloc[[0]].assign(model="judge", metric="judge_valid_rate", point=90.0)
+    pd.concat([df, judge]).to_csv(rep / "metrics.csv", index=False)
+    res = evaluate([run], [parse_rule("judge_valid_rate >= 80%")])
+    assert [(c.model, c.status) for c in res.checks] == [("judge", "pass")]
+
+
+def test_verdict_rows_per_strategy_name_it_and_filter_on_it(tmp_path: Path) -> None:
+    verdicts = pd.DataFrame({"model": ["m1", "m1", "m2"], "strategy": ["greedy", "t0.7", "greedy"],
+                             "verdict": ["clean", "erases", "clean"]})
+    run = _with_run_models(_report(tmp_path, {"toy_verdicts": verdicts}), ["m1", "m2"])
+    res = evaluate([run], [parse_rule("verdict == clean")])
+    assert [(c.model, c.subset, c.status) for c in res.checks] == [
+        ("m1", "greedy", "pass"), ("m1", "t0.7", "fail"), ("m2", "greedy", "pass")]
+    for rule in ("verdict == clean where subset = t0.7", "verdict == clean where strategy = t0.7"):
+        res = evaluate([run], [parse_rule(rule)])  # m2 has no t0.7 row: not assessable, not skipped
+        assert [(c.model, c.subset, c.status) for c in res.checks] == [("m1", "t0.7", "fail"),
+                                                                      ("m2", "t0.7", "undefined")], rule

@@ -211,3 +211,50 @@ def test_corpus_audit_cli_command(tmp_path):
     empty.write_text("")
     r = CliRunner().invoke(app, ["--reference", str(empty), "--predictions", str(pred), "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "empty" in r.output
+
+
+def _audit_cli(tmp_path: Path, ref: Path, pred: Path, name: str):
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    return CliRunner().invoke(app, ["corpus-audit", "--reference", str(ref), "--predictions", str(pred), "--out",
+                                    str(tmp_path / name), "--bootstrap", "20", "--permutations", "20",
+                                    "--semantic", "off", "--bertscore", "off"])
+
+
+@pytest.mark.parametrize("text, status", [("Yes", "too_short"), ("As an AI, I cannot provide a diagnosis.", "refused"),
+                                          ("", "empty")])
+def test_corpus_audit_of_degenerate_predictions_is_not_assessable(tmp_path, text, status):
+    """The reports suite's not-assessable rule (assess.py) applies to corpus-audit: a warning with the counts on
+    stderr, exit 1, no category or WAE (tables with their header only), only the written paths on stdout."""
+    ref, _ = _planted_corpora(tmp_path)
+    rows = [{"id": f"p{i}", "text": text if i % 6 else "Heart size normal. Lungs clear.", "group": "FM"[i % 2]}
+            for i in range(24)]
+    pred = _jsonl(tmp_path / "degenerate.jsonl", rows)
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "surface.csv").write_text("metric,value\nbleu,0.5\n")  # an earlier audit's: not kept
+    r = _audit_cli(tmp_path, ref, pred, "o")
+    assert r.exit_code == 1, r.output
+    assert "not assessable (4 of 24 reports assessable" in r.stderr and f"{status} 20" in r.stderr
+    assert r.stdout.split() and all(Path(p).is_file() for p in r.stdout.split()), r.stdout
+    summ = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summ["assessable"] is False and summ["statuses"] == {"answer": 4, status: 20}
+    assert "categories_headline" not in summ and not (tmp_path / "o" / "surface.csv").exists()
+    for table in ("cad.csv", "wae.csv", "diversity.csv"):
+        df = pd.read_csv(tmp_path / "o" / table)  # a header, no rows: never an EmptyDataError
+        assert len(df) == 0 and len(df.columns) > 3, table
+
+
+def test_corpus_audit_summary_goes_to_stderr_and_an_undefined_wae_says_why(tmp_path):
+    ref = _jsonl(tmp_path / "ref.jsonl", [{"id": f"r{i}", "text": ("mastectomy breast lungs clear" if i % 2 else
+                                                                  "aicd prostate lungs clear"),
+                                           "group": "FM"[i % 2 == 0]} for i in range(24)])
+    pred = _jsonl(tmp_path / "pred.jsonl", [{"id": f"p{i}", "text": "Lungs clear.", "group": "FM"[i % 2]}
+                                            for i in range(24)])
+    r = _audit_cli(tmp_path, ref, pred, "o")
+    assert r.exit_code == 0, r.output
+    assert "WAE pred" in r.stderr and "WAE" not in r.stdout
+    assert all(Path(p).is_file() for p in r.stdout.split()) and "wae.csv" in r.stdout
+    assert "nan" not in r.stderr, r.stderr
+    assert "delta pred undefined (the predictions write no word the reference associates with F or M" in r.stderr

@@ -21,6 +21,8 @@ A rule reads ``[SUITE:]METRIC[.FIELD] OP VALUE [or undefined] [where CONDITION [
   any other key ``k`` selects the subset ``k=v`` (``finding in [a, b]`` = subsets ``finding=a`` and
   ``finding=b``). Without a subset condition the subset ``all`` is used (or the metric's only subset).
 - Every row kept is one check (one per model x probe set x subset) and every check must pass.
+- A model of the run (``summary.json``'s ``run_info.models``) without a row kept is one undefined check per
+  subset: never skipped. A table with ``strategy`` and no ``subset`` column shows the strategy as the subset.
 - A value that is undefined (NaN, or a note saying "not assessable" / "not estimable") fails the check, unless
   the rule says ``or undefined``.
 
@@ -293,6 +295,8 @@ class _Report:
     metrics: Any  # DataFrame
     tables: dict[str, Any]
     suites: tuple[str, ...]
+    #: the models of the run (``summary.json``'s ``report.run_info.models``; judges are not among them), or ()
+    run_models: tuple[str, ...] = ()
 
 
 def _report_folder(run: str | Path) -> Path:
@@ -334,7 +338,32 @@ def _read_report(run: str | Path) -> _Report:
         if "model" in df.columns:
             tables[f.stem] = df
     suites = tuple(sorted(set(metrics["suite"]))) if len(metrics) else ()
-    return _Report(str(run), folder, metrics, tables, suites)
+    return _Report(str(run), folder, metrics, tables, suites, _run_models(folder))
+
+
+def _run_models(folder: Path) -> tuple[str, ...]:
+    """The models the run audited, from ``summary.json`` (``report.run_info.models``, else a ``models`` list
+    or mapping); () when the summary does not say (then only the models with rows are checked)."""
+    import json
+
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(summary, dict):
+        return ()
+    report = summary.get("report")
+    info = report.get("run_info") if isinstance(report, dict) else None
+    for models in ((info or {}).get("models") if isinstance(info, dict) else None, summary.get("models")):
+        if isinstance(models, (list, tuple, dict)) and models:
+            return tuple(dict.fromkeys(str(m) for m in models))
+    return ()
+
+
+def _subset_column(df: Any) -> str | None:
+    """The column naming a row's subset: ``subset``, else ``strategy`` (the reports suite's verdicts table has one
+    row per model x decoding strategy)."""
+    return "subset" if "subset" in df.columns else "strategy" if "strategy" in df.columns else None
 
 
 # --------------------------------------------------------------------------------------------- evaluating
@@ -379,12 +408,16 @@ def _is_undefined(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
-def _select(rule: Rule, df: Any, where_table: str, *, subset_default: bool) -> Any:
-    """Rows of ``df`` kept by the rule's conditions; unknown values are named."""
+def _select(rule: Rule, df: Any, where_table: str, *, subset_default: bool,
+            run_models: Sequence[str] = ()) -> Any:
+    """Rows of ``df`` kept by the rule's conditions; unknown values are named. A model of the run
+    (``run_models``) that has no row in ``df`` is known (it keeps no row; the caller reports it as not
+    assessable); ``subset`` on a table without that column but with ``strategy`` filters ``strategy``."""
     keep = df
     subset_given = False
+    sub_col = _subset_column(df)
     for c in rule.where:
-        col = c.key if c.key in df.columns else None
+        col = c.key if c.key in df.columns else sub_col if c.key == "subset" else None
         if col is None:
             if "subset" not in df.columns:
                 raise GateError(f"rule {rule.text!r}: {where_table} has no column {c.key!r}"
@@ -392,14 +425,16 @@ def _select(rule: Rule, df: Any, where_table: str, *, subset_default: bool) -> A
             col, vals = "subset", tuple(f"{c.key}={v}" for v in c.values)
         else:
             vals = c.values
-        if col == "subset":
+        if col == sub_col:
             subset_given = True
         present = set(df[col].astype(str))
         if c.op in ("=", "in"):
+            known = present | set(run_models) if col == "model" else present
             for v in vals:
-                if v not in present:
-                    shown = sorted(present) if len(present) <= 30 else sorted(present)[:30] + ["..."]
-                    raise GateError(f"rule {rule.text!r}: no {col} {v!r} in {where_table}{did_you_mean(v, present)}"
+                if v not in known:
+                    shown = sorted(known) if len(known) <= 30 else sorted(known)[:30] + ["..."]
+                    where = f"the run's models nor {where_table}" if col == "model" and run_models else where_table
+                    raise GateError(f"rule {rule.text!r}: no {col} {v!r} in {where}{did_you_mean(v, known)}"
                                     f"; known: {', '.join(shown)}")
             keep = keep[keep[col].astype(str).isin(vals)]
         else:
@@ -413,6 +448,40 @@ def _select(rule: Rule, df: Any, where_table: str, *, subset_default: bool) -> A
                             f"({', '.join(subsets[:12])}{', ...' if len(subsets) > 12 else ''}); name one with "
                             f"'where subset = ...'")
     return keep
+
+
+def _missing_models(rule: Rule, rep: _Report, all_rows: Any, kept: Any, source: str) -> list[Check]:
+    """A ``FAIL (not assessable)`` check for each model of the run the rule applies to (its ``model``
+    conditions) that kept no row: a rule applies to every model of the run, never silently to fewer. Only
+    when the metric is about the run's models (some row names one): a judge's metric is not asked of them."""
+    run_models = list(rep.run_models)
+    if not run_models or "model" not in all_rows.columns:
+        return []
+    if not set(all_rows["model"].astype(str)) & set(run_models):
+        return []
+    wanted = run_models
+    for c in rule.where:
+        if c.key == "model":
+            inside = c.op in ("=", "in")
+            wanted = [m for m in wanted if (m in c.values) == inside]
+    have = set(kept["model"].astype(str)) if len(kept) else set()
+    sub_col = _subset_column(kept)
+    subsets = sorted(set(kept[sub_col].astype(str))) if sub_col and len(kept) else []
+    if not subsets:
+        named = [v for c in rule.where if c.key == "subset" and c.op in ("=", "in") for v in c.values]
+        subsets = named or ["all" if source == "the metrics table" else f"{source}"]
+    src = kept if len(kept) else all_rows
+    probe_sets = sorted(set(src["probe_set"].astype(str))) if "probe_set" in src.columns and len(src) else []
+    probe_set = probe_sets[0] if len(probe_sets) == 1 else ""
+    checks = []
+    for m in wanted:
+        if m in have:
+            continue
+        for sub in subsets:
+            checks.append(Check(rule=rule, run=rep.run, probe_set=probe_set, model=m, subset=sub, value=None,
+                                unit="", status="undefined",
+                                detail=f"{m} has no {rule.metric} row in {source} (not assessable)"))
+    return checks
 
 
 def _eval_metric(rule: Rule, rep: _Report, rows: Any) -> list[Check]:
@@ -440,7 +509,8 @@ def _eval_table(rule: Rule, rep: _Report, name: str, rows: Any) -> list[Check]:
     for _, r in rows.iterrows():
         raw = r[rule.metric]
         base = {"rule": rule, "run": rep.run, "probe_set": str(r.get("probe_set", "") or ""), "model": str(r["model"]),
-                    "subset": str(r.get("subset", "") or f"{name}.csv"), "value": raw, "unit": ""}
+                    "subset": str(r.get("subset", "") or r.get("strategy", "") or f"{name}.csv"),
+                "value": raw, "unit": ""}
         if _is_undefined(raw) or str(raw).strip().lower() == "not assessable":
             base["value"] = None
             checks.append(Check(**base, status="undefined", detail=f"no {rule.metric} in {name}.csv"))
@@ -501,7 +571,9 @@ def _apply(rule: Rule, reports: Sequence[_Report]) -> list[Check]:
             m = m[m["suite"] == rule.suite]
         rows = m[m["metric"] == rule.metric]
         if len(rows) and table is None:
-            checks += _eval_metric(rule, rep, _select(rule, rows, "the metrics table", subset_default=True))
+            kept = _select(rule, rows, "the metrics table", subset_default=True, run_models=rep.run_models)
+            checks += _eval_metric(rule, rep, kept)
+            checks += _missing_models(rule, rep, rows, kept, "the metrics table")
             continue
         holders = [n for n, t in rep.tables.items() if rule.metric in t.columns]
         if holders:
@@ -509,8 +581,9 @@ def _apply(rule: Rule, reports: Sequence[_Report]) -> list[Check]:
             if rule.field != "point":
                 raise GateError(f"bad rule {rule.text!r}: {rule.metric} comes from {name}.csv, which has no "
                                 f"{rule.field}; compare the value itself")
-            checks += _eval_table(rule, rep, name, _select(plain, rep.tables[name], f"{name}.csv",
-                                                            subset_default=False))
+            kept = _select(plain, rep.tables[name], f"{name}.csv", subset_default=False, run_models=rep.run_models)
+            checks += _eval_table(rule, rep, name, kept)
+            checks += _missing_models(plain, rep, rep.tables[name], kept, f"{name}.csv")
             continue
         if table is not None and len(rows):
             raise GateError(f"rule {rule.text!r}: {rule.metric} is a metric of the metrics table, not a column of "

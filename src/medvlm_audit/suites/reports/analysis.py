@@ -276,7 +276,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
             res = corpus_audit(ref, pred, None, B=opts.B, n_perm=opts.n_perm, seed=0, semantic=sem,
                                reference_ids=ref_ids, bertscore=flags[opts.bertscore],
                                bertscore_model=opts.bertscore_model, bertscore_layers=opts.bertscore_layers,
-                               clinical=clinical, surface_max=opts.surface_max)
+                               clinical=clinical, surface_max=opts.surface_max, assess=False)
             rows += metric_rows(res, model, strategy, probe_set, opts.B, opts.n_perm)
             rows += paired_rows(res, model, strategy, probe_set)
             paired_names |= {str(m) for f in (res.surface, res.clinical) if f is not None for m in f["metric"]}

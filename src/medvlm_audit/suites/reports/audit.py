@@ -71,12 +71,54 @@ class CorpusAudit:
     baselines: pd.DataFrame
     clinical: pd.DataFrame | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    #: the files :func:`write_audit` wrote (empty until then)
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def assessable(self) -> bool:
+        """False where the predictions are degenerate (assess.py's rule): no category, WAE or diversity."""
+        return bool(self.summary.get("assessable", True))
 
     def category_counts(self, gated: bool | str) -> dict[str, int]:
         """Counts per category: ``True`` BH-gated, ``False`` ungated, ``"headline"`` the headline rule."""
         col = "category_headline" if gated == "headline" else "category" if gated else "category_ungated"
         vc = self.cad[col].value_counts()
         return {c: int(vc.get(c, 0)) for c in CAD_CATEGORIES}
+
+
+#: the columns of cad.csv, wae.csv, diversity.csv and baselines.csv, kept (header only) where the predictions
+#: are not assessable
+CAD_COLUMNS = ("word", "z_ref", "z_pred", "z_disp", "p", "q", "category", "category_ungated", "s_ref", "s_pred",
+               "count_ref_F", "count_ref_M", "count_pred_F", "count_pred_M", "category_headline", "absent_strong")
+WAE_COLUMNS = ("weighting", "group", "value", "ci_low", "ci_high", "p_perm", "n_boot", "n_perm", "null_median",
+               "null_p95", "point_outside_ci", "boot_bias", "value_bias_corrected", "ci_low_basic", "ci_high_basic",
+               "ci_low_bc", "ci_high_bc", "ci_low_print", "ci_high_print", "ci_print_method")
+DIVERSITY_COLUMNS = ("corpus", "n_reports", "template_diversity", "ttr", "one_minus_self_bleu", "semantic_diversity",
+                     "vocabulary_size", "self_bleu_sample", "semantic_note")
+BASELINES_COLUMNS = ("metric", "corpus", "value", "note")
+
+
+def predictions_assessability(reference: Corpus, predictions: Corpus) -> tuple[dict[str, int], int, int, str]:
+    """The reports suite's not-assessable rule (assess.py) on a predictions corpus: (count per report status,
+    assessable reports, reports, reason); the reason is "" where at least half the reports are assessable.
+
+    >>> ref = Corpus(("r1", "r2"), ("Clear lungs bilaterally.", "Small left effusion."), ("F", "M"), "ref.jsonl")
+    >>> pred = Corpus(("p1", "p2", "p3"), ("Yes", "Yes", "Clear lungs."), ("F", "M", "F"), "p.jsonl")
+    >>> predictions_assessability(ref, pred)
+    ({'answer': 1, 'too_short': 2}, 1, 3, 'not assessable (1 of 3 reports assessable, 33.3% < 50%: too short 2)')
+    """
+    from medvlm_audit.suites.reports.assess import (
+        REPORT_STATUSES,
+        assessability,
+        report_status,
+        with_vocabulary,
+    )
+    from medvlm_audit.suites.reports.terms import report_tokens
+
+    vocabulary = {w for t in reference.texts for w in report_tokens(t)}
+    statuses = with_vocabulary([report_status(t) for t in predictions.texts], predictions.texts, vocabulary)
+    k, n, reason = assessability(statuses)
+    return {c: statuses.count(c) for c in REPORT_STATUSES if c in statuses}, k, n, reason
 
 
 def headline_categories(cadf: pd.DataFrame, z_strong: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
@@ -385,7 +427,7 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
                  surface_max: int | None = 1000, workers: int | None = None,
                  reference_ids: Sequence[str] | None = None, bertscore: bool | str = "auto",
                  bertscore_model: str | Path | None = None, bertscore_layers: int | None = None,
-                 clinical: Sequence[Any] = ()) -> CorpusAudit:
+                 clinical: Sequence[Any] = (), assess: bool = True) -> CorpusAudit:
     """Audit ``predictions`` against ``reference`` (Corpus objects or JSONL paths); write the files to ``out_dir``.
 
     ``semantic``: "auto" computes semantic diversity and WEAT when the ``reports`` extra is installed; True
@@ -396,9 +438,30 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
     Paired metrics (surface, BERTScore, ``clinical`` adapters) pair each prediction with the reference report of
     id ``reference_ids[i]`` (default: the prediction's own id). ``bertscore``: "auto" computes it when the
     ``reports`` extra is installed (or ``bertscore_model`` is given), True requires it, False skips it.
+
+    ``assess`` applies the reports suite's not-assessable rule (assess.py) to the predictions first: where fewer
+    than half are assessable reports (mostly empty, refusals, too short, no word of the reference), nothing is
+    computed; the tables keep their header only and ``summary`` says ``assessable: false`` with the reason and
+    the count of each status (the suite's analysis applies the rule itself and passes False).
     """
     ref = _as_corpus(reference, "reference")
     pred = _as_corpus(predictions, "predictions")
+    statuses, k, n, reason = predictions_assessability(ref, pred)
+    shares = {"statuses": statuses, "assessable_reports": k, "reports_with_text": n}
+    if assess and reason:
+        res = CorpusAudit(pd.DataFrame(columns=list(CAD_COLUMNS)), pd.DataFrame(columns=list(WAE_COLUMNS)),
+                          pd.DataFrame(columns=list(DIVERSITY_COLUMNS)), None,
+                          pd.DataFrame(columns=list(BASELINES_COLUMNS)))
+        res.summary = {
+            "reference": {"source": ref.source, "n": len(ref), **ref.counts()},
+            "predictions": {"source": pred.source, "n": len(pred), **pred.counts()},
+            "assessable": False, "reason": reason, **shares,
+            "note": "the predictions are degenerate (the reports suite's rule, docs/reports.md): no CAD category, "
+                    "WAE, diversity or baseline is computed",
+        }
+        if out_dir is not None:
+            write_audit(res, out_dir)
+        return res
     if semantic is True:
         from medvlm_audit.suites.reports import embeddings
 
@@ -434,6 +497,7 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
     res.summary = {
         "reference": {"source": ref.source, "n": len(ref), **ref.counts()},
         "predictions": {"source": pred.source, "n": len(pred), **pred.counts()},
+        "assessable": True, **shares,
         "vocabulary": len(vocab), "alpha": alpha, "p_star": p_star, "z_neutral": 1.0, "z_strong": 2.0,
         "B": B, "n_perm": n_perm, "seed": seed,
         "categories_gated": res.category_counts(True) | {"stable": int((cadf["category"] == "stable").sum()),
@@ -458,7 +522,8 @@ def corpus_audit(reference: Corpus | str | Path, predictions: Corpus | str | Pat
     return res
 
 
-def write_audit(res: CorpusAudit, out_dir: str | Path) -> None:
+def write_audit(res: CorpusAudit, out_dir: str | Path) -> list[Path]:
+    """Write the tables and summary.json together (atomically); return (and keep in ``res.written``) their paths."""
     payloads = [("cad.csv", csv_bytes(res.cad)), ("wae.csv", csv_bytes(res.wae)),
                 ("diversity.csv", csv_bytes(res.diversity)), ("baselines.csv", csv_bytes(res.baselines)),
                 ("summary.json", (json.dumps(res.summary, indent=2, default=float) + "\n").encode())]
@@ -467,3 +532,8 @@ def write_audit(res: CorpusAudit, out_dir: str | Path) -> None:
     if res.clinical is not None:
         payloads.append(("clinical.csv", csv_bytes(res.clinical)))
     write_files_atomic(Path(out_dir), payloads)
+    for stale in ("surface.csv", "clinical.csv"):  # an earlier audit's table this one does not have: not kept
+        if stale not in {name for name, _ in payloads}:
+            (Path(out_dir) / stale).unlink(missing_ok=True)
+    res.written = [Path(out_dir) / name for name, _ in payloads]
+    return res.written

@@ -44,7 +44,11 @@ def corpus_audit_cmd(
         "--allow-duplicate-ids", help="keep reports that repeat an id (refused by default, naming both rows)")
     ] = False,
 ) -> None:
-    """Clinical Association Displacement, WAE and diversity of PREDICTIONS against REFERENCE (paper 002)."""
+    """Clinical Association Displacement, WAE and diversity of PREDICTIONS against REFERENCE (paper 002).
+
+    The summary goes to stderr, the paths written to stdout. Exit 0: audited; 1: the predictions are not
+    assessable (mostly empty, refusals, too short or without a reference word: a warning with the counts, and
+    the tables keep their header only); 2: bad input (nothing written)."""
     from medvlm_audit.errors import AuditError
     from medvlm_audit.suites.reports.audit import corpus_audit
     from medvlm_audit.suites.reports.clinical import load_clinical_metric
@@ -65,17 +69,55 @@ def corpus_audit_cmd(
     except AuditError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from e
+    for line in corpus_audit_summary(res, out):
+        typer.echo(line, err=True)
+    for path in res.written:  # only the paths written go to stdout (README: `... | xargs ls -l`)
+        typer.echo(str(path))
+    if not res.assessable:
+        raise typer.Exit(1)
+
+
+def corpus_audit_summary(res: Any, out: Path) -> list[str]:
+    """The human summary of a corpus audit (stderr): a warning and the counts where the predictions are not
+    assessable; else the categories and WAE, an undefined WAE with its reason (never a bare nan)."""
     from medvlm_audit.report.html import format_p
 
     s = res.summary
-    typer.echo(f"vocabulary {s['vocabulary']} words; headline categories {s['categories_headline']} "
-               f"(null, the reference split in two: {s['categories_null']}); {s['absent_strong']} words strong in "
-               f"the reference never written; gated {s['categories_gated']}; ungated {s['categories_ungated']}")
+    if not res.assessable:
+        counts = ", ".join(f"{k} {v}" for k, v in s["statuses"].items())
+        return [f"warning: predictions {s['predictions']['source']}: {s['reason']}; statuses: {counts}; no CAD "
+                f"category, WAE or diversity is given (exit 1); files in {out}"]
     w = res.wae.set_index(["weighting", "group"])
-    parts = [f"{name} {w.loc[k, 'value']:.3f} (permutation p {format_p(w.loc[k, 'p_perm'])}, null median "
-             f"{w.loc[k, 'null_median']:.3f}, 95th percentile {w.loc[k, 'null_p95']:.3f})"
-             for name, k in (("pred", ("pred", "all")), ("ref", ("ref", "all")), ("delta pred", ("pred", "delta")))]
-    typer.echo(f"WAE {'; '.join(parts)}; WAE falls when associated words are erased; files in {out}")
+
+    def why_undefined(weighting: str, group: str) -> str:
+        corpus = "predictions" if weighting == "pred" else "reference"
+        groups = ["F", "M"] if group == "delta" else [group] if group in ("F", "M") else []
+        lost = [g for g in groups if not _finite(w.loc[(weighting, g), "value"])]
+        if lost:
+            return (f"the {corpus} {'write' if weighting == 'pred' else 'writes'} no word the reference associates with "
+                    f"{' or '.join(lost)} (z_ref {'> 0' if lost == ['F'] else '< 0' if lost == ['M'] else '!= 0'})")
+        return f"no word of the {corpus} carries a weight"
+
+    def part(name: str, key: tuple[str, str]) -> str:
+        v = w.loc[key, "value"]
+        if not _finite(v):
+            return f"{name} undefined ({why_undefined(*key)})"
+        return (f"{name} {v:.3f} (permutation p {format_p(w.loc[key, 'p_perm'])}, null median "
+                f"{w.loc[key, 'null_median']:.3f}, 95th percentile {w.loc[key, 'null_p95']:.3f})")
+
+    parts = [part(name, k) for name, k in (("pred", ("pred", "all")), ("ref", ("ref", "all")),
+                                           ("delta pred", ("pred", "delta")))]
+    return [f"vocabulary {s['vocabulary']} words; headline categories {s['categories_headline']} "
+            f"(null, the reference split in two: {s['categories_null']}); {s['absent_strong']} words strong in "
+            f"the reference never written; gated {s['categories_gated']}; ungated {s['categories_ungated']}",
+            f"WAE {'; '.join(parts)}; WAE falls when associated words are erased; files in {out}"]
+
+
+def _finite(v: Any) -> bool:
+    try:
+        return not (v is None or v != v)  # nan != nan
+    except TypeError:
+        return False
 
 
 def _name_path(spec: str) -> tuple[str, str]:
