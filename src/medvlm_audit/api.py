@@ -13,7 +13,7 @@ import platform
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,10 +83,20 @@ def resolve_config(config: RunConfig | dict[str, Any] | str | Path) -> tuple[Run
     return cfg, suite, opts
 
 
-def embedded_config(suite: str, out: str | Path, **flags: Any) -> RunConfig:
-    """The embedded default of a suite (phantom data and its reference models, offline), prepared under ``out``."""
+def embedded_config(suite: str, out: str | Path, *, options: Mapping[str, Any] | None = None, **flags: Any
+                    ) -> RunConfig:
+    """The embedded default of a suite (phantom data and its reference models, offline), prepared under ``out``.
+
+    ``options`` (``demo --set``) are checked against the suite's ``embedded_options`` when it declares them: a
+    bad key or value is one line naming the key, listing the valid ones, before anything is written."""
     s = get_suite(suite)
-    data = s.embedded_config(Path(out), **flags)
+    given = dict(options or {})
+    spec = getattr(s, "embedded_options", None)
+    if spec is not None:
+        from medvlm_audit.demo_options import check_demo_options
+
+        given = check_demo_options(suite, given, spec)
+    data = s.embedded_config(Path(out), **given, **flags)
     return validate_config(data, source=f"embedded {suite} default")
 
 
@@ -520,19 +530,21 @@ def demo(
     log: Callable[[str], Any] = print,
     with_report: bool = True,
     exist_ok: bool = False,
+    options: Mapping[str, Any] | None = None,
     **flags: Any,
 ) -> RunResult:
     """A suite's embedded default end to end: prepare its data under ``out``, run it, export and report.
 
     An ``out`` that already holds files is refused before anything is written, unless ``exist_ok`` (the data are
-    rebuilt identically and the run resumes)."""
+    rebuilt identically and the run resumes). ``options`` are the suite's demo options (``demo --set``; a key such
+    as ``log`` never collides with this function's own arguments); ``**flags`` are added to them."""
     out = Path(out)
     if not exist_ok and out.is_dir() and any(out.iterdir()):
         found = ", ".join(sorted(p.name for p in out.iterdir())[:5])
         resume = f" (to resume it: medvlm-audit run {out / 'demo.yaml'})" if (out / "demo.yaml").exists() else ""
         raise AuditError(f"{out} already holds a demo or other files ({found}); nothing was overwritten: choose another --out or "
                          f"remove it{resume}")
-    cfg = embedded_config(suite, out, log=log, **flags)
+    cfg = embedded_config(suite, out, log=log, options={**(options or {}), **flags})
     res = run(cfg, progress=progress)
     if with_report:
         log("writing the report ...")

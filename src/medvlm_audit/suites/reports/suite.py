@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from medvlm_audit.demo_options import DemoOption
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
@@ -240,6 +241,11 @@ class ReportsSuite(Suite):
     WAE and diversity against a reference corpus."""
 
     name: ClassVar[str] = "reports"
+    #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
+    embedded_options: ClassVar[dict[str, DemoOption]] = {
+        "n_images": DemoOption(int, 40, "phantom images, patients of both sexes", minimum=2),
+        "samples": DemoOption(int, 3, "reports per image and sampled decoding strategy", minimum=1),
+    }
     title: ClassVar[str] = "Report audit"
     Options: ClassVar[type[BaseModel]] = ReportsOptions
     backends: ClassVar[dict[str, str]] = {"report_reference": "medvlm_audit.suites.reports.reference:factory"}
