@@ -42,3 +42,13 @@ def test_a_missing_relative_option_path_shows_the_path_it_resolved_to(tmp_path: 
     assert f"ref.jsonl (resolved against the current folder: {tmp_path / 'ref.jsonl'}) does not exist" in \
         " ".join(res.output.split())
     assert not (tmp_path / "run_x").exists()
+
+
+def test_a_missing_relative_kb_shows_the_path_it_resolved_to(tmp_path: Path, monkeypatch) -> None:
+    from medvlm_audit.errors import AuditError
+    from medvlm_audit.suites.faithfulness.kb import KnowledgeBase
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AuditError, match="resolved against the current folder") as e:
+        KnowledgeBase.from_json("kb.json")
+    assert str(tmp_path / "kb.json") in str(e.value)
