@@ -169,3 +169,26 @@ def test_allow_outside_root_is_explicit_said_in_the_summary_and_checked_at_run_t
     with pytest.raises(ProbeSetError, match="a symlink out of the root"):
         ps.resolve("link.png")
     assert ps.resolve("im1.png") == tmp_path / "imgs" / "im1.png"
+
+
+@pytest.mark.parametrize("bad", ["column", "label", "case_id"])
+def test_a_build_that_fails_validation_creates_no_output_folder(tmp_path: Path, bad: str) -> None:
+    from typer.testing import CliRunner
+
+    from medvlm_audit.cli import app
+
+    names = _images(tmp_path / "imgs", 4)
+    rows = [{"case_id": f"c{i}", "image": n, "finding": "nodule", "label": i % 2} for i, n in enumerate(names)]
+    if bad == "column":
+        rows = [{("lbl" if k == "label" else k): v for k, v in r.items()} for r in rows]
+    elif bad == "label":
+        rows[1]["label"] = "maybe"
+    else:
+        rows[3]["case_id"] = ""
+    csv = _csv(tmp_path / "cases.csv", rows)
+    out = tmp_path / "nested" / "o_bad"
+    res = CliRunner().invoke(app, ["build", "folder", "--images", str(tmp_path / "imgs"), "--csv", str(csv),
+                                   "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "folder CSV" in res.output
+    assert not out.exists() and not out.parent.exists()

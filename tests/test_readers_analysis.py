@@ -313,3 +313,19 @@ def test_rubric_median_is_a_category_with_its_iqr(tmp_path: Path) -> None:
     row = res.metrics[(res.metrics.probe_set == "A") & (res.metrics.subset == "median")].iloc[0]
     assert row.point == 1 and row.note == "IQR 1-2"
     assert stats.ordinal_median_iqr([1, 2, 3, 3]) == (2.0, 1.0, 3.0)
+
+
+def test_readers_figure_labels_a_model_without_a_difference_n_a_not_nan() -> None:
+    from medvlm_audit.suites.grounding.readers import readers_beside_models_figure
+
+    rows = []
+    for mod, acc, cgr in (("good", 80.0, 20.0), ("empty", np.nan, np.nan), ("reader:alice", 90.0, 10.0)):
+        for metric, p in (("accuracy", acc), ("cgr", cgr)):
+            rows.append({"model": mod, "metric": metric, "subset": "reader-sample", "point": p,
+                         "ci_low": p - 5, "ci_high": p + 5})
+    comp = pd.DataFrame([{"metric": metric, "model_a": mod, "model_b": "reader:alice", "diff": d, "p_adj": np.nan}
+                         for metric in ("accuracy", "cgr") for mod, d in (("good", -10.0), ("empty", np.nan))])
+    fig = readers_beside_models_figure(pd.DataFrame(rows), comp, ["reader:alice"])
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "n/a" in texts and "-10.0" in texts
+    assert not any("nan" in t for t in texts), texts

@@ -305,3 +305,19 @@ def test_orders_keep_a_cases_items_apart(fp_study) -> None:
         assert sorted(order) == sorted(items.index)
         orders.append(order)
     assert orders[0] != orders[1]
+
+
+@pytest.mark.parametrize("bad", ["-5", "nan", "inf", "-inf", "abc"])
+def test_impossible_elapsed_time_is_refused_and_nothing_is_stored(fp_study, bad: str) -> None:
+    study_dir, res = fp_study
+    tok = res["tokens"]["ana"]
+    c = _client(study_dir)
+    item, csrf = _first_item(c, tok)
+    body = {"csrf": csrf, "item_id": item, "scale": "answer", "value": "yes"}
+    assert c.post(f"/r/{tok}/answer", data={**body, "elapsed_ms": "800"}).json()["ok"]
+    r = c.post(f"/r/{tok}/answer", data={**body, "value": "no", "elapsed_ms": bad})
+    assert r.status_code == 400 and "elapsed_ms" in r.json()["error"]
+    st = Study(study_dir)
+    assert st.answers(st.readers()[0]) == {item: {"answer": "yes"}}  # the stored answer is untouched
+    assert np.allclose(st.answer_table()["elapsed_s"], 0.8)
+    assert c.post(f"/r/{tok}/answer", data=body).json()["ok"]  # no time sent: saved, time not recorded

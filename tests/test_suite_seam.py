@@ -355,10 +355,10 @@ def test_the_core_tidy_columns_name_no_grounding_column() -> None:
     assert "has_box" not in src and "ibox_overlaps" not in src and "tbox" not in src
 
 
-@pytest.mark.parametrize("setting, message", [("n_cases=40", "n_cases must be at least 60"),
+@pytest.mark.parametrize("setting, message", [("n_cases=40", "n_cases must be a whole number >= 60"),
                                               ("n_cases=fourty", "n_cases must be a whole number"),
                                               ("gemma=maybe", "gemma must be true or false"),
-                                              ("n_casess=100", "takes no option")])
+                                              ("n_casess=100", "has no option 'n_casess'")])
 def test_demo_set_values_the_default_refuses_get_one_line_and_nothing_written(tmp_path: Path, setting: str,
                                                                               message: str) -> None:
     from typer.testing import CliRunner

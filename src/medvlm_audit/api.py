@@ -13,7 +13,7 @@ import platform
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,10 +83,20 @@ def resolve_config(config: RunConfig | dict[str, Any] | str | Path) -> tuple[Run
     return cfg, suite, opts
 
 
-def embedded_config(suite: str, out: str | Path, **flags: Any) -> RunConfig:
-    """The embedded default of a suite (phantom data and its reference models, offline), prepared under ``out``."""
+def embedded_config(suite: str, out: str | Path, *, options: Mapping[str, Any] | None = None, **flags: Any
+                    ) -> RunConfig:
+    """The embedded default of a suite (phantom data and its reference models, offline), prepared under ``out``.
+
+    ``options`` (``demo --set``) are checked against the suite's ``embedded_options`` when it declares them: a
+    bad key or value is one line naming the key, listing the valid ones, before anything is written."""
     s = get_suite(suite)
-    data = s.embedded_config(Path(out), **flags)
+    given = dict(options or {})
+    spec = getattr(s, "embedded_options", None)
+    if spec is not None:
+        from medvlm_audit.demo_options import check_demo_options
+
+        given = check_demo_options(suite, given, spec)
+    data = s.embedded_config(Path(out), **given, **flags)
     return validate_config(data, source=f"embedded {suite} default")
 
 
@@ -365,7 +375,29 @@ def export(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path
     return export_table(tidy(run_dir), Path(out_dir) if out_dir else Path(run_dir))
 
 
-def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+def decoding_sent(store: RunStore) -> dict[str, list[Any]]:
+    """Each decoding field as the run's stored requests asked it: field -> its distinct values (sorted; a suite
+    overrides the config's shared decoding per trial, e.g. faithfulness asks 2048 new tokens, reports 512 and a
+    temperature per strategy). Empty for a run without stored requests."""
+    import json
+
+    if not store.has_table("requests"):
+        return {}
+    df = store.frame("SELECT DISTINCT json_extract(input, '$.decoding') AS d FROM requests")
+    values: dict[str, set[str]] = {}
+    for text in df["d"].dropna():
+        try:
+            dec = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(dec, dict):
+            for k, v in dec.items():
+                values.setdefault(str(k), set()).add(json.dumps(v))
+    return {k: sorted((json.loads(v) for v in vs), key=lambda x: (x is None, str(type(x)), x if x is not None else 0))
+            for k, vs in values.items()}
+
+
+def _run_info(meta: dict[str, Any], run_dir: Path, sent: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     cfg = meta.get("config") or {}
     return {
         "run_id": meta.get("run_id", run_dir.name),
@@ -378,6 +410,7 @@ def _run_info(meta: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "last_summary": meta.get("last_summary"),
         "config": cfg or None,  # the resolved config as recorded (credentials redacted), shown in words
         "run_dir": cfg.get("run_dir") or str(run_dir.resolve()),  # recorded paths are shown relative to it
+        "decoding_sent": sent or None,  # the decoding the requests carried: the config block says what was run
     }
 
 
@@ -493,6 +526,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
         designed = designed_behaviours(store)
         model_names = [str(m) for m in store.frame("SELECT name FROM models ORDER BY name")["name"]]
         decodings = decodings_as_run(store)
+        sent = decoding_sent(store)
     recorded = {k: v for k, v in (meta.get("config") or {}).items() if k not in SHARED_FIELDS}
     try:
         opts = suite.Options.model_validate(recorded)
@@ -509,7 +543,7 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     later = {m for names in roles.values() for m in names}
     title = report_title(suite.title, run_dir, [m for m in model_names if m not in later], roles)
     return write_report(result, Path(out) if out else run_dir / "report", suite=suite.name, title=title,
-                        run_info=_run_info(meta, run_dir), parquet_tables=suite.parquet_tables)
+                        run_info=_run_info(meta, run_dir, sent), parquet_tables=suite.parquet_tables)
 
 
 def demo(
@@ -520,19 +554,21 @@ def demo(
     log: Callable[[str], Any] = print,
     with_report: bool = True,
     exist_ok: bool = False,
+    options: Mapping[str, Any] | None = None,
     **flags: Any,
 ) -> RunResult:
     """A suite's embedded default end to end: prepare its data under ``out``, run it, export and report.
 
     An ``out`` that already holds files is refused before anything is written, unless ``exist_ok`` (the data are
-    rebuilt identically and the run resumes)."""
+    rebuilt identically and the run resumes). ``options`` are the suite's demo options (``demo --set``; a key such
+    as ``log`` never collides with this function's own arguments); ``**flags`` are added to them."""
     out = Path(out)
     if not exist_ok and out.is_dir() and any(out.iterdir()):
         found = ", ".join(sorted(p.name for p in out.iterdir())[:5])
         resume = f" (to resume it: medvlm-audit run {out / 'demo.yaml'})" if (out / "demo.yaml").exists() else ""
         raise AuditError(f"{out} already holds a demo or other files ({found}); nothing was overwritten: choose another --out or "
                          f"remove it{resume}")
-    cfg = embedded_config(suite, out, log=log, **flags)
+    cfg = embedded_config(suite, out, log=log, options={**(options or {}), **flags})
     res = run(cfg, progress=progress)
     if with_report:
         log("writing the report ...")

@@ -325,7 +325,7 @@ def demo_cmd(
                                                       ("vision_probe", vision_probe, False)) if v != d}
         flags.update(_settings(set_))
         with sigterm_as_interrupt():
-            res = api.demo(suite, out, progress=not no_progress, log=console.print, **flags)
+            res = api.demo(suite, out, progress=not no_progress, log=console.print, options=flags)
     except (AuditError, ValueError, TypeError) as e:  # a --set value the embedded default refuses: one line
         _fail(e)
     except KeyboardInterrupt:

@@ -130,6 +130,23 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ru
     return validate_config(data, source=str(p))
 
 
+def resolved_path_text(path: str | Path) -> str:
+    """A path named in a config option, as an error shows it: as written, with the absolute path it resolved to
+    when it was relative (a config's probe_sets resolve against the config file's folder; run_dir and every other
+    path in it, e.g. a suite option's file, against the current folder).
+
+    >>> import os
+    >>> resolved_path_text("/data/ref.jsonl")
+    '/data/ref.jsonl'
+    >>> resolved_path_text("ref.jsonl") == f"ref.jsonl (resolved against the current folder: {os.getcwd()}/ref.jsonl)"
+    True
+    """
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(path)
+    return f"{path} (resolved against the current folder: {Path.cwd() / p})"
+
+
 _NAMED_SOURCE = re.compile(r"^[A-Za-z][\w.-]+:")  # ``vqa-rad:/data/VQA_RAD`` (not a drive letter ``C:``)
 
 

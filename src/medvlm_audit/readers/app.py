@@ -224,10 +224,16 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         item_id, scale, value = (form.get(k) for k in ("item_id", "scale", "value"))
         if not all(isinstance(v, str) for v in (item_id, scale, value)):
             return JSONResponse({"ok": False, "error": "item_id, scale and value are required"}, status_code=400)
-        try:
-            elapsed = float(form.get("elapsed_ms") or "nan") / 1000.0  # type: ignore[arg-type]
-        except ValueError:
-            elapsed = math.nan
+        raw_ms = form.get("elapsed_ms")
+        elapsed = math.nan  # absent or empty: the time is simply not recorded
+        if isinstance(raw_ms, str) and raw_ms.strip():
+            try:
+                elapsed = float(raw_ms) / 1000.0
+            except ValueError:
+                elapsed = math.nan
+            if not (math.isfinite(elapsed) and elapsed >= 0):  # nothing is stored for an impossible time
+                return JSONResponse({"ok": False, "error": f"elapsed_ms must be a finite number >= 0, "
+                                     f"got {raw_ms[:40]!r}"}, status_code=400)
 
         def save() -> Response:
             try:

@@ -358,7 +358,8 @@ _RUN_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 #: run-info keys that are shown elsewhere (the config block, the failing-models box) or are internal
-_HIDDEN_RUN_KEYS = frozenset({"config", "config_summary", "last_summary", "run_dir", "report_version"})
+_HIDDEN_RUN_KEYS = frozenset({"config", "config_summary", "last_summary", "run_dir", "report_version",
+                              "decoding_sent"})
 
 #: human labels of the recorded run config's keys (unknown keys get their key in words)
 _CONFIG_LABELS: dict[str, str] = {
@@ -468,14 +469,28 @@ def _rel(path: object, run_dir: str | None) -> str:
     return "." if rel == "." else rel
 
 
-def _decoding_text(dec: Mapping[str, Any]) -> str:
+def _decoding_text(dec: Mapping[str, Any], sent: Mapping[str, Sequence[Any]] | None = None) -> str:
+    """A decoding in words. ``sent``: each field's distinct values in the run's requests; a field the run asked
+    otherwise than ``dec`` says so, with the value(s) sent first and the config's value after.
+
+    >>> _decoding_text({"max_new_tokens": 16, "temperature": 0.0}, {"max_new_tokens": [2048, 512],
+    ...                "temperature": [0.0]})
+    'max new tokens 512, 2,048 as sent (config 16), temperature 0'
+    """
+    sent = sent or {}
     parts = []
     for k, v in dec.items():
+        label = _DECODING_LABELS.get(k, _words(k).lower())
+        got = [x for x in sent.get(k, ()) if x is not None]
+        if got and list(got) != [v]:
+            shown = ", ".join(_value_text(x) for x in sorted(got, key=lambda x: (str(type(x)), x)))
+            parts.append(f"{label} {shown} as sent (config {_value_text(v) if v is not None else 'not set'})")
+            continue
         if v is None:
             continue  # the backend's default
         if k == "top_logprobs" and not dec.get("logprobs"):
             continue
-        parts.append(f"{_DECODING_LABELS.get(k, _words(k).lower())} {_value_text(v)}")
+        parts.append(f"{label} {_value_text(v)}")
     return ", ".join(parts) or "backend defaults"
 
 
@@ -495,9 +510,11 @@ def _model_text(entry: Mapping[str, Any], run_dir: str | None) -> str:
     return "; ".join(bits)
 
 
-def config_rows(config: Mapping[str, Any], run_dir: str | None = None) -> list[tuple[str, str]]:
+def config_rows(config: Mapping[str, Any], run_dir: str | None = None,
+                sent: Mapping[str, Sequence[Any]] | None = None) -> list[tuple[str, str]]:
     """The resolved run config as (label, text) rows in words: human labels, yes / no, paths relative to the
-    run folder, one line per model."""
+    run folder, one line per model; the shared decoding says what the requests were sent (``sent``: field ->
+    distinct values) where a suite overrode it."""
     rows: list[tuple[str, str]] = []
     for key, value in config.items():
         label = _CONFIG_LABELS.get(key, _words(key))
@@ -509,7 +526,7 @@ def config_rows(config: Mapping[str, Any], run_dir: str | None = None) -> list[t
                     rows.append((f"Model {m.get('name', '?')}", _model_text(m, run_dir)))
             continue
         if key == "decoding" and isinstance(value, Mapping):
-            rows.append((label, _decoding_text(value)))
+            rows.append((label, _decoding_text(value, sent)))
             continue
         if key == "probe_sets" and isinstance(value, (list, tuple)):
             rows.append((label, ", ".join(_rel(v, run_dir) for v in value) or _NA))
@@ -566,7 +583,9 @@ def _run_info_html(run_info: Mapping[str, Any], summary: Mapping[str, Any], deri
 
     run_dir = run_info.get("run_dir")
     has_config = isinstance(config, Mapping) and bool(config)
-    rows = config_rows(config, str(run_dir) if run_dir else None) if has_config else []  # type: ignore[arg-type]
+    sent = run_info.get("decoding_sent")
+    rows = config_rows(config, str(run_dir) if run_dir else None,  # type: ignore[arg-type]
+                       sent if isinstance(sent, Mapping) else None) if has_config else []
     where = " Paths are relative to the run folder." if run_dir else ""
     return str(macro("run_details")(items, rows, has_config, where))
 

@@ -401,7 +401,9 @@ class KnowledgeBase:
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise KBError(f"{p}: cannot read the KB ({exc})") from None
+            from medvlm_audit.config import resolved_path_text
+
+            raise KBError(f"{resolved_path_text(p)}: cannot read the KB ({exc.strerror or exc})") from None
         except json.JSONDecodeError as exc:
             raise KBError(f"{p}: not JSON ({exc.msg}, line {exc.lineno})") from None
         return cls.from_dict(data, str(p))

@@ -14,6 +14,7 @@ import pandas as pd
 from pydantic import BaseModel, Field, field_validator
 
 from medvlm_audit.config import SHARED_FIELDS, ModelSpec
+from medvlm_audit.demo_options import DemoOption
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.suites.base import Stage, Suite, SuiteResult
 from medvlm_audit.suites.faithfulness.conditions import FaithOptions
@@ -223,6 +224,10 @@ class FaithfulnessSuite(Suite):
     """Paper 001: does a model's chain of thought admit what changed its answer?"""
 
     name: ClassVar[str] = "faithfulness"
+    #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
+    embedded_options: ClassVar[dict[str, DemoOption]] = {
+        "n_items": DemoOption(int, 36, "phantom VQA items", minimum=1, maximum=10_000),
+    }
     title: ClassVar[str] = "Faithfulness audit"
     Options: ClassVar[type[BaseModel]] = FaithfulnessOptions
     backends: ClassVar[dict[str, str]] = {

@@ -395,10 +395,11 @@ def readers_beside_models_figure(metrics: pd.DataFrame, comp: pd.DataFrame, read
                         fmt="o", color="#1f77b4", ms=5, capsize=2)
             c = comp[(comp["metric"] == metric) & (comp["model_a"] == mod) & (comp["model_b"] == ref)]
             if len(c):
-                q = c["p_adj"].iloc[0]
+                q, d = c["p_adj"].iloc[0], c["diff"].iloc[0]
                 star = "" if not np.isfinite(q) else "***" if q < .001 else "**" if q < .01 else "*" if q < .05 else "ns"
-                ax.annotate(f"{c['diff'].iloc[0]:+.1f} {star}", (1.02, k), xycoords=("axes fraction", "data"),
-                            fontsize=7.5, va="center")
+                # a model without scorable reads on the shared cases has no difference: "n/a", never "+nan"
+                label = f"{d:+.1f} {star}".strip() if np.isfinite(d) else "n/a"
+                ax.annotate(label, (1.02, k), xycoords=("axes fraction", "data"), fontsize=7.5, va="center")
         ax.set_yticks(y, models, fontsize=7.5)
         ax.set_ylim(-0.6, max(len(models), 1) - 0.4)
         ax.tick_params(axis="x", labelsize=7.5)

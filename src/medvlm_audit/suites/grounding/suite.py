@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from medvlm_audit.demo_options import DemoOption
 from medvlm_audit.errors import AuditError, ConfigError
 from medvlm_audit.registry import check_known
 from medvlm_audit.store import RunStore
@@ -207,6 +208,13 @@ class GroundingSuite(Suite):
     """Paper 000: does a model's right answer come from the image?"""
 
     name: ClassVar[str] = "grounding"
+    #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
+    embedded_options: ClassVar[dict[str, DemoOption]] = {
+        "n_cases": DemoOption(int, 800, "phantom probe cases", minimum=60),
+        "n_train": DemoOption(int, 1500, "phantom training cases for the reference models", minimum=60),
+        "gemma": DemoOption(bool, False, "add Gemma 3 270M as a text-only baseline, extra gemma"),
+        "vision_probe": DemoOption(bool, False, "add a tiny ViT vision probe"),
+    }
     title: ClassVar[str] = "Grounding audit"
     Options: ClassVar[type[BaseModel]] = GroundingRunOptions
     backends: ClassVar[dict[str, str]] = {

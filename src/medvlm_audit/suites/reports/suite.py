@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from medvlm_audit.config import resolved_path_text
+from medvlm_audit.demo_options import DemoOption
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
@@ -162,8 +164,8 @@ def preflight(ctx: StageContext) -> list[str]:
         problems.append(f"the reports suite needs {' and '.join(parts)}, not installed; install with: "
                         f"{install_command('reports', torchxrayvision=needs_iu)}")
     if opts.reference != "iu" and not Path(opts.reference).expanduser().is_file():
-        problems.append(f"option 'reference': {opts.reference} does not exist (a JSONL of {{id, text, group}} or "
-                        "'iu')")
+        problems.append(f"option 'reference': {resolved_path_text(opts.reference)} does not exist (a JSONL of "
+                        "{id, text, group} or 'iu')")
     elif opts.reference != "iu":  # read as the report reads it: a bad row is found before any model is asked
         from medvlm_audit.suites.reports.corpus import CorpusError, read_corpus
 
@@ -173,7 +175,7 @@ def preflight(ctx: StageContext) -> list[str]:
             problems.append(f"option 'reference': {e}")
     for c in opts.clinical_metrics:
         if not Path(c.path).expanduser().exists():
-            problems.append(f"option 'clinical_metrics' ({c.name}): {c.path} does not exist")
+            problems.append(f"option 'clinical_metrics' ({c.name}): {resolved_path_text(c.path)} does not exist")
     if opts.bertscore_model is not None and not (Path(opts.bertscore_model).expanduser() / "config.json").is_file():
         problems.append(f"option 'bertscore_model': {opts.bertscore_model} holds no config.json (a local Hugging "
                         "Face encoder folder is needed)")
@@ -191,7 +193,7 @@ def check_stage(ctx: StageContext, models: list[Any]) -> None:
     opts: ReportsOptions = ctx.options  # type: ignore[assignment]
     for c in opts.clinical_metrics:  # loaded by the analysis; a wrong path must not wait for the whole run
         if not Path(c.path).expanduser().exists():
-            raise ConfigError(f"option 'clinical_metrics' ({c.name}): {c.path} does not exist")
+            raise ConfigError(f"option 'clinical_metrics' ({c.name}): {resolved_path_text(c.path)} does not exist")
     if opts.bertscore_model is not None and not (Path(opts.bertscore_model).expanduser() / "config.json").is_file():
         raise ConfigError(f"option 'bertscore_model': {opts.bertscore_model} holds no config.json (a local Hugging "
                           "Face encoder folder is needed)")
@@ -240,6 +242,11 @@ class ReportsSuite(Suite):
     WAE and diversity against a reference corpus."""
 
     name: ClassVar[str] = "reports"
+    #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
+    embedded_options: ClassVar[dict[str, DemoOption]] = {
+        "n_images": DemoOption(int, 40, "phantom images, patients of both sexes", minimum=2),
+        "samples": DemoOption(int, 3, "reports per image and sampled decoding strategy", minimum=1),
+    }
     title: ClassVar[str] = "Report audit"
     Options: ClassVar[type[BaseModel]] = ReportsOptions
     backends: ClassVar[dict[str, str]] = {"report_reference": "medvlm_audit.suites.reports.reference:factory"}

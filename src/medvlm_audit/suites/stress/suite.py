@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from medvlm_audit.demo_options import DemoOption
 from medvlm_audit.errors import ConfigError
 from medvlm_audit.registry import check_known
 from medvlm_audit.store import RunStore
@@ -103,6 +104,8 @@ class StressSuite(Suite):
     """Paper 003: multiple-choice stress tests T1-T6 and the robustness score."""
 
     name: ClassVar[str] = "stress"
+    #: ``demo --set`` options of the embedded default: none
+    embedded_options: ClassVar[dict[str, DemoOption]] = {}
     title: ClassVar[str] = "Stress audit"
     Options: ClassVar[type[BaseModel]] = StressRunOptions
     backends: ClassVar[dict[str, str]] = {

@@ -144,7 +144,6 @@ def build_folder(
     ``allow_outside_root``; the build summary then counts them."""
     opts = BuildOptions.of(options, option_kw, "build_folder")
     images_dir, out_dir, csv_path = Path(images_dir), Path(out_dir), Path(csv_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = ExclusionLog()
     raw = read_csv(csv_path, ["finding", "label"], "folder CSV", dtype=str, keep_default_na=False, na_values=[""])
     img_col = _col(raw, "image")
