@@ -98,6 +98,17 @@ def test_no_erasure_is_not_called_on_a_corpus_too_small_to_find_it():
     assert classify({**row, "absent_strong_count": 40, "erasure_count_headline": 40})[0] == ERASES
 
 
+def test_a_reference_with_no_strong_word_cannot_give_a_clean_badge():
+    # audit2 A: strong_count = 0 (no |z_ref| > 2 word): nothing could be counted as erased, whatever the model
+    # writes, so 'no erasure or new bias found' is not supported; a shift beyond chance is still called
+    row = _row(absent=0, absent_strong_null_p95=0, absent_strong_null_p5=0, strong_count=0, erasure_count=0, p=0.5)
+    label, reason = classify(row)
+    assert label == "indeterminate", reason
+    assert reason.startswith("the reference has no strong words (|z_ref| > 2), so no erasure can be shown")
+    assert classify({**row, "new_bias_count_headline": 3})[0] == SHIFTS
+    assert classify({**row, "strong_count": 5})[0] == CLEAN
+
+
 def test_verdict_table_and_html_give_a_badge_per_strategy():
     table = pd.DataFrame([_row(erasure=(41, 0), p=0.001),
                           _row(strategy="top_k", p=0.6),

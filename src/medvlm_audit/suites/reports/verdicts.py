@@ -22,7 +22,8 @@ few reports), unless the model leaves fewer strong words unwritten than the draw
 - *no erasure or new bias found*: no count exceeds its null and WAE_pred's permutation p is at least
   ``WAE_ALPHA`` (0.05);
 - *indeterminate*: no count exceeds its null but WAE_pred's permutation p is below ``WAE_ALPHA`` (the displacement
-  as a whole is beyond chance, no word-level count shows where), or WAE's test is undefined;
+  as a whole is beyond chance, no word-level count shows where), or WAE's test is undefined, or the reference has
+  no strong word (``strong_count`` = 0: no word could be counted as erased), or the corpus is too small (above);
 - *not assessable*: a headline count or its null is undefined (no reports of both groups, no word scored).
 
 Preservation (the same association kept) is good news, printed but never a finding. WAE is read through its
@@ -37,6 +38,11 @@ low WAE is never read as "no erasure".
 'erases sex-associated words'
 >>> classify({**row, "erasure_count_headline": 0})[0]
 'indeterminate'
+>>> clean = {**row, "erasure_count_headline": 0, "new_bias_count_headline": 0, "wae_pred_p_perm": 0.5}
+>>> classify(clean)[0]
+'no erasure or new bias found'
+>>> classify({**clean, "strong_count": 0})[1].split(";")[0]
+'the reference has no strong words (|z_ref| > 2), so no erasure can be shown'
 """
 
 from __future__ import annotations
@@ -99,6 +105,8 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
     writes_more = not math.isnan(a5) and not math.isnan(a) and a < a5  # fewer absent than chance: not omitting
     blind = (sized and not math.isnan(strong) and strong > 0 and a95 > strong / 2 and not found["erasure"]
              and not writes_more)
+    # a reference with no strong word cannot show erasure at all: nothing could be counted as erased
+    no_strong = not math.isnan(strong) and strong == 0
     absent = ""
     if not math.isnan(a) and a > 0:
         absent = f"{int(a)} strong in the reference never written"
@@ -131,6 +139,9 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         label = ERASES
     elif shifts:
         label = SHIFTS
+    elif no_strong:
+        label = "indeterminate"
+        parts.insert(0, "the reference has no strong words (|z_ref| > 2), so no erasure can be shown")
     elif blind:
         label = "indeterminate"
         parts.insert(0, "too few reports to tell erasure from chance (human reports this many leave most strong "
