@@ -195,12 +195,14 @@ def verdicts_html(verdicts: pd.DataFrame, labels: Mapping[str, str] | None = Non
     return "".join(out)
 
 
-def not_assessable_section(models: Sequence[str]) -> Any:
-    """The verdict section of a run with nothing to audit: each model *not assessable*."""
+def not_assessable_section(models: Sequence[str], reasons: Mapping[str, str] | None = None) -> Any:
+    """The verdict section of a run with nothing to audit: each model *not assessable*, with its own reason
+    (``reasons``: model -> words, e.g. its strategies' 'too short' counts) where given."""
     from medvlm_audit.report.html import verdict_list
     from medvlm_audit.report.sections import Section
 
-    items = [(m, _badge("not assessable"), "no model x strategy has reports of both groups (F and M) to audit; "
+    reasons = dict(reasons or {})
+    items = [(m, _badge("not assessable"), reasons.get(m) or "no reports of both groups (F and M) to audit; "
               "see 'Nothing to audit' below") for m in models]
     return Section("Verdicts", verdict_list(items), "verdicts")
 
