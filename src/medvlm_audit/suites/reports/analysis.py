@@ -290,6 +290,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     ref_div: dict[str, Any] = {}
     not_assessable: dict[str, str] = {}
     shares: dict[str, dict[str, Any]] = {}
+    group_n: dict[tuple[str, str], dict[str, int]] = {}  # reports per group of each audited model x strategy
     vocabulary = {w for t in ref.texts for w in report_tokens(t)}
     order = {s: i for i, s in enumerate(STRATEGIES)}
     for model in sorted(tidy["model"].unique()):
@@ -312,6 +313,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                                reference_ids=ref_ids, bertscore=flags[opts.bertscore],
                                bertscore_model=opts.bertscore_model, bertscore_layers=opts.bertscore_layers,
                                clinical=clinical, surface_max=opts.surface_max)
+            group_n[(str(model), str(strategy))] = pred.counts()
             rows += metric_rows(res, model, strategy, probe_set, opts.B, opts.n_perm)
             rows += paired_rows(res, model, strategy, probe_set)
             paired_names |= {str(m) for f in (res.surface, res.clinical) if f is not None for m in f["metric"]}
@@ -360,6 +362,9 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         table[f"wae_pred_{col}"] = [float(wae_by[(m, s)].set_index(["weighting", "group"]).loc[("pred", "all"), col])
                                     if (m, s) in wae_by else math.nan
                                     for m, s in zip(table["model"], table["strategy"], strict=True)]
+    for g in ("F", "M"):  # the verdict's floor of reports per group (verdicts.MIN_REPORTS_PER_GROUP)
+        table[f"n_reports_{g}"] = [group_n[(m, s)][g] if (m, s) in group_n else math.nan
+                                   for m, s in zip(table["model"], table["strategy"], strict=True)]
     vt = verdict_table(table)
     for i, r in vt.iterrows():  # a degenerate model x strategy (assess.py) says why, not 'no defined count'
         why = not_assessable.get(f"{r['model']} / {r['strategy']}")

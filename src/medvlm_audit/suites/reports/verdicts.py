@@ -26,6 +26,10 @@ few reports), unless the model leaves fewer strong words unwritten than the draw
   no strong word (``strong_count`` = 0: no word could be counted as erased), or the corpus is too small (above);
 - *not assessable*: a headline count or its null is undefined (no reports of both groups, no word scored).
 
+Every call but *not assessable* needs at least ``MIN_REPORTS_PER_GROUP`` (10) reports of each group
+(``n_reports_F``, ``n_reports_M``, when given): with fewer the badge is *indeterminate* (too few reports),
+whatever the counts.
+
 Preservation (the same association kept) is good news, printed but never a finding. WAE is read through its
 permutation test only: it falls when associated words are erased (a word never written has z_disp^2 < 0.8), so a
 low WAE is never read as "no erasure".
@@ -43,6 +47,8 @@ low WAE is never read as "no erasure".
 'no erasure or new bias found'
 >>> classify({**clean, "strong_count": 0})[1].split(";")[0]
 'the reference has no strong words (|z_ref| > 2), so no erasure can be shown'
+>>> classify({**row, "n_reports_F": 1, "n_reports_M": 20})[1].split(";")[0]
+'too few reports to call: 1 F (at least 10 reports per group)'
 """
 
 from __future__ import annotations
@@ -53,11 +59,18 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["BADGES", "BOTH", "CLEAN", "ERASES", "HOW_TO_READ", "SHIFTS", "WAE_ALPHA", "classify", "model_line",
+__all__ = ["BADGES", "BOTH", "CLEAN", "ERASES", "HOW_TO_READ", "MIN_REPORTS_PER_GROUP", "SHIFTS", "WAE_ALPHA",
+           "classify", "model_line",
            "not_assessable_section", "verdict_table", "verdicts_html"]
 
 #: permutation p below which WAE_pred's displacement counts as beyond chance
 WAE_ALPHA = 0.05
+#: fewest reports per group (F and M) a call is made on; below it every call is *indeterminate* (too few
+#: reports). 10 per side is the project's floor for reading a count (``stats.rate_interval`` leaves Wilson only
+#: at 10 events on each side); a word's association from fewer reports per group is one or two reports' wording,
+#: and the size-matched null of so few reports leaves nearly every strong word unwritten (2 reports on IU: 31-40
+#: of 43), so one short report decides "erases". The embedded default has 20 per group (greedy) and more.
+MIN_REPORTS_PER_GROUP = 10
 BOTH, ERASES, SHIFTS = ("erases and shifts sex associations", "erases sex-associated words",
                         "shifts sex associations")
 CLEAN = "no erasure or new bias found"
@@ -120,6 +133,12 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
             for c in CATEGORIES[:3] if not found[c]]
     parts = lead + ([("not called, within chance: " if lead else "no count beyond chance: ") +
                      ", ".join(rest)] if rest else [])
+    n_f, n_m = _num(row.get("n_reports_F")), _num(row.get("n_reports_M"))
+    few = [f"{int(v)} {g}" for g, v in (("F", n_f), ("M", n_m)) if not math.isnan(v) and v < MIN_REPORTS_PER_GROUP]
+    if few:  # no count is called on so few reports: they are given, not read as findings
+        parts = ["counts not called: " + ", ".join(
+            f"{_WORDS[c]} {k[c]} (null {k0[c]}" + (f"; {absent}" if c == "erasure" and absent else "") + ")"
+            for c in CATEGORIES[:3])]
     parts.append(f"preservation {k['preservation']} (null {k0['preservation']}; associations kept)")
     p = _num(row.get("wae_pred_p_perm"))
     med, p95 = _num(row.get("wae_pred_null_median")), _num(row.get("wae_pred_null_p95"))
@@ -133,7 +152,11 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         parts.append(f"unique reports {100 * td:.0f}%" + ("" if math.isnan(n) else f" of {int(n):,}"))
     erases = found["erasure"]
     shifts = found["new_bias"] or found["bias_flip"]
-    if erases and shifts:
+    if few:  # any call, erasure or shift or clean, needs enough reports of each group
+        label = "indeterminate"
+        parts.insert(0, f"too few reports to call: {' and '.join(few)} (at least {MIN_REPORTS_PER_GROUP} reports "
+                        "per group)")
+    elif erases and shifts:
         label = BOTH
     elif erases:
         label = ERASES
