@@ -206,7 +206,8 @@ def verdicts_html(verdicts: pd.DataFrame, labels: Mapping[str, str] | None = Non
     legend = ('<p class="legend">Badges: ' + " ".join(_badge(b) for b in (BOTH, ERASES, SHIFTS, CLEAN)) +
               " (a headline count is a finding only when it exceeds the same count on the null, the reference "
               "corpus split in two at random, and absent strong words only beyond what random reference samples "
-              "of the model's size leave unwritten; indeterminate: too few reports to tell erasure from chance, or "
+              f"of the model's size leave unwritten; indeterminate: fewer than {MIN_REPORTS_PER_GROUP} reports of "
+              "a group, too few reports to tell erasure from chance, a reference with no strong word, or "
               f"no count beyond chance while WAE_pred's permutation p is below {WAE_ALPHA:g}).</p>")
     out = [legend]
     for m in (models or list(dict.fromkeys(verdicts["model"]))):
