@@ -98,6 +98,53 @@ def test_no_erasure_is_not_called_on_a_corpus_too_small_to_find_it():
     assert classify({**row, "absent_strong_count": 40, "erasure_count_headline": 40})[0] == ERASES
 
 
+def test_a_reference_with_no_strong_word_cannot_give_a_clean_badge():
+    # audit2 A: strong_count = 0 (no |z_ref| > 2 word): nothing could be counted as erased, whatever the model
+    # writes, so 'no erasure or new bias found' is not supported; a shift beyond chance is still called
+    row = _row(absent=0, absent_strong_null_p95=0, absent_strong_null_p5=0, strong_count=0, erasure_count=0, p=0.5)
+    label, reason = classify(row)
+    assert label == "indeterminate", reason
+    assert reason.startswith("the reference has no strong words (|z_ref| > 2), so no erasure can be shown")
+    assert classify({**row, "new_bias_count_headline": 3})[0] == SHIFTS
+    assert classify({**row, "strong_count": 5})[0] == CLEAN
+
+
+def test_no_call_is_made_on_fewer_than_the_minimum_reports_per_group():
+    # audit2 B: the demo with n_images=2 called 'erases sex-associated words' from one F and one M report
+    from medvlm_audit.suites.reports.verdicts import MIN_REPORTS_PER_GROUP
+
+    assert MIN_REPORTS_PER_GROUP == 10
+    erases = _row(erasure=(42, 0), absent=42, absent_strong_null_p95=40, strong_count=43, p=0.9)
+    assert classify({**erases, "n_reports_F": 10, "n_reports_M": 10})[0] == ERASES
+    for n_f, n_m in ((1, 1), (9, 30), (30, 9)):
+        for row in (erases, _row(bias_flip=(3, 0)), _row(p=0.5)):
+            label, reason = classify({**row, "n_reports_F": n_f, "n_reports_M": n_m})
+            assert label == "indeterminate", reason
+            assert reason.startswith("too few reports to call: ") and "at least 10 reports per group" in reason
+            assert "words (null" not in reason  # no count is worded as a finding
+    label, reason = classify({**erases, "n_reports_F": 1, "n_reports_M": 1})
+    assert "counts not called: erasure 42 (null 0; 42 strong in the reference never written" in reason
+
+
+def test_a_tiny_corpus_gets_too_few_reports_through_the_analysis(tmp_path):
+    from test_reports_robust import reference_file
+
+    from medvlm_audit.suites.reports.analysis import analyse_reports
+    from medvlm_audit.suites.reports.suite import ReportsOptions
+
+    ref = reference_file(tmp_path / "ref.jsonl", n=60)
+    rows = [{"strategy": "greedy", "report": ("breast tissue " if i % 2 else "prostate ") + f"mild heart {i}",
+             "group": "F" if i % 2 else "M", "case_id": f"c{i}"} for i in range(8)]
+    tidy = pd.DataFrame([{"run_id": "x", "model": "m", "probe_set": "p", "sample_index": 0, **r} for r in rows])
+    res = analyse_reports(tidy, ReportsOptions(reference=str(ref), B=20, n_perm=50, semantic="off",
+                                               bertscore="off"))
+    by = res.tables["by_strategy"]
+    assert by[["n_reports_F", "n_reports_M"]].values.tolist() == [[4, 4]]
+    vt = res.tables["reports_verdicts"]
+    assert vt["verdict"].tolist() == ["indeterminate"]
+    assert vt["reason"].item().startswith("too few reports to call: 4 F and 4 M")
+
+
 def test_verdict_table_and_html_give_a_badge_per_strategy():
     table = pd.DataFrame([_row(erasure=(41, 0), p=0.001),
                           _row(strategy="top_k", p=0.6),

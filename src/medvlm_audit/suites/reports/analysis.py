@@ -238,6 +238,41 @@ def _undefined_verdict(model: str, not_assessable: dict[str, str]) -> str:
     return "; ".join(why) if why else "undefined: no reports of both groups to audit"
 
 
+#: the columns of the corpus audit's tables as written (cad.csv and cad_<strategy>.csv, wae.csv, diversity.csv):
+#: a run with nothing to audit writes them with these headers and no rows, so ``pd.read_csv`` reads them
+#: (tests/test_reports_assessable.py checks them against a real audit)
+CAD_COLUMNS: tuple[str, ...] = (
+    "model", "strategy", "word", "z_ref", "z_pred", "z_disp", "p", "q", "category", "category_ungated", "s_ref",
+    "s_pred", "count_ref_F", "count_ref_M", "count_pred_F", "count_pred_M", "category_headline", "absent_strong")
+WAE_COLUMNS: tuple[str, ...] = (
+    "model", "strategy", "weighting", "group", "value", "ci_low", "ci_high", "p_perm", "n_boot", "n_perm",
+    "null_median", "null_p95", "point_outside_ci", "boot_bias", "value_bias_corrected", "ci_low_basic",
+    "ci_high_basic", "ci_low_bc", "ci_high_bc", "ci_low_print", "ci_high_print", "ci_print_method")
+DIVERSITY_COLUMNS: tuple[str, ...] = (
+    "corpus", "n_reports", "template_diversity", "ttr", "one_minus_self_bleu", "semantic_diversity",
+    "vocabulary_size", "self_bleu_sample", "semantic_note", "model", "strategy")
+_WAE_PRED_COLUMNS = ("p_perm", "null_median", "null_p95")
+
+
+def _empty_tables(metrics: pd.DataFrame, strategies: list[str], reasons: dict[str, str]) -> dict[str, pd.DataFrame]:
+    """The tables of a run with nothing to audit: headers and no rows (empty files would not parse), the strategy
+    table with a row per model x strategy (every audit column empty) and a verdict per model x strategy."""
+    if len(metrics):
+        by = strategy_table(metrics)
+    else:
+        by = pd.DataFrame(columns=["model", "strategy", *TABLE_METRICS, "n_reports"])
+    for col in _WAE_PRED_COLUMNS:
+        by[f"wae_pred_{col}"] = math.nan
+    vt = pd.DataFrame([(m, s, "not assessable", reasons.get(f"{m} / {s}") or
+                        "no reports of both groups (F and M) to audit")
+                       for m, s in zip(by["model"], by["strategy"], strict=True)],
+                      columns=["model", "strategy", "verdict", "reason"])
+    cad = pd.DataFrame(columns=list(CAD_COLUMNS))
+    return {"by_strategy": by, "cad": cad, "wae": pd.DataFrame(columns=list(WAE_COLUMNS)),
+            "diversity": pd.DataFrame(columns=list(DIVERSITY_COLUMNS)), "reports_verdicts": vt,
+            **{"cad_" + re.sub(r"[^A-Za-z0-9]", "_", s): cad for s in strategies}}
+
+
 def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> SuiteResult:
     """Run the corpus audit per model x strategy and assemble the suite result."""
     from medvlm_audit.suites.reports.clinical import load_clinical_metric
@@ -255,6 +290,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
     ref_div: dict[str, Any] = {}
     not_assessable: dict[str, str] = {}
     shares: dict[str, dict[str, Any]] = {}
+    group_n: dict[tuple[str, str], dict[str, int]] = {}  # reports per group of each audited model x strategy
     vocabulary = {w for t in ref.texts for w in report_tokens(t)}
     order = {s: i for i, s in enumerate(STRATEGIES)}
     for model in sorted(tidy["model"].unique()):
@@ -277,6 +313,7 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                                reference_ids=ref_ids, bertscore=flags[opts.bertscore],
                                bertscore_model=opts.bertscore_model, bertscore_layers=opts.bertscore_layers,
                                clinical=clinical, surface_max=opts.surface_max, assess=False)
+            group_n[(str(model), str(strategy))] = pred.counts()
             rows += metric_rows(res, model, strategy, probe_set, opts.B, opts.n_perm)
             rows += paired_rows(res, model, strategy, probe_set)
             paired_names |= {str(m) for f in (res.surface, res.clinical) if f is not None for m in f["metric"]}
@@ -289,18 +326,24 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
                 divs.insert(0, d[d["corpus"] == "reference"].assign(model="", strategy=""))
     metrics = metrics_frame(rows)
     if not cads:  # a report that says why, not a traceback (every answer errored, one group only, ...)
+        # each model its own reason (its strategies' 'too short' / refusal counts, or why it was left out)
+        why = {**{k: f"undefined: {v}" for k, v in skipped.items()}, **not_assessable}
         skipped = {**skipped, **not_assessable}
+        models = sorted(map(str, tidy["model"].unique()))
+        own = {m: _undefined_verdict(m, why) for m in models}
+        # tables with their headers and no audit rows, so that a report written again over an older one leaves
+        # no stale CAD labels and pd.read_csv reads each
+        empty = _empty_tables(metrics, [str(s) for s in tidy["strategy"].dropna().unique()], why)
         return SuiteResult(
-            metrics=metrics, sections=[nothing_audited_verdicts(sorted(map(str, tidy["model"].unique()))),
-                                       nothing_to_audit_section(skipped)],
-            verdicts={str(m): _undefined_verdict(str(m), not_assessable) for m in sorted(tidy["model"].unique())},
+            metrics=metrics, sections=[nothing_audited_verdicts(models, own), nothing_to_audit_section(skipped)],
+            verdicts=own,
             summary={"reference": {"spec": opts.reference, "source": ref.source, "n": len(ref), **ref.counts()},
                      "B": opts.B, "n_perm": opts.n_perm, "headline_rule": "ungated", "skipped": skipped,
                      "not_assessable": not_assessable, "assessable_reports": shares,
+                     "verdict_badges": {f"{r.model} / {r.strategy}": r.verdict
+                                        for r in empty["reports_verdicts"].itertuples()},
                      "undefined": "no model x strategy has reports of both groups to audit"},
-            # empty tables, so that a report written again over an older one leaves no stale CAD labels
-            tables={name: pd.DataFrame() for name in ("by_strategy", "cad", "wae", "diversity",
-                    *("cad_" + re.sub(r"[^A-Za-z0-9]", "_", s) for s in tidy["strategy"].dropna().unique()))},
+            tables=empty,
             intro="No reports to audit: see the section below for why.")
     table = strategy_table(metrics)
     cad = pd.concat(cads, ignore_index=True)
@@ -319,6 +362,9 @@ def analyse_reports(tidy: pd.DataFrame, opts: Any, *, fmt: str = "svg") -> Suite
         table[f"wae_pred_{col}"] = [float(wae_by[(m, s)].set_index(["weighting", "group"]).loc[("pred", "all"), col])
                                     if (m, s) in wae_by else math.nan
                                     for m, s in zip(table["model"], table["strategy"], strict=True)]
+    for g in ("F", "M"):  # the verdict's floor of reports per group (verdicts.MIN_REPORTS_PER_GROUP)
+        table[f"n_reports_{g}"] = [group_n[(m, s)][g] if (m, s) in group_n else math.nan
+                                   for m, s in zip(table["model"], table["strategy"], strict=True)]
     vt = verdict_table(table)
     for i, r in vt.iterrows():  # a degenerate model x strategy (assess.py) says why, not 'no defined count'
         why = not_assessable.get(f"{r['model']} / {r['strategy']}")

@@ -247,8 +247,8 @@ def nothing_to_audit_section(skipped: Mapping[str, str]) -> Section:
     """The one section of a run with nothing to audit: each model x strategy left out and why."""
     why = "".join(f"<li>{html_escape(k)}: {html_escape(v)}</li>" for k, v in skipped.items())
     return Section("Nothing to audit", (
-        "<p>No model x strategy has reports of both groups (F and M) to audit, so every quantity of this "
-        f"suite is undefined:</p><ul>{why}</ul>"))
+        "<p>No model x strategy can be audited (it needs assessable reports of both groups, F and M), so every "
+        f"quantity of this suite is undefined:</p><ul>{why}</ul>"))
 
 
 def strategy_sections(table: pd.DataFrame, ref_div: dict[str, Any], wae_by: dict[tuple[str, str], pd.DataFrame],

@@ -22,8 +22,13 @@ few reports), unless the model leaves fewer strong words unwritten than the draw
 - *no erasure or new bias found*: no count exceeds its null and WAE_pred's permutation p is at least
   ``WAE_ALPHA`` (0.05);
 - *indeterminate*: no count exceeds its null but WAE_pred's permutation p is below ``WAE_ALPHA`` (the displacement
-  as a whole is beyond chance, no word-level count shows where), or WAE's test is undefined;
+  as a whole is beyond chance, no word-level count shows where), or WAE's test is undefined, or the reference has
+  no strong word (``strong_count`` = 0: no word could be counted as erased), or the corpus is too small (above);
 - *not assessable*: a headline count or its null is undefined (no reports of both groups, no word scored).
+
+Every call but *not assessable* needs at least ``MIN_REPORTS_PER_GROUP`` (10) reports of each group
+(``n_reports_F``, ``n_reports_M``, when given): with fewer the badge is *indeterminate* (too few reports),
+whatever the counts.
 
 Preservation (the same association kept) is good news, printed but never a finding. WAE is read through its
 permutation test only: it falls when associated words are erased (a word never written has z_disp^2 < 0.8), so a
@@ -37,6 +42,13 @@ low WAE is never read as "no erasure".
 'erases sex-associated words'
 >>> classify({**row, "erasure_count_headline": 0})[0]
 'indeterminate'
+>>> clean = {**row, "erasure_count_headline": 0, "new_bias_count_headline": 0, "wae_pred_p_perm": 0.5}
+>>> classify(clean)[0]
+'no erasure or new bias found'
+>>> classify({**clean, "strong_count": 0})[1].split(";")[0]
+'the reference has no strong words (|z_ref| > 2), so no erasure can be shown'
+>>> classify({**row, "n_reports_F": 1, "n_reports_M": 20})[1].split(";")[0]
+'too few reports to call: 1 F (at least 10 reports per group)'
 """
 
 from __future__ import annotations
@@ -47,11 +59,18 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["BADGES", "BOTH", "CLEAN", "ERASES", "HOW_TO_READ", "SHIFTS", "WAE_ALPHA", "classify", "model_line",
+__all__ = ["BADGES", "BOTH", "CLEAN", "ERASES", "HOW_TO_READ", "MIN_REPORTS_PER_GROUP", "SHIFTS", "WAE_ALPHA",
+           "classify", "model_line",
            "not_assessable_section", "verdict_table", "verdicts_html"]
 
 #: permutation p below which WAE_pred's displacement counts as beyond chance
 WAE_ALPHA = 0.05
+#: fewest reports per group (F and M) a call is made on; below it every call is *indeterminate* (too few
+#: reports). 10 per side is the project's floor for reading a count (``stats.rate_interval`` leaves Wilson only
+#: at 10 events on each side); a word's association from fewer reports per group is one or two reports' wording,
+#: and the size-matched null of so few reports leaves nearly every strong word unwritten (2 reports on IU: 31-40
+#: of 43), so one short report decides "erases". The embedded default has 20 per group (greedy) and more.
+MIN_REPORTS_PER_GROUP = 10
 BOTH, ERASES, SHIFTS = ("erases and shifts sex associations", "erases sex-associated words",
                         "shifts sex associations")
 CLEAN = "no erasure or new bias found"
@@ -99,6 +118,8 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
     writes_more = not math.isnan(a5) and not math.isnan(a) and a < a5  # fewer absent than chance: not omitting
     blind = (sized and not math.isnan(strong) and strong > 0 and a95 > strong / 2 and not found["erasure"]
              and not writes_more)
+    # a reference with no strong word cannot show erasure at all: nothing could be counted as erased
+    no_strong = not math.isnan(strong) and strong == 0
     absent = ""
     if not math.isnan(a) and a > 0:
         absent = f"{int(a)} strong in the reference never written"
@@ -112,6 +133,12 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
             for c in CATEGORIES[:3] if not found[c]]
     parts = lead + ([("not called, within chance: " if lead else "no count beyond chance: ") +
                      ", ".join(rest)] if rest else [])
+    n_f, n_m = _num(row.get("n_reports_F")), _num(row.get("n_reports_M"))
+    few = [f"{int(v)} {g}" for g, v in (("F", n_f), ("M", n_m)) if not math.isnan(v) and v < MIN_REPORTS_PER_GROUP]
+    if few:  # no count is called on so few reports: they are given, not read as findings
+        parts = ["counts not called: " + ", ".join(
+            f"{_WORDS[c]} {k[c]} (null {k0[c]}" + (f"; {absent}" if c == "erasure" and absent else "") + ")"
+            for c in CATEGORIES[:3])]
     parts.append(f"preservation {k['preservation']} (null {k0['preservation']}; associations kept)")
     p = _num(row.get("wae_pred_p_perm"))
     med, p95 = _num(row.get("wae_pred_null_median")), _num(row.get("wae_pred_null_p95"))
@@ -125,12 +152,19 @@ def classify(row: Mapping[str, Any]) -> tuple[str, str]:
         parts.append(f"unique reports {100 * td:.0f}%" + ("" if math.isnan(n) else f" of {int(n):,}"))
     erases = found["erasure"]
     shifts = found["new_bias"] or found["bias_flip"]
-    if erases and shifts:
+    if few:  # any call, erasure or shift or clean, needs enough reports of each group
+        label = "indeterminate"
+        parts.insert(0, f"too few reports to call: {' and '.join(few)} (at least {MIN_REPORTS_PER_GROUP} reports "
+                        "per group)")
+    elif erases and shifts:
         label = BOTH
     elif erases:
         label = ERASES
     elif shifts:
         label = SHIFTS
+    elif no_strong:
+        label = "indeterminate"
+        parts.insert(0, "the reference has no strong words (|z_ref| > 2), so no erasure can be shown")
     elif blind:
         label = "indeterminate"
         parts.insert(0, "too few reports to tell erasure from chance (human reports this many leave most strong "
@@ -172,7 +206,8 @@ def verdicts_html(verdicts: pd.DataFrame, labels: Mapping[str, str] | None = Non
     legend = ('<p class="legend">Badges: ' + " ".join(_badge(b) for b in (BOTH, ERASES, SHIFTS, CLEAN)) +
               " (a headline count is a finding only when it exceeds the same count on the null, the reference "
               "corpus split in two at random, and absent strong words only beyond what random reference samples "
-              "of the model's size leave unwritten; indeterminate: too few reports to tell erasure from chance, or "
+              f"of the model's size leave unwritten; indeterminate: fewer than {MIN_REPORTS_PER_GROUP} reports of "
+              "a group, too few reports to tell erasure from chance, a reference with no strong word, or "
               f"no count beyond chance while WAE_pred's permutation p is below {WAE_ALPHA:g}).</p>")
     out = [legend]
     for m in (models or list(dict.fromkeys(verdicts["model"]))):
@@ -184,12 +219,14 @@ def verdicts_html(verdicts: pd.DataFrame, labels: Mapping[str, str] | None = Non
     return "".join(out)
 
 
-def not_assessable_section(models: Sequence[str]) -> Any:
-    """The verdict section of a run with nothing to audit: each model *not assessable*."""
+def not_assessable_section(models: Sequence[str], reasons: Mapping[str, str] | None = None) -> Any:
+    """The verdict section of a run with nothing to audit: each model *not assessable*, with its own reason
+    (``reasons``: model -> words, e.g. its strategies' 'too short' counts) where given."""
     from medvlm_audit.report.html import verdict_list
     from medvlm_audit.report.sections import Section
 
-    items = [(m, _badge("not assessable"), "no model x strategy has reports of both groups (F and M) to audit; "
+    reasons = dict(reasons or {})
+    items = [(m, _badge("not assessable"), reasons.get(m) or "no reports of both groups (F and M) to audit; "
               "see 'Nothing to audit' below") for m in models]
     return Section("Verdicts", verdict_list(items), "verdicts")
 
