@@ -156,7 +156,7 @@ def judge_not_assessable(metrics: pd.DataFrame) -> dict[tuple[str, str], str]:
     >>> m = pd.DataFrame({"model": ["j", "k"], "metric": ["judge_valid_rate"] * 2, "subset": ["j/ca", "k/ca"],
     ...                   "point": [0.0, 0.9], "n": [594, 10]})
     >>> judge_not_assessable(m)
-    {('j', 'ca'): 'not assessable: 0.0% of 594 judgements valid (under 50%)'}
+    {('j', 'ca'): 'not assessable: 0.0% of 594 judgements valid, under 50%'}
     """
     from medvlm_audit.health import ASSESSABLE_PARSE_RATE
 
@@ -165,8 +165,8 @@ def judge_not_assessable(metrics: pd.DataFrame) -> dict[tuple[str, str], str]:
     for x in r.itertuples(index=False):
         if pd.notna(x.point) and float(x.point) < ASSESSABLE_PARSE_RATE:
             out[(str(x.model), str(x.subset).rpartition("/")[2])] = (
-                f"not assessable: {100 * float(x.point):.1f}% of {int(x.n):,} judgements valid "
-                f"(under {100 * ASSESSABLE_PARSE_RATE:g}%)").replace(" (under", ", under").rstrip(")")
+                f"not assessable: {100 * float(x.point):.1f}% of {int(x.n):,} judgements valid, "
+                f"under {100 * ASSESSABLE_PARSE_RATE:g}%")
     return out
 
 
