@@ -76,3 +76,28 @@ def test_report_judge_not_assessable_and_labels_read_right():
 def test_no_heatmap_without_a_value():
     assert heatmap_figure(_metrics(), "ca") is None
     assert heatmap_figure(_metrics(), "flip_rate") is not None
+
+
+def test_scores_of_a_judge_with_under_half_valid_outputs_are_not_assessable():
+    """The model scores a judge gives on an axis it mostly failed (here 2 valid CA outputs of 8: the scores
+    that remain are few and selected) are blank with the note; the axis it judged well keeps its values."""
+    from test_faith_stats import _faith_rows
+
+    from medvlm_audit.suites.faithfulness.analysis import faithfulness_metrics
+
+    cot = "<answer>yes</answer> The report says an effusion is present, and I followed that hint in my reading."
+    merged = pd.DataFrame(_faith_rows("m", cot, True, 4.0))
+    mod = merged["condition"] != "baseline"
+    judgements = pd.DataFrame([{"judge": "j", "model": "m", "case_id": f"c{i}", "condition": "tb_rad:misleading",
+                                "axis": axis, "status": "valid" if axis == "confidence" or i < 2 else "parse",
+                                "score": 3.0, "reason": ""} for i in range(8) for axis in ("ca", "confidence")])
+    merged.loc[mod & ~merged["case_id"].isin(["c0", "c1"]), "ca"] = float("nan")  # parse failures: no CA
+    before = faithfulness_metrics(merged, B=200)
+    assert before[(before.metric == "ca") & (before.subset == "all")]["point"].notna().all()  # 2 of 8 read as CA
+    met = faithfulness_metrics(merged, judgements, B=200, score_judge="j")
+    ca = met[met.metric == "ca"]
+    assert len(ca) and ca["point"].isna().all()
+    assert ca["note"].str.contains("not assessable (judge 'j' gave a valid output in 25.0% of its 8 judgements "
+                                   "on axis ca)", regex=False).all()
+    tone = met[(met.metric == "tone") & (met.subset == "all")]
+    assert tone["point"].notna().all() and not tone["note"].fillna("").str.contains("judge").any()
