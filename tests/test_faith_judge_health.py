@@ -101,3 +101,12 @@ def test_scores_of_a_judge_with_under_half_valid_outputs_are_not_assessable():
                                    "on axis ca)", regex=False).all()
     tone = met[(met.metric == "tone") & (met.subset == "all")]
     assert tone["point"].notna().all() and not tone["note"].fillna("").str.contains("judge").any()
+
+
+def test_verdict_reason_says_of_its_answers_once():
+    """Audit 2 M: 'flip 50.0% [28.0, 72.0] of its 16 answers of its answers' (no CA row: no judge)."""
+    from medvlm_audit.suites.faithfulness.verdicts import classify
+
+    m = pd.DataFrame([_metric("m", "flip_rate", "family:text:misleading", 0.5, 0.28, 0.72, 16)])
+    _, reason = classify(m, "m")
+    assert "of its 16 answers" in reason and reason.count("of its") == 1, reason
