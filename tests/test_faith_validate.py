@@ -111,7 +111,7 @@ def test_judge_validate_tables(tmp_path):
     assert st.groupby(["judge", "axis"])["count"].sum().eq(8).all()
     assert st.query("judge == 'jb' and axis == 'ca' and status == 'transport'")["count"].item() == 1
     ag = pd.read_csv(out / "agreement.csv")
-    assert list(ag.columns) == ["judge", "axis", "policy", "split", "tau_b", "ci_low", "ci_high", "n", "p"]
+    assert list(ag.columns) == ["judge", "axis", "policy", "split", "tau_b", "ci_low", "ci_high", "n", "p", "note"]
     assert len(ag) == 2 * 3 * 2 * 3
     # the tau_b is scipy's on the judge score vs the consensus recomputed by hand
     R = np.array([[r[0] if r else np.nan for r in rr] for rr in (R1, R2, R3)]).T
@@ -290,3 +290,58 @@ def test_release_flip_labels_reproduced_in_paper_mode():
     for i, s in enumerate(samples):
         got = is_flip(s["original_answer"], s["biased_answer"], s["question_type"], s["question"], mode="paper")
         assert labels[i] == {got}, i
+
+
+def _cli(args):
+    import typer
+    from typer.testing import CliRunner
+
+    from medvlm_audit.suites.faithfulness.commands import judge_validate_cmd
+
+    app = typer.Typer()
+    app.command("judge-validate")(judge_validate_cmd)
+    app.command("noop")(lambda: None)
+    return CliRunner().invoke(app, ["judge-validate", *map(str, args)])
+
+
+def test_one_rater_no_zero_width_interval_and_ceiling_says_why(tmp_path):
+    """Audit 2 H: one rater (the consensus is that rater) and a judge that orders the items as the rater does:
+    no '[1.000, 1.000]' interval; ceiling.csv and the console say why there is no ceiling; when no judge passes
+    the gates, stdout names the gate each judge failed."""
+    p = write_release(tmp_path)
+    out = tmp_path / "one"
+    r = _cli(["--items", p["items"], "--ratings", p["r1"], "--judge", f"ja={p['ja']}", "--bootstrap", 200,
+              "--out", out])
+    assert r.exit_code == 0, r.output
+    ag = pd.read_csv(out / "agreement.csv")
+    finite = ag[ag["ci_low"].notna()]
+    assert (finite["ci_low"] < finite["ci_high"]).all()  # never a zero-width interval
+    flat = ag[ag["tau_b"].notna() & ag["ci_low"].isna()]
+    assert len(flat) and flat["note"].str.startswith("no interval: every bootstrap resample").all()
+    assert ag.loc[ag["n"] > 0, "note"].str.contains("one rater").all()
+    assert "[1.000, 1.000]" not in r.output and "no interval" in r.output
+    ce = pd.read_csv(out / "ceiling.csv")
+    assert ce["note"].str.contains("at least 2 raters").all() and "human ceiling not estimable" in r.output
+    sel = pd.read_csv(out / "selection.csv")
+    if sel["chosen"].isna().all():
+        assert sel["note"].str.startswith("no judge passes the gates: ja: ").all()
+        assert "split 0: no judge passes the gates: ja: " in r.output and "rate" in r.output
+
+
+def test_a_judge_of_transport_errors_only_is_not_assessable(tmp_path):
+    p = write_release(tmp_path)
+    d = json.loads(p["ja"].read_text())
+    for part in ("matching", "non_matching"):
+        for e in d[part]["detailed_results"]:
+            e["eval"] = {"error": "Rate limit exceeded after max retries"}
+    junk = tmp_path / "junk.json"
+    junk.write_text(json.dumps(d))
+    out = tmp_path / "junk"
+    r = _cli(["--items", p["items"], "--ratings", p["r1"], "--ratings", p["r2"], "--judge", f"ja={p['ja']}",
+              "--judge", f"junk={junk}", "--bootstrap", 200, "--out", out])
+    assert r.exit_code == 1, r.output
+    assert "warning: judge 'junk': every one of its 24 outputs is a transport error" in r.output
+    assert "tau_b=nan" not in r.output and "junk cf         not assessable: no valid output" in r.output
+    assert (out / "agreement.csv").exists()  # the tables are still written
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["not_assessable"]) == {"junk"} and s["gate_failures"]["junk"]["0"]

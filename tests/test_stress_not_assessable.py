@@ -262,3 +262,30 @@ def test_a_robustness_term_no_item_moved_has_an_interval(yes_res):
     assert "in every bootstrap draw" in r1["note"]
     est = rob.dropna(subset=["ci_low"])
     assert len(est) >= 6 and (est["ci_high"] > est["ci_low"]).all()
+
+
+def test_console_warning_uses_the_reports_rule_and_denominators(tmp_path):
+    """Audit 2 G: a model that refuses sometimes (parsed where the image was removed), answers in prose
+    otherwise, and gets no response for some trials: the console's rates and n are the analysis's (its
+    not-assessable summary, over the trials with a response), not health's generic rule (7.7% vs 0.0%)."""
+    from medvlm_audit.suites import get_suite
+
+    tidy = _answers({"mix": "Yes", "first": "<answer>A</answer>"})
+    k = np.arange(len(tidy))
+    mix = (tidy["model"] == "mix").to_numpy()
+    tidy.loc[mix & (k % 5 == 0), "answer_text"] = "I'm sorry, I cannot help with that."
+    tidy.loc[mix & (k % 7 == 0), "answer_text"] = None  # no response (an error)
+    res = analyse_stress(tidy, B=50)
+    na = res.summary()["not_assessable"]["mix"]
+    assert na and "first" not in res.summary()["not_assessable"]
+    tidy.to_parquet(tmp_path / "results.parquet")
+    lines = list(get_suite("stress").parse_rate_lines(tmp_path / "results.parquet"))
+    assert len(lines) == 1 and lines[0].startswith("warning: model 'mix'") and "not assessable" in lines[0]
+    for cond, rate in na.items():
+        sub = tidy[mix & (tidy["condition"] == cond)]
+        responded = int(sub["answer_text"].notna().sum())
+        assert f"{100 * rate:.1f}% under {cond}, n = {responded} responses" in lines[0], (cond, lines[0])
+    # the accuracy table's parse_rate column: the same rate
+    acc = res.accuracy[res.accuracy.model == "mix"].set_index("condition")
+    for cond, rate in na.items():
+        assert acc.loc[cond, "parse_rate"] == pytest.approx(rate, abs=1e-4)

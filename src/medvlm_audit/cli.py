@@ -186,17 +186,24 @@ def run_cmd(
     _print_summary(res.summary.as_dict())
     console.print(f"results: {res.results_parquet} and {res.results_csv}")
     emit(res.results_parquet, res.results_csv)
-    _warn_low_parse_rates(res.results_parquet)
+    _warn_low_parse_rates(res.results_parquet, cfg.suite if cfg is not None else None)
     if report:
         _report(res.run_dir)
     _exit_on_model_errors(res.summary.as_dict())
 
 
-def _warn_low_parse_rates(results_parquet: Path) -> None:
-    """A warning per model whose parse rate under a condition is below 50% (not assessable there)."""
+def _warn_low_parse_rates(results_parquet: Path, suite: str | None = None) -> None:
+    """A warning per model whose parse rate under a condition is below 50% (not assessable there), and per judge
+    and axis with under 50% valid outputs; by ``suite``'s own rule when it has one (Suite.parse_rate_lines)."""
     from medvlm_audit.health import results_parse_rate_lines
 
-    for line in results_parse_rate_lines(results_parquet):
+    if suite is not None:
+        from medvlm_audit.suites import get_suite
+
+        lines = list(get_suite(suite).parse_rate_lines(results_parquet))
+    else:
+        lines = results_parse_rate_lines(results_parquet)
+    for line in lines:
         console.print(line, markup=False, highlight=False)
 
 

@@ -179,16 +179,54 @@ def low_parse_rate_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> lis
     return lines
 
 
+def low_judge_valid_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> list[str]:
+    """One warning per judge and axis whose share of valid outputs is below ``floor``, from a tidy table's
+    ``judge_status`` column (one row per judgement; ``valid`` or the failure class: parse, schema, evidence,
+    abstain, transport), grouped by ``model`` (the judge) and ``axis``. The judge's scores on that axis are not
+    assessable. Empty when the table has no ``judge_status`` column.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"model": ["j"] * 4 + ["k"] * 2, "axis": ["ca"] * 4 + ["cf"] * 2,
+    ...                   "judge_status": ["parse", "parse", "transport", "valid", "valid", "schema"]})
+    >>> low_judge_valid_lines(t)
+    ["warning: judge 'j' gave a valid output in 25.0% of 4 judgements on axis ca (parse x2, transport x1): its ca scores are not assessable"]
+    """
+    if tidy is None or not {"model", "judge_status"} <= set(getattr(tidy, "columns", ())):
+        return []
+    t = tidy[tidy["judge_status"].notna()]
+    if t.empty:
+        return []
+    keys = ["model", "axis"] if "axis" in t.columns else ["model"]
+    lines = []
+    for key, g in t.groupby(keys, sort=True):
+        judge, axis = (key[0], key[1]) if len(keys) == 2 else ((key[0] if isinstance(key, tuple) else key), "")
+        st = g["judge_status"].astype(str)
+        share = float((st == "valid").mean())
+        if share >= floor:
+            continue
+        fails = st[st != "valid"].value_counts()
+        why = ", ".join(f"{k} x{int(v)}" for k, v in sorted(fails.items(), key=lambda kv: (-kv[1], kv[0])))
+        on = f" on axis {axis}" if axis else ""
+        lines.append(f"warning: judge {judge!r} gave a valid output in {100 * share:.1f}% of {len(st)} judgements"
+                     f"{on} ({why}): its {axis + ' ' if axis else ''}scores are not assessable")
+    return lines
+
+
 def results_parse_rate_lines(results_parquet: str | Path) -> list[str]:
-    """:func:`low_parse_rate_lines` of a run's exported ``results.parquet`` (reads three columns only)."""
+    """:func:`low_parse_rate_lines` and :func:`low_judge_valid_lines` of a run's exported ``results.parquet``
+    (reads the columns they need only)."""
     import pandas as pd
     import pyarrow.parquet as pq
 
     try:
         names = set(pq.read_schema(results_parquet).names)
-        if not {"model", "status"} <= names:
-            return []
-        cols = [c for c in ("model", "condition", "strategy", "status") if c in names]
-        return low_parse_rate_lines(pd.read_parquet(results_parquet, columns=cols))
+        lines: list[str] = []
+        if {"model", "status"} <= names:
+            cols = [c for c in ("model", "condition", "strategy", "status") if c in names]
+            lines += low_parse_rate_lines(pd.read_parquet(results_parquet, columns=cols))
+        if {"model", "judge_status"} <= names:
+            cols = [c for c in ("model", "axis", "judge_status") if c in names]
+            lines += low_judge_valid_lines(pd.read_parquet(results_parquet, columns=cols))
+        return lines
     except (OSError, ValueError):
         return []

@@ -41,7 +41,9 @@ class Suite(Protocol):
     * :meth:`commands`: this suite's own CLI commands (default: none);
     * :meth:`preflight`: problems found before the run (default: none);
     * :meth:`cases_section`: the report's cases behind the verdicts (default: read through ``view``);
-    * :meth:`reader_tasks`: this suite's reader-study tasks (default: none).
+    * :meth:`reader_tasks`: this suite's reader-study tasks (default: none);
+    * :meth:`parse_rate_lines`: the run's console warnings on answers or judges that are not assessable (default:
+      :func:`medvlm_audit.health.results_parse_rate_lines`).
     """
 
     name: ClassVar[str]
@@ -87,6 +89,15 @@ class Suite(Protocol):
         from medvlm_audit.view.cases import cases_section
 
         return cases_section(run_dir, self)
+
+    def parse_rate_lines(self, results_parquet: Path) -> Sequence[str]:
+        """The warnings ``run`` prints after the run, one per model (or judge) not assessable somewhere, read from
+        the exported ``results.parquet``; a suite whose analysis decides "not assessable" by another rule than the
+        default gives its own, so the console says what the report says. Default:
+        :func:`medvlm_audit.health.results_parse_rate_lines` (the parse rate per condition; judges' valid outputs)."""
+        from medvlm_audit.health import results_parse_rate_lines
+
+        return results_parse_rate_lines(results_parquet)
 
     def reader_tasks(self) -> Sequence[ReaderTask]:
         """The reading tasks this suite brings to the reader study (:class:`~medvlm_audit.readers.tasks.ReaderTask`:

@@ -243,10 +243,46 @@ def _blank(e: stats.Estimate) -> stats.Estimate:
     return stats.Estimate(np.nan, np.nan, np.nan, np.nan, e.n, e.method)
 
 
+#: the model scores each judge axis gives (CC rests on the tone)
+JUDGE_AXIS_METRICS: dict[str, tuple[str, ...]] = {"ca": ("ca",), "confidence": ("tone", "cc"), "cf": ("cf",)}
+
+
+def judge_not_assessable(judgements: pd.DataFrame | None, judge: str | None,
+                         cf_from_judge: bool = False) -> dict[str, str]:
+    """Model score metric -> 'not assessable (judge ... valid in x% ...)' for each axis on which the scoring judge
+    (``judge``, default the first by name, as :func:`merge_scores`) gave a valid output in under half of its
+    judgements: the scores it did give are too few and too selected to read (audit 2 D).
+
+    >>> j = pd.DataFrame({"judge": ["j"] * 4, "axis": ["ca", "ca", "confidence", "confidence"],
+    ...                   "status": ["parse", "valid", "valid", "valid"]})
+    >>> judge_not_assessable(j, None)
+    {}
+    >>> j.loc[1, "status"] = "transport"
+    >>> judge_not_assessable(j, "j")
+    {'ca': "not assessable (judge 'j' gave a valid output in 0.0% of its 2 judgements on axis ca)"}
+    """
+    if judgements is None or not len(judgements):
+        return {}
+    judge = judge or min(judgements["judge"].unique())
+    out: dict[str, str] = {}
+    for axis, g in judgements[judgements["judge"] == judge].groupby("axis", sort=True):
+        if axis == "cf" and not cf_from_judge:
+            continue
+        share = float((g["status"] == "valid").mean())
+        if share < ASSESSABLE_PARSE_RATE:
+            for metric in JUDGE_AXIS_METRICS.get(str(axis), ()):
+                out[metric] = (f"not assessable (judge {judge!r} gave a valid output in {100 * share:.1f}% of its "
+                               f"{len(g)} judgements on axis {axis})")
+    return out
+
+
 def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None = None, *, B: int = 10_000,
-                         seed: int = 0, probe_set: str = "faithfulness") -> pd.DataFrame:
-    """The long metrics table (see the module docstring)."""
+                         seed: int = 0, probe_set: str = "faithfulness", score_judge: str | None = None,
+                         cf_from_judge: bool = False) -> pd.DataFrame:
+    """The long metrics table (see the module docstring). ``score_judge``: the judge whose scores the answers
+    carry (:func:`merge_scores`' ``ca_judge``); a score from an axis it mostly failed is not assessable."""
     rows: list[MetricRow] = []
+    judge_na = judge_not_assessable(judgements, score_judge, cf_from_judge)
     row = functools.partial(MetricRow.from_estimate, suite="faithfulness", probe_set=probe_set)
     mode = str(merged["flip_mode"].iloc[0]) if "flip_mode" in merged and len(merged) else "normalised"
     for model, g in merged.groupby("model", sort=True):
@@ -295,7 +331,9 @@ def faithfulness_metrics(merged: pd.DataFrame, judgements: pd.DataFrame | None =
                     v = sub[metric].to_numpy(dtype=float)[pm]
                     judged = np.isfinite(v)
                     v = v[judged]
-                    why = score_na
+                    why = "; ".join(x for x in (score_na, judge_na.get(metric, "")) if x)
+                    if judge_na.get(metric) and len(v) == 0:
+                        v = np.full(int(responded[m][pm].sum()), np.nan)  # a row with its note, n = the answers
                     if metric == "ca":
                         with_r = has_reasoning(sub)[pm]
                         resp = responded[m][pm]

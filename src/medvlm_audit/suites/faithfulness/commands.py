@@ -49,15 +49,44 @@ def judge_validate_cmd(
     except AuditError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    for line in result_lines(res):
+        typer.echo(line)
+    typer.echo(f"wrote {out}/judge_status.csv, agreement.csv, ceiling.csv, splits.csv, selection.csv, sham_fpr.csv, "
+               f"summary.json")
+    bad = res["summary"].get("not_assessable") or {}
+    for name, why in bad.items():
+        typer.echo(f"warning: judge {name!r}: {why}", err=True)
+    if bad:  # as a run whose model got no answer (health.EXIT_MODEL_ERRORS): the outputs are written
+        raise typer.Exit(1)
+
+
+def result_lines(res: dict) -> list[str]:
+    """What ``judge-validate`` prints: per judge and axis its tau_b (an interval only where there is one; the
+    row's note otherwise), the sham false-positive rates, the ceiling when it cannot be estimated, and why no
+    judge was chosen in a split where none passes the gates."""
+    import math
+
+    lines = []
     a = res["agreement"]
     shown = a[(a["policy"] == "strict") & (a["split"] == "all")]
     for r in shown.itertuples():
-        typer.echo(f"{r.judge:>20} {r.axis:<10} tau_b={r.tau_b:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] n={r.n}")
+        note = str(getattr(r, "note", "") or "")
+        if r.n == 0:
+            lines.append(f"{r.judge:>20} {r.axis:<10} {note or 'not assessable: no valid output'}")
+            continue
+        ci = (f" [{r.ci_low:.3f}, {r.ci_high:.3f}]" if not (math.isnan(r.ci_low) or math.isnan(r.ci_high)) else "")
+        lines.append(f"{r.judge:>20} {r.axis:<10} tau_b={r.tau_b:.3f}{ci} n={r.n}" + (f" ({note})" if note else ""))
     for r in res["sham_fpr"].itertuples():
-        typer.echo(f"{r.judge:>20} sham false positives {r.threshold:<6} {r.k}/{r.n} = "
-                   + (f"{100 * r.rate:.1f}% [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}]" if r.n else "not estimable"))
-    typer.echo(f"wrote {out}/judge_status.csv, agreement.csv, ceiling.csv, splits.csv, selection.csv, sham_fpr.csv, "
-               f"summary.json")
+        lines.append(f"{r.judge:>20} sham false positives {r.threshold:<6} {r.k}/{r.n} = "
+                     + (f"{100 * r.rate:.1f}% [{100 * r.ci_low:.1f}, {100 * r.ci_high:.1f}]" if r.n
+                        else "not estimable"))
+    ce = res["ceiling"]
+    if len(ce) and "note" in ce and ce["note"].astype(str).str.startswith("not estimable").all():
+        lines.append(f"human ceiling {ce['note'].iloc[0]}")
+    for r in res["selection"].itertuples():
+        if not r.chosen and str(getattr(r, "note", "") or ""):
+            lines.append(f"split {r.split_id}: {r.note}")
+    return lines
 
 
 judge_validate_cmd.cli_name = "judge-validate"  # type: ignore[attr-defined]

@@ -69,7 +69,8 @@ def interval_text(point: float, lo: float, hi: float, fmt: Callable[[float], str
 
 def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
     """A modification x model heatmap of ``metric`` (per condition rows of the metrics table), with the n of each
-    cell in a table attached to the figure."""
+    cell in a table attached to the figure; None when no condition has a value of ``metric`` (e.g. every CA row
+    not assessable): an empty heatmap would say nothing (and matplotlib warns on its identical limits)."""
     import matplotlib
 
     from medvlm_audit.report.figures import (
@@ -85,6 +86,8 @@ def heatmap_figure(metrics: pd.DataFrame, metric: str = "flip_rate") -> Any:
     m = metrics[(metrics["metric"] == metric) & ~metrics["subset"].str.contains(r"\||family:|^all$|/", regex=True)]
     piv = m.pivot_table(index="subset", columns="model", values="point", aggfunc="first")
     piv = piv.reindex(sorted(piv.index, key=_condition_order))  # text cues, visual cues, regions, shams last
+    if piv.empty:
+        return None
     nn = m.pivot_table(index="subset", columns="model", values="n", aggfunc="first").reindex_like(piv)
     rows = [words(k) for k in piv.index]
     name = words(metric)
@@ -120,6 +123,8 @@ def _estimate(r: Any, short: bool = False) -> str:
 
     rate = r.unit == "fraction"
     scale, unit, suffix = (100.0, "%", "%") if rate else (1.0, "prob", "")
+    if pd.isna(r.point):  # not computed (not assessable: the row's note in metrics.csv says why)
+        return "n/a"
     if pd.notna(r.ci_low) and r.ci_low == r.ci_high:  # zero width: the point and what it is, no interval
         if short and not rate:
             return f"all {format_number(r.point * scale, unit)}"
@@ -138,8 +143,35 @@ WIDE_SUBSETS = ("all", "family:text", "family:visual", "family:sham", "family:te
                 "family:visual:misleading")
 
 
+#: the judge table's column labels: the failure classes are shares of failed outputs, not success rates
+JUDGE_LABELS = {"judge_valid_rate": "valid", "judge_parse_rate": "failed: not parsed",
+                "judge_schema_rate": "failed: schema", "judge_evidence_rate": "failed: evidence",
+                "judge_abstain_rate": "abstained", "judge_transport_rate": "failed: transport",
+                "sham_fpr": "sham false positive", "sham_fpr_ca4": "sham false positive (CA >= 4)"}
+
+
+def judge_not_assessable(metrics: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(judge, axis) -> why its scores on that axis are not assessable: under half of its outputs valid.
+
+    >>> m = pd.DataFrame({"model": ["j", "k"], "metric": ["judge_valid_rate"] * 2, "subset": ["j/ca", "k/ca"],
+    ...                   "point": [0.0, 0.9], "n": [594, 10]})
+    >>> judge_not_assessable(m)
+    {('j', 'ca'): 'not assessable: 0.0% of 594 judgements valid, under 50%'}
+    """
+    from medvlm_audit.health import ASSESSABLE_PARSE_RATE
+
+    r = metrics[metrics["metric"] == "judge_valid_rate"]
+    out = {}
+    for x in r.itertuples(index=False):
+        if pd.notna(x.point) and float(x.point) < ASSESSABLE_PARSE_RATE:
+            out[(str(x.model), str(x.subset).rpartition("/")[2])] = (
+                f"not assessable: {100 * float(x.point):.1f}% of {int(x.n):,} judgements valid, "
+                f"under {100 * ASSESSABLE_PARSE_RATE:g}%")
+    return out
+
+
 def _wide_table(rows: pd.DataFrame, metrics: tuple[str, ...] | None = None, key: str = "cues",
-                n_name: str = "answers (n)") -> pd.DataFrame:
+                n_name: str = "answers (n)", labels: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per model x subset, one column per metric (``metrics``, default :data:`WIDE_METRICS` then any
     other metric of ``rows``; each as :func:`_estimate`, short), and n; a metric resting on another n than the
     row's says so in its cell; "—" where not computed. A ``judge/axis`` subset is shown as its axis."""
@@ -155,14 +187,17 @@ def _wide_table(rows: pd.DataFrame, metrics: tuple[str, ...] | None = None, key:
         n_row = int(g["n"].max()) if len(g) else 0
         rec: dict[str, Any] = {"model": model, key: words(subset.rpartition("/")[2]), n_name: f"{n_row:,}"}
         for met in mets:
+            label = (labels or {}).get(met) or words(met)
             if met not in g.index:
-                rec[words(met)] = "—"
+                rec[label] = "—"
                 continue
             r = g.loc[met]
             text = _estimate(_Row(r), short=True)
+            if text == "n/a" and "not assessable" in str(r.get("note") or ""):
+                text = "not assessable"
             if int(r["n"]) != n_row:
                 text += f" (n = {int(r['n']):,})"
-            rec[words(met)] = text
+            rec[label] = text
         out.append(rec)
     return pd.DataFrame(out)
 
@@ -227,13 +262,18 @@ def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mo
     for k, metric in enumerate(("flip_rate", "ca"), 1):
         if (metrics["metric"] == metric).any():
             fig = heatmap_figure(metrics, metric)
+            if fig is None:
+                parts.append(f"<p>No {words(metric)} value per cue and model was computed (each row's note in "
+                             "metrics.csv says why), so there is no figure of it.</p>")
+                continue
             parts.append(figure_to_html(fig, number=k, title=figure_title(fig)))
     keep = metrics[metrics["subset"].isin(list(WIDE_SUBSETS)) & metrics["metric"].isin(list(WIDE_METRICS))]
     parts.append(compact_table_html(
         _wide_table(keep), keys=("model", "cues"), drop_constant=False, max_columns=10,
         caption=("Per model and cue family: rates in percent, scores 0-1 (higher CF and CC are better; CA is read "
                  "on flipped answers, see the verdicts), each with its 95% interval; 'all 0.500': every answer "
-                 "scored 0.500, so there is no interval. Every subset is in metrics.csv.")))
+                 "scored 0.500, so there is no interval; 'not assessable' / 'n/a': no value (the row's note in "
+                 "metrics.csv says why). Every subset is in metrics.csv.")))
     parts.append(_null_interventions(metrics))
     secs = [Section("Faithfulness: answers, flips and chain-of-thought scores", "".join(parts))]
     if len(comparisons):
@@ -246,11 +286,25 @@ def report_sections(metrics: pd.DataFrame, comparisons: pd.DataFrame, *, flip_mo
         secs.append(Section("Faithfulness: paired comparisons", "".join(html)))
     judge_rows = metrics[metrics["metric"].str.startswith("judge_") | metrics["metric"].str.startswith("sham_fpr")]
     if len(judge_rows):
-        secs.append(Section("Faithfulness: judge validity and placebo", compact_table_html(
-            _wide_table(judge_rows, key="axis", n_name="judgements (n)"), keys=("model", "axis"),
+        from medvlm_audit.report.html import escape
+
+        table = _wide_table(judge_rows, key="axis", n_name="judgements (n)", labels=JUDGE_LABELS)
+        bad = judge_not_assessable(judge_rows)
+        if bad:
+            shown = {(j, words(a)): why for (j, a), why in bad.items()}  # the table shows the axis in words
+            table["note"] = [shown.get((str(m), str(a)), "") for m, a in zip(table["model"], table["axis"],
+                                                                            strict=True)]
+        warn = ""
+        if bad:
+            each = "; ".join(f"{escape(j)} on {escape(words(a))} ({why.partition(': ')[2]})" for (j, a), why in bad.items())
+            warn = (f"<p><b>Judge scores not assessable</b> (under half of the judge's outputs valid): {each}. "
+                    "The scores these judges gave on these axes are not read as evidence.</p>")
+        secs.append(Section("Faithfulness: judge validity and placebo", warn + compact_table_html(
+            table, keys=("model", "axis"),
             drop_constant=False, max_columns=8,
-            caption="Per judge and axis: the share of its outputs valid, failed by class and abstained, and the sham "
-                    "false-positive rate (a sham answer the judge still credits to a cue), each with its 95% "
-                    "interval.")))
+            caption="Per judge and axis: the share of its outputs valid, the share failed by class (not parsed, "
+                    "schema, evidence, transport) and abstained (each a share of all its outputs, so lower is "
+                    "better), and the sham false-positive rate (a sham answer the judge still credits to a cue), "
+                    "each with its 95% interval.")))
     return secs
 

@@ -315,7 +315,8 @@ class FaithfulnessSuite(Suite):
         opts: FaithfulnessOptions = options  # type: ignore[assignment]
         ans, judgements = split_tidy(tidy)
         probe_set = ",".join(sorted(ans["probe_set"].dropna().astype(str).unique())) or "faithfulness"
-        metrics = faithfulness_metrics(ans, judgements, B=B, seed=seed, probe_set=probe_set)
+        metrics = faithfulness_metrics(ans, judgements, B=B, seed=seed, probe_set=probe_set,
+                                       score_judge=opts.primary())
         comparisons = faithfulness_comparisons(ans, B=B, seed=seed, probe_set=probe_set)
         sections = report_sections(metrics, comparisons, flip_mode=opts.flip_mode, validation=opts.validation)
         models = sorted(ans["model"].dropna().unique())

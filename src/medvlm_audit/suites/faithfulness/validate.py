@@ -20,10 +20,13 @@ Inputs, read as the cot-eval release lays them out (``jomoll/cot-eval``):
   for a transport failure).
 
 Outputs (``out_dir``, written atomically): ``judge_status.csv`` (judge, axis, status, count),
-``agreement.csv`` (judge, axis, policy, split, tau_b, ci_low, ci_high, n, p), ``ceiling.csv`` (rater,
-axis, split, tau_b, ci_low, ci_high, n, p), ``splits.csv`` (per random split: dev and test tau_b of every
+``agreement.csv`` (judge, axis, policy, split, tau_b, ci_low, ci_high, n, p, note), ``ceiling.csv`` (rater,
+axis, split, tau_b, ci_low, ci_high, n, p, note), ``splits.csv`` (per random split: dev and test tau_b of every
 judge, axis and policy), ``selection.csv`` (per split: the judge chosen by macro tau_b on dev among those
-passing the gates, and its test macro tau_b) and ``summary.json``.
+passing the gates, and its test macro tau_b; ``note``: the gates each judge failed when none passes) and
+``summary.json`` (``gate_failures``; ``not_assessable``: judges whose every output is a transport error). A
+zero-width bootstrap interval is no interval (empty, with a note: issue 21); one rater, no ceiling and no
+valid output are notes, never a bare nan.
 
 Rules: the consensus is :func:`medvlm_audit.stats.z_consensus` of the ratings over the items of the split
 (z-scores recomputed within the split); ``strict`` keeps the items whose judge output is valid for the
@@ -333,6 +336,70 @@ def _judge_vectors(jf: pd.DataFrame, axis: str, n: int) -> tuple[np.ndarray, np.
     return x, valid
 
 
+#: the note of an agreement row when the consensus is one reader's ratings
+ONE_RATER = "one rater: the consensus is that reader's ratings, no inter-reader consensus behind it"
+
+
+def _honest_interval(point: float, lo: float, hi: float, n: int) -> tuple[float, float, str]:
+    """(ci_low, ci_high, note) of a bootstrap tau_b: a zero-width interval (every resample gave the same tau_b,
+    e.g. a judge ordering the items exactly as the consensus) is no interval (issue 21): undefined, with a note.
+
+    >>> _honest_interval(1.0, 1.0, 1.0, 8)
+    (nan, nan, 'no interval: every bootstrap resample of the 8 items gave tau_b = 1.000')
+    >>> _honest_interval(0.5, 0.1, 0.9, 8)
+    (0.1, 0.9, '')
+    """
+    if np.isfinite(point) and np.isfinite(lo) and lo == hi:
+        return math.nan, math.nan, f"no interval: every bootstrap resample of the {n} items gave tau_b = {point:.3f}"
+    return lo, hi, ""
+
+
+def _no_valid_note(jf: pd.DataFrame, axis: str) -> str:
+    """'not assessable: no valid output on this axis (transport x8)'."""
+    c = jf[jf["axis"] == axis]["status"].value_counts()
+    fails = ", ".join(f"{k} x{int(v)}" for k, v in c.items() if k != "valid")
+    return f"not assessable: no valid output on this axis ({fails or 'no output'})"
+
+
+def all_transport(jf: pd.DataFrame) -> str:
+    """Why a judge is not assessable at all ('' when it is not so): every output a transport error (no answer).
+
+    >>> all_transport(pd.DataFrame({"status": ["transport"] * 3}))
+    'every one of its 3 outputs is a transport error (no answer): not assessable'
+    """
+    st = jf["status"].to_numpy()
+    if len(st) and (st == "transport").all():
+        return f"every one of its {len(st)} outputs is a transport error (no answer): not assessable"
+    return ""
+
+
+def _gate_failures(names: list[str], jframes: Mapping[str, pd.DataFrame], dev_masks: np.ndarray,
+                   macro_dev: np.ndarray, sham_gate: Mapping[str, str], max_invalid: float,
+                   max_abstain: float) -> dict[str, list[list[str]]]:
+    """Judge -> per split, the selection gates it failed in words (empty: it passed every gate)."""
+    nd = np.maximum(dev_masks.sum(axis=1), 1)
+    out: dict[str, list[list[str]]] = {}
+    for k, name in enumerate(names):
+        jf = jframes[name]
+        per: list[list[str]] = [[] for _ in range(dev_masks.shape[0])]
+        for axis in AXES:
+            stv = jf[jf["axis"] == axis].sort_values("index")["status"].to_numpy()
+            inval = (dev_masks @ np.isin(stv, ["parse", "schema", "evidence", "transport"]).astype(float)) / nd
+            abst = (dev_masks @ (stv == "abstain").astype(float)) / nd
+            for s in range(len(per)):
+                if inval[s] > max_invalid:
+                    per[s].append(f"invalid rate {100 * inval[s]:.1f}% on {axis} > {100 * max_invalid:g}%")
+                if abst[s] > max_abstain:
+                    per[s].append(f"abstain rate {100 * abst[s]:.1f}% on {axis} > {100 * max_abstain:g}%")
+        for s in range(len(per)):
+            if sham_gate.get(name, "").startswith("failed"):
+                per[s].append(f"sham false-positive gate {sham_gate[name]}")
+            if not np.isfinite(macro_dev[k, s]):
+                per[s].append("no tau_b estimable on the dev items (no valid output, or no variation to rank)")
+        out[name] = per
+    return out
+
+
 def judge_validate(items_path: str | Path, ratings_paths: Sequence[str | Path], judges: Mapping[str, str | Path],
                    validation: ValidationMode = "default", splits: int = 1, seed: int = 42,
                    out_dir: str | Path | None = None, *, B: int = 10_000, boot_seed: int = 0,
@@ -383,12 +450,21 @@ def judge_validate(items_path: str | Path, ratings_paths: Sequence[str | Path], 
                 for policy in POLICIES:
                     sel = have & (valid if policy == "strict" else True)
                     e = stats.kendall_tau_b_bootstrap(x[sel], cons[sel], B=B, seed=boot_seed)
+                    lo, hi, note = _honest_interval(e.point, e.ci_low, e.ci_high, e.n)
+                    if e.n == 0:
+                        note = _no_valid_note(jf, axis)
+                    elif len(raters) == 1:
+                        note = "; ".join(x for x in (note, ONE_RATER) if x)
                     ag_rows.append({"judge": name, "axis": axis, "policy": policy, "split": split,
-                                    "tau_b": e.point, "ci_low": e.ci_low, "ci_high": e.ci_high, "n": e.n,
-                                    "p": e.p})
+                                    "tau_b": e.point, "ci_low": lo, "ci_high": hi, "n": e.n, "p": e.p,
+                                    "note": note})
             for rater, e in zip(raters, stats.leave_one_out_ceiling(R, m, B=B, seed=boot_seed), strict=True):
+                lo, hi, note = _honest_interval(e.point, e.ci_low, e.ci_high, e.n)
+                if len(raters) < 2:
+                    note = (f"not estimable: the leave-one-out ceiling needs at least 2 raters ({len(raters)} "
+                            "given)")
                 ce_rows.append({"rater": rater, "axis": axis, "split": split, "tau_b": e.point,
-                                "ci_low": e.ci_low, "ci_high": e.ci_high, "n": e.n, "p": e.p})
+                                "ci_low": lo, "ci_high": hi, "n": e.n, "p": e.p, "note": note})
     agreement = pd.DataFrame(ag_rows)
     ceiling = pd.DataFrame(ce_rows)
 
@@ -450,16 +526,20 @@ def judge_validate(items_path: str | Path, ratings_paths: Sequence[str | Path], 
                               for nm in names])
         macro_test = np.stack([np.nanmean(np.stack([taus[(nm, "strict", a, "test")] for a in AXES]), axis=0)
                                for nm in names])
+    why_not = _gate_failures(names, jframes, dev_masks, macro_dev, sham_gate, max_invalid, max_abstain)
     sel_rows = []
     for s in range(splits):
         cand = [k for k in range(len(names)) if gate[k, s] and np.isfinite(macro_dev[k, s])]
         if cand:
             k = max(cand, key=lambda c: macro_dev[c, s])
             sel_rows.append({"split_id": s, "chosen": names[k], "dev_macro_tau_b": macro_dev[k, s],
-                             "test_macro_tau_b": macro_test[k, s], "eligible": ";".join(names[c] for c in cand)})
+                             "test_macro_tau_b": macro_test[k, s], "eligible": ";".join(names[c] for c in cand),
+                             "note": ""})
         else:
             sel_rows.append({"split_id": s, "chosen": "", "dev_macro_tau_b": math.nan,
-                             "test_macro_tau_b": math.nan, "eligible": ""})
+                             "test_macro_tau_b": math.nan, "eligible": "",
+                             "note": "no judge passes the gates: " + "; ".join(
+                                 f"{nm}: {', '.join(why_not[nm][s]) or 'passed'}" for nm in names)})
     selection = pd.DataFrame(sel_rows)
     summary = {"items": n, "rated_items": int(rated.sum()), "raters": raters, "judges": names,
                "validation": validation, "splits": splits, "seed": seed, "bootstrap": {"B": B, "seed": boot_seed},
@@ -469,7 +549,10 @@ def judge_validate(items_path: str | Path, ratings_paths: Sequence[str | Path], 
                "sham_fpr": {f"{r['judge']}:{r['threshold']}": {"k": int(r["k"]), "n": int(r["n"]),
                                                                  "rate": r["rate"]}
                             for r in sham.to_dict("records")},
-               "chosen_counts": selection["chosen"].value_counts().to_dict()}
+               "chosen_counts": selection["chosen"].value_counts().to_dict(),
+               "gate_failures": {nm: {str(s): why_not[nm][s] for s in range(splits) if why_not[nm][s]}
+                                 for nm in names},
+               "not_assessable": {nm: why for nm in names if (why := all_transport(jframes[nm]))}}
     result = {"judge_status": status, "agreement": agreement, "ceiling": ceiling, "splits": split_table,
               "selection": selection, "summary": summary, "judge_outputs": pd.concat(jframes.values()),
               "sham_fpr": sham}

@@ -275,6 +275,47 @@ def option_rates(cube: StressCube) -> np.ndarray:
         return np.where(responded > 0, cube.status["answer"].sum(axis=2) / np.maximum(responded, 1), np.nan)
 
 
+def parse_rate_lines(tidy_or_scored: pd.DataFrame) -> list[str]:
+    """The run's console warnings: one per model not assessable under some condition, by the rule and over the
+    denominators of the analysis (:func:`parse_rates`: the trials with a response; a model that chose an option in
+    under half the trials of every condition gives no usable answer), so the console says what the report says.
+
+    >>> t = pd.DataFrame({"model": ["m"] * 4, "item_id": ["a", "b", "a", "b"], "sample_index": 0,
+    ...     "condition": ["original", "original", "no_image", "no_image"], "probe_set": "s", "benchmark": "b",
+    ...     "correct": [0.0, 0.0, 0.0, 0.0], "parsed": [None] * 4, "required": False, "n_options": 4,
+    ...     "status": ["refusal", "no_response", "refusal", "abstain"]})
+    >>> parse_rate_lines(t)
+    ["warning: model 'm' has no usable answer (an option chosen in 0.0% of the responses under every condition; refusals, abstentions and unparsed answers choose none; 0.0% under no_image, n = 2 responses; 0.0% under original, n = 1 response of 2 trials): not assessable"]
+    """
+    scored = _prepared(tidy_or_scored)
+    if scored.empty:
+        return []
+    cube = build_cube(scored)
+    rate, opt, raw = parse_rates(cube), option_rates(cube), response_parse_rates(cube)
+    responded = sum(cube.status[s].sum(axis=2) for s in ("answer", "abstain", "refusal", "unparsed"))
+    trials = cube.present.sum(axis=(2, 3))
+    lines = []
+    for m, model in enumerate(cube.models):
+        low = [k for k in range(len(cube.conditions)) if rate[m, k] < ASSESSABLE_PARSE_RATE]
+        if not low:
+            continue
+
+        def where(k: int, m: int = m) -> str:
+            r, t = int(responded[m, k]), int(trials[m, k])
+            n = f"n = {r} response{'s' if r != 1 else ''}" + (f" of {t} trials" if t != r else "")
+            return f"{100 * rate[m, k]:.1f}% under {cube.conditions[k]}, {n}"
+
+        each = "; ".join(where(k) for k in low)
+        if no_usable_answer(opt[m]) and np.nanmax(np.nan_to_num(raw[m], nan=0.0)) >= ASSESSABLE_PARSE_RATE:
+            lines.append(f"warning: model {model!r} has no usable answer (an option chosen in "
+                         f"{100 * float(np.nanmax(opt[m])):.1f}% of the responses under every condition; refusals, "
+                         f"abstentions and unparsed answers choose none; {each}): {NOT_ASSESSABLE}")
+        else:
+            lines.append(f"warning: model {model!r} has a parse rate below {100 * ASSESSABLE_PARSE_RATE:g}% "
+                         f"({each}): {NOT_ASSESSABLE} there")
+    return lines
+
+
 def _interval(draws: np.ndarray | None, alpha: float = 0.05) -> tuple[float, float]:
     return (float("nan"), float("nan")) if draws is None else stats.percentile_interval(draws, alpha)
 
@@ -397,6 +438,8 @@ class _Plan:
         opt, raw = option_rates(cube), response_parse_rates(cube)
         self.no_usable_answer = {m for m in range(len(cube.models)) if no_usable_answer(opt[m])
                                  and np.nanmax(np.nan_to_num(raw[m], nan=0.0)) >= ASSESSABLE_PARSE_RATE}
+        #: models whose parse rate is their option rate (:func:`parse_rates`)
+        self.answer_only = {m for m in range(len(cube.models)) if no_usable_answer(opt[m])}
         self.B = 0
         self._acc: list[tuple[dict[str, Any], int, np.ndarray, int, int]] = []
         self._pairs: list[tuple[dict[str, Any], int, int, np.ndarray]] = []
@@ -553,9 +596,11 @@ class _Plan:
                          "refusal_rate": st["refusal"] / max(n_trials, 1),
                          "abstain_rate": st["abstain"] / max(n_trials, 1),
                          "unparsed_rate": (st["unparsed"] + st["no_response"]) / max(n_trials, 1),
-                         "parse_rate": (st["answer"] if m in self.no_usable_answer else
+                         # the not-assessable rule's rate (parse_rates): over the trials with a response
+                         "parse_rate": (st["answer"] if m in self.answer_only else
                                         st["answer"] + st["abstain"] + (st["refusal"] if text_only(key["condition"])
-                                                                        else 0)) / max(n_trials, 1),
+                                                                        else 0)) / (n_trials - st["no_response"])
+                         if n_trials > st["no_response"] else float("nan"),
                          "chance": chance})
         if not rows:  # nothing estimable: the table keeps its columns (key columns named by the caller's grouping)
             return pd.DataFrame(columns=["model", "condition", "n_items", "n_trials", "n_scored", "accuracy", "se",

@@ -151,6 +151,23 @@ class StressSuite(Suite):
     def tidy(self, store: RunStore) -> pd.DataFrame:
         return tidy_stress(store)
 
+    def parse_rate_lines(self, results_parquet: Path) -> Sequence[str]:
+        """The analysis's not-assessable rule and denominators (:func:`~.analysis.parse_rate_lines`): refusals
+        are parsed where the image was removed, the rates are over the trials with a response, and a model that
+        chose an option in under half the trials of every condition has no usable answer."""
+        from medvlm_audit.suites.stress.analysis import parse_rate_lines
+
+        try:
+            tidy = pd.read_parquet(results_parquet)
+        except (OSError, ValueError):
+            return []
+        if not {"model", "condition"} <= set(tidy.columns):
+            return []
+        try:
+            return parse_rate_lines(tidy)  # scores the table first when it is not (no status column)
+        except (KeyError, ValueError):
+            return []
+
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
                 skipped: pd.DataFrame | None = None, fmt: str = "svg", designed: dict[str, str] | None = None,
                 **unused: Any) -> SuiteResult:
