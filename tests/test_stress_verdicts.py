@@ -121,7 +121,7 @@ def test_a_too_small_pilot_is_indeterminate_with_a_reason():
     assert row["verdict"] == INDETERMINATE
     assert row["T2_status"] == INDETERMINATE and row["T3_status"] == INDETERMINATE
     u = 100 * stats.rate_interval(0, 8)[1]
-    assert f"+-{u:.1f} pp" in row["T3_reason"] and "on 8 items neither" in row["T3_reason"]
+    assert f"± {u:.1f} pp" in row["T3_reason"] and "on 8 items neither" in row["T3_reason"]
     assert "25.0% [7.1, 59.1]" in row["T2_reason"] and "on 8 items neither lies above chance" in row["T2_reason"]
     tags, text = stress_verdicts(res)["steady"]
     assert tags == [INDETERMINATE] and "indeterminate" in text

@@ -224,8 +224,8 @@ def unchanged_interval(diff: float, n_items: int) -> dict[str, Any]:
     what = (f"{UNCHANGED} in {n_items} items" if diff == 0 else
             f"every one of {n_items} items changed by the same amount (the bootstrap interval has zero width)")
     return {"ci_low": lo, "ci_high": hi,
-            "note": f"{what}: the interval is the change +-{100 * u:.1f} pp (within +-100 pp), the 95% upper bound "
-                    f"of a rate of 0 in {n_items} items (rate_interval)"}
+            "note": f"{what}: the interval is the change \u00b1 {100 * u:.1f} pp (clipped to \u00b1100 pp), the 95% "
+                    f"upper bound of a rate of 0 in {n_items} items (rate_interval)"}
 
 
 def text_only(condition: str) -> bool:
@@ -747,7 +747,7 @@ class _Plan:
                         u = stats.rate_interval(0, int(n_items))[1]
                         lo, hi = max(0.0, vals[comp] - u), min(1.0, vals[comp] + u)
                         note = (f"{note}; {comp} is {vals[comp]:g} in every bootstrap draw: the interval is the value "
-                                f"+-{100 * u:.1f} pp (within [0, 1]), the 95% upper bound of a rate of 0 in {n_items} "
+                                f"\u00b1 {u:.3f} (clipped to [0, 1]), the 95% upper bound of a rate of 0 in {n_items} "
                                 f"items")
                     bounds[comp] = (lo, hi)
                 elif comp == "mean":

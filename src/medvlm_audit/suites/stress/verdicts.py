@@ -143,7 +143,7 @@ def _rule_words(e: Evidence) -> tuple[str, str]:
     if e.test == "T2":
         return (f"lies above chance ({100 * e.ref:.1f}%) with q < {VERDICT_Q:g}",
                 f"lies below chance + {m} ({100 * (e.ref + NO_EFFECT):.1f}%)")
-    return f"excludes 0 with q < {VERDICT_Q:g}", f"lies within +-{m}"
+    return f"excludes 0 with q < {VERDICT_Q:g}", f"lies within ± {m}"
 
 
 def _reason(e: Evidence, status: str, support: float) -> str:
