@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import threading
 import time
@@ -17,19 +16,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from headless import BROWSER_MARKS, chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
-    pytest.mark.slow,
-]
+pytestmark = BROWSER_MARKS
 webdriver = pytest.importorskip("selenium.webdriver")
 uvicorn = pytest.importorskip("uvicorn")
 
-from selenium.webdriver.chrome.options import Options as ChromeOptions
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -71,12 +63,7 @@ class _Server:
 
 
 def _browser() -> webdriver.Chrome:
-    opts = ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1360,820",
-              "--disable-extensions", "--no-first-run"):
-        opts.add_argument(a)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    return chromium("1360,820")
 
 
 def _item(driver) -> str:

@@ -8,26 +8,18 @@ Needs Debian's chromium and chromium-driver and selenium; skipped with the reaso
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import threading
 import time
 
 import pytest
+from headless import BROWSER_MARKS, chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
-    pytest.mark.slow,
-]
+pytestmark = BROWSER_MARKS
 webdriver = pytest.importorskip("selenium.webdriver")
 uvicorn = pytest.importorskip("uvicorn")
 
 from grounding_demo_run import small_grounding_demo
-from selenium.webdriver.chrome.options import Options as ChromeOptions
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -76,11 +68,7 @@ def test_answer_then_arrow_does_not_skip_and_the_end_page_lists_open_items(tmp_p
     while not srv.started:
         assert time.time() - t0 < 20, "server did not start"
         time.sleep(0.05)
-    opts = ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1360,820"):
-        opts.add_argument(a)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver = chromium("1360,820")
     base = f"http://127.0.0.1:{port}"
     try:
         driver.get(base + path)

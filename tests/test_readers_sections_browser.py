@@ -7,17 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+from headless import BROWSER_MARKS
 from test_readers_sections import B, _exports
-from test_report_layout_browser import CHROMEDRIVER, CHROMIUM, MEASURE, OVERLAPS, SCREENSHOTS, _browser
+from test_report_layout_browser import MEASURE, OVERLAPS, SCREENSHOTS, _browser
 
 from medvlm_audit.readers.analysis import analyse_exports, write_analysis
 
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
-    pytest.mark.slow,
-]
+pytestmark = BROWSER_MARKS
 
 
 

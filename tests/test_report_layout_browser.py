@@ -13,22 +13,14 @@ Needs Debian's chromium and chromium-driver and selenium; skipped with the reaso
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
+from headless import BROWSER_MARKS, chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
-    pytest.mark.slow,
-]
+pytestmark = BROWSER_MARKS
 webdriver = pytest.importorskip("selenium.webdriver")
 
-from selenium.webdriver.chrome.options import Options as ChromeOptions
-from selenium.webdriver.chrome.service import Service
 
 from medvlm_audit import api
 from medvlm_audit.suites import suite_names
@@ -110,12 +102,7 @@ return out;
 
 
 def _browser() -> webdriver.Chrome:
-    opts = ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1280,900",
-              "--hide-scrollbars", "--disable-extensions", "--no-first-run", "--force-device-scale-factor=1"):
-        opts.add_argument(a)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    return chromium("1280,900", "--hide-scrollbars", "--force-device-scale-factor=1")
 
 
 @pytest.fixture(scope="module")

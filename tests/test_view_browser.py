@@ -9,27 +9,19 @@ with the reason when the browser is missing. MEDVLM_VIEW_SCREENSHOT=DIR writes t
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from headless import BROWSER_MARKS, chromium
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None,
-                       reason="no chromium / chromedriver binary (apt-get install -y chromium chromium-driver)"),
-    pytest.mark.slow,
-]
+pytestmark = BROWSER_MARKS
 webdriver = pytest.importorskip("selenium.webdriver")
 uvicorn = pytest.importorskip("uvicorn")
 
 from grounding_demo_run import small_faithfulness_demo, small_grounding_demo, small_reports_demo
-from selenium.webdriver.chrome.options import Options as ChromeOptions
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -86,13 +78,7 @@ def reports_server(tmp_path_factory):
 
 @pytest.fixture
 def browser():
-    opts = ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1360,900",
-              "--disable-extensions", "--no-first-run"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    d = chromium("1360,900", capabilities={"goog:loggingPrefs": {"browser": "ALL"}})
     yield d
     d.quit()
 
