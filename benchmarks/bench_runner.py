@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -39,6 +40,28 @@ from medvlm_audit.runner import ModelWork, _materialise, execute, hash_images
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
 from medvlm_audit.testing.fake_openai import FakeServerProcess
+
+
+def cpu_now(server_pid: int) -> tuple[float, float]:
+    """(CPU seconds of this process, its threads and its reaped children, e.g. render workers; CPU seconds of the
+    server process from /proc): a round's CPU is the difference of two readings."""
+    import resource
+
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        fields = Path(f"/proc/{server_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        server = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        server = float("nan")
+    return time.process_time() + ch.ru_utime + ch.ru_stime, server
+
+
+def timed(server_pid: int, fn, *args, **kw):
+    """fn(...)'s result and the CPU seconds (client, server) it took."""
+    c0, s0 = cpu_now(server_pid)
+    out = fn(*args, **kw)
+    c1, s1 = cpu_now(server_pid)
+    return out, (c1 - c0, s1 - s0)
 
 
 def make_probeset(folder: Path, n: int, size: int = 512):
@@ -137,14 +160,22 @@ def main() -> None:
             jobs.append((r[0], head, tail))
         url = base_url.rstrip("/") + "/chat/completions"
         bare, harness, first, planned, second, with_images = [], [], [], [], [], []
+        cpu: dict[str, list[tuple[float, float]]] = {"a": [], "b": [], "e": [], "d": []}
+        pid = srv.pid
         for rnd in range(args.rounds):
-            bare.append(bare_aiohttp_loop(url, bodies, args.concurrency))
-            with_images.append(bare_loop_with_images(url, jobs, args.concurrency))
+            r, c = timed(pid, bare_aiohttp_loop, url, bodies, args.concurrency)
+            bare.append(r)
+            cpu["a"].append(c)
+            r, c = timed(pid, bare_loop_with_images, url, jobs, args.concurrency)
+            with_images.append(r)
+            cpu["e"].append(c)
             store = RunStore(tmp / f"run{rnd}.sqlite")
             m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
             t0 = time.perf_counter()
-            summary = asyncio.run(execute(store, plan_grounding([ps], opts), [m], dec, progress=False))
+            summary, c = timed(pid, lambda st=store, m=m: asyncio.run(execute(st, plan_grounding([ps], opts), [m],
+                                                                                dec, progress=False)))
             el = time.perf_counter() - t0
+            cpu["b"].append(c)
             asked = summary.per_model["bench"]["asked"]
             assert asked == len(bodies) and summary.per_model["bench"]["errors"] == 0
             harness.append(asked / el)
@@ -153,8 +184,10 @@ def main() -> None:
             # a second model added to the same run: image hashes are already in the store, so planning only keys
             m2 = OpenAIChatModel("bench2", "fake-vlm-2", base_url, max_concurrency=args.concurrency)
             t0 = time.perf_counter()
-            s2 = asyncio.run(execute(store, plan_grounding([ps], opts), [m2], dec, progress=False))
+            s2, c = timed(pid, lambda st=store, m=m2: asyncio.run(execute(st, plan_grounding([ps], opts), [m],
+                                                                           dec, progress=False)))
             second.append(s2.per_model["bench2"]["asked"] / (time.perf_counter() - t0))
+            cpu["d"].append(c)
             store.close()
         b, h, e = float(np.median(bare)), float(np.median(harness)), float(np.median(with_images))
         d = float(np.median(second))
@@ -170,6 +203,14 @@ def main() -> None:
               f"{e / b:.2f}; runner / (e) = {h / e:.2f}  rounds {[round(x) for x in with_images]}")
         print(f"(d) runner, end to end, image hashes already stored (another model added to the run): {d:8.0f} "
               f"answers/s  ratio (d)/(a) {d / b:.2f}")
+        n = len(bodies)
+        for k, name in (("a", "bare loop"), ("e", "bare loop + images"), ("b", "runner"), ("d", "runner, 2nd model")):
+            cl = float(np.median([c for c, _ in cpu[k]])) / n * 1000
+            sv = float(np.median([s_ for _, s_ in cpu[k]])) / n * 1000
+            print(f"    CPU-ms per answer ({k}) {name:20s}: client {cl:5.2f} (render workers included), server {sv:5.2f}")
+        print(f"    client CPU ratio (b)/(a) {np.median([c for c, _ in cpu['b']]) / np.median([c for c, _ in cpu['a']]):.2f}"
+              f", (b)/(e) {np.median([c for c, _ in cpu['b']]) / np.median([c for c, _ in cpu['e']]):.2f}; "
+              f"load {os.getloadavg()[0]:.1f}")
     finally:
         srv.stop()
 
