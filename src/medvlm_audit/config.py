@@ -6,6 +6,7 @@ Every run records its fully resolved config, the package version and the seeds i
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -48,6 +49,23 @@ class ModelSpec(BaseModel):
         return dict(self.model_extra or {})
 
 
+def default_render_workers(cores: int | None = None) -> int:
+    """Image render workers when a run config names none: one per core this process may use beyond the first
+    (the event loop's), at least 2 and at most 8. Two workers rendered 2,001 images more slowly than a 20 ms
+    server answered them on an idle 16-core machine (0.67x the bare loop end to end, rendering done at 1.7 s
+    of 2.1); under the runner's backpressure an idle worker costs nothing.
+
+    >>> default_render_workers(2), default_render_workers(4), default_render_workers(16), default_render_workers(64)
+    (2, 3, 8, 8)
+    """
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))  # the cores this process may run on (a container's share)
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 2
+    return max(2, min(8, cores - 1))
+
+
 #: the fields every suite shares; every other key of a run config is the suite's option (see ``Suite.Options``)
 SHARED_FIELDS: tuple[str, ...] = ("suite", "run_dir", "probe_sets", "models", "decoding", "repeats", "seed",
                                   "workers", "render_in", "store_lock_wait_s", "options")
@@ -69,7 +87,9 @@ class RunConfig(BaseModel):
     decoding: Decoding = Decoding()
     repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
     seed: int = Field(default=42, ge=0, lt=2**63)
-    workers: int = Field(default=2, ge=1, le=MAX_PARALLEL)
+    #: image render workers (threads or processes); default: one per core beyond the first, 2 to 8
+    #: (:func:`default_render_workers`), recorded as the number used
+    workers: int = Field(default_factory=lambda: default_render_workers(), ge=1, le=MAX_PARALLEL)
     #: where images are rendered during a run: worker processes when every image model takes encoded
     #: bytes (HTTP backends) and there are 64+ images, else threads ("auto"), or as named
     render_in: Literal["auto", "threads", "processes"] = "auto"

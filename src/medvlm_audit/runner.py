@@ -44,6 +44,7 @@ from typing import Any, Literal, Self
 import numpy as np
 
 from medvlm_audit.aio import run_sync
+from medvlm_audit.config import default_render_workers
 from medvlm_audit.errors import EndpointError, ImageError, StoreError, StoreLockedError
 from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
@@ -303,11 +304,12 @@ def hash_images(
     store: RunStore,
     trials: Sequence[Trial],
     cache: SourceCache,
-    workers: int = 2,
+    workers: int | None = None,
     pixels: PixelCache | None = None,
 ) -> dict[ImageRecipe, str]:
     """Pixel sha256 of every distinct recipe, all at once (the streaming runner does this incrementally);
     cached in the store so a resumed run does not re-render."""
+    workers = workers or default_render_workers()
     index = TrialIndex(trials)
     keys = check_sources(index)
     known = store.image_hashes()
@@ -1108,7 +1110,7 @@ async def _execute(
     retry_errors: bool = False,
     retry_missing_logprobs: bool = False,
     progress: bool = True,
-    workers: int = 2,
+    workers: int | None = None,
     pixel_cache_mb: int = 512,
     model_decoding: dict[str, Decoding] | None = None,
     source_keys: MutableMapping[ImageRecipe, str] | None = None,
@@ -1124,6 +1126,7 @@ async def _execute(
     threads."""
     t0 = time.perf_counter()
     decoding = decoding or Decoding()
+    workers = workers or default_render_workers()
     check_models(models)
     index = TrialIndex(plan.trials)
     keys = source_keys if source_keys is not None else check_sources(index, store.image_hashes())  # before writing
