@@ -17,13 +17,17 @@ answers 403. Pages carry a strict Content-Security-Policy (scripts and styles fr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import jinja2
 from starlette.applications import Starlette
@@ -57,6 +61,8 @@ _SECURITY_HEADERS = {
 #: on the image, and how many images
 _VIEW_DEFAULTS: dict[str, Any] = {"question": "", "options": None, "facts": None, "text": None, "samples": None,
                                   "box": None, "n_images": 0}
+_FORM_TYPE = "application/x-www-form-urlencoded"
+_MAX_FORM_BYTES = 64 * 1024  # an answer's form is a few hundred bytes
 
 
 def _package_text(*parts: str) -> str:
@@ -75,6 +81,65 @@ def _not_found() -> Response:
     return PlainTextResponse("Not found", status_code=404)
 
 
+class AnswerWriter:
+    """Answers arriving together are committed together: one writer thread runs one transaction for every
+    answer that came in while the previous one was being written (a group commit), and each answer is
+    acknowledged only once its transaction has committed. A store locked by another process fails the whole
+    group with :class:`StoreBusyError` (nothing of it written); the pages then send those answers again."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self._pending: list[tuple[tuple[Reader, str, str, str, float | None], asyncio.Future[None]]] = []
+        self._running = False
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reader-answers")
+
+    async def save(self, answer: tuple[Reader, str, str, str, float | None]) -> None:
+        """Return once ``answer`` (as ``Study.check_answer`` gives it) is committed; raise what the write raised."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._pending.append((answer, fut))
+        if not self._running:
+            self._running = True
+            loop.create_task(self._drain())
+        await fut
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await loop.run_in_executor(self._pool, self.study.save_answers, [a for a, _ in batch])
+                except Exception as e:  # noqa: BLE001 - handed to every waiting answer
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
+        finally:
+            self._running = False
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+async def _form_fields(request: Request) -> dict[str, str] | None:
+    """The fields of a posted form (the last value of a repeated name), or None when the body is not a readable
+    form. The page posts URL-encoded forms, parsed here directly; any other type goes through Starlette."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype != _FORM_TYPE:
+        form = await request.form()
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _MAX_FORM_BYTES:
+            return None
+    return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=100))
+
+
 def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
                write_wait_s: float = 1.0) -> Starlette:
     """The app for one study folder. ``allowed_hosts``: Host header values accepted (default: localhost names,
@@ -86,14 +151,16 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     answers 503 with ``busy: true``: nothing was written, the page says "retrying" and sends it again."""
     study = Study(study_dir, write_wait_s=write_wait_s, cache_answers=True)
     study.preload()
+    writer = AnswerWriter(study)
     env = _env()
+    templates = {name: env.get_template(name) for name in ("index.html", "read.html", "done.html", "admin.html")}
     pngs = PngCache()
     static = {name: _package_text("static", name).encode("utf-8") for name in _STATIC}
     spec = study.spec
     meta = study.public_meta()
 
     def page(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-        return HTMLResponse(env.get_template(name).render(**ctx), status_code=status)
+        return HTMLResponse(templates[name].render(**ctx), status_code=status)
 
     def reader_of(request: Request) -> Reader | None:
         return study.reader_by_token(request.path_params.get("token", ""))
@@ -120,7 +187,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
 
     async def read(request: Request) -> Response:
         reader = reader_of(request)  # readers are in memory (preloaded)
-        if reader is not None and study.cached_answers(reader) is not None:
+        if reader is not None and study.cached_progress(reader) is not None:
             return read_sync(request)  # nothing to read from the database: no thread needed
         return await run_in_threadpool(read_sync, request)
 
@@ -129,14 +196,17 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         if reader is None:
             return _not_found()
         order = study.order(reader)
-        answers = study.answers(reader)
+        got = study.cached_progress(reader)
+        if got is None:
+            study.answers(reader)  # read once (in a worker thread), then kept with the count of complete items
+            got = study.cached_progress(reader)
+        answers, n_complete = got
         total = len(order)
-        complete = [study.is_complete(answers.get(i, {})) for i in order]
         i_raw = request.query_params.get("i")
         if i_raw is None:
-            if all(complete):
+            if n_complete == total:
                 return RedirectResponse(f"/r/{request.path_params['token']}/done", status_code=303)
-            pos = complete.index(False)
+            pos = next(k for k, i in enumerate(order) if not study.is_complete(answers.get(i, {})))
         else:
             if not i_raw.isdigit() or not 1 <= int(i_raw) <= total:
                 return _not_found()
@@ -146,9 +216,9 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         if got is None:  # pragma: no cover - order comes from this reader's assignments
             return _not_found()
         view, _source = got  # the source (case, condition, model, label, path) never reaches the page
-        if "cot_text" in view:  # studies made before the passage slot was renamed
-            view = {**view, "text": view.pop("cot_text")}
         view = {**_VIEW_DEFAULTS, **view}
+        if "cot_text" in view:  # studies made before the passage slot was renamed
+            view["text"] = view.pop("cot_text")
         study.touch(reader)
         token = request.path_params["token"]
         given = answers.get(item_id, {})
@@ -156,7 +226,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
                   for s in spec.scales]
         return page(
             "read.html", title=spec.title, spec=spec, view=view, scales=scales, position=pos + 1, total=total,
-            n_complete=sum(complete), item_id=item_id, csrf=study.csrf_token(reader), base=f"/r/{token}",
+            n_complete=n_complete, item_id=item_id, csrf=study.csrf_token(reader), base=f"/r/{token}",
             prev_url=f"/r/{token}?i={pos}" if pos > 0 else "",
             next_url=f"/r/{token}?i={pos + 2}" if pos + 1 < total else f"/r/{token}/done",
             n_images=int(view.get("n_images", 0)) if spec.shows_image or view.get("n_images") else 0,
@@ -215,18 +285,20 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         if not same_origin(request):
             return JSONResponse({"ok": False, "error": "cross-origin write refused"}, status_code=403)
         try:
-            form = await request.form()
+            form = await _form_fields(request)
         except Exception:  # noqa: BLE001 - any malformed body is the client's error, not the server's
+            form = None
+        if form is None:
             return JSONResponse({"ok": False, "error": "unreadable form"}, status_code=400)
         csrf = form.get("csrf") or request.headers.get("x-csrf-token")
-        if not study.check_csrf(reader, csrf if isinstance(csrf, str) else None):
+        if not study.check_csrf(reader, csrf):
             return JSONResponse({"ok": False, "error": "missing or wrong CSRF token"}, status_code=403)
         item_id, scale, value = (form.get(k) for k in ("item_id", "scale", "value"))
-        if not all(isinstance(v, str) for v in (item_id, scale, value)):
+        if item_id is None or scale is None or value is None:
             return JSONResponse({"ok": False, "error": "item_id, scale and value are required"}, status_code=400)
         raw_ms = form.get("elapsed_ms")
         elapsed = math.nan  # absent or empty: the time is simply not recorded
-        if isinstance(raw_ms, str) and raw_ms.strip():
+        if raw_ms is not None and raw_ms.strip():
             try:
                 elapsed = float(raw_ms) / 1000.0
             except ValueError:
@@ -234,21 +306,22 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
             if not (math.isfinite(elapsed) and elapsed >= 0):  # nothing is stored for an impossible time
                 return JSONResponse({"ok": False, "error": f"elapsed_ms must be a finite number >= 0, "
                                      f"got {raw_ms[:40]!r}"}, status_code=400)
-
-        def save() -> Response:
-            try:
-                study.save_answer(reader, item_id, scale, value, elapsed if math.isfinite(elapsed) else None)
-            except KeyError:
-                return _not_found()
-            except ValueError as e:
-                return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
-            except StoreBusyError:
-                return JSONResponse({"ok": False, "busy": True, "error": "the study store is busy; nothing was "
-                                     "saved yet, retrying"}, status_code=503, headers={"Retry-After": "1"})
-            given = study.answers(reader).get(item_id, {})
-            return JSONResponse({"ok": True, "complete": study.is_complete(given), "saved_at": time.time()})
-
-        return await run_in_threadpool(save)
+        try:  # in memory: every reader's items were preloaded
+            checked = study.check_answer(reader, item_id, scale, value, elapsed if math.isfinite(elapsed) else None)
+        except KeyError:
+            return _not_found()
+        except ValueError as e:
+            return JSONResponse({"ok": False, "error": str(e)}, status_code=400)
+        try:
+            await writer.save(checked)  # acknowledged only once committed
+        except StoreBusyError:
+            return JSONResponse({"ok": False, "busy": True, "error": "the study store is busy; nothing was "
+                                 "saved yet, retrying"}, status_code=503, headers={"Retry-After": "1"})
+        answers = study.cached_answers(reader)
+        if answers is None:  # her first request: her answers are read once, off the event loop
+            answers = await run_in_threadpool(study.answers, reader)
+        given = answers.get(item_id, {})
+        return JSONResponse({"ok": True, "complete": study.is_complete(given), "saved_at": time.time()})
 
     async def admin(request: Request) -> Response:
         return await run_in_threadpool(admin_sync, request)
@@ -284,12 +357,18 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         return PlainTextResponse("Method not allowed", status_code=405)
 
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        writer.close()
+
     hosts = allowed_hosts or ["127.0.0.1", "localhost", "::1", "[::1]", "testserver"]
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders, headers=_SECURITY_HEADERS),
                     Middleware(TrustedHostMiddleware, allowed_hosts=hosts)],
         exception_handlers={404: not_found, 405: method_not_allowed},
+        lifespan=lifespan,
     )
     app.state.study = study
     return app
