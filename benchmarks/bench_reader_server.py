@@ -67,13 +67,20 @@ def serve(kind: str, study_dir: str, port: int, page_file: str = "", png_file: s
         from medvlm_audit.readers.app import create_app
 
         app = create_app(study_dir)
-    prof = os.environ.get("BENCH_PROFILE")
+    prof = os.environ.get("BENCH_PROFILE")  # a cProfile of the server's event-loop thread, per server kind
     if prof:
         import cProfile
+        import signal
 
-        cProfile.runctx('uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="h11", '
-                        'loop="asyncio")', globals(), locals(), prof)
-        return
+        profiler = cProfile.Profile()
+
+        def dump(*_: object) -> None:  # uvicorn re-raises the SIGTERM it caught once it has shut down
+            profiler.disable()
+            profiler.dump_stats(f"{prof}.{kind}")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, dump)
+        profiler.enable()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="h11", loop="asyncio")
 
 

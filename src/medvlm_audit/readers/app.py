@@ -38,11 +38,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+from medvlm_audit.readers.pages import Prerendered
 from medvlm_audit.readers.render import PngCache
 from medvlm_audit.readers.study import Reader, StoreBusyError, Study
 from medvlm_audit.security_headers import SecurityHeaders
 
-__all__ = ["create_app"]
+__all__ = ["READ_SLOTS", "create_app"]
 
 _STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
 _SECURITY_HEADERS = {
@@ -61,6 +62,8 @@ _SECURITY_HEADERS = {
 #: on the image, and how many images
 _VIEW_DEFAULTS: dict[str, Any] = {"question": "", "options": None, "facts": None, "text": None, "samples": None,
                                   "box": None, "n_images": 0}
+#: what the reading view only prints, filled per request into a page rendered once per item and answer state
+READ_SLOTS = ("base", "csrf", "position", "total", "n_complete", "prev_url", "next_url")
 _FORM_TYPE = "application/x-www-form-urlencoded"
 _MAX_FORM_BYTES = 64 * 1024  # an answer's form is a few hundred bytes
 
@@ -74,7 +77,8 @@ def _env() -> jinja2.Environment:
     so every {{ value }} is HTML-escaped, CoT texts and reader names included."""
     from medvlm_audit.report.render import environment
 
-    return environment("medvlm_audit.readers")
+    # own cache, templates read once (no file check per page view)
+    return environment("medvlm_audit.readers").overlay(auto_reload=False, cache_size=50)
 
 
 def _not_found() -> Response:
@@ -154,6 +158,8 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     writer = AnswerWriter(study)
     env = _env()
     templates = {name: env.get_template(name) for name in ("index.html", "read.html", "done.html", "admin.html")}
+    # the reading view, rendered once per (item, first or not, answers chosen), then filled per request
+    read_pages = Prerendered(templates["read.html"], READ_SLOTS)
     pngs = PngCache()
     static = {name: _package_text("static", name).encode("utf-8") for name in _STATIC}
     spec = study.spec
@@ -185,6 +191,20 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     async def favicon(request: Request) -> Response:
         return Response(status_code=204)
 
+    def read_context(item_id: str, view: dict[str, Any], chosen: tuple[str | None, ...],
+                     has_prev: bool) -> dict[str, Any]:
+        """What the reading view of an item shows besides the per-request values (``READ_SLOTS``): the item's
+        view (the source, with case, condition, model, label and path, never reaches the page), the answers
+        chosen so far, and whether there is a previous item."""
+        view = {**_VIEW_DEFAULTS, **view}
+        if "cot_text" in view:  # studies made before the passage slot was renamed
+            view["text"] = view.pop("cot_text")
+        scales = [{"name": s.name, "prompt": s.prompt, "choices": s.choices, "chosen": c}
+                  for s, c in zip(spec.scales, chosen)]
+        return {"title": spec.title, "spec": spec, "view": view, "scales": scales, "item_id": item_id,
+                "has_prev": has_prev,
+                "n_images": int(view.get("n_images", 0)) if spec.shows_image or view.get("n_images") else 0}
+
     async def read(request: Request) -> Response:
         reader = reader_of(request)  # readers are in memory (preloaded)
         if reader is not None and study.cached_progress(reader) is not None:
@@ -215,22 +235,16 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         got = study.item(reader, item_id)
         if got is None:  # pragma: no cover - order comes from this reader's assignments
             return _not_found()
-        view, _source = got  # the source (case, condition, model, label, path) never reaches the page
-        view = {**_VIEW_DEFAULTS, **view}
-        if "cot_text" in view:  # studies made before the passage slot was renamed
-            view["text"] = view.pop("cot_text")
         study.touch(reader)
-        token = request.path_params["token"]
         given = answers.get(item_id, {})
-        scales = [{"name": s.name, "prompt": s.prompt, "choices": s.choices, "chosen": given.get(s.name)}
-                  for s in spec.scales]
-        return page(
-            "read.html", title=spec.title, spec=spec, view=view, scales=scales, position=pos + 1, total=total,
-            n_complete=n_complete, item_id=item_id, csrf=study.csrf_token(reader), base=f"/r/{token}",
-            prev_url=f"/r/{token}?i={pos}" if pos > 0 else "",
-            next_url=f"/r/{token}?i={pos + 2}" if pos + 1 < total else f"/r/{token}/done",
-            n_images=int(view.get("n_images", 0)) if spec.shows_image or view.get("n_images") else 0,
-        )
+        chosen = tuple(given.get(s.name) for s in spec.scales)
+        base = f"/r/{request.path_params['token']}"
+        html = read_pages.fill(
+            (item_id, pos > 0, chosen), lambda: read_context(item_id, got[0], chosen, pos > 0),
+            base=base, csrf=study.csrf_token(reader), position=pos + 1, total=total, n_complete=n_complete,
+            prev_url=f"{base}?i={pos}" if pos > 0 else "",
+            next_url=f"{base}?i={pos + 2}" if pos + 1 < total else f"{base}/done")
+        return HTMLResponse(html)
 
     async def done(request: Request) -> Response:
         return await run_in_threadpool(done_sync, request)
