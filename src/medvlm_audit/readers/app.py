@@ -207,7 +207,7 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
 
     async def read(request: Request) -> Response:
         reader = reader_of(request)  # readers are in memory (preloaded)
-        if reader is not None and study.cached_progress(reader) is not None:
+        if reader is not None and study.items_in_memory and study.cached_progress(reader) is not None:
             return read_sync(request)  # nothing to read from the database: no thread needed
         return await run_in_threadpool(read_sync, request)
 
@@ -354,14 +354,14 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
                     n_items=meta.get("n_items"), meta_json=json.dumps({k: meta.get(k) for k in (
                         "task", "n", "seed", "options", "n_items")}))
 
-    routes = [
+    routes = [  # the reading loop's three first (matched in order; no two patterns match the same path)
+        Route("/r/{token}", read),
+        Route("/r/{token}/img/{item_id}/{k}", image),
+        Route("/r/{token}/answer", answer, methods=["POST"]),
         Route("/", index),
         Route("/static/{name}", static_file),
         Route("/favicon.ico", favicon),
-        Route("/r/{token}", read),
         Route("/r/{token}/done", done),
-        Route("/r/{token}/img/{item_id}/{k}", image),
-        Route("/r/{token}/answer", answer, methods=["POST"]),
         Route("/admin/{token}", admin),
     ]
 

@@ -111,6 +111,8 @@ class Study:
         self._orders: dict[int, list[str]] = {}
         self._items: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # item id -> (view, source), parsed
         self._assigned: dict[int, frozenset[str]] = {}  # reader id -> her item ids
+        self.items_in_memory = False  # every item parsed and kept (``preload``): ``item`` reads no database
+        self._csrf: dict[str, str] = {}  # token hash -> CSRF token
         self._seen: dict[int, float] = {}  # page views not yet written (reader id -> time)
         # reader id -> her answers, kept current by save_answer: for a server, the study's one writer of answers
         self._answers: dict[int, dict[str, dict[str, str]]] | None = {} if cache_answers else None
@@ -222,7 +224,11 @@ class Study:
         return tok
 
     def csrf_token(self, reader: Reader) -> str:
-        return hmac.new(self._secret, f"csrf:{reader.token_hash}".encode(), hashlib.sha256).hexdigest()
+        got = self._csrf.get(reader.token_hash)
+        if got is None:  # an HMAC of the reader's token hash: fixed for the study, computed once per reader
+            got = self._csrf[reader.token_hash] = hmac.new(
+                self._secret, f"csrf:{reader.token_hash}".encode(), hashlib.sha256).hexdigest()
+        return got
 
     def admin_csrf_token(self) -> str:
         return hmac.new(self._secret, b"csrf:admin", hashlib.sha256).hexdigest()
@@ -329,8 +335,11 @@ class Study:
                 self._orders.update(orders)
                 self._assigned.update({rid: frozenset(orders.get(rid, ())) for rid in
                                        (r.reader_id for r in self._readers.values())})
+                n = 0
                 for item_id, view, source in con.execute("SELECT item_id, view, source FROM items LIMIT 100000"):
                     self._items[item_id] = (json.loads(view), json.loads(source))
+                    n += 1
+                self.items_in_memory = n == con.execute("SELECT COUNT(*) FROM items").fetchone()[0]
             finally:
                 con.execute("COMMIT")
 
