@@ -16,6 +16,12 @@ Then (c): the reader server again while another process holds the study's write 
 seconds: the slowest page during the lock, 503s, and whether every acknowledged answer is stored.
 Targets (issue 23 / 22): (b) >= 0.5 x (a) requests/s, p99 < 300 ms at 50 readers on an idle machine, every
 answer stored; under the lock every page < 1 s and no answer lost.
+
+Where the time goes: ``--routes N`` first drives each app in its own process through a small in-process ASGI
+caller (no HTTP server, no sockets, no client sharing the CPU), one request at a time, every reader's page,
+image and answer N times after two warm passes over all her items, and prints the process CPU per route
+(threads included). ``BENCH_PROFILE=FILE`` writes a cProfile of each server's event-loop thread to FILE.bare
+and FILE.reader.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if "--serve" not in sys.argv:  # a server takes its source tree from PYTHONPATH (see --before-src)
+if "--serve" not in sys.argv and "--routes-of" not in sys.argv:  # a server takes its source from PYTHONPATH
     sys.path.insert(0, str(ROOT / "src"))
 
 
@@ -82,6 +88,86 @@ def serve(kind: str, study_dir: str, port: int, page_file: str = "", png_file: s
         signal.signal(signal.SIGTERM, dump)
         profiler.enable()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="h11", loop="asyncio")
+
+
+async def _asgi(app, method: str, path: str, query: bytes = b"", body: bytes = b"",
+                headers: tuple = ()) -> tuple[int, bytes]:
+    """One request through an ASGI app, in process: (status, body)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), *headers], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    out: list[dict] = []
+
+    async def send(message: dict) -> None:
+        out.append(message)
+
+    await app(scope, receive, send)
+    return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
+
+
+def routes(kind: str, study_dir: str, tokens_file: str, page_file: str, png_file: str, rounds: str) -> None:
+    """Process CPU per route of one app, driven in process (``--routes``); prints one JSON line."""
+    from urllib.parse import urlencode
+
+    if kind == "bare":
+        app = bare_app(Path(page_file).read_bytes(), Path(png_file).read_bytes())
+    else:
+        from medvlm_audit.readers.app import create_app
+
+        app = create_app(study_dir)
+    tokens = json.loads(Path(tokens_file).read_text())
+    real = None if kind == "bare" else app
+    cpu = {"page": 0.0, "image": 0.0, "answer": 0.0}
+
+    async def triple(tok: str, k: int) -> None:
+        t0 = time.process_time()
+        st, page = await _asgi(app, "GET", f"/r/{tok}", f"i={k}".encode())
+        t1 = time.process_time()
+        assert st == 200, st
+        if real is None:  # the bare app's fixed page: ids from the real one are not needed
+            item, csrf = "x", "x"
+        else:
+            item = page.split(b'data-item="', 1)[1].split(b'"', 1)[0].decode()
+            csrf = page.split(b'data-csrf="', 1)[1].split(b'"', 1)[0].decode()
+        t1b = time.process_time()
+        st, _ = await _asgi(app, "GET", f"/r/{tok}/img/{item}/0")
+        t2 = time.process_time()
+        assert st == 200, st
+        body = urlencode({"csrf": csrf, "item_id": item, "scale": "answer", "value": "yes" if k % 2 else "no",
+                          "elapsed_ms": "1500"}).encode()
+        t2b = time.process_time()
+        st, r = await _asgi(app, "POST", f"/r/{tok}/answer", body=body, headers=(
+            (b"content-type", b"application/x-www-form-urlencoded"), (b"content-length", str(len(body)).encode())))
+        t3 = time.process_time()
+        assert st == 200, (st, r)
+        cpu["page"] += t1 - t0
+        cpu["image"] += t2 - t1b
+        cpu["answer"] += t3 - t2b
+
+    async def main() -> None:
+        for _ in range(2):  # every image made, every page shape seen
+            for tok in tokens:
+                for k in range(1, 61):
+                    await triple(tok, k)
+        for key in cpu:
+            cpu[key] = 0.0
+        for r in range(int(rounds)):
+            for tok in tokens:
+                await triple(tok, r % 60 + 1)
+
+    asyncio.run(main())
+    n = int(rounds) * len(tokens)
+    print(json.dumps({k: 1e6 * v / n for k, v in cpu.items()}), flush=True)
 
 
 def _free_port() -> int:
@@ -232,10 +318,15 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--routes-of":
+        routes(*sys.argv[2:8])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--readers", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--lock-s", type=float, default=10.0)
+    ap.add_argument("--routes", type=int, default=0, metavar="N",
+                    help="first: process CPU per route of each app driven in process (no HTTP), N rounds of 10 readers")
     ap.add_argument("--before-src", type=Path, default=None,
                     help="also run the reader server from this source tree (e.g. an export of the previous commit's "
                          "src/), side by side: (b0)")
@@ -267,6 +358,24 @@ def main() -> None:
     png = c.get(f"/r/{tokens[0]}/img/{item}/0").content
     (tmp / "page.html").write_bytes(page)
     (tmp / "img.png").write_bytes(png)
+
+    if args.routes:
+        (tmp / "tokens.json").write_text(json.dumps(tokens[:10]))
+        print(f"process CPU per request, in process (no HTTP server; threads included), {args.routes} rounds x "
+              f"{len(tokens[:10])} readers:", flush=True)
+        by = {}
+        for name, kind, src, i in (("(a) bare Starlette", "bare", ROOT / "src", 4), ("(b) reader server", "reader", ROOT / "src", 5),
+                                   ("(b0) reader server before", "reader", args.before_src, 6)):
+            if src is None:
+                continue
+            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--routes-of", kind, str(fresh(i)),
+                                  str(tmp / "tokens.json"), str(tmp / "page.html"), str(tmp / "img.png"),
+                                  str(args.routes)], env={**os.environ, "PYTHONPATH": str(src)}, check=True,
+                                 capture_output=True, text=True).stdout
+            by[name] = json.loads(out.strip().splitlines()[-1])
+            us = by[name]
+            print(f"  {name:28s} page {us['page']:6.1f} us, image {us['image']:6.1f} us, answer {us['answer']:6.1f} us; "
+                  f"mean {sum(us.values()) / 3:6.1f} us/request", flush=True)
 
     results = {}
     runs = [("(a) bare Starlette", ("bare", "", str(tmp / "page.html"), str(tmp / "img.png")), ROOT / "src"),
