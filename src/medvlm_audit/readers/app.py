@@ -94,21 +94,26 @@ class AnswerWriter:
     def __init__(self, study: Study) -> None:
         self.study = study
         self._pending: list[tuple[tuple[Reader, str, str, str, float | None], asyncio.Future[None]]] = []
-        self._running = False
+        self._drainer: asyncio.Task[None] | None = None  # the loop task handing groups to the writer thread
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reader-answers")
 
     async def save(self, answer: tuple[Reader, str, str, str, float | None]) -> None:
         """Return once ``answer`` (as ``Study.check_answer`` gives it) is committed; raise what the write raised."""
         loop = asyncio.get_running_loop()
+        drainer = self._drainer
+        if drainer is not None and not drainer.done() and drainer.get_loop() is not loop:
+            # another event loop is draining (a test client's loop per request): written alone, in turn
+            await loop.run_in_executor(self._pool, self.study.save_answers, [answer])
+            return
         fut: asyncio.Future[None] = loop.create_future()
         self._pending.append((answer, fut))
-        if not self._running:
-            self._running = True
-            loop.create_task(self._drain())
+        if drainer is None or drainer.done():
+            self._drainer = loop.create_task(self._drain())  # referenced: a task nobody holds may be collected
         await fut
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
+        batch: list[tuple[tuple[Reader, str, str, str, float | None], asyncio.Future[None]]] = []
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
@@ -122,8 +127,11 @@ class AnswerWriter:
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
-        finally:
-            self._running = False
+        finally:  # only when cancelled (the loop closing): no answer waits forever
+            left, self._pending = batch + self._pending, []
+            for _, fut in left:
+                if not fut.done():
+                    fut.cancel()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -149,10 +157,13 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
     """The app for one study folder. ``allowed_hosts``: Host header values accepted (default: localhost names,
     which also stops DNS-rebinding pages from talking to a local server).
 
-    Every database call and image rendering runs in the worker threads (each with its own SQLite connection),
+    Every database call and image rendering runs in worker threads (each with its own SQLite connection),
     never on the event loop, so a store locked by another process slows no page: page views read only (WAL
-    readers do not wait for a writer), and an answer that cannot get the write lock within ``write_wait_s``
-    answers 503 with ``busy: true``: nothing was written, the page says "retrying" and sends it again."""
+    readers do not wait for a writer), answers are written by one writer thread in groups (:class:`AnswerWriter`:
+    each acknowledged once committed), and an answer that cannot get the write lock within ``write_wait_s``
+    answers 503 with ``busy: true``: nothing was written, the page says "retrying" and sends it again. What
+    needs neither the database nor rendering (a reader's page once her answers are held, an image already
+    made, checking an answer) is answered on the event loop, with no thread hop."""
     study = Study(study_dir, write_wait_s=write_wait_s, cache_answers=True)
     study.preload()
     writer = AnswerWriter(study)
