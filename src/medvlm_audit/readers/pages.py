@@ -60,8 +60,7 @@ class Prerendered:
     def fill(self, key: Hashable, make_ctx: Callable[[], Mapping[str, Any]], **values: Any) -> str:
         texts, names = self._shape(key, make_ctx)
         printed = {k: str(escape(v)) for k, v in values.items()}
-        out = [texts[0]]
-        for name, text in zip(names, texts[1:]):
-            out.append(printed[name])
-            out.append(text)
+        out = [""] * (len(texts) + len(names))
+        out[0::2] = texts
+        out[1::2] = [printed[name] for name in names]
         return "".join(out)
