@@ -126,3 +126,40 @@ def test_a_busy_store_fails_the_whole_group_and_nothing_of_it_is_written(study) 
     con = sqlite3.connect(study_dir / "study.sqlite")
     assert con.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
     con.close()
+
+
+def test_a_group_write_keeps_the_order_of_its_answers_across_statement_chunks(study) -> None:
+    """250 answers in one group (more than one statement's worth of rows): each is logged, a repeated answer is
+    a revision when its value changed, and the last value given wins, as if written one by one."""
+    study_dir, _ = study
+    st = Study(study_dir, cache_answers=True)
+    st.preload()
+    readers = st.readers()
+    scales = [s.name for s in st.spec.scales]
+    batch, last, changes = [], {}, {}
+    for k in range(250):
+        r = readers[k % 3]
+        item = st.order(r)[k % 5]
+        scale = scales[(k // 15) % len(scales)]
+        value = str(1 + (k // 7) % 5)
+        key = (r.reader_id, item, scale)
+        if key in last and last[key] != value:
+            changes[key] = changes.get(key, 0) + 1
+        last[key] = value
+        batch.append(st.check_answer(r, item, scale, value, 0.5))
+    for r in readers:
+        st.answers(r)  # held in memory, so the cache is checked too
+    st.save_answers(batch)
+    con = sqlite3.connect(study_dir / "study.sqlite")
+    got = {(rid, item, scale): (value, rev) for rid, item, scale, value, rev in
+           con.execute("SELECT reader_id, item_id, scale, value, revisions FROM answers")}
+    n_log = con.execute("SELECT COUNT(*) FROM answer_log").fetchone()[0]
+    con.close()
+    assert n_log == 250
+    assert {k: v for k, (v, _) in got.items()} == last
+    assert {k: rev for k, (_, rev) in got.items() if rev} == changes
+    for r in readers:
+        cached = st.answers(r)
+        assert cached == {item: {sc: v for (rid, it, sc), v in last.items() if rid == r.reader_id and it == item}
+                          for item in {it for (rid, it, _) in last if rid == r.reader_id}}
+        assert st.cached_progress(r)[1] == sum(len(g) == len(scales) for g in cached.values())

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 STUDY_FILE = "study.sqlite"
+_ROWS_PER_STATEMENT = 100  # 600 bound values at most: under SQLite's oldest limit (999)
 INVITATIONS = "invitations.csv"
 ADMIN_FILE = "admin-token.txt"
 
@@ -381,15 +382,25 @@ class Study:
         for r in answers:
             seen[r[0].reader_id] = now
         with self.db(write=True) as con:
-            con.executemany(
-                "INSERT INTO answers(reader_id, item_id, scale, value, answered_at, elapsed_s, revisions) "
-                "VALUES(?, ?, ?, ?, ?, ?, 0) ON CONFLICT(reader_id, item_id, scale) DO UPDATE SET "
-                "value = excluded.value, answered_at = excluded.answered_at, elapsed_s = excluded.elapsed_s, "
-                "revisions = answers.revisions + (answers.value != excluded.value)", rows)
-            con.executemany("INSERT INTO answer_log(reader_id, item_id, scale, value, at, elapsed_s) "
-                            "VALUES(?,?,?,?,?,?)", rows)
-            con.executemany("INSERT INTO activity VALUES(?, ?) ON CONFLICT(reader_id) DO UPDATE SET "
-                            "last_seen = max(last_seen, excluded.last_seen)", list(seen.items()))
+            # one statement per table and chunk of rows, not one per row: SQLite releases the GIL on every step,
+            # and each step's return then waits for the server's busy event-loop thread to let go of it
+            for k in range(0, len(rows), _ROWS_PER_STATEMENT):
+                chunk = rows[k:k + _ROWS_PER_STATEMENT]
+                values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+                flat = [v for row in chunk for v in row]
+                con.execute(
+                    "INSERT INTO answers(reader_id, item_id, scale, value, answered_at, elapsed_s) "
+                    f"VALUES {values} ON CONFLICT(reader_id, item_id, scale) DO UPDATE SET "
+                    "value = excluded.value, answered_at = excluded.answered_at, elapsed_s = excluded.elapsed_s, "
+                    "revisions = answers.revisions + (answers.value != excluded.value)", flat)
+                con.execute(f"INSERT INTO answer_log(reader_id, item_id, scale, value, at, elapsed_s) VALUES {values}",
+                            flat)
+            active = list(seen.items())
+            for k in range(0, len(active), _ROWS_PER_STATEMENT):
+                chunk = active[k:k + _ROWS_PER_STATEMENT]
+                con.execute(f"INSERT INTO activity VALUES {', '.join(['(?, ?)'] * len(chunk))} ON CONFLICT(reader_id) "
+                            "DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
+                            [v for row in chunk for v in row])
         with self._lock:
             for rid, t in seen.items():
                 if self._seen.get(rid, 0.0) <= t:
