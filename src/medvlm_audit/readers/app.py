@@ -218,14 +218,13 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
 
     async def read(request: Request) -> Response:
         reader = reader_of(request)  # readers are in memory (preloaded)
-        if reader is not None and study.items_in_memory and study.cached_progress(reader) is not None:
-            return read_sync(request)  # nothing to read from the database: no thread needed
-        return await run_in_threadpool(read_sync, request)
-
-    def read_sync(request: Request) -> Response:
-        reader = reader_of(request)
         if reader is None:
             return _not_found()
+        if study.items_in_memory and study.cached_progress(reader) is not None:
+            return read_sync(request, reader)  # nothing to read from the database: no thread needed
+        return await run_in_threadpool(read_sync, request, reader)
+
+    def read_sync(request: Request, reader: Reader) -> Response:
         order = study.order(reader)
         got = study.cached_progress(reader)
         if got is None:
