@@ -8,7 +8,8 @@ CSRF token (the page's own mix), and answers 503-busy with a retry after the ser
 browses on (one answer in flight per reader). Both servers
 run under uvicorn in their own process (h11, asyncio loop), one after the other, same client:
 (a) a bare Starlette app answering the same three routes with fixed bytes (the same page HTML and PNG) and
-    parsing the same form, no database, no templates;
+    parsing the same form, no database, no templates; (a2) the same with the reader app's two middlewares
+    (its six security headers on every response and the Host check), to tell their cost apart;
 (b) the reader server (``medvlm_audit.readers.app``), a fresh copy of the study.
 Reported: requests/s, p50 / p99 latency per route, server CPU-ms per request (the server process's CPU
 seconds from /proc), and the number of answers stored against the number acknowledged.
@@ -44,7 +45,9 @@ if "--serve" not in sys.argv and "--routes-of" not in sys.argv:  # a server take
     sys.path.insert(0, str(ROOT / "src"))
 
 
-def bare_app(page: bytes, png: bytes):
+def bare_app(page: bytes, png: bytes, secure: bool = False):
+    """The bare app; ``secure``: with the reader app's two middlewares (its security headers on every response,
+    the Host check), so the cost of those is told apart from the app's own work."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -60,15 +63,25 @@ def bare_app(page: bytes, png: bytes):
         form = await request.form()
         return JSONResponse({"ok": bool(form.get("csrf")), "complete": True, "saved_at": time.time()})
 
+    middleware = []
+    if secure:
+        from starlette.middleware import Middleware
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        from medvlm_audit.readers.app import _SECURITY_HEADERS
+        from medvlm_audit.security_headers import SecurityHeaders
+
+        middleware = [Middleware(SecurityHeaders, headers=_SECURITY_HEADERS),
+                      Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"])]
     return Starlette(routes=[Route("/r/{token}", read), Route("/r/{token}/img/{item_id}/{k}", image),
-                             Route("/r/{token}/answer", answer, methods=["POST"])])
+                             Route("/r/{token}/answer", answer, methods=["POST"])], middleware=middleware)
 
 
 def serve(kind: str, study_dir: str, port: int, page_file: str = "", png_file: str = "") -> None:
     import uvicorn
 
-    if kind == "bare":
-        app = bare_app(Path(page_file).read_bytes(), Path(png_file).read_bytes())
+    if kind in ("bare", "bare-secure"):
+        app = bare_app(Path(page_file).read_bytes(), Path(png_file).read_bytes(), secure=kind == "bare-secure")
     else:
         from medvlm_audit.readers.app import create_app
 
@@ -379,6 +392,8 @@ def main() -> None:
 
     results = {}
     runs = [("(a) bare Starlette", ("bare", "", str(tmp / "page.html"), str(tmp / "img.png")), ROOT / "src"),
+            ("(a2) bare + security headers", ("bare-secure", "", str(tmp / "page.html"), str(tmp / "img.png")),
+             ROOT / "src"),
             ("(b) reader server", ("reader", str(fresh(1))), ROOT / "src")]
     if args.before_src:
         runs.append(("(b0) reader server before", ("reader", str(fresh(3))), args.before_src))
@@ -394,12 +409,15 @@ def main() -> None:
             ok, n = check_stored(Path(srv_args[1]), r["acked"])
             print(f"    answers stored: {ok} of {n} acknowledged (latest value per reader and item)", flush=True)
     a, b = results["(a) bare Starlette"], results["(b) reader server"]
+    a2 = results["(a2) bare + security headers"]
+    print(f"(a2) bare + security headers: server CPU per request {a2['cpu_ms'] / a['cpu_ms']:.2f}x the bare app's "
+          "(the reader app's security headers and Host check alone)", flush=True)
     for key in ("(b) reader server", "(b0) reader server before"):
         if key in results:
             b = results[key]
             print(f"{key}: ratio to (a) requests/s {b['rps'] / a['rps']:.2f} (target >= 0.5); server CPU per request "
-                  f"{b['cpu_ms'] / a['cpu_ms']:.1f}x the bare app's; p99 {1000 * b['p99']:.0f} ms (target < 300)",
-                  flush=True)
+                  f"{b['cpu_ms'] / a['cpu_ms']:.1f}x the bare app's, {b['cpu_ms'] / a2['cpu_ms']:.1f}x (a2)'s; "
+                  f"p99 {1000 * b['p99']:.0f} ms (target < 300)", flush=True)
 
     if args.lock_s > 0:
         d = fresh(2)
