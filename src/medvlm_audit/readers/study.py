@@ -382,8 +382,8 @@ class Study:
         for r in answers:
             seen[r[0].reader_id] = now
         with self.db(write=True) as con:
-            # one statement per table and chunk of rows, not one per row: SQLite releases the GIL on every step,
-            # and each step's return then waits for the server's busy event-loop thread to let go of it
+            # one statement per table and chunk of rows, not one SQLite step per row: Python's sqlite3 releases
+            # the GIL around every step, and in a server each step's return competes with the event-loop thread
             for k in range(0, len(rows), _ROWS_PER_STATEMENT):
                 chunk = rows[k:k + _ROWS_PER_STATEMENT]
                 values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
