@@ -8,7 +8,8 @@ CSRF token (the page's own mix), and answers 503-busy with a retry after the ser
 browses on (one answer in flight per reader). Both servers
 run under uvicorn in their own process (h11, asyncio loop), one after the other, same client:
 (a) a bare Starlette app answering the same three routes with fixed bytes (the same page HTML and PNG) and
-    parsing the same form, no database, no templates;
+    parsing the same form, no database, no templates; (a2) the same with the reader app's two middlewares
+    (its six security headers on every response and the Host check), to tell their cost apart;
 (b) the reader server (``medvlm_audit.readers.app``), a fresh copy of the study.
 Reported: requests/s, p50 / p99 latency per route, server CPU-ms per request (the server process's CPU
 seconds from /proc), and the number of answers stored against the number acknowledged.
@@ -16,6 +17,12 @@ Then (c): the reader server again while another process holds the study's write 
 seconds: the slowest page during the lock, 503s, and whether every acknowledged answer is stored.
 Targets (issue 23 / 22): (b) >= 0.5 x (a) requests/s, p99 < 300 ms at 50 readers on an idle machine, every
 answer stored; under the lock every page < 1 s and no answer lost.
+
+Where the time goes: ``--routes N`` first drives each app in its own process through a small in-process ASGI
+caller (no HTTP server, no sockets, no client sharing the CPU), one request at a time, every reader's page,
+image and answer N times after two warm passes over all her items, and prints the process CPU per route
+(threads included). ``BENCH_PROFILE=FILE`` writes a cProfile of each server's event-loop thread to FILE.bare
+and FILE.reader.
 """
 
 from __future__ import annotations
@@ -34,11 +41,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if "--serve" not in sys.argv:  # a server takes its source tree from PYTHONPATH (see --before-src)
+if "--serve" not in sys.argv and "--routes-of" not in sys.argv:  # a server takes its source from PYTHONPATH
     sys.path.insert(0, str(ROOT / "src"))
 
 
-def bare_app(page: bytes, png: bytes):
+def bare_app(page: bytes, png: bytes, secure: bool = False):
+    """The bare app; ``secure``: with the reader app's two middlewares (its security headers on every response,
+    the Host check), so the cost of those is told apart from the app's own work."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -54,12 +63,74 @@ def bare_app(page: bytes, png: bytes):
         form = await request.form()
         return JSONResponse({"ok": bool(form.get("csrf")), "complete": True, "saved_at": time.time()})
 
+    middleware = []
+    if secure:
+        from starlette.middleware import Middleware
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        from medvlm_audit.readers.app import _SECURITY_HEADERS
+        from medvlm_audit.security_headers import SecurityHeaders
+
+        middleware = [Middleware(SecurityHeaders, headers=_SECURITY_HEADERS),
+                      Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "::1", "[::1]"])]
     return Starlette(routes=[Route("/r/{token}", read), Route("/r/{token}/img/{item_id}/{k}", image),
-                             Route("/r/{token}/answer", answer, methods=["POST"])])
+                             Route("/r/{token}/answer", answer, methods=["POST"])], middleware=middleware)
 
 
 def serve(kind: str, study_dir: str, port: int, page_file: str = "", png_file: str = "") -> None:
     import uvicorn
+
+    if kind in ("bare", "bare-secure"):
+        app = bare_app(Path(page_file).read_bytes(), Path(png_file).read_bytes(), secure=kind == "bare-secure")
+    else:
+        from medvlm_audit.readers.app import create_app
+
+        app = create_app(study_dir)
+    prof = os.environ.get("BENCH_PROFILE")  # a cProfile of the server's event-loop thread, per server kind
+    if prof:
+        import cProfile
+        import signal
+
+        profiler = cProfile.Profile()
+
+        def dump(*_: object) -> None:  # uvicorn re-raises the SIGTERM it caught once it has shut down
+            profiler.disable()
+            profiler.dump_stats(f"{prof}.{kind}")
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, dump)
+        profiler.enable()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="h11", loop="asyncio")
+
+
+async def _asgi(app, method: str, path: str, query: bytes = b"", body: bytes = b"",
+                headers: tuple = ()) -> tuple[int, bytes]:
+    """One request through an ASGI app, in process: (status, body)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
+             "headers": [(b"host", b"127.0.0.1"), *headers], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    sent = False
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    out: list[dict] = []
+
+    async def send(message: dict) -> None:
+        out.append(message)
+
+    await app(scope, receive, send)
+    return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
+
+
+def routes(kind: str, study_dir: str, tokens_file: str, page_file: str, png_file: str, rounds: str) -> None:
+    """Process CPU per route of one app, driven in process (``--routes``); prints one JSON line."""
+    from urllib.parse import urlencode
 
     if kind == "bare":
         app = bare_app(Path(page_file).read_bytes(), Path(png_file).read_bytes())
@@ -67,14 +138,49 @@ def serve(kind: str, study_dir: str, port: int, page_file: str = "", png_file: s
         from medvlm_audit.readers.app import create_app
 
         app = create_app(study_dir)
-    prof = os.environ.get("BENCH_PROFILE")
-    if prof:
-        import cProfile
+    tokens = json.loads(Path(tokens_file).read_text())
+    real = None if kind == "bare" else app
+    cpu = {"page": 0.0, "image": 0.0, "answer": 0.0}
 
-        cProfile.runctx('uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="h11", '
-                        'loop="asyncio")', globals(), locals(), prof)
-        return
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", http="h11", loop="asyncio")
+    async def triple(tok: str, k: int) -> None:
+        t0 = time.process_time()
+        st, page = await _asgi(app, "GET", f"/r/{tok}", f"i={k}".encode())
+        t1 = time.process_time()
+        assert st == 200, st
+        if real is None:  # the bare app's fixed page: ids from the real one are not needed
+            item, csrf = "x", "x"
+        else:
+            item = page.split(b'data-item="', 1)[1].split(b'"', 1)[0].decode()
+            csrf = page.split(b'data-csrf="', 1)[1].split(b'"', 1)[0].decode()
+        t1b = time.process_time()
+        st, _ = await _asgi(app, "GET", f"/r/{tok}/img/{item}/0")
+        t2 = time.process_time()
+        assert st == 200, st
+        body = urlencode({"csrf": csrf, "item_id": item, "scale": "answer", "value": "yes" if k % 2 else "no",
+                          "elapsed_ms": "1500"}).encode()
+        t2b = time.process_time()
+        st, r = await _asgi(app, "POST", f"/r/{tok}/answer", body=body, headers=(
+            (b"content-type", b"application/x-www-form-urlencoded"), (b"content-length", str(len(body)).encode())))
+        t3 = time.process_time()
+        assert st == 200, (st, r)
+        cpu["page"] += t1 - t0
+        cpu["image"] += t2 - t1b
+        cpu["answer"] += t3 - t2b
+
+    async def main() -> None:
+        for _ in range(2):  # every image made, every page shape seen
+            for tok in tokens:
+                for k in range(1, 61):
+                    await triple(tok, k)
+        for key in cpu:
+            cpu[key] = 0.0
+        for r in range(int(rounds)):
+            for tok in tokens:
+                await triple(tok, r % 60 + 1)
+
+    asyncio.run(main())
+    n = int(rounds) * len(tokens)
+    print(json.dumps({k: 1e6 * v / n for k, v in cpu.items()}), flush=True)
 
 
 def _free_port() -> int:
@@ -225,10 +331,15 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
         serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), *sys.argv[5:])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--routes-of":
+        routes(*sys.argv[2:8])
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--readers", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--lock-s", type=float, default=10.0)
+    ap.add_argument("--routes", type=int, default=0, metavar="N",
+                    help="first: process CPU per route of each app driven in process (no HTTP), N rounds of 10 readers")
     ap.add_argument("--before-src", type=Path, default=None,
                     help="also run the reader server from this source tree (e.g. an export of the previous commit's "
                          "src/), side by side: (b0)")
@@ -261,8 +372,28 @@ def main() -> None:
     (tmp / "page.html").write_bytes(page)
     (tmp / "img.png").write_bytes(png)
 
+    if args.routes:
+        (tmp / "tokens.json").write_text(json.dumps(tokens[:10]))
+        print(f"process CPU per request, in process (no HTTP server; threads included), {args.routes} rounds x "
+              f"{len(tokens[:10])} readers:", flush=True)
+        by = {}
+        for name, kind, src, i in (("(a) bare Starlette", "bare", ROOT / "src", 4), ("(b) reader server", "reader", ROOT / "src", 5),
+                                   ("(b0) reader server before", "reader", args.before_src, 6)):
+            if src is None:
+                continue
+            out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--routes-of", kind, str(fresh(i)),
+                                  str(tmp / "tokens.json"), str(tmp / "page.html"), str(tmp / "img.png"),
+                                  str(args.routes)], env={**os.environ, "PYTHONPATH": str(src)}, check=True,
+                                 capture_output=True, text=True).stdout
+            by[name] = json.loads(out.strip().splitlines()[-1])
+            us = by[name]
+            print(f"  {name:28s} page {us['page']:6.1f} us, image {us['image']:6.1f} us, answer {us['answer']:6.1f} us; "
+                  f"mean {sum(us.values()) / 3:6.1f} us/request", flush=True)
+
     results = {}
     runs = [("(a) bare Starlette", ("bare", "", str(tmp / "page.html"), str(tmp / "img.png")), ROOT / "src"),
+            ("(a2) bare + security headers", ("bare-secure", "", str(tmp / "page.html"), str(tmp / "img.png")),
+             ROOT / "src"),
             ("(b) reader server", ("reader", str(fresh(1))), ROOT / "src")]
     if args.before_src:
         runs.append(("(b0) reader server before", ("reader", str(fresh(3))), args.before_src))
@@ -278,12 +409,15 @@ def main() -> None:
             ok, n = check_stored(Path(srv_args[1]), r["acked"])
             print(f"    answers stored: {ok} of {n} acknowledged (latest value per reader and item)", flush=True)
     a, b = results["(a) bare Starlette"], results["(b) reader server"]
+    a2 = results["(a2) bare + security headers"]
+    print(f"(a2) bare + security headers: server CPU per request {a2['cpu_ms'] / a['cpu_ms']:.2f}x the bare app's "
+          "(the reader app's security headers and Host check alone)", flush=True)
     for key in ("(b) reader server", "(b0) reader server before"):
         if key in results:
             b = results[key]
             print(f"{key}: ratio to (a) requests/s {b['rps'] / a['rps']:.2f} (target >= 0.5); server CPU per request "
-                  f"{b['cpu_ms'] / a['cpu_ms']:.1f}x the bare app's; p99 {1000 * b['p99']:.0f} ms (target < 300)",
-                  flush=True)
+                  f"{b['cpu_ms'] / a['cpu_ms']:.1f}x the bare app's, {b['cpu_ms'] / a2['cpu_ms']:.1f}x (a2)'s; "
+                  f"p99 {1000 * b['p99']:.0f} ms (target < 300)", flush=True)
 
     if args.lock_s > 0:
         d = fresh(2)

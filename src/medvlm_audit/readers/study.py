@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 STUDY_FILE = "study.sqlite"
+_ROWS_PER_STATEMENT = 100  # 600 bound values at most: under SQLite's oldest limit (999)
 INVITATIONS = "invitations.csv"
 ADMIN_FILE = "admin-token.txt"
 
@@ -109,10 +110,14 @@ class Study:
         self._write_lock = threading.Lock()
         self._readers: dict[str, Reader] | None = None  # token hash -> reader
         self._orders: dict[int, list[str]] = {}
-        self._items: dict[tuple[int, str], tuple[str, str]] = {}  # (reader, item) -> (view JSON, source JSON)
+        self._items: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # item id -> (view, source), parsed
+        self._assigned: dict[int, frozenset[str]] = {}  # reader id -> her item ids
+        self.items_in_memory = False  # every item parsed and kept (``preload``): ``item`` reads no database
+        self._csrf: dict[str, str] = {}  # token hash -> CSRF token
         self._seen: dict[int, float] = {}  # page views not yet written (reader id -> time)
         # reader id -> her answers, kept current by save_answer: for a server, the study's one writer of answers
         self._answers: dict[int, dict[str, dict[str, str]]] | None = {} if cache_answers else None
+        self._n_complete: dict[int, int] = {}  # reader id -> how many of her cached answers' items are complete
         self._locked_at = 0.0  # when a write last found the store locked
         meta = self.meta()
         self.task: str = meta["task"]
@@ -220,7 +225,11 @@ class Study:
         return tok
 
     def csrf_token(self, reader: Reader) -> str:
-        return hmac.new(self._secret, f"csrf:{reader.token_hash}".encode(), hashlib.sha256).hexdigest()
+        got = self._csrf.get(reader.token_hash)
+        if got is None:  # an HMAC of the reader's token hash: fixed for the study, computed once per reader
+            got = self._csrf[reader.token_hash] = hmac.new(
+                self._secret, f"csrf:{reader.token_hash}".encode(), hashlib.sha256).hexdigest()
+        return got
 
     def admin_csrf_token(self) -> str:
         return hmac.new(self._secret, b"csrf:admin", hashlib.sha256).hexdigest()
@@ -238,20 +247,28 @@ class Study:
             self._orders[reader.reader_id] = got
         return list(got)
 
+    def assigned(self, reader: Reader) -> frozenset[str]:
+        """The ids of the items assigned to this reader (fixed when the study is created; read once)."""
+        got = self._assigned.get(reader.reader_id)
+        if got is None:
+            got = self._assigned[reader.reader_id] = frozenset(self._orders.get(reader.reader_id) or self.order(reader))
+        return got
+
     def item(self, reader: Reader, item_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """(view, source) of an item assigned to this reader, else None (another reader's or unknown id)."""
-        key = (reader.reader_id, item_id)
-        row = self._items.get(key)
-        if row is None:
+        """(view, source) of an item assigned to this reader, else None (another reader's or unknown id).
+        Parsed once and shared by every caller: treat both as read-only."""
+        if item_id not in self.assigned(reader):
+            return None
+        got = self._items.get(item_id)
+        if got is None:
             with self.db() as con:
-                row = con.execute(
-                    "SELECT i.view, i.source FROM items i JOIN assignments a ON a.item_id = i.item_id "
-                    "WHERE a.reader_id = ? AND i.item_id = ?", (reader.reader_id, item_id)).fetchone()
-            if row is None:
+                row = con.execute("SELECT view, source FROM items WHERE item_id = ?", (item_id,)).fetchone()
+            if row is None:  # pragma: no cover - an assignment names an item of the study
                 return None
+            got = (json.loads(row[0]), json.loads(row[1]))
             if len(self._items) < 100_000:
-                self._items[key] = row
-        return json.loads(row[0]), json.loads(row[1])
+                self._items[item_id] = got
+        return got
 
     def all_items(self) -> pd.DataFrame:
         with self.db() as con:
@@ -272,6 +289,7 @@ class Study:
             cached = self._answers.get(reader.reader_id)
             if cached is None:
                 cached = self._answers[reader.reader_id] = self._read_answers(reader)
+                self._n_complete[reader.reader_id] = sum(self.is_complete(g) for g in cached.values())
         return cached
 
     def _read_answers(self, reader: Reader) -> dict[str, dict[str, str]]:
@@ -286,12 +304,24 @@ class Study:
         """The reader's answers when held in memory (a server that caches them), else None: no database call."""
         return self._answers.get(reader.reader_id) if self._answers is not None else None
 
+    def cached_progress(self, reader: Reader) -> tuple[dict[str, dict[str, str]], int] | None:
+        """(the reader's answers, how many of her items are complete) when held in memory, else None: no
+        database call and no pass over her items (the count is kept as answers are saved)."""
+        if self._answers is None:
+            return None
+        with self._lock:
+            got = self._answers.get(reader.reader_id)
+            return None if got is None else (got, self._n_complete[reader.reader_id])
+
     def cached_item(self, reader: Reader, item_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None | bool:
-        """``item`` from memory; False when it would need the database."""
-        row = self._items.get((reader.reader_id, item_id))
-        if row is None:
+        """``item`` from memory (read-only, shared); None for an item not assigned to this reader; False when
+        it would need the database."""
+        assigned = self._assigned.get(reader.reader_id)
+        if assigned is None:
             return False
-        return json.loads(row[0]), json.loads(row[1])
+        if item_id not in assigned:
+            return None
+        return self._items.get(item_id, False)
 
     def preload(self) -> None:
         """Read readers, their orders and items once (a server does this at start, in one transaction)."""
@@ -304,52 +334,85 @@ class Study:
                 for rid, item_id in con.execute("SELECT reader_id, item_id FROM assignments ORDER BY reader_id, position"):
                     orders.setdefault(rid, []).append(item_id)
                 self._orders.update(orders)
-                for rid, item_id, view, source in con.execute(
-                        "SELECT a.reader_id, i.item_id, i.view, i.source FROM items i JOIN assignments a "
-                        "ON a.item_id = i.item_id LIMIT 100000"):
-                    self._items[(rid, item_id)] = (view, source)
+                self._assigned.update({rid: frozenset(orders.get(rid, ())) for rid in
+                                       (r.reader_id for r in self._readers.values())})
+                n = 0
+                for item_id, view, source in con.execute("SELECT item_id, view, source FROM items LIMIT 100000"):
+                    self._items[item_id] = (json.loads(view), json.loads(source))
+                    n += 1
+                self.items_in_memory = n == con.execute("SELECT COUNT(*) FROM items").fetchone()[0]
             finally:
                 con.execute("COMMIT")
 
     def is_complete(self, given: dict[str, str]) -> bool:
         return all(s.name in given for s in self.spec.scales)
 
-    def save_answer(self, reader: Reader, item_id: str, scale: str, value: str, elapsed_s: float | None) -> None:
-        """Commit one answer (validated against the task's scales) and log it; raises KeyError for an item not
-        assigned to this reader and ValueError for an unknown scale or value."""
+    def check_answer(self, reader: Reader, item_id: str, scale: str, value: str,
+                     elapsed_s: float | None) -> tuple[Reader, str, str, str, float | None]:
+        """One answer validated against the task's scales and the reader's items, as ``save_answers`` takes
+        it (an impossible time becomes None); raises KeyError for an item not assigned to this reader and
+        ValueError for an unknown scale or value. Reads the database only for a reader's first answer when
+        her items were not preloaded."""
         sc = next((s for s in self.spec.scales if s.name == scale), None)
         if sc is None:
             raise ValueError(f"unknown scale {scale!r}")
         if value not in {c.value for c in sc.choices}:
             raise ValueError(f"{value!r} is not an answer of scale {scale!r}")
+        if item_id not in self.assigned(reader):
+            raise KeyError(item_id)
         if elapsed_s is not None and not (math.isfinite(elapsed_s) and 0 <= elapsed_s < 86_400):
             elapsed_s = None
+        return reader, item_id, scale, value, elapsed_s
+
+    def save_answer(self, reader: Reader, item_id: str, scale: str, value: str, elapsed_s: float | None) -> None:
+        """Commit one answer (validated against the task's scales) and log it; raises KeyError for an item not
+        assigned to this reader and ValueError for an unknown scale or value."""
+        self.save_answers([self.check_answer(reader, item_id, scale, value, elapsed_s)])
+
+    def save_answers(self, answers: Sequence[tuple[Reader, str, str, str, float | None]]) -> None:
+        """Commit answers (each as ``check_answer`` returns it) in one transaction, in order, each logged, with
+        the page views of every reader since the last write: all are stored when this returns, none when it
+        raises (:class:`StoreBusyError` when another process holds the write lock)."""
+        if not answers:
+            return
         now = time.time()
+        rows = [(r.reader_id, item_id, scale, value, now, elapsed_s) for r, item_id, scale, value, elapsed_s in answers]
         with self._lock:
             seen = dict(self._seen)
+        for r in answers:
+            seen[r[0].reader_id] = now
         with self.db(write=True) as con:
-            ok = con.execute("SELECT 1 FROM assignments WHERE reader_id = ? AND item_id = ?",
-                             (reader.reader_id, item_id)).fetchone()
-            if ok is None:
-                raise KeyError(item_id)
-            con.execute(
-                "INSERT INTO answers(reader_id, item_id, scale, value, answered_at, elapsed_s, revisions) "
-                "VALUES(?, ?, ?, ?, ?, ?, 0) ON CONFLICT(reader_id, item_id, scale) DO UPDATE SET "
-                "value = excluded.value, answered_at = excluded.answered_at, elapsed_s = excluded.elapsed_s, "
-                "revisions = answers.revisions + (answers.value != excluded.value)",
-                (reader.reader_id, item_id, scale, value, now, elapsed_s))
-            con.execute("INSERT INTO answer_log(reader_id, item_id, scale, value, at, elapsed_s) VALUES(?,?,?,?,?,?)",
-                        (reader.reader_id, item_id, scale, value, now, elapsed_s))
-            seen[reader.reader_id] = now  # with the page views of every reader since the last answer
-            con.executemany("INSERT INTO activity VALUES(?, ?) ON CONFLICT(reader_id) DO UPDATE SET "
-                            "last_seen = max(last_seen, excluded.last_seen)", list(seen.items()))
+            # one statement per table and chunk of rows, not one SQLite step per row: Python's sqlite3 releases
+            # the GIL around every step, and in a server each step's return competes with the event-loop thread
+            for k in range(0, len(rows), _ROWS_PER_STATEMENT):
+                chunk = rows[k:k + _ROWS_PER_STATEMENT]
+                values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(chunk))
+                flat = [v for row in chunk for v in row]
+                con.execute(
+                    "INSERT INTO answers(reader_id, item_id, scale, value, answered_at, elapsed_s) "
+                    f"VALUES {values} ON CONFLICT(reader_id, item_id, scale) DO UPDATE SET "
+                    "value = excluded.value, answered_at = excluded.answered_at, elapsed_s = excluded.elapsed_s, "
+                    "revisions = answers.revisions + (answers.value != excluded.value)", flat)
+                con.execute(f"INSERT INTO answer_log(reader_id, item_id, scale, value, at, elapsed_s) VALUES {values}",
+                            flat)
+            active = list(seen.items())
+            for k in range(0, len(active), _ROWS_PER_STATEMENT):
+                chunk = active[k:k + _ROWS_PER_STATEMENT]
+                con.execute(f"INSERT INTO activity VALUES {', '.join(['(?, ?)'] * len(chunk))} ON CONFLICT(reader_id) "
+                            "DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
+                            [v for row in chunk for v in row])
         with self._lock:
             for rid, t in seen.items():
                 if self._seen.get(rid, 0.0) <= t:
                     self._seen.pop(rid, None)
-            if self._answers is not None and reader.reader_id in self._answers:
-                old = self._answers[reader.reader_id]  # copy on write: readers of the old dict see a whole one
-                self._answers[reader.reader_id] = {**old, item_id: {**old.get(item_id, {}), scale: value}}
+            if self._answers is not None:
+                for rid, item_id, scale, value, _, _ in rows:
+                    old = self._answers.get(rid)
+                    if old is not None:  # copy on write: readers of the old dict see a whole one
+                        was = old.get(item_id, {})
+                        now_given = {**was, scale: value}
+                        self._answers[rid] = {**old, item_id: now_given}
+                        self._n_complete[rid] += self.is_complete(now_given) - self.is_complete(was)
 
     def touch(self, reader: Reader) -> None:
         """A page view: kept in memory (no write per page), written with the next answer of any reader."""
