@@ -302,10 +302,12 @@ def _run(
             summaries.append(run_sync(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
                 retry_missing_logprobs=retry_missing_logprobs,
-                workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
+                workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in,
+                store_totals=False)))
         if not summaries:
             raise AuditError(f"none of the models {sorted(only_models or ())} answers in any stage of this run")
         summary = _merge(summaries)
+        summary.store = store.model_totals()  # once, after the last stage (each stage's would be overwritten)
         summary.max_error_rate = max_error_rate
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
     finally:
