@@ -310,9 +310,11 @@ def _run(
         summary.store = store.model_totals()  # once, after the last stage (each stage's would be overwritten)
         summary.max_error_rate = max_error_rate
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
+        # from the store this run holds open: what the suite's tidy derives from new answers (scores) is kept
+        # there, so a later invocation, ``report`` or ``view`` reads it instead of computing it again
+        pq, csv = export(run_dir, store=store)
     finally:
         store.close()
-    pq, csv = export(run_dir)
     return RunResult(run_dir, summary, pq, csv)
 
 
@@ -372,9 +374,12 @@ def tidy(run_dir: str | Path) -> pd.DataFrame:
         return tidy_store(store)
 
 
-def export(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample)."""
-    return export_table(tidy(run_dir), Path(out_dir) if out_dir else Path(run_dir))
+def export(run_dir: str | Path, out_dir: str | Path | None = None, *, store: RunStore | None = None
+           ) -> tuple[Path, Path]:
+    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample); ``store``: the run's store
+    when the caller holds it open (else it is opened read-only)."""
+    table = tidy_store(store) if store is not None else tidy(run_dir)
+    return export_table(table, Path(out_dir) if out_dir else Path(run_dir))
 
 
 def decoding_sent(store: RunStore) -> dict[str, list[Any]]:

@@ -4,7 +4,9 @@ It keeps hashes, paths, model text and the resolved config; never image pixels, 
 Tables: meta, probe_sets, cases, models, trials (model x case x condition x sample -> key), requests
 (key -> input description, and whether it asked for log-probabilities), responses (key -> answer), skipped (conditions that did not apply),
 image_hashes (recipe -> pixel sha256, so a resumed run does not re-render to plan), imported (parsed
-answers and confidences imported from another tool's result files).
+answers and confidences imported from another tool's result files), derived (values a suite computes from
+stored answers and keeps so that a later invocation need not compute them again, e.g. a score per answer text:
+kind -> key -> JSON; only ever a cache, every value can be recomputed from the rest of the store).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ CREATE TABLE IF NOT EXISTS image_hashes(recipe TEXT PRIMARY KEY, sha256 TEXT NOT
 CREATE TABLE IF NOT EXISTS imported(key TEXT PRIMARY KEY, parsed INTEGER NOT NULL, confidence REAL);
 CREATE TABLE IF NOT EXISTS answer_details(key TEXT PRIMARY KEY, effective TEXT, reasoning TEXT);
 CREATE TABLE IF NOT EXISTS effective_decodings(id TEXT PRIMARY KEY, decoding TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS derived(kind TEXT NOT NULL, k TEXT NOT NULL, v TEXT NOT NULL, PRIMARY KEY(kind, k))
+    WITHOUT ROWID;
 """
 
 STORE_FILE = "run.sqlite"
@@ -470,6 +474,28 @@ class RunStore:
 
     def add_imported(self, rows: Sequence[tuple[str, int, float | None]]) -> None:
         self._write(lambda: self.db.executemany("INSERT OR REPLACE INTO imported VALUES(?, ?, ?)", rows))
+
+    # --- derived values (a cache of what a suite computes from stored answers) ---------------------
+    def derived(self, kind: str) -> dict[str, str]:
+        """The values stored under ``kind`` (key -> JSON text); empty for a store without them."""
+        if not self.has_table("derived"):
+            return {}
+        return dict(self.db.execute("SELECT k, v FROM derived WHERE kind = ?", (kind,)))
+
+    def put_derived(self, family: str, kind: str, rows: Sequence[tuple[str, str]]) -> None:
+        """Store (key, JSON) values under ``kind`` and drop the other kinds of its ``family`` (values an older
+        scorer or another knowledge base computed: ``kind`` names what the values were computed with). Nothing on
+        a read-only store."""
+        if self.readonly or not rows:
+            return
+
+        def write() -> None:
+            self.db.execute("DELETE FROM derived WHERE kind >= ? AND kind < ? AND kind != ?",
+                            (family + ":", family + ";", kind))
+            self.db.executemany("INSERT OR REPLACE INTO derived(kind, k, v) VALUES(?, ?, ?)",
+                                [(kind, k, v) for k, v in rows])
+
+        self._write(write)
 
     # --- reading --------------------------------------------------------------------------------
     def frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
