@@ -4,6 +4,7 @@ store's totals, not only this invocation (item 10)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import subprocess
@@ -155,3 +156,18 @@ def test_logprobs_flag_is_a_column_and_an_older_store_is_migrated(tmp_path: Path
     again = _run(migrated, plan, [Flaky("a"), Flaky("nolp")], model_decoding={"nolp": Decoding(logprobs=False)})
     assert again.as_dict()["per_model"]["a"]["asked"] == 0 and again.as_dict()["store"] == totals
     migrated.close()
+
+
+def test_effective_decoding_stored_once_per_value_and_per_changed_value(tmp_path: Path) -> None:
+    """The store serialises an answer's effective decoding once per dict object (a client hands back the same
+    one for every answer of a decoding), and a different value gets its own row."""
+    store = RunStore(tmp_path / "run.sqlite")
+    eff = {"server": "vllm", "max_tokens": 512, "temperature": 0.0}
+    store.put_responses([(f"k{i}", Response("Yes", effective=eff)) for i in range(3)])
+    store.put_responses([("k3", Response("No", effective=dict(eff, temperature=0.7)))])
+    rows = store.db.execute("SELECT d.key, e.decoding FROM answer_details d JOIN effective_decodings e "
+                            "ON e.id = d.effective ORDER BY d.key").fetchall()
+    assert [json.loads(t)["temperature"] for _, t in rows] == [0.0, 0.0, 0.0, 0.7]
+    assert store.db.execute("SELECT COUNT(*) FROM effective_decodings").fetchone()[0] == 2
+    assert store.get_response("k1").effective == eff
+    store.close()

@@ -102,6 +102,7 @@ class RunStore:
         self._copy_dir: Path | None = None
         self._run_lock: RunLock | None = None
         self._has_lp_column: bool | None = None
+        self._effective_ids: dict[int, tuple[Any, str, str]] = {}
         if readonly:
             self.db = self._connect_readonly()
             return
@@ -423,14 +424,22 @@ class RunStore:
         # what the engine was asked (effective decoding, stored once per distinct value: most answers of a
         # strategy share it) and the reasoning text, beside the answer
         details, decodings = [], {}
+        memo = self._effective_ids
         for key, r in items:
             if not (r.effective or r.reasoning):
                 continue
             eid = None
             if r.effective:
-                text = json.dumps(r.effective, sort_keys=True, default=str)
-                eid = hashlib.sha1(text.encode()).hexdigest()[:20]
-                decodings[eid] = text
+                # a client hands back the same dict for every answer of one decoding: serialised once per object
+                # (the memo holds the object, so its id is not reused while it is here)
+                hit = memo.get(id(r.effective))
+                if hit is None or hit[0] is not r.effective:
+                    text = json.dumps(r.effective, sort_keys=True, default=str)
+                    if len(memo) >= 256:
+                        memo.clear()
+                    hit = memo[id(r.effective)] = (r.effective, hashlib.sha1(text.encode()).hexdigest()[:20], text)
+                eid = hit[1]
+                decodings[eid] = hit[2]
             details.append((key, eid, r.reasoning))
 
         def write() -> None:
