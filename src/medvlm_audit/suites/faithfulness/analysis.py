@@ -190,14 +190,17 @@ def merge_scores(scored: pd.DataFrame, judgements: pd.DataFrame | None, *, ca_ju
     df["tone"] = np.nan
     if judgements is not None and len(judgements):
         judge = ca_judge or min(judgements["judge"].unique())
-        j = judgements[(judgements["judge"] == judge) & (judgements["status"] == "valid")]
-        piv = j.pivot_table(index=["model", "case_id", "condition"], columns="axis", values="score", aggfunc="first")
-        key = pd.MultiIndex.from_arrays([df["model"], df["case_id"], df["condition"]])
-        for axis, col in (("ca", "ca"), ("confidence", "tone")):
-            if axis in piv.columns:
-                df[col] = piv[axis].reindex(key).to_numpy(dtype=float)
-        if cf_source != "kb" and "cf" in piv.columns:
-            df["cf"] = piv["cf"].reindex(key).to_numpy(dtype=float)
+        cols = {"ca": "ca", "confidence": "tone", **({"cf": "cf"} if cf_source != "kb" else {})}
+        # per (axis, model, case, condition): the primary judge's first valid score (a dict, not a pandas pivot:
+        # the same values at a fraction of the cost)
+        first: dict[tuple[Any, ...], float] = {}
+        for jn, st, axis, m, c, cond, score in zip(*(judgements[k].tolist() for k in (
+                "judge", "status", "axis", "model", "case_id", "condition", "score")), strict=True):
+            if jn == judge and st == "valid" and axis in cols and score is not None and score == score:  # not NaN
+                first.setdefault((axis, m, c, cond), float(score))
+        keys = list(zip(df["model"].tolist(), df["case_id"].tolist(), df["condition"].tolist(), strict=True))
+        for axis in {k[0] for k in first}:
+            df[cols[axis]] = np.array([first.get((axis, *k), np.nan) for k in keys], dtype=float)
     # CA needs reasoning to read: an answer with fewer than MIN_REASONING_WORDS words besides the answer ("Yes") has
     # an undefined CA, whatever the judge said (issue 21); ``has_reasoning`` keeps the count for the CA rows' rule
     reasoning = df["reasoning"].tolist() if "reasoning" in df else [None] * len(df)
