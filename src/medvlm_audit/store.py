@@ -2,8 +2,8 @@
 
 It keeps hashes, paths, model text and the resolved config; never image pixels, never credentials.
 Tables: meta, probe_sets, cases, models, trials (model x case x condition x sample -> key), requests
-(key -> input description, and whether it asked for log-probabilities), responses (key -> answer), skipped (conditions that did not apply),
-image_hashes (recipe -> pixel sha256, so a resumed run does not re-render to plan), imported (parsed
+(key -> input description, and whether it asked for log-probabilities), responses (key -> answer), skipped
+(conditions that did not apply), image_hashes (recipe -> pixel sha256, so a resumed run does not re-render to plan), imported (parsed
 answers and confidences imported from another tool's result files), derived (values a suite computes from
 stored answers and keeps so that a later invocation need not compute them again, e.g. a score per answer text:
 kind -> key -> JSON; only ever a cache, every value can be recomputed from the rest of the store).
@@ -116,14 +116,18 @@ class RunStore:
             self._write(lambda: self.db.execute("PRAGMA journal_mode=WAL"), begin=False)
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed answer survives a kill
             self._write(lambda: self.db.executescript(SCHEMA), begin=False)
-            self._write(self._migrate)
+            if "logprobs" not in self._columns("requests"):
+                self._write(self._migrate)
         except sqlite3.Error as e:
             raise store_error(self.path, e, "open") from None
 
     def _migrate(self) -> None:
-        """Bring a store written by an older version up to this schema (inside the open's write transaction):
-        ``requests.logprobs``, the request's log-probabilities flag as a column (it was read from the stored
-        description with ``json_extract``, which parses every description), filled once from the description."""
+        """Bring a store written by an older version up to this schema (in one write transaction, on its first
+        writable open): ``requests.logprobs``, the request's log-probabilities flag as a column (it was read from
+        the stored description with ``json_extract``, which parses every description), filled once from the
+        descriptions. A store migrated so cannot be resumed by a version before the column (its insert names
+        three columns: SQLite refuses it, naming the table), but it can still be read by one."""
+        # checked again inside the transaction: another process may have migrated it meanwhile
         if "logprobs" not in self._columns("requests"):
             self.db.execute("ALTER TABLE requests ADD COLUMN logprobs INTEGER")
             self.db.execute("UPDATE requests SET logprobs = COALESCE(json_extract(input, '$.decoding.logprobs') = 1, 0) "
@@ -133,8 +137,9 @@ class RunStore:
         return {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
 
     def _lp_asked(self, q: str = "q") -> str:
-        """SQL: whether request row ``q`` asked for log-probabilities. The column where the store has it and the
-        row set it (a row written by an older version after the migration has NULL there), else the description."""
+        """SQL: whether request row ``q`` asked for log-probabilities: the column where the store has it (NULL only
+        where a row was written without it: then its description), else the description (an older store opened
+        read-only)."""
         js = f"json_extract({q}.input, '$.decoding.logprobs') = 1"
         if self._has_lp_column is None:
             self._has_lp_column = "logprobs" in self._columns("requests")
