@@ -158,7 +158,7 @@ def test_logprobs_flag_is_a_column_and_an_older_store_is_migrated(tmp_path: Path
     migrated.close()
 
 
-def test_effective_decoding_stored_once_per_value_and_per_changed_value(tmp_path: Path) -> None:
+def test_effective_decoding_stored_once_per_distinct_value(tmp_path: Path) -> None:
     """The store serialises an answer's effective decoding once per dict object (a client hands back the same
     one for every answer of a decoding), and a different value gets its own row."""
     store = RunStore(tmp_path / "run.sqlite")
