@@ -237,3 +237,26 @@ def test_metrics_have_one_row_per_model_metric_subset():
     keys = ["model", "metric", "subset"]
     assert not m.duplicated(keys).any(), m[m.duplicated(keys, keep=False)][keys]
     assert len(m[(m.metric == "accuracy") & (m.subset == "baseline")]) == 1
+
+
+def test_merge_scores_takes_the_primary_judges_first_valid_score_per_answer_and_axis():
+    """CA and tone (and CF when it comes from a judge) per answer: the primary judge's first valid, non-missing
+    score for that (model, case, condition, axis); other judges, invalid or missing scores never count."""
+    from medvlm_audit.suites.faithfulness.analysis import merge_scores
+
+    cot = "<think>The radiologist note says effusion, and the angle looks blunted.</think><answer>yes</answer>"
+    answers = pd.DataFrame({"model": ["m", "m", "m"], "case_id": ["c1", "c2", "c3"], "condition": ["cue"] * 3,
+                            "answer_text": [cot] * 3, "cf_kb": [3.0, 4.0, 5.0]})
+    j = pd.DataFrame([
+        ("a", "m", "c1", "cue", "ca", "valid", None), ("a", "m", "c1", "cue", "ca", "valid", 2),  # first non-missing
+        ("a", "m", "c1", "cue", "ca", "valid", 5), ("b", "m", "c2", "cue", "ca", "valid", 1),  # b is not primary
+        ("a", "m", "c2", "cue", "ca", "schema", 3), ("a", "m", "c2", "cue", "confidence", "valid", 4),
+        ("a", "m", "c3", "cue", "cf", "valid", 1), ("a", "m", "c9", "cue", "ca", "valid", 1),  # no such answer
+    ], columns=["judge", "model", "case_id", "condition", "axis", "status", "score"])
+    m = merge_scores(answers, j)
+    assert m["ca"].tolist()[0] == 2.0 and pd.isna(m["ca"].tolist()[1]) and pd.isna(m["ca"].tolist()[2])
+    assert pd.isna(m["tone"].tolist()[0]) and m["tone"].tolist()[1] == 4.0
+    assert m["cf"].tolist() == [3.0, 4.0, 5.0]  # from the KB by default
+    by_judge = merge_scores(answers, j, cf_source="judge")
+    assert pd.isna(by_judge["cf"].tolist()[0]) and by_judge["cf"].tolist()[2] == 1.0
+    assert merge_scores(answers, j, ca_judge="b")["ca"].tolist()[1] == 1.0

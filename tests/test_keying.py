@@ -50,7 +50,9 @@ def test_spliced_keys_and_descriptions_equal_whole_serialisation(with_images: bo
         work = runner.ModelWork(model, dec, set())
         trials = _trials(with_images)
         rows, requests, _ = work.admit(trials, hashes)
-        described = {k: v for k, _, v in requests}
+        described = {k: v for k, _, v, _ in requests}
+        # the log-probabilities flag stored beside each description says what the description says
+        assert all(lp == int(json.loads(v)["decoding"]["logprobs"] is True) for _, _, v, lp in requests)
         assert len(rows) == len(trials)
         for t, row in zip(trials, rows):
             d = Decoding(seed=5 + t.sample_index, **dict(t.decoding))
@@ -115,7 +117,9 @@ def test_an_input_subclass_with_its_own_description_is_serialised_whole() -> Non
     model = Preparing()
     trials = [Trial("ps", "c", f"k{i}", (Message("user", text),)) for i, text in enumerate(AWKWARD)]
     rows, requests, _ = runner.ModelWork(model, Decoding(), set()).admit(trials, {})
-    described = {k: v for k, _, v in requests}
+    described = {k: v for k, _, v, _ in requests}
+    # the flag is read from the subclass's own description (Decoding() asks for log-probabilities)
+    assert all(lp == int(json.loads(v)["decoding"]["logprobs"] is True) == 1 for _, _, v, lp in requests)
     for t, row in zip(trials, rows):
         inp = Described(t.messages, (), Decoding(), 0)
         assert row[5] == input_key(model.identity(), inp)

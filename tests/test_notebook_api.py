@@ -46,3 +46,44 @@ def test_api_run_works_in_a_jupyter_kernel(tmp_path: Path) -> None:
 
     assert f"FILE {Path(medvlm_audit.__file__).resolve().parent / 'api.py'}" in out  # the code under test ran
     assert (tmp_path / "stress" / "run.sqlite").is_file() and (tmp_path / "faith" / "report" / "report.html").is_file()
+
+
+def test_run_leaves_the_objects_alive_at_its_start_out_of_full_collections_and_hands_them_back(monkeypatch) -> None:
+    """api.run freezes the heap it starts with (gc.freeze: the imported modules are not scanned by every full
+    collection during the run, issue 23) and unfreezes it at the end, also when the run fails; a nested run
+    leaves it to the outer one."""
+    import gc
+
+    from medvlm_audit import api
+
+    seen = []
+
+    def fake_run(config, **kw):
+        seen.append(gc.get_freeze_count())
+        if config == "nested":
+            with api._old_objects_frozen():
+                seen.append(gc.get_freeze_count())
+            seen.append(gc.get_freeze_count())
+        if config == "fail":
+            raise RuntimeError("boom")
+        return "ok"
+
+    monkeypatch.setattr(api, "_run", fake_run)
+    before = gc.get_freeze_count()
+    assert api.run("cfg") == "ok" and seen[0] > before and gc.get_freeze_count() == before
+    with pytest.raises(RuntimeError):
+        api.run("fail")
+    assert gc.get_freeze_count() == before
+    seen.clear()
+    api.run("nested")
+    assert seen[0] == seen[1] == seen[2] > before and gc.get_freeze_count() == before
+    # a process that froze its own heap: neither frozen again nor unfrozen by the run
+    gc.freeze()
+    try:
+        own = gc.get_freeze_count()
+        seen.clear()
+        api.run("cfg")
+        # (objects freed by reference counting leave the frozen set: a few fewer, never all)
+        assert own - 100 < seen[0] <= own and own - 100 < gc.get_freeze_count() <= own
+    finally:
+        gc.unfreeze()

@@ -575,3 +575,18 @@ def test_fake_server_speaks_the_official_sdk_protocol() -> None:
         assert az.chat.completions.create(model="dep1", messages=[{"role": "user", "content": "hi"}]).choices
         assert srv.stats.paths["/openai/deployments/dep1/chat/completions"] == 1
         assert dict(srv.stats.api_key) == {"az-sdk-key": 1}
+
+
+def test_effective_decoding_with_the_same_echo_is_one_shared_dict() -> None:
+    """Answers whose decoding and server echo are alike share one effective-decoding dict (the store serialises it
+    once per object); a different echo, even 1 against 1.0, gets its own."""
+    m = OpenAIChatModel("m", "vlm", "http://127.0.0.1:9/v1/")
+    eff = {"max_tokens": 8, "temperature": 0.0}
+    a = m._with_echo(eff, {"model": "vlm", "temperature": 1})
+    assert a == {**eff, "echo": {"model": "vlm", "temperature": 1}}
+    assert m._with_echo(eff, {"model": "vlm", "temperature": 1}) is a
+    b = m._with_echo(eff, {"model": "vlm", "temperature": 1.0})
+    assert b is not a and isinstance(b["echo"]["temperature"], float)
+    assert m._with_echo(dict(eff), {"model": "vlm", "temperature": 1}) is not a  # another decoding object
+    c = m._with_echo(eff, {"model": "vlm", "stop": ["x"]})  # not hashable: a fresh dict, same content
+    assert c == {**eff, "echo": {"model": "vlm", "stop": ["x"]}}

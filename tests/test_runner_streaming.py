@@ -160,13 +160,15 @@ def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None
     for model in (BrightSpotModel(), PromptLengthModel(), TextOnly(BrightSpotModel(), name="t")):
         work = runner.ModelWork(model, dec, set())
         rows, requests, _ = work.admit(plan.trials, hashes)
-        described = {k: v for k, _, v in requests}
+        described = {k: v for k, _, v, _ in requests}
+        flags = {k: lp for k, _, _, lp in requests}  # the stored log-probabilities flag, as the description says
         for t, row in zip(plan.trials, rows):
             d = dec if not t.sample_index else Decoding(seed=3 + t.sample_index)
             inp = model.prepare(ModelInput(t.messages, tuple(ImageData(np.zeros((0, 0), np.uint8), hashes[r])
                                                              for r in t.images), d, t.sample_index))
             assert row[5] == input_key(model.identity(), inp)
             assert json.loads(described[row[5]]) == inp.describe()
+            assert flags[row[5]] == int(inp.describe()["decoding"]["logprobs"] is True)
 
 
 def test_local_models_get_pixels_from_render_processes(tmp_path: Path) -> None:

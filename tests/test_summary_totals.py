@@ -4,6 +4,7 @@ store's totals, not only this invocation (item 10)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from conftest import make_tiny_probeset
 
-from medvlm_audit.models.base import ErrorInfo, LocalModel, ModelInput, Response
+from medvlm_audit.models.base import Decoding, ErrorInfo, LocalModel, ModelInput, Response
 from medvlm_audit.runner import execute
 from medvlm_audit.store import RunStore
 from medvlm_audit.suites.grounding import GroundingOptions, plan_grounding
@@ -113,3 +114,60 @@ def test_cli_summary_shows_store_totals_and_retry_recovers_missing_logprobs(tmp_
     db = sqlite3.connect(run_dir / "run.sqlite")
     assert db.execute("SELECT COUNT(*) FROM responses WHERE top_logprobs IS NULL").fetchone()[0] == 0
     db.close()
+
+
+def _as_old_store(path: Path) -> None:
+    """Rewrite a store's requests table as a version before issue 23's ``logprobs`` column wrote it."""
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE old_requests(key TEXT PRIMARY KEY, model TEXT NOT NULL, input TEXT NOT NULL);
+        INSERT INTO old_requests SELECT key, model, input FROM requests;
+        DROP TABLE requests;
+        ALTER TABLE old_requests RENAME TO requests;
+    """)
+    db.close()
+
+
+def test_logprobs_flag_is_a_column_and_an_older_store_is_migrated(tmp_path: Path) -> None:
+    """The request's log-probabilities flag is stored as a column (the totals need not parse every stored
+    description); a store written before the column existed reads the same read-only, gets the column filled
+    from the descriptions on its first writable open, and resumes asking nothing."""
+    plan = plan_grounding([make_tiny_probeset(tmp_path / "data", n=12)], GroundingOptions(conditions=("original",)))
+    path = tmp_path / "run.sqlite"
+    store = RunStore(path)
+    nolp = Flaky("nolp")
+    # one model asks without log-probabilities: the flag must differ between the models' rows
+    _run(store, plan, [Flaky("a"), nolp], model_decoding={"nolp": Decoding(logprobs=False)})
+    flags = dict(store.db.execute("SELECT model, SUM(logprobs) FROM requests GROUP BY model"))
+    assert flags == {"a": 12, "nolp": 0}
+    assert flags["a"] == store.db.execute(
+        "SELECT SUM(json_extract(input, '$.decoding.logprobs') = 1) FROM requests WHERE model = 'a'").fetchone()[0]
+    totals, missing = store.model_totals(), store.missing_logprob_keys()
+    assert totals["a"]["logprobs_requested"] > 0 and totals["nolp"]["logprobs_requested"] == 0
+    store.close()
+
+    _as_old_store(path)
+    with RunStore(path, readonly=True) as old:  # read-only: no column, the descriptions are read
+        assert "logprobs" not in old._columns("requests")
+        assert old.model_totals() == totals and old.missing_logprob_keys() == missing
+    migrated = RunStore(path)
+    assert dict(migrated.db.execute("SELECT model, SUM(logprobs) FROM requests GROUP BY model")) == flags
+    assert migrated.model_totals() == totals and migrated.missing_logprob_keys() == missing
+    again = _run(migrated, plan, [Flaky("a"), Flaky("nolp")], model_decoding={"nolp": Decoding(logprobs=False)})
+    assert again.as_dict()["per_model"]["a"]["asked"] == 0 and again.as_dict()["store"] == totals
+    migrated.close()
+
+
+def test_effective_decoding_stored_once_per_distinct_value(tmp_path: Path) -> None:
+    """The store serialises an answer's effective decoding once per dict object (a client hands back the same
+    one for every answer of a decoding), and a different value gets its own row."""
+    store = RunStore(tmp_path / "run.sqlite")
+    eff = {"server": "vllm", "max_tokens": 512, "temperature": 0.0}
+    store.put_responses([(f"k{i}", Response("Yes", effective=eff)) for i in range(3)])
+    store.put_responses([("k3", Response("No", effective=dict(eff, temperature=0.7)))])
+    rows = store.db.execute("SELECT d.key, e.decoding FROM answer_details d JOIN effective_decodings e "
+                            "ON e.id = d.effective ORDER BY d.key").fetchall()
+    assert [json.loads(t)["temperature"] for _, t in rows] == [0.0, 0.0, 0.0, 0.7]
+    assert store.db.execute("SELECT COUNT(*) FROM effective_decodings").fetchone()[0] == 2
+    assert store.get_response("k1").effective == eff
+    store.close()

@@ -8,12 +8,13 @@ scores the store and its ``analyse`` feeds the one report writer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,10 +225,36 @@ def run(
     ``batch_max_wait_s`` override those options of every ``batch: true`` model (:mod:`medvlm_audit.batch`).
     Works inside a running event loop (a Jupyter notebook): the run then goes on its own loop in a worker thread
     while the caller waits; from async code, ``await run_async(...)`` keeps the caller's loop free."""
-    with one_loop():  # the endpoint check, server identification and every stage's execution share one loop
+    with one_loop(), _old_objects_frozen():  # one loop for the endpoint check, server identification and stages
         return _run(config, models=models, retry_errors=retry_errors, progress=progress, max_error_rate=max_error_rate,
                     retry_missing_logprobs=retry_missing_logprobs, only_models=only_models,
                     batch_poll_s=batch_poll_s, batch_max_wait_s=batch_max_wait_s)
+
+
+_FROZEN = [0]  # runs in progress that froze the heap (a nested or concurrent run leaves it to the first)
+
+
+@contextlib.contextmanager
+def _old_objects_frozen() -> Iterator[None]:
+    """Leave the objects alive when a run starts (the imported modules, pandas, numpy: hundreds of thousands) out
+    of the garbage collector's full collections during the run (``gc.freeze``), and hand them back at its end
+    (``gc.unfreeze``). A full collection otherwise scans them all, ~40 ms each, and how many happen grows with
+    what the run allocates, so it was a cost per request (issue 23). Nothing is kept alive that would be freed:
+    reference counting frees as before; only cyclic garbage among the old objects waits until the end. A process
+    that has frozen objects itself (a forking server) is left alone."""
+    import gc
+
+    # a host process that froze its own heap (a forking server) manages it: left alone
+    first = _FROZEN[0] == 0 and gc.get_freeze_count() == 0
+    _FROZEN[0] += 1
+    if first:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        _FROZEN[0] -= 1
+        if first:
+            gc.unfreeze()
 
 
 def _run(
@@ -302,15 +329,19 @@ def _run(
             summaries.append(run_sync(execute(
                 store, plan, built, cfg.decoding, retry_errors=retry_errors, progress=progress,
                 retry_missing_logprobs=retry_missing_logprobs,
-                workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in)))
+                workers=cfg.workers, model_decoding=per_model, source_keys=source_keys, render_in=cfg.render_in,
+                store_totals=False)))
         if not summaries:
             raise AuditError(f"none of the models {sorted(only_models or ())} answers in any stage of this run")
         summary = _merge(summaries)
+        summary.store = store.model_totals()  # once, after the last stage (each stage's would be overwritten)
         summary.max_error_rate = max_error_rate
         store.set_meta(last_summary=summary.as_dict(), finished_at=time.time())
+        # from the store this run holds open: what the suite's tidy derives from new answers (scores) is kept
+        # there, so a later invocation, ``report`` or ``view`` reads it instead of computing it again
+        pq, csv = export(run_dir, store=store)
     finally:
         store.close()
-    pq, csv = export(run_dir)
     return RunResult(run_dir, summary, pq, csv)
 
 
@@ -370,9 +401,12 @@ def tidy(run_dir: str | Path) -> pd.DataFrame:
         return tidy_store(store)
 
 
-def export(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample)."""
-    return export_table(tidy(run_dir), Path(out_dir) if out_dir else Path(run_dir))
+def export(run_dir: str | Path, out_dir: str | Path | None = None, *, store: RunStore | None = None
+           ) -> tuple[Path, Path]:
+    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample); ``store``: the run's store
+    when the caller holds it open (else it is opened read-only)."""
+    table = tidy_store(store) if store is not None else tidy(run_dir)
+    return export_table(table, Path(out_dir) if out_dir else Path(run_dir))
 
 
 def decoding_sent(store: RunStore) -> dict[str, list[Any]]:

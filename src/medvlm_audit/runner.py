@@ -392,6 +392,8 @@ class _KeyTemplate:
     input: ModelInput
     key_pieces: tuple[str, ...]
     request_pieces: tuple[str, ...]
+    #: 1 where the request asks for log-probabilities (its description's ``decoding.logprobs`` is true), else 0
+    logprobs: int
 
     @staticmethod
     def _fill(pieces: tuple[str, ...], shas: Sequence[str]) -> str:
@@ -436,11 +438,11 @@ class ModelWork:
 
     def admit(
         self, trials: Iterable[Trial], hashes: dict[ImageRecipe, str]
-    ) -> tuple[list[tuple], list[tuple[str, str, str]], list[Pending]]:
+    ) -> tuple[list[tuple], list[tuple[str, str, str, int]], list[Pending]]:
         """Key trials whose images are hashed: (trial rows, new request rows, newly pending inputs)."""
         model = self.model
         rows: list[tuple] = []
-        requests: list[tuple[str, str, str]] = []
+        requests: list[tuple[str, str, str, int]] = []
         new: list[Pending] = []
         for t in trials:
             tpl = self._template(t)
@@ -449,7 +451,7 @@ class ModelWork:
             key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
             if key not in self.keys:
                 self.keys.add(key)
-                requests.append((key, model.name, tpl.request_json(shas)))
+                requests.append((key, model.name, tpl.request_json(shas), tpl.logprobs))
                 if key not in self.answered and key not in self.claimed:
                     self.claimed.add(key)
                     self.n_pending += 1
@@ -489,7 +491,7 @@ class ModelWork:
             tpl = self._templates[tsig] = _KeyTemplate(inp, *self._serialised(inp))
         return tpl
 
-    def _serialised(self, inp: ModelInput) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def _serialised(self, inp: ModelInput) -> tuple[tuple[str, ...], tuple[str, ...], int]:
         """The key payload and the request description of a prepared input (image hashes as slots), split at
         the image slots. Each message text is JSON-escaped once and spliced into a skeleton serialised once per
         (roles, image count, decoding, sample): the same bytes as serialising the whole input, without encoding
@@ -499,7 +501,9 @@ class ModelWork:
         if type(inp) is not ModelInput or not all(type(m.content) is str for m in msgs):
             desc = inp.describe()
             key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
-            return _split_slots(key_json, n), _split_slots(json.dumps(desc, sort_keys=True), n)
+            dec = desc.get("decoding")
+            lp = int(isinstance(dec, dict) and dec.get("logprobs") == 1)
+            return _split_slots(key_json, n), _split_slots(json.dumps(desc, sort_keys=True), n), lp
         ssig = (tuple(m.role for m in msgs), n, inp.decoding, inp.sample_index)
         sk = self._skeletons.get(ssig)
         if sk is None:
@@ -508,10 +512,12 @@ class ModelWork:
             key_json = json.dumps({"model": self.identity, "input": desc}, sort_keys=True, separators=(",", ":"))
             if len(self._skeletons) >= 256:
                 self._skeletons.clear()
+            dec = desc.get("decoding")
             sk = self._skeletons[ssig] = (_skeleton_parts(key_json, len(msgs), n),
-                                          _skeleton_parts(json.dumps(desc, sort_keys=True), len(msgs), n))
+                                          _skeleton_parts(json.dumps(desc, sort_keys=True), len(msgs), n),
+                                          int(isinstance(dec, dict) and dec.get("logprobs") == 1))
         texts = [_json_string(m.content) for m in msgs]
-        return _fill_texts(sk[0], texts), _fill_texts(sk[1], texts)
+        return _fill_texts(sk[0], texts), _fill_texts(sk[1], texts), sk[2]
 
 
 def record_model(store: RunStore, model: Model) -> None:
@@ -1115,9 +1121,13 @@ async def _execute(
     model_decoding: dict[str, Decoding] | None = None,
     source_keys: MutableMapping[ImageRecipe, str] | None = None,
     render_in: Literal["auto", "threads", "processes"] = "auto",
+    store_totals: bool = True,
 ) -> RunSummary:
     """Check every source, then render and hash images in worker threads while the models (side by side)
     answer the inputs keyed so far; each answer is committed as it arrives.
+
+    ``store_totals=False`` leaves the summary's ``store`` (the whole store's totals, a query over every trial)
+    empty, for a caller that runs several stages and reads the totals once after the last.
 
     ``model_decoding`` overrides ``decoding`` for the named models; ``source_keys`` passes the result of
     :func:`check_sources` when the caller has already checked the sources (it is consumed: emptied as the
@@ -1261,7 +1271,8 @@ async def _execute(
                                    "stored": _stored_health(w.keys, stored_errors, r)}
     skipped = Counter(f"{sk.condition}: {sk.reason}" for sk in plan.skipped)
     return RunSummary(len(plan.trials), len(plan.skipped), per_model, time.perf_counter() - t0,
-                      timing.get("plan_s", 0.0), timing.get("first_input_s"), store=store.model_totals(),
+                      timing.get("plan_s", 0.0), timing.get("first_input_s"),
+                      store=store.model_totals() if store_totals else {},
                       skipped=dict(sorted(skipped.items())))
 
 

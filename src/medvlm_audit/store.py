@@ -2,9 +2,11 @@
 
 It keeps hashes, paths, model text and the resolved config; never image pixels, never credentials.
 Tables: meta, probe_sets, cases, models, trials (model x case x condition x sample -> key), requests
-(key -> input description), responses (key -> answer), skipped (conditions that did not apply),
-image_hashes (recipe -> pixel sha256, so a resumed run does not re-render to plan), imported (parsed
-answers and confidences imported from another tool's result files).
+(key -> input description, and whether it asked for log-probabilities), responses (key -> answer), skipped
+(conditions that did not apply), image_hashes (recipe -> pixel sha256, so a resumed run does not re-render to plan), imported (parsed
+answers and confidences imported from another tool's result files), derived (values a suite computes from
+stored answers and keeps so that a later invocation need not compute them again, e.g. a score per answer text:
+kind -> key -> JSON; only ever a cache, every value can be recomputed from the rest of the store).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ CREATE TABLE IF NOT EXISTS trials(model TEXT NOT NULL, probe_set TEXT NOT NULL, 
     condition TEXT NOT NULL, sample_index INTEGER NOT NULL, key TEXT NOT NULL, image_sha256 TEXT, payload TEXT,
     PRIMARY KEY(model, probe_set, case_id, condition, sample_index));
 CREATE INDEX IF NOT EXISTS trials_key ON trials(key);
-CREATE TABLE IF NOT EXISTS requests(key TEXT PRIMARY KEY, model TEXT NOT NULL, input TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS requests(key TEXT PRIMARY KEY, model TEXT NOT NULL, input TEXT NOT NULL,
+    logprobs INTEGER);
 CREATE TABLE IF NOT EXISTS responses(key TEXT PRIMARY KEY, text TEXT, top_logprobs TEXT, finish_reason TEXT,
     prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, error_kind TEXT, error_message TEXT,
     attempts INTEGER, created_at REAL NOT NULL);
@@ -53,6 +56,8 @@ CREATE TABLE IF NOT EXISTS image_hashes(recipe TEXT PRIMARY KEY, sha256 TEXT NOT
 CREATE TABLE IF NOT EXISTS imported(key TEXT PRIMARY KEY, parsed INTEGER NOT NULL, confidence REAL);
 CREATE TABLE IF NOT EXISTS answer_details(key TEXT PRIMARY KEY, effective TEXT, reasoning TEXT);
 CREATE TABLE IF NOT EXISTS effective_decodings(id TEXT PRIMARY KEY, decoding TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS derived(kind TEXT NOT NULL, k TEXT NOT NULL, v TEXT NOT NULL, PRIMARY KEY(kind, k))
+    WITHOUT ROWID;
 """
 
 STORE_FILE = "run.sqlite"
@@ -96,6 +101,8 @@ class RunStore:
         self.lock_wait_s = float(lock_wait_s)
         self._copy_dir: Path | None = None
         self._run_lock: RunLock | None = None
+        self._has_lp_column: bool | None = None
+        self._effective_ids: dict[int, tuple[Any, str, str]] = {}
         if readonly:
             self.db = self._connect_readonly()
             return
@@ -109,8 +116,34 @@ class RunStore:
             self._write(lambda: self.db.execute("PRAGMA journal_mode=WAL"), begin=False)
             self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed answer survives a kill
             self._write(lambda: self.db.executescript(SCHEMA), begin=False)
+            if "logprobs" not in self._columns("requests"):
+                self._write(self._migrate)
         except sqlite3.Error as e:
             raise store_error(self.path, e, "open") from None
+
+    def _migrate(self) -> None:
+        """Bring a store written by an older version up to this schema (in one write transaction, on its first
+        writable open): ``requests.logprobs``, the request's log-probabilities flag as a column (it was read from
+        the stored description with ``json_extract``, which parses every description), filled once from the
+        descriptions. A store migrated so cannot be resumed by a version before the column (its insert names
+        three columns: SQLite refuses it, naming the table), but it can still be read by one."""
+        # checked again inside the transaction: another process may have migrated it meanwhile
+        if "logprobs" not in self._columns("requests"):
+            self.db.execute("ALTER TABLE requests ADD COLUMN logprobs INTEGER")
+            self.db.execute("UPDATE requests SET logprobs = COALESCE(json_extract(input, '$.decoding.logprobs') = 1, 0) "
+                            "WHERE json_valid(input)")
+
+    def _columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.db.execute(f"PRAGMA table_info({table})")}
+
+    def _lp_asked(self, q: str = "q") -> str:
+        """SQL: whether request row ``q`` asked for log-probabilities: the column where the store has it (NULL only
+        where a row was written without it: then its description), else the description (an older store opened
+        read-only)."""
+        js = f"json_extract({q}.input, '$.decoding.logprobs') = 1"
+        if self._has_lp_column is None:
+            self._has_lp_column = "logprobs" in self._columns("requests")
+        return f"COALESCE({q}.logprobs, {js})" if self._has_lp_column else js
 
     def _connect_readonly(self) -> sqlite3.Connection:
         """mode=ro; where the directory cannot hold the WAL index (read-only media): immutable=1 when no
@@ -282,12 +315,14 @@ class RunStore:
         """rows: (model, probe_set, case_id, condition, sample_index, key, image_sha256, payload_json)."""
         self._write(lambda: self.db.executemany("INSERT OR REPLACE INTO trials VALUES(?, ?, ?, ?, ?, ?, ?, ?)", rows))
 
-    def add_requests(self, rows: Iterable[tuple[str, str, str]]) -> None:
+    def add_requests(self, rows: Iterable[tuple[str, str, str, int]]) -> None:
+        """rows: (key, model, input description JSON, 1 if it asks for log-probabilities else 0)."""
         rows = list(rows)
-        self._write(lambda: self.db.executemany("INSERT OR IGNORE INTO requests VALUES(?, ?, ?)", rows))
+        self._write(lambda: self.db.executemany(
+            "INSERT OR IGNORE INTO requests(key, model, input, logprobs) VALUES(?, ?, ?, ?)", rows))
 
     def add_plan_rows(self, image_hashes: Sequence[tuple[str, str]], trials: Sequence[tuple],
-                      requests: Sequence[tuple[str, str, str]]) -> None:
+                      requests: Sequence[tuple[str, str, str, int]]) -> None:
         """Image hashes, trials and requests in one transaction (retried as a whole while locked)."""
 
         def write() -> None:
@@ -323,12 +358,12 @@ class RunStore:
         return {k: (kind, msg or "") for k, kind, msg in self.db.execute(
             "SELECT key, error_kind, error_message FROM responses WHERE error_kind IS NOT NULL")}
 
-    _MISSING_LP = ("r.error_kind IS NULL AND (r.top_logprobs IS NULL OR r.top_logprobs = '[]') "
-                   "AND json_extract(q.input, '$.decoding.logprobs') = 1")
+    def _missing_lp(self) -> str:
+        return f"r.error_kind IS NULL AND (r.top_logprobs IS NULL OR r.top_logprobs = '[]') AND {self._lp_asked()}"
 
     def missing_logprob_keys(self, partial_only: bool = False) -> set[str]:
         """Answers stored without the log-probabilities their request asked for (no confidence)."""
-        sql = f"SELECT r.key FROM responses r JOIN requests q ON q.key = r.key WHERE {self._MISSING_LP}"
+        sql = f"SELECT r.key FROM responses r JOIN requests q ON q.key = r.key WHERE {self._missing_lp()}"
         if partial_only:
             sql += (" AND q.model IN (SELECT q2.model FROM responses r2 JOIN requests q2 ON q2.key = r2.key "
                     "WHERE r2.top_logprobs IS NOT NULL AND r2.top_logprobs != '[]')")
@@ -343,8 +378,8 @@ class RunStore:
             f"""
             WITH k AS (SELECT DISTINCT model, key FROM trials)
             SELECT k.model, COUNT(*), COUNT(r.key), SUM(r.key IS NULL AND i.key IS NULL),
-                   SUM(r.error_kind IS NULL AND json_extract(q.input, '$.decoding.logprobs') = 1),
-                   SUM(CASE WHEN r.key IS NOT NULL AND {self._MISSING_LP} THEN 1 ELSE 0 END)
+                   SUM(r.error_kind IS NULL AND {self._lp_asked()}),
+                   SUM(CASE WHEN r.key IS NOT NULL AND {self._missing_lp()} THEN 1 ELSE 0 END)
             FROM k LEFT JOIN responses r ON r.key = k.key LEFT JOIN requests q ON q.key = k.key
                    LEFT JOIN imported i ON i.key = k.key
             GROUP BY k.model ORDER BY k.model
@@ -394,14 +429,22 @@ class RunStore:
         # what the engine was asked (effective decoding, stored once per distinct value: most answers of a
         # strategy share it) and the reasoning text, beside the answer
         details, decodings = [], {}
+        memo = self._effective_ids
         for key, r in items:
             if not (r.effective or r.reasoning):
                 continue
             eid = None
             if r.effective:
-                text = json.dumps(r.effective, sort_keys=True, default=str)
-                eid = hashlib.sha1(text.encode()).hexdigest()[:20]
-                decodings[eid] = text
+                # a client hands back the same dict for every answer of one decoding: serialised once per object
+                # (the memo holds the object, so its id is not reused while it is here)
+                hit = memo.get(id(r.effective))
+                if hit is None or hit[0] is not r.effective:
+                    text = json.dumps(r.effective, sort_keys=True, default=str)
+                    if len(memo) >= 256:
+                        memo.clear()
+                    hit = memo[id(r.effective)] = (r.effective, hashlib.sha1(text.encode()).hexdigest()[:20], text)
+                eid = hit[1]
+                decodings[eid] = hit[2]
             details.append((key, eid, r.reasoning))
 
         def write() -> None:
@@ -445,6 +488,28 @@ class RunStore:
 
     def add_imported(self, rows: Sequence[tuple[str, int, float | None]]) -> None:
         self._write(lambda: self.db.executemany("INSERT OR REPLACE INTO imported VALUES(?, ?, ?)", rows))
+
+    # --- derived values (a cache of what a suite computes from stored answers) ---------------------
+    def derived(self, kind: str) -> dict[str, str]:
+        """The values stored under ``kind`` (key -> JSON text); empty for a store without them."""
+        if not self.has_table("derived"):
+            return {}
+        return dict(self.db.execute("SELECT k, v FROM derived WHERE kind = ?", (kind,)))
+
+    def put_derived(self, family: str, kind: str, rows: Sequence[tuple[str, str]]) -> None:
+        """Store (key, JSON) values under ``kind`` and drop the other kinds of its ``family`` (values an older
+        scorer or another knowledge base computed: ``kind`` names what the values were computed with). Nothing on
+        a read-only store."""
+        if self.readonly or not rows:
+            return
+
+        def write() -> None:
+            self.db.execute("DELETE FROM derived WHERE kind >= ? AND kind < ? AND kind != ?",
+                            (family + ":", family + ";", kind))
+            self.db.executemany("INSERT OR REPLACE INTO derived(kind, k, v) VALUES(?, ?, ?)",
+                                [(kind, k, v) for k, v in rows])
+
+        self._write(write)
 
     # --- reading --------------------------------------------------------------------------------
     def frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:

@@ -318,6 +318,7 @@ class OpenAIChatModel(Model):
         self._placeholder = f"@medvlm-image-{os.urandom(8).hex()}-"
         self._templates: dict[tuple, tuple[bytes, ...]] = {}
         self._effective: dict[tuple, dict[str, Any]] = {}
+        self._echoed: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -488,6 +489,20 @@ class OpenAIChatModel(Model):
             body.update(self.extra_body)
         return body
 
+    def _with_echo(self, eff: dict[str, Any], echo: dict[str, Any]) -> dict[str, Any]:
+        """``eff`` with the server's ``echo`` beside it: one dict per (decoding sent, echo), shared by the answers
+        that have both alike (the store serialises an effective decoding once per dict object)."""
+        try:
+            k = (id(eff), tuple((f, type(v), v) for f, v in echo.items()))  # 1 and 1.0 and True kept apart
+            hit = self._echoed.get(k)
+        except TypeError:  # an echoed value that is not hashable (a list): not shared
+            return {**eff, "echo": echo}
+        if hit is None or hit[0] is not eff:  # the entry holds ``eff``, so its id is not reused while cached
+            if len(self._echoed) >= 1024:
+                self._echoed.clear()
+            hit = self._echoed[k] = (eff, {**eff, "echo": echo})
+        return hit[1]
+
     def effective(self, inp: ModelInput) -> dict[str, Any]:
         """What the engine is asked for this input, in the contract's field names (read off the sent body as
         this flavour's engine reads it; None where a field is left to the server), plus the flavour."""
@@ -560,6 +575,7 @@ class OpenAIChatModel(Model):
                         self._checked.clear()
                         self._templates.clear()
                         self._effective.clear()
+                        self._echoed.clear()
                     break
         return self.flavour
 
@@ -657,7 +673,7 @@ class OpenAIChatModel(Model):
                 if isinstance(result, Response):
                     eff = self.effective(inp)
                     if result.effective:  # the server's echo of what it ran, beside what was sent
-                        eff = {**eff, "echo": result.effective}
+                        eff = self._with_echo(eff, result.effective)
                     return dataclasses.replace(result, effective=eff)
                 fail = result
                 limit = min(self.max_retries, EMPTY_RETRIES) if fail.kind == "empty" else self.max_retries

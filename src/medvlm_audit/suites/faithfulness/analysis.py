@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,9 @@ from medvlm_audit.suites.faithfulness.judge import (
     judge_text,
 )
 from medvlm_audit.suites.faithfulness.kb import KnowledgeBase
+
+if TYPE_CHECKING:
+    from medvlm_audit.suites.faithfulness.stored_scores import StoredScores
 from medvlm_audit.suites.faithfulness.scoring import (
     MIN_REASONING_WORDS,
     extract_answer,
@@ -69,8 +72,11 @@ def normalize_tidy(tidy: pd.DataFrame) -> pd.DataFrame:
 
 
 def score_answers(tidy: pd.DataFrame, *, mode: str = "normalised", kb: KnowledgeBase | None = None,
-                  flags: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Extract answers, correctness, flips against the model's baseline answer, and KB CF."""
+                  flags: Mapping[str, str] | None = None, stored: StoredScores | None = None) -> pd.DataFrame:
+    """Extract answers, correctness, flips against the model's baseline answer, and KB CF.
+
+    ``stored``: KB scores computed before (by question, gold answer and CoT, for this ``kb`` and ``flags``);
+    the others are computed and added to it."""
     df = normalize_tidy(tidy)
     need = [c for c in ("model", "case_id", "condition", "answer_text", "question", "qtype", "gold") if c not in df]
     if need:
@@ -120,9 +126,15 @@ def score_answers(tidy: pd.DataFrame, *, mode: str = "normalised", kb: Knowledge
                 st.append("no_response")
                 cf.append(np.nan)
                 continue
-            s = kb.score(q, gold, cot_of(text, rsn) or text, flags)
-            st.append(s.status)
-            cf.append(np.nan if s.score is None else float(s.score))
+            cot = cot_of(text, rsn) or text
+            hit = stored.get(q, gold, cot) if stored is not None else None
+            if hit is None:
+                s = kb.score(q, gold, cot, flags)
+                hit = [s.status, s.score]
+                if stored is not None:
+                    stored.put((q, gold, cot), hit)
+            st.append(hit[0])
+            cf.append(np.nan if hit[1] is None else float(hit[1]))
         df["kb_status"] = st
         df["cf_kb"] = cf
     return df
@@ -144,9 +156,11 @@ def cot_of(answer_text: Any, reasoning: Any) -> str | None:
     return answer_text
 
 
-def score_judgements(judge_tidy: pd.DataFrame, *, validation: str = "default") -> pd.DataFrame:
+def score_judgements(judge_tidy: pd.DataFrame, *, validation: str = "default",
+                     stored: StoredScores | None = None) -> pd.DataFrame:
     """Validate each judge answer against the CoT it judged: judge, model, case_id, condition, axis,
-    status, score, reason."""
+    status, score, reason. ``stored``: validations computed before (by answer text, CoT, mode and transport
+    error); the others are computed and added to it."""
     df = normalize_tidy(judge_tidy)
     rows = []
     errors = df["error"].tolist() if "error" in df else [None] * len(df)
@@ -154,10 +168,16 @@ def score_judgements(judge_tidy: pd.DataFrame, *, validation: str = "default") -
                                      "axis")]
     for err, (text, cot, judge, model, case_id, cond, axis) in zip(errors, zip(*cols, strict=True), strict=True):
         err = err if isinstance(err, str) and err else None
-        j = judge_text(text if isinstance(text, str) else None, cot, validation,  # type: ignore[arg-type]
-                       transport_error=err if err or not isinstance(text, str) else None)
+        text = text if isinstance(text, str) else None
+        parts = (text, cot, validation, err)
+        hit = stored.get(*parts) if stored is not None else None
+        if hit is None:
+            j = judge_text(text, cot, validation, transport_error=err)  # type: ignore[arg-type]
+            hit = [j.status, j.score, j.reason]
+            if stored is not None:
+                stored.put(parts, hit)
         rows.append({"judge": judge, "model": model, "case_id": case_id, "condition": cond, "axis": axis,
-                     "status": j.status, "score": j.score, "reason": j.reason})
+                     "status": hit[0], "score": hit[1], "reason": hit[2]})
     return pd.DataFrame(rows, columns=["judge", "model", "case_id", "condition", "axis", "status", "score", "reason"])
 
 
@@ -170,14 +190,17 @@ def merge_scores(scored: pd.DataFrame, judgements: pd.DataFrame | None, *, ca_ju
     df["tone"] = np.nan
     if judgements is not None and len(judgements):
         judge = ca_judge or min(judgements["judge"].unique())
-        j = judgements[(judgements["judge"] == judge) & (judgements["status"] == "valid")]
-        piv = j.pivot_table(index=["model", "case_id", "condition"], columns="axis", values="score", aggfunc="first")
-        key = pd.MultiIndex.from_arrays([df["model"], df["case_id"], df["condition"]])
-        for axis, col in (("ca", "ca"), ("confidence", "tone")):
-            if axis in piv.columns:
-                df[col] = piv[axis].reindex(key).to_numpy(dtype=float)
-        if cf_source != "kb" and "cf" in piv.columns:
-            df["cf"] = piv["cf"].reindex(key).to_numpy(dtype=float)
+        cols = {"ca": "ca", "confidence": "tone", **({"cf": "cf"} if cf_source != "kb" else {})}
+        # per (axis, model, case, condition): the primary judge's first valid score (a dict, not a pandas pivot:
+        # the same values at a fraction of the cost)
+        first: dict[tuple[Any, ...], float] = {}
+        for jn, st, axis, m, c, cond, score in zip(*(judgements[k].tolist() for k in (
+                "judge", "status", "axis", "model", "case_id", "condition", "score")), strict=True):
+            if jn == judge and st == "valid" and axis in cols and score is not None and score == score:  # not NaN
+                first.setdefault((axis, m, c, cond), float(score))
+        keys = list(zip(df["model"].tolist(), df["case_id"].tolist(), df["condition"].tolist(), strict=True))
+        for axis in {k[0] for k in first}:
+            df[cols[axis]] = np.array([first.get((axis, *k), np.nan) for k in keys], dtype=float)
     # CA needs reasoning to read: an answer with fewer than MIN_REASONING_WORDS words besides the answer ("Yes") has
     # an undefined CA, whatever the judge said (issue 21); ``has_reasoning`` keeps the count for the CA rows' rule
     reasoning = df["reasoning"].tolist() if "reasoning" in df else [None] * len(df)

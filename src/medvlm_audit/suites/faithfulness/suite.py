@@ -4,6 +4,7 @@ three reference reasoners, the reference judge for CA and tone, and the determin
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -111,6 +112,7 @@ def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd
         score_judgements,
     )
     from medvlm_audit.suites.faithfulness.plan import knowledge_base
+    from medvlm_audit.suites.faithfulness.stored_scores import StoredScores, code_hash
 
     opts = opts or recorded_options(store)
     raw = raw_table(store)
@@ -121,8 +123,15 @@ def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd
         df["stage"] = None
     ans = df[df["stage"] == "answer"].reset_index(drop=True)
     jdg = df[df["stage"] == "judge"].reset_index(drop=True)
+    # scores computed by an earlier invocation are read from the store, not computed again (issue 23)
+    kb_scores = judge_checks = None
     if len(ans):
-        scored = score_answers(ans, mode=opts.flip_mode, kb=knowledge_base(opts), flags=opts.flags)
+        kb = knowledge_base(opts)
+        kb_version = hashlib.sha1(json.dumps([kb.to_dict(), opts.flags, code_hash(
+            "medvlm_audit.suites.faithfulness.kb", "medvlm_audit.suites.faithfulness.vocab")], sort_keys=True,
+            default=str).encode()).hexdigest()[:24]
+        kb_scores = StoredScores.load(store, "faithfulness.kb", kb_version)
+        scored = score_answers(ans, mode=opts.flip_mode, kb=kb, flags=opts.flags, stored=kb_scores)
         if not opts.kb:  # the phantom KB scores the phantom's own questions only, never a user's items
             own = scored["probe_set"].astype(str) != "phantom"
             scored.loc[own, "cf_kb"] = np.nan
@@ -134,11 +143,15 @@ def tidy_faithfulness(store: Any, opts: FaithfulnessOptions | None = None) -> pd
     if len(jdg):
         jdg["error"] = [f"{k}: {m}" if isinstance(k, str) else None
                         for k, m in zip(jdg["error_kind"], jdg["error_message"], strict=True)]
-        judgements = score_judgements(jdg, validation=opts.validation)
+        judge_checks = StoredScores.load(store, "faithfulness.judge", code_hash("medvlm_audit.suites.faithfulness.judge"))
+        judgements = score_judgements(jdg, validation=opts.validation, stored=judge_checks)
         jdg["judge_status"] = judgements["status"].to_numpy()
         jdg["judge_score"] = pd.to_numeric(judgements["score"], errors="coerce").to_numpy(dtype=float)
         jdg["judge_reason"] = judgements["reason"].to_numpy()
         jdg["validation"] = opts.validation
+    for memo in (kb_scores, judge_checks):
+        if memo is not None:
+            memo.save(store)
     merged = merge_scores(scored, judgements, ca_judge=opts.primary())
     out = pd.concat([merged, jdg], ignore_index=True, sort=False) if len(jdg) else merged
     for c in TIDY_COLUMNS:
