@@ -16,7 +16,7 @@ MODE=${1:-quick}; shift || true
 WHAT=${*:-runner fixed report reader faith}
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/idle_checks}; mkdir -p "$OUT"
-BEFORE=${BEFORE:-}
+BEFORE=${BEFORE:-}; [ -n "$BEFORE" ] && BEFORE=$(cd "$BEFORE" && pwd)
 HERE=$(cd "$(dirname "$0")/.." && pwd); cd "$HERE"
 export PYTHONPATH=$HERE/src PYTHONUNBUFFERED=1
 unset PYTHONDONTWRITEBYTECODE
