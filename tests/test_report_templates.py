@@ -144,7 +144,8 @@ def test_reader_app_templates_load_through_the_same_environment() -> None:
 
     env = _env()
     assert env.autoescape is True and env.undefined is R.environment().undefined
-    assert env is R.environment("medvlm_audit.readers")  # the shared factory, cached
+    # an overlay of the shared factory's (cached) environment that reads its templates once
+    assert env.linked_to is R.environment("medvlm_audit.readers") and env.auto_reload is False
     names = set(env.list_templates())
     assert {"read.html", "base.html", "page.html", "macros.html", "style.css"} <= names
 
