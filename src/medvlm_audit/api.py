@@ -514,12 +514,25 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     """Analyse a run with its suite and write report.html, metrics.parquet/csv, comparisons.csv, the suite's
     tables and summary.json (default folder: RUN/report). ``report_options`` go to the suite's analysis
     (e.g. ``B``; for grounding ``mode``, ``is_denominator``, ``cluster_by_patient``)."""
+    from medvlm_audit.report.parallel import release_prepared
+
+    try:
+        return _report(run_dir, out, **report_options)
+    finally:
+        release_prepared()  # a prepared process the report did not use (an error, no figures) ends here
+
+
+def _report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
     from medvlm_audit.report import write_report
+    from medvlm_audit.report.parallel import prepare
 
     run_dir = Path(run_dir)
     with _open(run_dir) as store:
         meta = store.meta()
         suite = _suite_of(meta)
+        # the sections' imports (figures, matplotlib) run in a forked process while this one reads and analyses
+        # the run (report.parallel.prepare); without one they run here, when needed
+        prepare(suite.report_modules)
         table = suite.tidy(store)
         skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
                               "ORDER BY probe_set, case_id, condition")

@@ -11,15 +11,29 @@ jobs run in the parent.
 >>> wait = map_forked([lambda: "a", lambda: "b"], workers=1)
 >>> wait()
 ['a', 'b']
+
+:func:`prepare` forks one process when a report starts (before the run is read): it imports the modules the
+report's sections need (matplotlib and the figure code) and warms up the figure machinery while this process reads
+the run store and analyses it; :func:`call_prepared` then runs the section builder there (it forks the figure
+workers in turn) and returns its result, so that the importing never waits on the critical path. Without a
+prepared process (no ``fork``, one CPU, threads running, or it failed) the function runs here, with the same result.
+
+>>> call_prepared("operator:add", 2, 3)  # nothing prepared: runs in this process
+5
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import multiprocessing
 import os
+import signal
+import threading
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 #: at most this many worker processes (a report has about a dozen figures)
 MAX_WORKERS = 4
@@ -94,3 +108,116 @@ def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None,
             _JOBS = []
 
     return wait
+
+
+#: seconds the parent waits for the prepared process's answer before it runs the function itself
+PREPARED_TIMEOUT_S = 600.0
+
+#: (pid, connection) of the prepared process, if one was started and not yet used
+_PREPARED: tuple[int, Any] | None = None
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    """``"package.module:function"`` -> the function."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def _serve(conn: Any, modules: Sequence[str]) -> None:
+    """The prepared process: import ``modules`` and warm up, then run one job sent by the parent and send back
+    ("ok", result), ("err", the exception it raised) or ("fail", why it could not run)."""
+    broken = ""
+    try:
+        for m in modules:
+            importlib.import_module(m)
+        warm_up()
+    except Exception:  # the parent then runs the job itself
+        broken = traceback.format_exc(limit=3)
+    try:
+        target, args, kwargs = conn.recv()
+    except (EOFError, OSError):  # the parent went on without us
+        return
+    if broken:
+        conn.send(("fail", broken))
+        return
+    try:
+        reply: tuple[str, Any] = ("ok", _resolve(target)(*args, **kwargs))
+    except Exception as e:
+        reply = ("err", e)
+    try:
+        conn.send(reply)
+    except Exception:  # an unpicklable result or exception: the parent runs the job itself
+        conn.send(("fail", traceback.format_exc(limit=3)))
+
+
+def prepare(modules: Sequence[str]) -> bool:
+    """Fork the prepared process (see the module's doc) importing ``modules``; False where none was started: no
+    modules, no ``fork``, one CPU, other threads running (forking them is unsafe) or one is already prepared."""
+    global _PREPARED
+    if (not modules or _PREPARED is not None or (os.cpu_count() or 1) < 2 or _JOBS
+            or "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1):
+        return False
+    try:
+        here, there = multiprocessing.Pipe()
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # the prepared process: never returns into the caller's code
+        code = 1
+        try:
+            here.close()
+            _serve(there, list(modules))
+            code = 0
+        finally:
+            os._exit(code)
+    there.close()
+    _PREPARED = (pid, here)
+    return True
+
+
+def release_prepared() -> None:
+    """End an unused prepared process (it exits when its connection closes) and reap it."""
+    global _PREPARED
+    if _PREPARED is None:
+        return
+    pid, conn = _PREPARED
+    _PREPARED = None
+    conn.close()
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def call_prepared(target: str, *args: Any, **kwargs: Any) -> Any:
+    """Run ``target`` (``"package.module:function"``) with these (picklable) arguments in the prepared process
+    and return its result, or raise the exception it raised there; without a usable prepared process (none
+    started, it failed or did not answer within ``PREPARED_TIMEOUT_S``) run it in this process."""
+    global _PREPARED
+    if _PREPARED is None:
+        return _resolve(target)(*args, **kwargs)
+    pid, conn = _PREPARED
+    _PREPARED = None
+    status, value = "fail", None
+    try:
+        conn.send((target, args, kwargs))
+        if conn.poll(PREPARED_TIMEOUT_S):
+            status, value = conn.recv()
+    except Exception:  # a broken pipe, an unpicklable argument: run it here
+        status = "fail"
+    finally:
+        if status == "fail":
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        conn.close()
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    if status == "ok":
+        return value
+    if status == "err":
+        raise value
+    return _resolve(target)(*args, **kwargs)
