@@ -39,10 +39,10 @@ from typing import Any
 MAX_WORKERS = 4
 
 #: the jobs of the pool being filled (inherited by the forked workers, which get only an index)
-_JOBS: list[Callable[[], str]] = []
+_JOBS: list[Callable[[], Any]] = []
 
 
-def _run(i: int) -> str:
+def _run(i: int) -> Any:
     return _JOBS[i]()
 
 
@@ -66,20 +66,23 @@ def _workers(workers: int | None, n_jobs: int) -> int:
     return max(1, min(int(workers), n_jobs))
 
 
-def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None, first: Sequence[int] = (),
-               timeout_s: float = 600.0) -> Callable[[], list[str]]:
+def map_forked(jobs: Sequence[Callable[[], Any]], *, workers: int | None = None, first: Sequence[int] = (),
+               timeout_s: float = 600.0, warm: bool = True) -> Callable[[], list[Any]]:
     """Start the jobs in forked worker processes; returns a function that waits and gives their results in order.
 
     ``workers``: processes (None: the CPU count, at most ``MAX_WORKERS``); 1 runs the jobs in the parent, when
     the returned function is called. ``first``: indices of the slowest jobs, handed out before the others so that
-    no worker is left with a long job at the end. An exception in a job is raised by the returned function."""
+    no worker is left with a long job at the end. An exception in a job is raised by the returned function.
+    ``warm``: load what figure jobs need first (:func:`warm_up`) before the fork; False for jobs that draw nothing
+    (their results must pickle)."""
     global _JOBS
     jobs = list(jobs)
     w = _workers(workers, len(jobs))
     if w == 1 or "fork" not in multiprocessing.get_all_start_methods() or _JOBS:
         return lambda: [job() for job in jobs]
     _JOBS = jobs
-    warm_up()
+    if warm:
+        warm_up()
     gc.freeze()  # the workers' garbage collector leaves the inherited objects alone: fewer copied pages
     try:
         with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process that has (idle) threads
@@ -94,7 +97,7 @@ def map_forked(jobs: Sequence[Callable[[], str]], *, workers: int | None = None,
     order = head + [i for i in range(len(jobs)) if i not in set(head)]
     pending = pool.map_async(_run, order, chunksize=1)
 
-    def wait() -> list[str]:
+    def wait() -> list[Any]:
         global _JOBS
         try:
             got = dict(zip(order, pending.get(timeout_s)))
