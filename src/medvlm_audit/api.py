@@ -523,17 +523,24 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
 
 
 def _report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
+    from importlib import import_module
+
     from medvlm_audit.report import write_report
-    from medvlm_audit.report.parallel import prepare
+    from medvlm_audit.report.parallel import prepare, run_key, take_first
 
     run_dir = Path(run_dir)
     with _open(run_dir) as store:
         meta = store.meta()
         suite = _suite_of(meta)
         # the sections' imports (figures, matplotlib) run in a forked process while this one reads and analyses
-        # the run (report.parallel.prepare); without one they run here, when needed
+        # the run (report.parallel.prepare); without one they run here, when needed. A process prepared before
+        # this one imported the analysis (report.parallel.prepare_report, by the CLI) has read the table too.
         prepare(suite.report_modules)
-        table = suite.tidy(store)
+        for module in suite.analysis_modules:  # while that process reads the table
+            import_module(module)
+        table = take_first(run_key(run_dir))
+        if table is None:
+            table = suite.tidy(store)
         skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
                               "ORDER BY probe_set, case_id, condition")
         designed = designed_behaviours(store)

@@ -247,6 +247,11 @@ def export_cmd(
 
 
 def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
+    import pandas  # noqa: F401  (before the fork below: the prepared process inherits it)
+
+    from medvlm_audit.report.parallel import prepare_report
+
+    prepare_report(run_dir)  # a forked process reads the run's table while this one imports the analysis
     from medvlm_audit import api
 
     console.print(f"writing the report of {run_dir} ...")

@@ -33,6 +33,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 #: at most this many worker processes (a report has about a dozen figures)
@@ -119,6 +120,9 @@ PREPARED_TIMEOUT_S = 600.0
 #: (pid, connection) of the prepared process, if one was started and not yet used
 _PREPARED: tuple[int, Any] | None = None
 
+#: (key, connection) of the prepared process's first result (see :func:`prepare`), if not yet taken
+_FIRST: tuple[str, Any] | None = None
+
 
 def _resolve(target: str) -> Callable[..., Any]:
     """``"package.module:function"`` -> the function."""
@@ -126,9 +130,31 @@ def _resolve(target: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
-def _serve(conn: Any, modules: Sequence[str]) -> None:
-    """The prepared process: import ``modules`` and warm up, then run one job sent by the parent and send back
+def _send_quietly(conn: Any, msg: Any) -> None:
+    try:
+        conn.send(msg)
+    except Exception:  # the parent went on without it (or it does not pickle): the parent computes it itself
+        pass
+    finally:
+        conn.close()
+
+
+def _serve(conn: Any, modules: Sequence[str], first: tuple[str, tuple[Any, ...], Any] | None = None) -> None:
+    """The prepared process: run the ``first`` job (its result goes back on its own connection, sent by a thread
+    while this one imports), import ``modules`` and warm up, then run one job sent by the parent and send back
     ("ok", result), ("err", the exception it raised) or ("fail", why it could not run)."""
+    sender = None
+    modules = list(modules)
+    if first is not None:
+        target, args, first_conn = first
+        try:
+            value, more = _resolve(target)(*args)
+            modules += [m for m in more if m not in modules]
+            msg: tuple[str, Any] = ("ok", value)
+        except Exception:
+            msg = ("fail", traceback.format_exc(limit=3))
+        sender = threading.Thread(target=_send_quietly, args=(first_conn, msg), daemon=True)
+        sender.start()
     broken = ""
     try:
         for m in modules:
@@ -140,6 +166,8 @@ def _serve(conn: Any, modules: Sequence[str]) -> None:
         target, args, kwargs = conn.recv()
     except (EOFError, OSError):  # the parent went on without us
         return
+    if sender is not None:
+        sender.join()  # no thread left when the job forks its workers
     if broken:
         conn.send(("fail", broken))
         return
@@ -153,15 +181,20 @@ def _serve(conn: Any, modules: Sequence[str]) -> None:
         conn.send(("fail", traceback.format_exc(limit=3)))
 
 
-def prepare(modules: Sequence[str]) -> bool:
+def prepare(modules: Sequence[str] = (), *, first: str | None = None, first_args: tuple[Any, ...] = (),
+            key: str = "") -> bool:
     """Fork the prepared process (see the module's doc) importing ``modules``; False where none was started: no
-    modules, no ``fork``, one CPU, other threads running (forking them is unsafe) or one is already prepared."""
-    global _PREPARED
-    if (not modules or _PREPARED is not None or (os.cpu_count() or 1) < 2 or _JOBS
+    modules and no first job, no ``fork``, one CPU, other threads running (forking them is unsafe) or one is
+    already prepared. ``first`` (``"package.module:function"``, called with ``first_args``) runs there at once,
+    before the imports, and returns (value, more modules to import): the value is sent back for
+    :func:`take_first` with this ``key`` (e.g. the run's table, read while this process imports the analysis)."""
+    global _PREPARED, _FIRST
+    if ((not modules and first is None) or _PREPARED is not None or (os.cpu_count() or 1) < 2 or _JOBS
             or "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1):
         return False
     try:
         here, there = multiprocessing.Pipe()
+        first_here, first_there = multiprocessing.Pipe(duplex=False) if first is not None else (None, None)
         pid = os.fork()
     except OSError:
         return False
@@ -169,18 +202,45 @@ def prepare(modules: Sequence[str]) -> bool:
         code = 1
         try:
             here.close()
-            _serve(there, list(modules))
+            if first_here is not None:
+                first_here.close()
+            _serve(there, list(modules), (first, first_args, first_there) if first is not None else None)
             code = 0
         finally:
             os._exit(code)
     there.close()
+    if first_there is not None:
+        first_there.close()
+        _FIRST = (key, first_here)
     _PREPARED = (pid, here)
     return True
 
 
+def take_first(key: str) -> Any | None:
+    """The value of the prepared process's first job if it was started with this ``key`` and succeeded (waits
+    for it); None otherwise (then compute it here: an error is raised here, where it names the input)."""
+    global _FIRST
+    if _FIRST is None:
+        return None
+    got, conn = _FIRST
+    _FIRST = None
+    status, value = "fail", None
+    try:
+        if got == key and conn.poll(PREPARED_TIMEOUT_S):
+            status, value = conn.recv()
+    except Exception:
+        status = "fail"
+    finally:
+        conn.close()
+    return value if status == "ok" else None
+
+
 def release_prepared() -> None:
     """End an unused prepared process (it exits when its connection closes) and reap it."""
-    global _PREPARED
+    global _PREPARED, _FIRST
+    if _FIRST is not None:
+        _FIRST[1].close()
+        _FIRST = None
     if _PREPARED is None:
         return
     pid, conn = _PREPARED
@@ -190,6 +250,29 @@ def release_prepared() -> None:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
+
+
+def report_table(run_dir: str) -> tuple[Any, tuple[str, ...]]:
+    """The first job of a report's prepared process: the run's scored table (its suite's ``tidy``) and the
+    modules its report's sections import (the suite's ``report_modules``)."""
+    from medvlm_audit.store import RunStore
+    from medvlm_audit.suites import get_suite
+
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        suite = get_suite(str(store.meta()["suite"]))
+        return suite.tidy(store), tuple(suite.report_modules)
+
+
+def prepare_report(run_dir: str | os.PathLike[str]) -> bool:
+    """Start a report's prepared process before the analysis is imported: it reads the run's table (sent back
+    for :func:`take_first`, key :func:`run_key`), then imports the sections' modules of the run's suite."""
+    key = run_key(run_dir)
+    return prepare(first=f"{__name__}:report_table", first_args=(key,), key=key)
+
+
+def run_key(run_dir: str | os.PathLike[str]) -> str:
+    """The key of a run folder's prepared table: its resolved path."""
+    return str(Path(run_dir).resolve())
 
 
 def call_prepared(target: str, *args: Any, **kwargs: Any) -> Any:

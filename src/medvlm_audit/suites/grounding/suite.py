@@ -217,6 +217,7 @@ class GroundingSuite(Suite):
     #: what its report's sections import (matplotlib among them): imported while the run is read and analysed
     report_modules: ClassVar[tuple[str, ...]] = ("medvlm_audit.suites.grounding.sections",
                                                  "medvlm_audit.suites.grounding.figures")
+    analysis_modules: ClassVar[tuple[str, ...]] = ("medvlm_audit.suites.grounding.analysis",)
     #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
     embedded_options: ClassVar[dict[str, DemoOption]] = {
         "n_cases": DemoOption(int, 800, "phantom probe cases", minimum=60),
