@@ -236,7 +236,8 @@ def main() -> None:
                   f"(load {os.getloadavg()[0]:.1f})")
     med = {s: [statistics.median(x[j] for x in v) for j in range(3)] for s, v in res.items() if v}
     for s, (w, c, m) in med.items():
-        print(f"{s:6s}: median {w:.2f} s wall, {c:.2f} s CPU, {m:.0f} MB peak RSS")
+        print(f"{s:6s}: median {w:.2f} s wall (best {min(x[0] for x in res[s]):.2f} s), {c:.2f} s CPU, "
+              f"{m:.0f} MB peak RSS")
     if args.before and args.repeats:
         (wa, ca, _), (wb, cb, _) = med["after"], med["before"]
         diff = compare(tmp / "before", tmp / "after")
