@@ -288,7 +288,8 @@ class GroundingSuite(Suite):
         analysis = analyse_grounding(tidy, B=B, seed=seed, mode=mode, is_denominator=is_denominator,
                                      cluster_by_patient=cluster_by_patient)
         readers: list[Any] = []
-        if run_dir is not None:  # reader-study exports under RUN/readers/: the readers beside the models
+        # reader-study exports under RUN/readers/: the readers beside the models (their code imported only then)
+        if run_dir is not None and (Path(run_dir) / "readers").is_dir():
             from medvlm_audit.readers.analysis import reader_sections
 
             readers = reader_sections(run_dir, tidy, B=B)
