@@ -159,7 +159,8 @@ def _serve(conn: Any, modules: Sequence[str], first: tuple[str, tuple[Any, ...],
     try:
         for m in modules:
             importlib.import_module(m)
-        warm_up()
+        if modules:  # a suite whose report draws figures (none: this process only read the table)
+            warm_up()
     except Exception:  # the parent then runs the job itself
         broken = traceback.format_exc(limit=3)
     try:
