@@ -138,12 +138,16 @@ def _first_job(x: int) -> tuple[list[int], tuple[str, ...]]:
     return [x, os.getpid()], ("colorsys",)
 
 
+def _big_first_job() -> tuple[bytes, tuple[str, ...]]:
+    return b"x" * 2_000_000, ()
+
+
 def _failing_first_job(x: int) -> tuple[list[int], tuple[str, ...]]:
     raise ValueError(f"no table {x}")
 
 
 @needs_fork
-def test_the_prepared_process_first_job_comes_back_for_its_key_only() -> None:
+def test_the_prepared_process_first_job_comes_back_for_its_key_only(monkeypatch) -> None:
     from medvlm_audit.report import parallel
 
     if not parallel.prepare(first="test_report_parallel:_first_job", first_args=(7,), key="run-a"):
@@ -159,6 +163,11 @@ def test_the_prepared_process_first_job_comes_back_for_its_key_only() -> None:
     if parallel.prepare(first="test_report_parallel:_failing_first_job", first_args=(9,), key="run-c"):
         assert parallel.take_first("run-c") is None
         assert parallel.call_prepared("operator:add", 1, 2) == 3
+    # a first result nobody takes (larger than a pipe holds) does not hold up the job
+    if parallel.prepare(first="test_report_parallel:_big_first_job", key="run-d"):
+        child = parallel._PREPARED[0]
+        monkeypatch.setattr(parallel, "PREPARED_TIMEOUT_S", 20.0)
+        assert parallel.call_prepared("os:getpid") == child  # not the fallback after a timeout
     assert parallel._PREPARED is None and parallel._FIRST is None
 
 

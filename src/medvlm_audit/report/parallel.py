@@ -284,11 +284,14 @@ def call_prepared(target: str, *args: Any, **kwargs: Any) -> Any:
     """Run ``target`` (``"package.module:function"``) with these (picklable) arguments in the prepared process
     and return its result, or raise the exception it raised there; without a usable prepared process (none
     started, it failed or did not answer within ``PREPARED_TIMEOUT_S``) run it in this process."""
-    global _PREPARED
+    global _PREPARED, _FIRST
     if _PREPARED is None:
         return _resolve(target)(*args, **kwargs)
     pid, conn = _PREPARED
     _PREPARED = None
+    if _FIRST is not None:  # a first result nobody took: closed, so that its sender there does not wait for us
+        _FIRST[1].close()
+        _FIRST = None
     status, value = "fail", None
     try:
         conn.send((target, args, kwargs))
