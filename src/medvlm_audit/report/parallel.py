@@ -197,7 +197,9 @@ def prepare(modules: Sequence[str] = (), *, first: str | None = None, first_args
         here, there = multiprocessing.Pipe()
         first_here, first_there = multiprocessing.Pipe(duplex=False) if first is not None else (None, None)
         gc.freeze()  # the prepared process's garbage collector leaves the inherited objects alone: fewer copied pages
-        pid = os.fork()
+        with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process with (idle BLAS) threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
     except OSError:
         gc.unfreeze()
         return False
