@@ -100,13 +100,13 @@ def child_stages(run_dir: Path, B: int) -> None:
 
     import pandas  # noqa: F401
 
-    try:  # a tree whose report forks a prepared process (report.parallel, as the CLI does)
+    import medvlm_audit.cli as C
+    try:  # a tree whose report forks a prepared process (report.parallel, as its CLI does)
         from medvlm_audit.report import parallel as P
     except ImportError:
         P = None
-    if P is not None and hasattr(P, "prepare_report"):
-        P.prepare_report(run_dir)  # it reads the run's table while this process imports
-    import medvlm_audit.cli  # noqa: F401
+    if hasattr(C, "_prepare_report"):
+        C._prepare_report(run_dir)  # it reads the run's table while this process imports
     from medvlm_audit import api  # noqa: F401
     from medvlm_audit.report import write_report
     from medvlm_audit.store import RunStore

@@ -534,7 +534,7 @@ def _report(run_dir: str | Path, out: str | Path | None = None, **report_options
         suite = _suite_of(meta)
         # the sections' imports (figures, matplotlib) run in a forked process while this one reads and analyses
         # the run (report.parallel.prepare); without one they run here, when needed. A process prepared before
-        # this one imported the analysis (report.parallel.prepare_report, by the CLI) has read the table too.
+        # this one imported the analysis (by the CLI: cli._prepare_report) has read the table too.
         prepare(suite.report_modules)
         for module in suite.analysis_modules:  # while that process reads the table
             import_module(module)

@@ -259,24 +259,6 @@ def release_prepared() -> None:
         pass
 
 
-def report_table(run_dir: str) -> tuple[Any, tuple[str, ...]]:
-    """The first job of a report's prepared process: the run's scored table (its suite's ``tidy``) and the
-    modules its report's sections import (the suite's ``report_modules``)."""
-    from medvlm_audit.store import RunStore
-    from medvlm_audit.suites import get_suite
-
-    with RunStore.open_dir(run_dir, readonly=True) as store:
-        suite = get_suite(str(store.meta()["suite"]))
-        return suite.tidy(store), tuple(suite.report_modules)
-
-
-def prepare_report(run_dir: str | os.PathLike[str]) -> bool:
-    """Start a report's prepared process before the analysis is imported: it reads the run's table (sent back
-    for :func:`take_first`, key :func:`run_key`), then imports the sections' modules of the run's suite."""
-    key = run_key(run_dir)
-    return prepare(first=f"{__name__}:report_table", first_args=(key,), key=key)
-
-
 def run_key(run_dir: str | os.PathLike[str]) -> str:
     """The key of a run folder's prepared table: its resolved path."""
     return str(Path(run_dir).resolve())
