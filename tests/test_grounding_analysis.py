@@ -280,11 +280,14 @@ def test_brier_ece_and_confidence_regimes_have_bootstrap_intervals(designed):
 
 
 def test_results_do_not_depend_on_the_thread_count(designed):
+    # workers=3: three resampling threads, and each model's metric rows in one of three forked processes
     tidy, _ = designed
     one = analyse_grounding(tidy, B=600, workers=1)
     three = analyse_grounding(tidy, B=600, workers=3)
     pd.testing.assert_frame_equal(one.metrics, three.metrics)
     pd.testing.assert_frame_equal(one.comparisons, three.comparisons)
+    pd.testing.assert_frame_equal(one.categories, three.categories)
+    assert one.verdicts == three.verdicts
 
 
 def test_bh_families(designed):

@@ -548,13 +548,33 @@ def report(run_dir: str | Path, out: str | Path | None = None, **report_options:
     """Analyse a run with its suite and write report.html, metrics.parquet/csv, comparisons.csv, the suite's
     tables and summary.json (default folder: RUN/report). ``report_options`` go to the suite's analysis
     (e.g. ``B``; for grounding ``mode``, ``is_denominator``, ``cluster_by_patient``)."""
+    from medvlm_audit.report.parallel import release_prepared
+
+    try:
+        return _report(run_dir, out, **report_options)
+    finally:
+        release_prepared()  # a prepared process the report did not use (an error, no figures) ends here
+
+
+def _report(run_dir: str | Path, out: str | Path | None = None, **report_options: Any) -> Path:
+    from importlib import import_module
+
     from medvlm_audit.report import write_report
+    from medvlm_audit.report.parallel import prepare, run_key, take_first
 
     run_dir = Path(run_dir)
     with _open(run_dir) as store:
         meta = store.meta()
         suite = _suite_of(meta)
-        table = suite.tidy(store)
+        # the sections' imports (figures, matplotlib) run in a forked process while this one reads and analyses
+        # the run (report.parallel.prepare); without one they run here, when needed. A process prepared before
+        # this one imported the analysis (by the CLI: cli._prepare_report) has read the table too.
+        prepare(suite.report_modules)
+        for module in suite.analysis_modules:  # while that process reads the table
+            import_module(module)
+        table = take_first(run_key(run_dir))
+        if table is None:
+            table = suite.tidy(store)
         skipped = store.frame("SELECT probe_set, case_id, condition, reason FROM skipped "
                               "ORDER BY probe_set, case_id, condition")
         designed = designed_behaviours(store)

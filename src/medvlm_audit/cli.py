@@ -246,7 +246,30 @@ def export_cmd(
     emit(pq, csv)
 
 
+def _report_table(run_dir: str) -> tuple[Any, tuple[str, ...]]:
+    """The first job of a report's prepared process (``report.parallel.prepare``): the run's scored table (its
+    suite's ``tidy``) and the modules its report's sections import (the suite's ``report_modules``)."""
+    from medvlm_audit.store import RunStore
+    from medvlm_audit.suites import get_suite
+
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        suite = get_suite(str(store.meta()["suite"]))
+        return suite.tidy(store), tuple(suite.report_modules)
+
+
+def _prepare_report(run_dir: Path) -> bool:
+    """Fork the report's prepared process before the analysis is imported: it reads the run's table (taken by
+    ``api.report``), then imports the figure code of the run's suite. pandas first, so that it inherits it."""
+    import pandas  # noqa: F401
+
+    from medvlm_audit.report.parallel import prepare, run_key
+
+    key = run_key(run_dir)
+    return prepare(first=f"{__name__}:_report_table", first_args=(key,), key=key)
+
+
 def _report(run_dir: Path, out: Path | None = None, **analysis: Any) -> Path:
+    _prepare_report(run_dir)  # a forked process reads the run's table while this one imports the analysis
     from medvlm_audit import api
 
     console.print(f"writing the report of {run_dir} ...")

@@ -37,6 +37,9 @@ class Suite(Protocol):
       registered when the suite is loaded (default: none);
     * ``image_ops``: image operations this suite brings (e.g. overlays) -> ``"module:function"`` (default: none);
     * ``parquet_tables``: also write each extra report table as Parquet (default: CSV only);
+    * ``report_modules``: modules its report's sections need (e.g. the figure code and matplotlib), imported in a
+      process forked when a report starts, while the run is read and analysed (``report.parallel.prepare``);
+    * ``analysis_modules``: modules its analysis needs, imported by a report while that process reads the run;
     * ``view``: what the run explorer shows of its tidy table (default: the generic view);
     * :meth:`commands`: this suite's own CLI commands (default: none);
     * :meth:`preflight`: problems found before the run (default: none);
@@ -52,6 +55,8 @@ class Suite(Protocol):
     backends: ClassVar[dict[str, str]] = {}
     image_ops: ClassVar[dict[str, str]] = {}
     parquet_tables: ClassVar[bool] = False
+    report_modules: ClassVar[tuple[str, ...]] = ()
+    analysis_modules: ClassVar[tuple[str, ...]] = ()
     #: what the run explorer (`medvlm-audit view`) shows of this suite's tidy table (``view.data.ViewSpec``: the
     #: item column, the base condition, the columns that make two trials comparable, filters, labels); empty: the
     #: explorer's generic view

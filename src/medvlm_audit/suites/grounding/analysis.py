@@ -12,8 +12,10 @@ default prompt. Nothing here raises on degenerate data: such cells carry a note 
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -175,6 +177,11 @@ def _support_counts(vec: dict[str, Any]):
     return counts
 
 
+def _support_matrix(n_cases: int, seed: int) -> np.ndarray | None:
+    """The category-support bootstrap's case weights (:func:`support_weights`) as float64; None without cases."""
+    return support_weights(n_cases, SUPPORT_DRAWS, seed).astype(np.float64) if n_cases else None
+
+
 def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                       mode: Literal["exact-counts", "index"] = "exact-counts",
                       is_denominator: Literal["correct", "all"] = "correct", cluster_by_patient: bool = False,
@@ -238,19 +245,26 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
         # the calibration resampling (numpy kernels that release the GIL) runs in a thread while this one
         # computes what does not need it: parse rates, the support weights and the paired comparisons
-        with ThreadPoolExecutor(max_workers=1) as pool:
+        with ThreadPoolExecutor(max_workers=2) as pool:
             calib_job = pool.submit(calibration_draws, main, range(len(main.models)), opts,
                                     {i: vecs[m] for i, m in enumerate(main.models)})
+            # the shared case weights as float64 once (their counts come from one BLAS product per model); numpy's
+            # multinomial draws release the GIL
+            sup_job = pool.submit(_support_matrix, main.n_cases, opts.seed)
             prates = {m: parse_rates(vecs[m]) for m in main.models}
-            # the shared case weights as float64 once (their counts come from one BLAS product per model)
-            sup_w = (support_weights(main.n_cases, SUPPORT_DRAWS, opts.seed).astype(np.float64) if main.n_cases
-                     else None)
             ps_comps = (baseline_comparisons(main, vecs, [b for b in base if b in main.models], opts)
                         + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
+            sup_w = sup_job.result()
             calib = calib_job.result()
+        # each model's metric rows in forked worker processes (their bootstraps are seeded per row: the same rows
+        # in any process); in this process with one worker, one CPU or other threads running
+        from medvlm_audit.report.parallel import map_forked
+
+        per_model = map_forked([partial(model_metric_rows, main, i, opts, vecs[m], calib[i])
+                                for i, m in enumerate(main.models)],
+                               workers=1 if threading.active_count() > 1 else opts.workers, warm=False)()
         rows_ps: list[dict[str, Any]] = []
-        for i, m in enumerate(main.models):
-            mrows = model_metric_rows(main, i, opts, vecs[m], calib[i])
+        for m, mrows in zip(main.models, per_model):
             _mark_not_assessable(mrows, prates[m])
             rows_ps.extend(mrows)
         metric_rows.extend(rows_ps)

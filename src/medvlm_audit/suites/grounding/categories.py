@@ -23,8 +23,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from medvlm_audit import stats
-
 __all__ = ["SUPPORT_DRAWS", "SWEEP_THRESHOLDS", "Category", "Rate", "categorize", "categorize_counts",
            "category_support", "support_weights",
            "threshold_sweep", "verdict"]
@@ -85,6 +83,9 @@ class Rate:
 
 @lru_cache(maxsize=65536)
 def _rate_interval_pct(k: int, n: int) -> tuple[float, float]:
+    # stats (scipy) imported here, not with this module: the report's figure code reads its colours and labels
+    from medvlm_audit import stats
+
     lo, hi = stats.rate_interval(k, n)
     return 100.0 * lo, 100.0 * hi
 
@@ -177,6 +178,8 @@ def categorize_counts(cgr: tuple[np.ndarray, np.ndarray], uar: tuple[np.ndarray,
     ``stats.rate_intervals_limit``: an array of category names. Agrees with :func:`categorize` on
     ``Rate.from_counts`` wherever the bootstrap's finite-B endpoints and their limit fall on the same side of a
     threshold (tested)."""
+    from medvlm_audit import stats
+
     (ck, cn), (uk, un), (ik, i_n) = (tuple(np.asarray(x, dtype=np.int64) for x in r) for r in (cgr, uar, is_))
     i_lo, i_hi = stats.rate_intervals_limit(ik, i_n)
     c_lo, _ = stats.rate_intervals_limit(ck, cn)

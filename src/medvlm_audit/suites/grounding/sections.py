@@ -23,7 +23,6 @@ from medvlm_audit.report.html import (
 from medvlm_audit.report.html import badge as _badge
 from medvlm_audit.report.sections import Section, compact_table_html
 from medvlm_audit.suites.grounding.categories import CATEGORY_COLORS, CATEGORY_LABELS
-from medvlm_audit.suites.grounding.figures import family_words, model_order, probe_sets_of
 
 #: columns of categories.csv, in this order
 CATEGORIES_COLUMNS = ("probe_set", "model", "modality", "category", "support", "reason", "cgr", "cgr_low", "cgr_high", "n_cgr",
@@ -91,6 +90,8 @@ def _verdicts_html(analysis: Any, designed: Mapping[str, str] | None = None) -> 
     cats = analysis.categories
     designed = dict(designed or {})
     items: list[str] = []
+    from medvlm_audit.suites.grounding.figures import model_order, probe_sets_of
+
     multi = len(probe_sets_of(analysis)) > 1
     matches: list[tuple[str, str, list[str]]] = []
     for model in model_order(analysis):
@@ -237,7 +238,12 @@ def grounding_sections(analysis: Any, *, figures: Sequence[Any] | None = None, f
     The figures are built and drawn in ``figure_workers`` forked processes (None: one per CPU, at most
     ``report.parallel.MAX_WORKERS``; 1: in this process) while this process renders the tables."""
     from medvlm_audit.report.parallel import map_forked
-    from medvlm_audit.suites.grounding.figures import figure_builders
+    from medvlm_audit.suites.grounding.figures import (
+        family_words,
+        figure_builders,
+        model_order,
+        probe_sets_of,
+    )
 
     models = model_order(analysis)
     probe_sets = probe_sets_of(analysis)

@@ -171,8 +171,14 @@ def grounding_result(analysis: Any, *, figures: Sequence[Any] | None = None, fmt
                          sections=list(extra_sections or []))
     validate_result(result)
     result.verdicts, result.summary = dict(analysis.verdicts), dict(analysis.summary)
-    result.sections = [*grounding_sections(analysis, figures=figures, fmt=fmt, designed=designed),
-                       *result.sections]
+    if figures is None:  # built in the report's prepared process where there is one (report.parallel.prepare)
+        from medvlm_audit.report.parallel import call_prepared
+
+        sections = call_prepared(f"{grounding_sections.__module__}:grounding_sections", analysis, fmt=fmt,
+                                 designed=designed)
+    else:
+        sections = grounding_sections(analysis, figures=figures, fmt=fmt, designed=designed)
+    result.sections = [*sections, *result.sections]
     result.intro = INTRO
     return result
 
@@ -208,6 +214,10 @@ class GroundingSuite(Suite):
     """Paper 000: does a model's right answer come from the image?"""
 
     name: ClassVar[str] = "grounding"
+    #: what its report's sections import (matplotlib among them): imported while the run is read and analysed
+    report_modules: ClassVar[tuple[str, ...]] = ("medvlm_audit.suites.grounding.sections",
+                                                 "medvlm_audit.suites.grounding.figures")
+    analysis_modules: ClassVar[tuple[str, ...]] = ("medvlm_audit.suites.grounding.analysis",)
     #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
     embedded_options: ClassVar[dict[str, DemoOption]] = {
         "n_cases": DemoOption(int, 800, "phantom probe cases", minimum=60),
@@ -278,7 +288,8 @@ class GroundingSuite(Suite):
         analysis = analyse_grounding(tidy, B=B, seed=seed, mode=mode, is_denominator=is_denominator,
                                      cluster_by_patient=cluster_by_patient)
         readers: list[Any] = []
-        if run_dir is not None:  # reader-study exports under RUN/readers/: the readers beside the models
+        # reader-study exports under RUN/readers/: the readers beside the models (their code imported only then)
+        if run_dir is not None and (Path(run_dir) / "readers").is_dir():
             from medvlm_audit.readers.analysis import reader_sections
 
             readers = reader_sections(run_dir, tidy, B=B)
