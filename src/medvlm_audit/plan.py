@@ -53,12 +53,13 @@ class Skip:
 
 @dataclass(frozen=True, slots=True)
 class PlanSource:
-    """A probe set (or item set) the plan draws on, recorded in the run store with its rows and hash."""
+    """A probe set (or item set) the plan draws on, recorded in the run store with its rows and hash. ``rows``: a
+    table, or its rows as JSON-ready dicts (what the store records: Python scalars, None where missing)."""
 
     name: str
     path: str
     content_hash: str
-    rows: pd.DataFrame
+    rows: pd.DataFrame | list[dict[str, Any]]
     provenance: dict[str, Any]
 
 

@@ -86,7 +86,7 @@ def plan_stage(ctx: StageContext) -> Plan:
             raise AuditError(str(e)) from None
     res_ids: frozenset[str] | None = None
     if any(r != 224 for r in opts.resolutions) and opts.res512_boxed_only:
-        res_ids = frozenset(cid for s in sets for cid in s.df.loc[s.df["tbox_x0"].notna(), "case_id"])
+        res_ids = frozenset(cid for s in sets for cid in s.boxed_case_ids())
     return plan_grounding(sets, GroundingOptions(
         conditions=tuple(opts.conditions),
         resolutions=tuple(opts.resolutions),
