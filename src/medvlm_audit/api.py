@@ -16,16 +16,15 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
 from medvlm_audit.aio import one_loop, run_sync
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
 from medvlm_audit.errors import AuditError, ConfigError, RunLockedError
-from medvlm_audit.export import export_table
+from medvlm_audit.export import export_columns, export_table
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, check_model_spec, load_model
 from medvlm_audit.plan import Plan, StageContext
@@ -42,6 +41,9 @@ from medvlm_audit.runner import (
 )
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 @dataclass
@@ -371,8 +373,14 @@ def tidy(run_dir: str | Path) -> pd.DataFrame:
 
 
 def export(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample)."""
-    return export_table(tidy(run_dir), Path(out_dir) if out_dir else Path(run_dir))
+    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample). Written from the suite's
+    pandas-free table where it builds one (``Suite.tidy_columns``: the same bytes), else from its tidy table."""
+    out = Path(out_dir) if out_dir else Path(run_dir)
+    with _open(run_dir) as store:
+        suite = _suite_of(store.meta())
+        cols = suite.tidy_columns(store)
+        df = suite.tidy(store) if cols is None else None
+    return export_columns(cols, out) if cols is not None else export_table(df, out)
 
 
 def decoding_sent(store: RunStore) -> dict[str, list[Any]]:
@@ -420,6 +428,8 @@ def decodings_as_run(store: RunStore) -> pd.DataFrame:
     defaults or the model's generation config (empty when every field was sent). Empty for a run whose models
     do not record one (in-process reference models) or that predates the record."""
     import json
+
+    import pandas as pd
 
     from medvlm_audit.models.flavours import CONTRACT_FIELDS
 

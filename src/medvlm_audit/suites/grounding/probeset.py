@@ -307,7 +307,7 @@ def manifest_rows(raw: bytes) -> list[dict[str, Any]] | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(pa.BufferReader(raw))
+    table = pq.ParquetFile(pa.BufferReader(raw)).read()  # not read_table: its dataset layer imports pandas
     numpy_types: dict[str, str] = {}
     if table.schema.metadata and b"pandas" in table.schema.metadata:
         meta = json.loads(table.schema.metadata[b"pandas"])
