@@ -17,6 +17,36 @@ from medvlm_audit.suites.grounding.probeset import MANIFEST, ProbeSet
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
+def test_http_grounding_run_imports_no_pandas(tmp_path: Path) -> None:
+    """`medvlm-audit run` of an HTTP-model grounding config against the fake server, in its own process: every
+    module it imports is listed by ``-X importtime``; pandas (~0.25 CPU-s of each invocation) is not among them,
+    and the run still leaves its results files."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import make_tiny_probeset
+
+    from medvlm_audit.testing.fake_openai import ThreadedFakeServer
+
+    make_tiny_probeset(tmp_path / "data", n=6)
+    with ThreadedFakeServer() as srv:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(f"suite: grounding\nprobe_sets: [{tmp_path / 'data' / 'probeset'}]\nrun_dir: {tmp_path / 'run'}\n"
+                       f"models: [{{name: vlm, backend: openai, model: fake-vlm, base_urls: [{srv.base_url}]}}]\n")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                            os.environ.get("PYTHONPATH", "")])}
+        res = subprocess.run([sys.executable, "-X", "importtime", "-m", "medvlm_audit", "run", str(cfg),
+                              "--no-progress", "--no-report"], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "medvlm_audit.api" in imported  # the listing works
+    assert "pandas" not in imported, "a run of an HTTP grounding config imported pandas"
+    assert (tmp_path / "run" / "results.csv").exists() and (tmp_path / "run" / "results.parquet").exists()
+    df = pd.read_parquet(tmp_path / "run" / "results.parquet")
+    assert len(df) == 6 * 5 and df["status"].eq("answer").all()
+
+
 def _pandas_side(folder: Path) -> ProbeSet:
     """The probe set as the pandas code reads it (the oracle)."""
     prov = json.loads((folder / "probeset.json").read_text()) if (folder / "probeset.json").exists() else {}
@@ -259,3 +289,46 @@ def test_edited_grounding_stores_export_pandas_bytes(grounding_run: Path, tmp_pa
         assert lean[1] == want[1]
     else:
         assert field not in ("view", "source", "finding", "sex") or mode == "some"  # text fields are mirrored
+
+
+def _pandas_parse_rate_lines(tidy: pd.DataFrame, floor: float = 0.5) -> list[str]:
+    """The pandas implementation of ``health.low_parse_rate_lines`` before issue 23 (the oracle)."""
+    from medvlm_audit.health import _PARSED, _TEXT_ONLY_PARSED
+
+    t = tidy[tidy["status"].notna() & (tidy["status"] != "no_response")]
+    if t.empty:
+        return []
+    cond = next((c for c in ("condition", "strategy") if c in t.columns), None)
+    keys = ["model", cond] if cond else ["model"]
+    parsed = t["status"].isin(_PARSED)
+    if "condition" in t.columns:
+        conds = t["condition"].astype(str)
+        text_only = (conds == "no_image") | conds.str.endswith("+no_image")
+        parsed = parsed | (text_only & t["status"].isin(_TEXT_ONLY_PARSED))
+    g = t.assign(_p=parsed).groupby(keys, sort=True)["_p"].agg(["mean", "size"])
+    lines = []
+    for model, sub in g.groupby(level=0, sort=True):
+        low = sub[sub["mean"] < floor]
+        if low.empty:
+            continue
+        where = ", ".join(f"{100 * r['mean']:.1f}% under {idx[1]}, n = {int(r['size'])}" if len(keys) == 2
+                          else f"{100 * r['mean']:.1f}%, n = {int(r['size'])}" for idx, r in low.iterrows())
+        lines.append(f"warning: model {model!r} has a parse rate below {100 * floor:g}% ({where}): "
+                     f"not assessable there")
+    return lines
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["m", "k", "é"]),
+                               st.one_of(st.none(), st.sampled_from(["original", "no_image", "swap+no_image", "a"])),
+                               st.one_of(st.none(), st.sampled_from(["answer", "abstain", "refusal", "unparsed",
+                                                                     "no_response"]))), min_size=1, max_size=30),
+       by=st.sampled_from(["condition", "strategy", None]))
+def test_parse_rate_lines_equal_pandas(rows: list, by: str | None) -> None:
+    """The run's parse-rate warnings, read without pandas, are the pandas implementation's lines."""
+    from medvlm_audit.health import parse_rate_lines_of
+
+    cols = {"model": [r[0] for r in rows], "status": [r[2] for r in rows]}
+    if by:
+        cols[by] = [r[1] for r in rows]
+    assert parse_rate_lines_of(cols) == _pandas_parse_rate_lines(pd.DataFrame(cols))
