@@ -332,3 +332,10 @@ def test_parse_rate_lines_equal_pandas(rows: list, by: str | None) -> None:
     if by:
         cols[by] = [r[1] for r in rows]
     assert parse_rate_lines_of(cols) == _pandas_parse_rate_lines(pd.DataFrame(cols))
+
+
+def test_pandas_version_read_without_pandas() -> None:
+    """The parquet metadata's ``pandas_version`` is what ``pandas.__version__`` says (read without importing it)."""
+    from medvlm_audit.columns import _pandas_version
+
+    assert _pandas_version() == pd.__version__
