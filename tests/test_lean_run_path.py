@@ -339,3 +339,28 @@ def test_pandas_version_read_without_pandas() -> None:
     from medvlm_audit.columns import _pandas_version
 
     assert _pandas_version() == pd.__version__
+
+
+def test_case_rows_with_different_fields(grounding_run: Path, tmp_path: Path) -> None:
+    """Probe sets of different builders carry different extra fields: the table is still built without pandas
+    and is the pandas bytes; a field it reads that some rows lack (pandas fills NaN) falls back to pandas."""
+    import shutil
+    import sqlite3
+
+    shutil.copy(grounding_run / "run.sqlite", tmp_path / "run.sqlite")
+    db = sqlite3.connect(tmp_path / "run.sqlite")
+    rows = db.execute("SELECT rowid, row FROM cases").fetchall()
+    for rowid, row in rows[::2]:
+        db.execute("UPDATE cases SET row = ? WHERE rowid = ?", (json.dumps({**json.loads(row), "dicom_id": "d"}),
+                                                                 rowid))
+    db.commit()
+    lean, want = _export_bytes_both_ways(tmp_path)
+    assert lean is not None and lean == want
+    for rowid, row in rows[::3]:
+        r = json.loads(row)
+        del r["sex"]
+        db.execute("UPDATE cases SET row = ? WHERE rowid = ?", (json.dumps(r), rowid))
+    db.commit()
+    db.close()
+    lean, want = _export_bytes_both_ways(tmp_path)
+    assert lean is None

@@ -80,8 +80,9 @@ def raw_table(store: RunStore, *, case_fields: tuple[str, ...] = (), imported: b
 def raw_columns(store: RunStore, *, case_fields: tuple[str, ...] = (), imported: bool = False) -> Columns | None:
     """:func:`raw_table` as plain columns, each with the dtype pandas gives it there (None for a column whose
     values it does not mirror, e.g. ``top_logprobs``, parsed JSON); None for the whole table where the pandas
-    table could differ in more than a column's dtype (no trials, a trial whose case row is missing, case rows
-    with different fields, a run id that is not text): the caller then builds it with :func:`raw_table`."""
+    table could differ in more than a column's dtype (no trials, a trial whose case row is missing, a case field
+    it reads that some case rows lack, a run id that is not text): the caller then builds it with
+    :func:`raw_table`."""
     names, rows = store.rows(_raw_sql(store))
     if not rows:
         return None
@@ -97,9 +98,6 @@ def raw_columns(store: RunStore, *, case_fields: tuple[str, ...] = (), imported:
     dtypes["top_logprobs"] = None
     _, case_rows = store.rows("SELECT probe_set, case_id, row FROM cases ORDER BY rowid")
     metas = [json.loads(r) for _, _, r in case_rows]
-    if metas and len({tuple(m) for m in metas}) != 1:
-        return None  # pandas fills a field some rows lack with NaN
-    fields = set(metas[0]) if metas else set()
     where = {}
     for i, (ps, cid, _) in enumerate(case_rows):
         if (ps, cid) in where:
@@ -110,7 +108,10 @@ def raw_columns(store: RunStore, *, case_fields: tuple[str, ...] = (), imported:
         return None  # the left join would leave NaN in every case column
     extra = [c for c in case_fields if c not in CASE_COLUMNS]
     for col in (*CASE_COLUMNS, *extra):
-        if col in fields:
+        present = sum(col in m for m in metas)
+        if present and present < len(metas):
+            return None  # pandas fills a field some rows lack with NaN (probe sets of different builders)
+        if present:
             vals = [m[col] for m in metas]
             dtype = infer_dtype(vals)
         else:
