@@ -17,6 +17,7 @@ from medvlm_audit.suites.grounding.probeset import MANIFEST, ProbeSet
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
+@pytest.mark.slow
 def test_http_grounding_run_imports_no_pandas(tmp_path: Path) -> None:
     """`medvlm-audit run` of an HTTP-model grounding config against the fake server, in its own process: every
     module it imports is listed by ``-X importtime``; pandas (~0.25 CPU-s of each invocation) is not among them,
@@ -45,6 +46,23 @@ def test_http_grounding_run_imports_no_pandas(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "results.csv").exists() and (tmp_path / "run" / "results.parquet").exists()
     df = pd.read_parquet(tmp_path / "run" / "results.parquet")
     assert len(df) == 6 * 5 and df["status"].eq("answer").all()
+
+
+def test_run_path_modules_import_no_pandas() -> None:
+    """The fast-lane half of the guard above: importing what a grounding run uses loads no pandas."""
+    import subprocess
+    import sys
+
+    mods = ("medvlm_audit.cli", "medvlm_audit.api", "medvlm_audit.export", "medvlm_audit.columns",
+            "medvlm_audit.health", "medvlm_audit.store", "medvlm_audit.runner", "medvlm_audit.suites.grounding.suite",
+            "medvlm_audit.suites.grounding.plan", "medvlm_audit.suites.grounding.probeset",
+            "medvlm_audit.models.openai_compat")
+    code = f"import sys\nfor m in {mods!r}: __import__(m)\nprint('pandas' in sys.modules)"
+    env_path = str(Path(__file__).parents[1] / "src")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "False"
 
 
 def _pandas_side(folder: Path) -> ProbeSet:
@@ -134,6 +152,7 @@ def manifests(draw: st.DrawFn) -> pd.DataFrame:
     return df
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(df=manifests(), via_save=st.booleans())
 def test_manifest_rows_equal_pandas(df: pd.DataFrame, via_save: bool, tmp_path_factory: pytest.TempPathFactory
@@ -172,7 +191,7 @@ def column_tables(draw: st.DrawFn):
     return cols
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(cols=column_tables())
 def test_columns_write_pandas_bytes(cols) -> None:
     """The CSV and Parquet written from plain columns are the bytes pandas writes for the same table."""
@@ -220,6 +239,7 @@ def grounding_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(api.run(cfg, progress=False).run_dir)
 
 
+@pytest.mark.slow
 def test_grounding_run_exports_pandas_bytes(grounding_run: Path) -> None:
     lean, want = _export_bytes_both_ways(grounding_run)
     assert lean is not None, "the grounding export fell back to pandas on its own embedded default"
@@ -233,6 +253,7 @@ CASE_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), 
                         st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([1e-300, 1e300, 40.0]))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_edited_grounding_stores_export_pandas_bytes(grounding_run: Path, tmp_path_factory, data) -> None:
@@ -318,7 +339,7 @@ def _pandas_parse_rate_lines(tidy: pd.DataFrame, floor: float = 0.5) -> list[str
     return lines
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from(["m", "k", "é"]),
                                st.one_of(st.none(), st.sampled_from(["original", "no_image", "swap+no_image", "a"])),
                                st.one_of(st.none(), st.sampled_from(["answer", "abstain", "refusal", "unparsed",
@@ -341,6 +362,7 @@ def test_pandas_version_read_without_pandas() -> None:
     assert _pandas_version() == pd.__version__
 
 
+@pytest.mark.slow
 def test_case_rows_with_different_fields(grounding_run: Path, tmp_path: Path) -> None:
     """Probe sets of different builders carry different extra fields: the table is still built without pandas
     and is the pandas bytes; a field it reads that some rows lack (pandas fills NaN) falls back to pandas."""
