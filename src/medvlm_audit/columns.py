@@ -78,42 +78,35 @@ def infer_dtype(values: Sequence[Any]) -> str | None:
     >>> infer_dtype([True, False]), infer_dtype([True, None]) is None, infer_dtype(["a", 1]) is None
     ('bool', True, True)
     """
-    kinds = set()
-    for v in values:
-        if v is None:
-            kinds.add("none")
-        elif isinstance(v, bool):
-            kinds.add("bool")
-        elif isinstance(v, int):
-            if not -(2**63) <= v < 2**63:
-                return None
-            kinds.add("int")
-        elif isinstance(v, float):
-            kinds.add("float")
-        elif isinstance(v, str):
-            kinds.add("str")
-        else:
-            return None
     if not values:
         return None
-    real = kinds - {"none"}
+    types = set(map(type, values))  # exact types: a subclass (a numpy scalar) is not mirrored
+    real = types - {type(None)}
+    if not real <= {bool, int, float, str}:
+        return None
+    if int in real and not all(-(2**63) <= v < 2**63 for v in values if type(v) is int):
+        return None
     if not real:
         return "object"
-    if real == {"str"}:
+    if real == {str}:
         return "str"
-    if real == {"bool"}:
-        return None if "none" in kinds else "bool"
-    if real <= {"int", "float"}:
-        return "int64" if kinds == {"int"} else "float64"
+    if real == {bool}:
+        return None if len(types) > 1 else "bool"
+    if real <= {int, float}:
+        return "int64" if types == {int} else "float64"
     return None
 
 
-def _csv_cell(v: Any, dtype: str) -> str:
-    if _missing(v):
-        return ""
+def _csv_cells(vals: Sequence[Any], dtype: str) -> list[str]:
+    """One column's CSV cells as ``to_csv`` writes them: missing values empty, a float64 as its shortest repr (what
+    numpy's ``astype(str)`` gives), anything else as ``str``."""
     if dtype == "float64":
-        return repr(float(v))  # what numpy's astype(str) gives a float64 (the shortest repr)
-    return str(v)
+        return ["" if v is None or v != v else repr(float(v)) for v in vals]
+    if dtype in ("str", "object"):
+        return [v if type(v) is str else "" if _missing(v) else str(v) for v in vals]
+    if dtype == "Int64":
+        return ["" if v is None else str(v) for v in vals]
+    return [str(v) for v in vals]  # int64, int8, bool: never missing
 
 
 def csv_bytes(cols: Columns) -> bytes:
@@ -123,7 +116,7 @@ def csv_bytes(cols: Columns) -> bytes:
                    quotechar='"')
     names = list(cols.data)
     w.writerow(names)
-    cells = [[_csv_cell(v, cols.dtypes[n]) for v in cols.data[n]] for n in names]
+    cells = [_csv_cells(cols.data[n], cols.dtypes[n]) for n in names]
     w.writerows(zip(*cells))
     return buf.getvalue().encode("utf-8")
 
@@ -217,8 +210,10 @@ def parquet_bytes(cols: Columns) -> bytes:
             numpy_type = "object"
         else:
             type_name, pandas_type, numpy_type = _ARROW[dt]
-            if dt in ("float64", "str"):
-                vals = [None if _missing(v) else v for v in vals]  # pandas writes NaN as null
+            if dt == "float64":
+                vals = [None if v is None or v != v else v for v in vals]  # pandas writes NaN as null
+            elif dt == "str":
+                vals = [v if type(v) is str else None if _missing(v) else v for v in vals]
             arr = _arrow_array(vals, type_name)
         arrays.append(arr)
         meta_cols.append({"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
