@@ -118,7 +118,9 @@ class ProbeSet:
 
     @property
     def df(self) -> pd.DataFrame:
-        """The manifest as a normalised pandas table (read from the manifest file on first use after ``load``)."""
+        """The manifest as a normalised pandas table (read from the manifest file on first use after ``load``). Of
+        a loaded set it is for reading: the cases, rows and hash come from the rows read at load, so an edited
+        table becomes a probe set as ``ProbeSet(edited, ps.image_root, ps.provenance, name=...)``."""
         if self._df is None:
             import pandas as pd
 
@@ -138,6 +140,11 @@ class ProbeSet:
 
     @property
     def content_hash(self) -> str:
+        """pandas' hash of the normalised manifest (every value, row order); of a set read by :meth:`load`, the
+        one recorded beside the unchanged manifest file, else computed once (a table built in memory may be
+        edited in place, so its hash is computed on every call)."""
+        if self._rows is None:
+            return manifest_hash(self.df)
         if self._hash is None:
             self._hash = manifest_hash(self.df)
         return self._hash
