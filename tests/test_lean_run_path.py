@@ -76,8 +76,10 @@ def _assert_same_probeset(folder: Path) -> ProbeSet:
     lean = ProbeSet.load(folder, validate=False)
     oracle = _pandas_side(folder)
     assert lean._rows is not None, "the manifest fell back to pandas"
-    assert json.dumps(lean.case_records(), default=str) == json.dumps(oracle.case_records(), default=str)
+    assert json.dumps(list(lean.case_records()), default=str) == json.dumps(list(oracle.case_records()), default=str)
     assert list(lean.cases()) == list(oracle.cases())
+    last = str(oracle.df["case_id"].iloc[-1])
+    assert lean.case(last) == oracle.case(last) and lean.rows()[-1] == lean.case_records()[len(lean) - 1]
     assert lean.boxed_case_ids() == [str(c) for c in oracle.df.loc[oracle.df["tbox_x0"].notna(), "case_id"]]
     assert lean.content_hash == oracle.content_hash
     assert len(lean) == len(oracle)

@@ -12,7 +12,7 @@ resume.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,12 +54,13 @@ class Skip:
 @dataclass(frozen=True, slots=True)
 class PlanSource:
     """A probe set (or item set) the plan draws on, recorded in the run store with its rows and hash. ``rows``: a
-    table, or its rows as JSON-ready dicts (what the store records: Python scalars, None where missing)."""
+    table, or a sequence of its rows as JSON-ready dicts (what the store records: Python scalars, None where
+    missing)."""
 
     name: str
     path: str
     content_hash: str
-    rows: pd.DataFrame | list[dict[str, Any]]
+    rows: pd.DataFrame | Sequence[dict[str, Any]]
     provenance: dict[str, Any]
 
 

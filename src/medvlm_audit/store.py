@@ -254,16 +254,17 @@ class RunStore:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT k, v FROM meta")}
 
     # --- planning -------------------------------------------------------------------------------
-    def add_probe_set(self, name: str, path: str, content_hash: str, rows: pd.DataFrame | list[dict[str, Any]],
+    def add_probe_set(self, name: str, path: str, content_hash: str, rows: pd.DataFrame | Sequence[dict[str, Any]],
                       provenance: dict) -> None:
-        """Record a probe set and its case rows: a table, or its rows already as JSON-ready dicts."""
+        """Record a probe set and its case rows: a table, or a sequence of its rows already as JSON-ready dicts."""
         prev = self.db.execute("SELECT content_hash FROM probe_sets WHERE name = ?", (name,)).fetchone()
         if prev is not None and prev[0] != content_hash:
             raise ValueError(
                 f"probe set {name!r} changed since this run was started (hash {prev[0][:12]} -> {content_hash[:12]}); "
                 "start a new run directory"
             )
-        records = rows if isinstance(rows, list) else rows.astype(object).where(rows.notna(), None).to_dict("records")
+        records = (rows.astype(object).where(rows.notna(), None).to_dict("records") if hasattr(rows, "to_dict")
+                   else rows)
         ps_row = (name, path, content_hash, len(rows), json.dumps(provenance, default=str))
         case_rows = [(name, str(r["case_id"]), json.dumps(r, default=str)) for r in records]
 

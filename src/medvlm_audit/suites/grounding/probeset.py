@@ -21,9 +21,9 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from medvlm_audit import __version__
 from medvlm_audit.atomic import mkdtemp_shared
@@ -93,6 +93,42 @@ def _none(v: Any) -> Any:
     return v
 
 
+class ManifestRows(Sequence[dict[str, Any]]):
+    """A manifest's rows kept as columns (as compact as a table: a 10,000-case manifest as dicts held ~15 MB for
+    the whole run), each row a dict built when it is read."""
+
+    __slots__ = ("_cols", "_names", "_n")
+
+    def __init__(self, cols: dict[str, list[Any]], n: int) -> None:
+        self._cols, self._names, self._n = cols, list(cols), n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return {c: v[i] for c, v in self._cols.items()}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        names = self._names
+        for vals in zip(*self._cols.values()):
+            yield dict(zip(names, vals))
+
+    def column(self, name: str) -> list[Any]:
+        return self._cols[name]
+
+
 class ProbeSet:
     """A manifest table, the folder image paths are relative to, and provenance.
 
@@ -101,7 +137,7 @@ class ProbeSet:
     def __init__(self, df: pd.DataFrame, image_root: Path, provenance: dict[str, Any] | None = None,
                  name: str = "probeset") -> None:
         self._df: pd.DataFrame | None = normalize_manifest(df)
-        self._rows: list[dict[str, Any]] | None = None
+        self._rows: ManifestRows | None = None
         self._manifest: Path | None = None
         self._hash: str | None = None
         self.image_root = image_root
@@ -109,7 +145,7 @@ class ProbeSet:
         self.name = name
 
     @classmethod
-    def _from_rows(cls, rows: list[dict[str, Any]], manifest: Path, image_root: Path, provenance: dict[str, Any],
+    def _from_rows(cls, rows: ManifestRows, manifest: Path, image_root: Path, provenance: dict[str, Any],
                    name: str, content_hash: str | None) -> ProbeSet:
         ps = cls.__new__(cls)
         ps._df, ps._rows, ps._manifest, ps._hash = None, rows, manifest, content_hash
@@ -149,14 +185,14 @@ class ProbeSet:
             self._hash = manifest_hash(self.df)
         return self._hash
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> Sequence[dict[str, Any]]:
         """The manifest's rows as plain dicts (column order kept; pandas' values where built from a table)."""
         if self._rows is None:
             cols = list(self.df.columns)
             return [dict(zip(cols, row)) for row in self.df.itertuples(index=False, name=None)]
         return self._rows
 
-    def case_records(self) -> list[dict[str, Any]]:
+    def case_records(self) -> Sequence[dict[str, Any]]:
         """The rows as the run store records them (JSON-ready: Python scalars, None where missing)."""
         if self._rows is not None:
             return self._rows
@@ -165,6 +201,9 @@ class ProbeSet:
 
     def boxed_case_ids(self) -> list[str]:
         """The ids of the cases with a working target box (``tbox_x0`` given)."""
+        if self._rows is not None:
+            return [str(c) for c, x in zip(self._rows.column("case_id"), self._rows.column("tbox_x0"))
+                    if _none(x) is not None]
         return [str(r["case_id"]) for r in self.rows() if _none(r.get("tbox_x0")) is not None]
 
     @property
@@ -197,9 +236,9 @@ class ProbeSet:
 
     def case(self, case_id: str) -> Case:
         if self._rows is not None:
-            for r in self._rows:
-                if r["case_id"] == case_id:
-                    return row_to_case(r)
+            ids = self._rows.column("case_id")
+            if case_id in ids:
+                return row_to_case(self._rows[ids.index(case_id)])
             raise KeyError(f"case {case_id!r} not in probe set {self.name!r}")
         rows = self.df[self.df["case_id"] == case_id]
         if rows.empty:
@@ -306,7 +345,7 @@ def _arrow_kind(t: Any) -> str | None:
     return None
 
 
-def manifest_rows(raw: bytes) -> list[dict[str, Any]] | None:
+def manifest_rows(raw: bytes) -> ManifestRows | None:
     """A manifest file's rows, normalised as :func:`normalize_manifest` does, as plain dicts whose values equal
     the pandas table's (``astype(object)`` with missing values None), read with pyarrow; None where a column's
     type has no exact plain mirror (lists, dates, decimals, dictionaries, numbers stored as text...): the caller
@@ -355,7 +394,7 @@ def manifest_rows(raw: bytes) -> list[dict[str, Any]] | None:
     for col, fill in OPTIONAL_COLUMNS.items():
         if col not in cols:
             cols[col] = [False if fill is False else None] * n
-    return [dict(zip(cols, vals)) for vals in zip(*cols.values())] if n else []
+    return ManifestRows(cols, n)
 
 
 @functools.lru_cache(maxsize=64)
@@ -482,7 +521,7 @@ def validate_manifest(df: pd.DataFrame, image_root: Path | None, name: str = "pr
 def validate_rows(rows: Iterable[dict[str, Any]], image_root: Path | None, name: str = "probeset") -> None:
     """:func:`validate_manifest` on the manifest's rows (dicts of column -> value)."""
     problems: list[str] = []
-    rows = list(rows)
+    rows = rows if isinstance(rows, Sequence) else list(rows)
     if len(rows) == 0:
         raise ProbeSetError(f"probe set {name!r} is empty")
     seen: set[Any] = set()
