@@ -390,6 +390,9 @@ def manifest_rows(raw: bytes) -> ManifestRows | None:
                 vals = [None if v is None else float(v) for v in vals]  # pandas reads it as float64
         elif kinds[c] == "float":
             vals = [None if v is None or v != v else v for v in vals]
+        elif kinds[c] == "str":  # one object per distinct text (finding, sex, view... repeat in every row)
+            seen: dict[str, str] = {}
+            vals = [v if v is None else seen.setdefault(v, v) for v in vals]
         cols[c] = vals
     for col, fill in OPTIONAL_COLUMNS.items():
         if col not in cols:
