@@ -115,6 +115,9 @@ def test_list_column_falls_back_to_pandas(tiny_probeset: ProbeSet, tmp_path: Pat
     df.to_parquet(tmp_path / MANIFEST, index=False)
     ps = ProbeSet.load(tmp_path, validate=False)
     assert ps._rows is None and ps._df is not None
+    df.drop(columns=["options"]).set_index("finding").to_parquet(tmp_path / MANIFEST)  # an index stored as a column
+    ps = ProbeSet.load(tmp_path, validate=False)
+    assert ps._rows is None and "finding" in ps.df.columns
 
 
 @st.composite
@@ -156,15 +159,19 @@ def manifests(draw: st.DrawFn) -> pd.DataFrame:
 
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(df=manifests(), via_save=st.booleans())
-def test_manifest_rows_equal_pandas(df: pd.DataFrame, via_save: bool, tmp_path_factory: pytest.TempPathFactory
-                                    ) -> None:
+@given(df=manifests(), how=st.sampled_from(["save", "no index", "default index", "reversed"]))
+def test_manifest_rows_equal_pandas(df: pd.DataFrame, how: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Manifests written by ``ProbeSet.save`` or by hand (``to_parquet`` with or without its RangeIndex)."""
     folder = tmp_path_factory.mktemp("m")
-    if via_save:
+    if how == "save":
         ProbeSet(df, folder, {"builder": "t"}, name="x").save(folder / "ps")
         folder = folder / "ps"
-    else:
+    elif how == "no index":
         df.to_parquet(folder / MANIFEST, index=False)
+    elif how == "default index":
+        df.to_parquet(folder / MANIFEST)
+    else:
+        df.iloc[::-1].to_parquet(folder / MANIFEST)
     _assert_same_probeset(folder)
 
 

@@ -339,7 +339,7 @@ def _arrow_kind(t: Any) -> str | None:
     if pa.types.is_boolean(t):
         return "bool"
     if pa.types.is_integer(t):
-        return "int"
+        return None if pa.types.is_uint64(t) else "int"  # uint64 beyond int64 has no nullable-integer mirror
     if pa.types.is_float32(t) or pa.types.is_float64(t):
         return "float"
     return None
@@ -357,7 +357,12 @@ def manifest_rows(raw: bytes) -> ManifestRows | None:
     numpy_types: dict[str, str] = {}
     if table.schema.metadata and b"pandas" in table.schema.metadata:
         meta = json.loads(table.schema.metadata[b"pandas"])
-        if meta.get("index_columns") or meta.get("column_indexes"):  # pandas would restore an index
+        # pandas restores a saved index: a RangeIndex (what `to_parquet` stores by default: no column, the rows'
+        # values and order unchanged, and normalize_manifest resets it) is harmless; an index stored as a column
+        # (``set_index``) or columns of several levels change the table
+        if any(not (isinstance(ix, dict) and ix.get("kind") == "range") for ix in meta.get("index_columns") or ()):
+            return None
+        if len(meta.get("column_indexes") or ()) > 1:
             return None
         numpy_types = {str(c.get("name")): str(c.get("numpy_type")) for c in meta.get("columns", [])}
     names = table.column_names
