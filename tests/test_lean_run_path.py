@@ -48,6 +48,33 @@ def test_http_grounding_run_imports_no_pandas(tmp_path: Path) -> None:
     assert len(df) == 6 * 5 and df["status"].eq("answer").all()
 
 
+@pytest.mark.slow
+def test_http_stress_run_imports_no_pandas(tmp_path: Path) -> None:
+    """The same for a stress run of the phantom MCQ set: no pandas, its results files and its warning printed."""
+    import os
+    import subprocess
+    import sys
+
+    from medvlm_audit.testing.fake_openai import ThreadedFakeServer
+
+    with ThreadedFakeServer() as srv:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(f"suite: stress\nprobe_sets: [phantom]\nrun_dir: {tmp_path / 'run'}\n"
+                       f"models: [{{name: vlm, backend: openai, model: fake-vlm, base_urls: [{srv.base_url}]}}]\n")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                            os.environ.get("PYTHONPATH", "")])}
+        res = subprocess.run([sys.executable, "-X", "importtime", "-m", "medvlm_audit", "run", str(cfg),
+                              "--no-progress", "--no-report"], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    assert "medvlm_audit.suites.stress.parse_rates" in imported  # the warning was read without pandas
+    assert "pandas" not in imported, "a run of an HTTP stress config imported pandas"
+    from medvlm_audit.suites.stress.analysis import parse_rate_lines
+
+    want = parse_rate_lines(pd.read_parquet(tmp_path / "run" / "results.parquet"))
+    assert want and all(line[:60] in res.stdout + res.stderr for line in want)
+
+
 def test_run_path_modules_import_no_pandas() -> None:
     """The fast-lane half of the guard above: importing what a grounding run uses loads no pandas."""
     import subprocess
@@ -56,7 +83,9 @@ def test_run_path_modules_import_no_pandas() -> None:
     mods = ("medvlm_audit.cli", "medvlm_audit.api", "medvlm_audit.export", "medvlm_audit.columns",
             "medvlm_audit.health", "medvlm_audit.store", "medvlm_audit.runner", "medvlm_audit.suites.grounding.suite",
             "medvlm_audit.suites.grounding.plan", "medvlm_audit.suites.grounding.probeset",
-            "medvlm_audit.models.openai_compat")
+            "medvlm_audit.models.openai_compat", "medvlm_audit.suites.stress.suite", "medvlm_audit.suites.stress.plan",
+            "medvlm_audit.suites.stress.conditions", "medvlm_audit.suites.stress.items",
+            "medvlm_audit.suites.stress.parse_rates", "medvlm_audit.suites.stress.embedded")
     code = f"import sys\nfor m in {mods!r}: __import__(m)\nprint('pandas' in sys.modules)"
     env_path = str(Path(__file__).parents[1] / "src")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -395,3 +424,136 @@ def test_case_rows_with_different_fields(grounding_run: Path, tmp_path: Path) ->
     db.close()
     lean, want = _export_bytes_both_ways(tmp_path)
     assert lean is None
+
+
+# ---- the stress suite ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def stress_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stress suite's embedded default (phantom MCQ items, three reference answerers)."""
+    from medvlm_audit import api
+    from medvlm_audit.suites import get_suite
+
+    out = tmp_path_factory.mktemp("lean-stress")
+    return Path(api.run(get_suite("stress").embedded_config(out), progress=False).run_dir)
+
+
+def _stress_bytes_both_ways(run_dir: Path) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes]]:
+    from medvlm_audit import atomic, columns
+    from medvlm_audit.store import RunStore
+    from medvlm_audit.suites.stress.suite import tidy_stress, tidy_stress_columns
+
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        lean = tidy_stress_columns(store)
+        df = tidy_stress(store)
+    want = (atomic.csv_bytes(df), atomic.parquet_bytes(df))
+    return (None if lean is None else (columns.csv_bytes(lean), columns.parquet_bytes(lean))), want
+
+
+@pytest.mark.slow
+def test_stress_run_exports_pandas_bytes(stress_run: Path) -> None:
+    lean, want = _stress_bytes_both_ways(stress_run)
+    assert lean is not None, "the stress export fell back to pandas on its own embedded default"
+    assert lean == want
+    assert (stress_run / "results.csv").read_bytes() == want[0]
+    assert (stress_run / "results.parquet").read_bytes() == want[1]
+
+
+STRESS_TEXT = st.one_of(ODD_TEXT, st.sampled_from(["A", "B.", "<answer>B</answer>", "<answer>C. x</answer>",
+                                                   "I cannot answer without the image", "Unknown", "A or B"]))
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_edited_stress_stores_export_pandas_bytes(stress_run: Path, tmp_path_factory, data) -> None:
+    """Answers of any text, errors, not-asked rows, missing latencies and payload fields of other values: wherever
+    the pandas-free stress table is built it is the pandas table's bytes."""
+    import shutil
+    import sqlite3
+
+    work = tmp_path_factory.mktemp("stress-edit")
+    shutil.copy(stress_run / "run.sqlite", work / "run.sqlite")
+    db = sqlite3.connect(work / "run.sqlite")
+    keys = [k for (k,) in db.execute("SELECT key FROM responses ORDER BY key")]
+    pick = st.lists(st.sampled_from(keys), max_size=12, unique=True)
+    for k in data.draw(pick, "texts"):
+        db.execute("UPDATE responses SET text = ? WHERE key = ?", (data.draw(st.one_of(st.none(), STRESS_TEXT)), k))
+    for k in data.draw(pick, "errors"):
+        db.execute("UPDATE responses SET text = NULL, error_kind = 'http_500', error_message = ? WHERE key = ?",
+                   (data.draw(st.one_of(st.none(), ODD_TEXT)), k))
+    if data.draw(st.booleans(), "latency all null"):
+        db.execute("UPDATE responses SET latency_s = NULL")
+    for k in data.draw(pick, "deleted"):
+        db.execute("DELETE FROM responses WHERE key = ?", (k,))
+    field = data.draw(st.sampled_from([None, None, "needs_image", "t4_variant", "required", "n_options",
+                                       "benchmark"]), "payload field edited")
+    trials = db.execute("SELECT rowid, payload FROM trials").fetchall() if field else []
+    for i, (rowid, payload) in enumerate(trials):
+        if data.draw(st.booleans()):
+            p = json.loads(payload)
+            p[field] = data.draw(st.sampled_from([None, True, False, 3, "x"]))
+            db.execute("UPDATE trials SET payload = ? WHERE rowid = ?", (json.dumps(p), rowid))
+        if i > 40:
+            break
+    db.commit()
+    db.close()
+    try:
+        lean, want = _stress_bytes_both_ways(work)
+    except (ValueError, TypeError, KeyError) as e:
+        event(f"the pandas code refuses it: {type(e).__name__}")
+        from medvlm_audit.store import RunStore
+        from medvlm_audit.suites.stress.suite import tidy_stress_columns
+
+        with RunStore.open_dir(work, readonly=True) as store:
+            assert tidy_stress_columns(store) is None
+        return
+    event(f"pandas-free table built: {lean is not None}")
+    if lean is not None:
+        assert lean[0] == want[0]
+        assert lean[1] == want[1]
+
+
+def test_stress_item_rows_are_the_table_records() -> None:
+    """The item rows a stress plan records in the store are the item table's records (the pandas oracle)."""
+    from medvlm_audit.suites.stress.items import ItemSet, MCQItem
+
+    items = [MCQItem(item_id=f"i{n}", benchmark="b", question="q?", options=("x", "y"), answer=n % 2,
+                     images=("a.png",) if n else (), needs_image=(None, True, False)[n % 3],
+                     substitute_image=None if n % 2 else "s.png", substitute_answer=None if n % 2 else 1)
+             for n in range(5)]
+    for subset in (items, items[1:2], [it for it in items if it.needs_image is not None]):
+        its = ItemSet(subset)
+        frame = its.frame()
+        frame.insert(0, "case_id", frame["item_id"])
+        want = frame.astype(object).where(frame.notna(), None).to_dict("records")
+        got = [{"case_id": r["item_id"], **r} for r in its.rows()]
+        assert json.dumps(got, default=str) == json.dumps(want, default=str)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["m", "k"]), st.sampled_from(["original", "no_image", "shuffled",
+                                                                               "swap+no_image"]),
+                               st.sampled_from(["i1", "i2", "i3"]), st.integers(0, 1),
+                               st.sampled_from(["answer", "abstain", "refusal", "unparsed", "no_response"])),
+                     min_size=1, max_size=40, unique_by=lambda r: r[:4]),
+       twice=st.booleans())
+def test_stress_parse_rate_lines_equal_the_analysis(rows: list, twice: bool) -> None:
+    """The stress run's warnings without pandas are the analysis's lines (the oracle), or none where it raises."""
+    from medvlm_audit.suites.stress.analysis import parse_rate_lines
+    from medvlm_audit.suites.stress.parse_rates import parse_rate_lines_of
+
+    rows = rows + rows[:1] if twice else rows  # a trial twice: the analysis raises
+
+    cols = {"model": [r[0] for r in rows], "condition": [r[1] for r in rows], "item_id": [r[2] for r in rows],
+            "sample_index": [r[3] for r in rows], "status": [r[4] for r in rows], "benchmark": ["b"] * len(rows),
+            "required": [True] * len(rows), "n_options": [4] * len(rows),
+            "parsed": ["A" if r[4] == "answer" else None for r in rows],
+            "correct": [1.0 if r[4] == "answer" else 0.0 for r in rows]}
+    try:
+        want = parse_rate_lines(pd.DataFrame(cols))
+    except ValueError:
+        want = None
+    event("the analysis raises" if want is None else "no usable answer" if any("no usable" in x for x in want)
+          else f"{min(len(want), 2)} warning line(s)")
+    assert parse_rate_lines_of(cols) == want
