@@ -17,16 +17,15 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from medvlm_audit import __version__
 from medvlm_audit.aio import one_loop, run_sync
 from medvlm_audit.config import SHARED_FIELDS, RunConfig, _error_lines, load_config, validate_config
 from medvlm_audit.errors import AuditError, ConfigError, RunLockedError
-from medvlm_audit.export import export_table
+from medvlm_audit.export import export_columns, export_table
 from medvlm_audit.models.base import Model
 from medvlm_audit.models.registry import BACKENDS, check_model_spec, load_model
 from medvlm_audit.plan import Plan, StageContext
@@ -43,6 +42,9 @@ from medvlm_audit.runner import (
 )
 from medvlm_audit.store import STORE_FILE, RunStore
 from medvlm_audit.suites import Suite, get_suite
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 @dataclass
@@ -403,10 +405,22 @@ def tidy(run_dir: str | Path) -> pd.DataFrame:
 
 def export(run_dir: str | Path, out_dir: str | Path | None = None, *, store: RunStore | None = None
            ) -> tuple[Path, Path]:
-    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample); ``store``: the run's store
-    when the caller holds it open (else it is opened read-only)."""
-    table = tidy_store(store) if store is not None else tidy(run_dir)
-    return export_table(table, Path(out_dir) if out_dir else Path(run_dir))
+    """Tidy Parquet + CSV of a run (one row per model x case x condition x sample). Written from the suite's
+    pandas-free table where it builds one (``Suite.tidy_columns``: the same bytes), else from its tidy table.
+    ``store``: the run's store when the caller holds it open (else it is opened read-only)."""
+    out = Path(out_dir) if out_dir else Path(run_dir)
+
+    def build(st: RunStore) -> tuple[Any, Any]:
+        suite = _suite_of(st.meta())
+        cols = suite.tidy_columns(st)
+        return cols, (suite.tidy(st) if cols is None else None)
+
+    if store is not None:
+        cols, df = build(store)
+    else:
+        with _open(run_dir) as opened:
+            cols, df = build(opened)
+    return export_columns(cols, out) if cols is not None else export_table(df, out)
 
 
 def decoding_sent(store: RunStore) -> dict[str, list[Any]]:
@@ -454,6 +468,8 @@ def decodings_as_run(store: RunStore) -> pd.DataFrame:
     defaults or the model's generation config (empty when every field was sent). Empty for a run whose models
     do not record one (in-process reference models) or that predates the record."""
     import json
+
+    import pandas as pd
 
     from medvlm_audit.models.flavours import CONTRACT_FIELDS
 

@@ -12,9 +12,10 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 def current_umask() -> int:

@@ -156,24 +156,43 @@ def low_parse_rate_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> lis
     """
     if tidy is None or "status" not in getattr(tidy, "columns", ()) or "model" not in tidy.columns:
         return []
-    t = tidy[tidy["status"].notna() & (tidy["status"] != "no_response")]
-    if t.empty:
+    cols = {c: tidy[c].tolist() for c in ("model", "condition", "strategy", "status") if c in tidy.columns}
+    return parse_rate_lines_of(cols, floor)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def parse_rate_lines_of(cols: Mapping[str, list[Any]], floor: float = ASSESSABLE_PARSE_RATE) -> list[str]:
+    """:func:`low_parse_rate_lines` of a table given as column lists (``model``, ``status``, and ``condition``
+    or ``strategy`` where it has one), without pandas (what ``run`` prints after the run: issue 23)."""
+    if "status" not in cols or "model" not in cols:
         return []
-    cond = next((c for c in ("condition", "strategy") if c in t.columns), None)  # the reports suite: strategy
-    keys = ["model", cond] if cond else ["model"]
-    parsed = t["status"].isin(_PARSED)
-    if "condition" in t.columns:
-        conds = t["condition"].astype(str)
-        text_only = (conds == "no_image") | conds.str.endswith("+no_image")
-        parsed = parsed | (text_only & t["status"].isin(_TEXT_ONLY_PARSED))
-    g = t.assign(_p=parsed).groupby(keys, sort=True)["_p"].agg(["mean", "size"])
-    lines = []
-    for model, sub in g.groupby(level=0, sort=True):
-        low = sub[sub["mean"] < floor]
-        if low.empty:
+    cond = next((c for c in ("condition", "strategy") if c in cols), None)  # the reports suite: strategy
+    n = len(cols["status"])
+    groups: dict[Any, list[int]] = {}  # (model, condition) -> [parsed, size]; missing keys dropped, as groupby does
+    for i in range(n):
+        status, model = cols["status"][i], cols["model"][i]
+        if _missing(status) or status == "no_response" or _missing(model):
             continue
-        where = ", ".join(f"{100 * r['mean']:.1f}% under {idx[1]}, n = {int(r['size'])}" if len(keys) == 2
-                          else f"{100 * r['mean']:.1f}%, n = {int(r['size'])}" for idx, r in low.iterrows())
+        c = cols[cond][i] if cond else None
+        if cond and _missing(c):
+            continue
+        parsed = status in _PARSED
+        if cond == "condition":
+            text_only = str(c) == "no_image" or str(c).endswith("+no_image")
+            parsed = parsed or (text_only and status in _TEXT_ONLY_PARSED)
+        acc = groups.setdefault((model, c), [0, 0])
+        acc[0] += parsed
+        acc[1] += 1
+    lines = []
+    for model in sorted({m for m, _ in groups}):
+        low = [(c, p / size, size) for (m, c), (p, size) in sorted(groups.items()) if m == model and p / size < floor]
+        if not low:
+            continue
+        where = ", ".join(f"{100 * mean:.1f}% under {c}, n = {size}" if cond else f"{100 * mean:.1f}%, n = {size}"
+                          for c, mean, size in low)
         lines.append(f"warning: model {model!r} has a parse rate below {100 * floor:g}% ({where}): "
                      f"not assessable there")
     return lines
@@ -215,16 +234,18 @@ def low_judge_valid_lines(tidy: Any, floor: float = ASSESSABLE_PARSE_RATE) -> li
 def results_parse_rate_lines(results_parquet: str | Path) -> list[str]:
     """:func:`low_parse_rate_lines` and :func:`low_judge_valid_lines` of a run's exported ``results.parquet``
     (reads the columns they need only)."""
-    import pandas as pd
     import pyarrow.parquet as pq
 
     try:
         names = set(pq.read_schema(results_parquet).names)
         lines: list[str] = []
-        if {"model", "status"} <= names:
+        if {"model", "status"} <= names:  # read with pyarrow: a run's path imports no pandas (issue 23)
             cols = [c for c in ("model", "condition", "strategy", "status") if c in names]
-            lines += low_parse_rate_lines(pd.read_parquet(results_parquet, columns=cols))
+            table = pq.ParquetFile(results_parquet).read(columns=cols)
+            lines += parse_rate_lines_of({c: table.column(c).to_pylist() for c in cols})
         if {"model", "judge_status"} <= names:
+            import pandas as pd
+
             cols = [c for c in ("model", "axis", "judge_status") if c in names]
             lines += low_judge_valid_lines(pd.read_parquet(results_parquet, columns=cols))
         return lines

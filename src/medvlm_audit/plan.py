@@ -12,7 +12,7 @@ resume.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,12 +53,14 @@ class Skip:
 
 @dataclass(frozen=True, slots=True)
 class PlanSource:
-    """A probe set (or item set) the plan draws on, recorded in the run store with its rows and hash."""
+    """A probe set (or item set) the plan draws on, recorded in the run store with its rows and hash. ``rows``: a
+    table, or a sequence of its rows as JSON-ready dicts (what the store records: Python scalars, None where
+    missing)."""
 
     name: str
     path: str
     content_hash: str
-    rows: pd.DataFrame
+    rows: pd.DataFrame | Sequence[dict[str, Any]]
     provenance: dict[str, Any]
 
 

@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
-
-import pandas as pd
 
 from medvlm_audit.errors import AuditError, RunLockedError, StoreError, StoreLockedError
 from medvlm_audit.models.base import ErrorInfo, Response
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 try:
     import fcntl
@@ -286,14 +287,17 @@ class RunStore:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT k, v FROM meta")}
 
     # --- planning -------------------------------------------------------------------------------
-    def add_probe_set(self, name: str, path: str, content_hash: str, rows: pd.DataFrame, provenance: dict) -> None:
+    def add_probe_set(self, name: str, path: str, content_hash: str, rows: pd.DataFrame | Sequence[dict[str, Any]],
+                      provenance: dict) -> None:
+        """Record a probe set and its case rows: a table, or a sequence of its rows already as JSON-ready dicts."""
         prev = self.db.execute("SELECT content_hash FROM probe_sets WHERE name = ?", (name,)).fetchone()
         if prev is not None and prev[0] != content_hash:
             raise ValueError(
                 f"probe set {name!r} changed since this run was started (hash {prev[0][:12]} -> {content_hash[:12]}); "
                 "start a new run directory"
             )
-        records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+        records = (rows.astype(object).where(rows.notna(), None).to_dict("records") if hasattr(rows, "to_dict")
+                   else rows)
         ps_row = (name, path, content_hash, len(rows), json.dumps(provenance, default=str))
         case_rows = [(name, str(r["case_id"]), json.dumps(r, default=str)) for r in records]
 
@@ -513,7 +517,14 @@ class RunStore:
 
     # --- reading --------------------------------------------------------------------------------
     def frame(self, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        import pandas as pd  # imported when a table is read, so a run's path needs none (issue 23)
+
         return pd.read_sql_query(sql, self.db, params=params)
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A query's column names and rows as plain tuples (what :meth:`frame` holds, without pandas)."""
+        cur = self.db.execute(sql, params)
+        return [d[0] for d in cur.description], cur.fetchall()
 
     def counts(self) -> dict[str, int]:
         out = {}

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from pydantic import BaseModel
 
+    from medvlm_audit.columns import Columns
     from medvlm_audit.readers.tasks import ReaderTask
     from medvlm_audit.report.sections import Section
     from medvlm_audit.store import RunStore
@@ -71,6 +72,12 @@ class Suite(Protocol):
     def tidy(self, store: RunStore) -> pd.DataFrame:
         """The scored tidy table of a run store (one row per model x case x condition x sample)."""
         ...
+
+    def tidy_columns(self, store: RunStore) -> Columns | None:
+        """:meth:`tidy` without pandas, as plain columns with the dtypes pandas gives them (what a run exports
+        at its end, so that a run needs no pandas: :mod:`medvlm_audit.columns`); None (the default) where the
+        suite does not build it, or not for this store: the export then writes :meth:`tidy`'s table."""
+        return None
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, **report_options: Any) -> SuiteResult: ...
 

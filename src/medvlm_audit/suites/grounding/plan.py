@@ -48,7 +48,8 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
     conds = conditions_for(opts)
     messages: dict[str, tuple[Message, ...]] = {}
     for ps in probe_sets:
-        plan.sources.append(PlanSource(ps.name, str(ps.image_root), ps.content_hash, ps.df, ps.provenance))
+        plan.sources.append(PlanSource(ps.name, str(ps.image_root), ps.content_hash, ps.case_records(),
+                                       ps.provenance))
         resolve = functools.cache(lambda p, ps=ps: str(ps.resolve(p)))  # a source serves several conditions
         for case in ps.cases():
             for cond in conds:

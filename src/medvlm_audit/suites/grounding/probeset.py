@@ -3,6 +3,14 @@
 On disk a probe set is a folder with ``manifest.parquet`` (one row per case) and ``probeset.json``
 (provenance: builder, parameters, seed, package version, content hash). Image paths point at the
 user's files (relative to ``image_root`` or absolute); source images are never copied or edited.
+
+:meth:`ProbeSet.load` reads the manifest with pyarrow into plain rows, so planning a run never imports pandas
+(issue 23: ~0.25 CPU-s of every invocation); the pandas table (``ProbeSet.df``) is read on first use. The rows are
+the values the pandas table holds (Python scalars, None where missing; checked against it in
+tests/test_lean_run_path.py); a manifest whose column types the rows cannot mirror exactly (a list, date or
+text-typed number column) is read with pandas as before. The content hash is pandas' (it is recorded in every run
+store): ``save`` records it beside the manifest file's SHA-256 in ``probeset.json``, and ``load`` takes it from
+there while the file is unchanged, else computes it with pandas.
 """
 
 from __future__ import annotations
@@ -13,19 +21,18 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any, overload
 
 from medvlm_audit import __version__
 from medvlm_audit.atomic import mkdtemp_shared
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.findings import DISPLAY_NAMES
 from medvlm_audit.suites.grounding.case import KINDS, Case
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 MANIFEST = "manifest.parquet"
 PROVENANCE = "probeset.json"
@@ -36,31 +43,34 @@ REQUIRED_COLUMNS: dict[str, str] = {
     "kind": "finding_presence | report_error | mcq | ...",
     "label": "ground truth: 1 = Yes, 0 = No (binary kinds)",
 }
+#: the fill of a missing nullable-integer column (pandas.NA; a name, so that importing this module needs no pandas)
+INT_NA = "<NA>"
+_NAN = float("nan")
 #: optional columns with their fill value
 OPTIONAL_COLUMNS: dict[str, Any] = {
     "finding": None,
     "sentence": None,  # candidate report sentence (report_error)
     "image_path": None,
-    "image_width": pd.NA,
-    "image_height": pd.NA,
-    "box_x0": np.nan,
-    "box_y0": np.nan,
-    "box_x1": np.nan,
-    "box_y1": np.nan,
-    "tbox_x0": pd.NA,
-    "tbox_y0": pd.NA,
-    "tbox_x1": pd.NA,
-    "tbox_y1": pd.NA,
-    "ibox_x0": pd.NA,
-    "ibox_y0": pd.NA,
-    "ibox_x1": pd.NA,
-    "ibox_y1": pd.NA,
+    "image_width": INT_NA,
+    "image_height": INT_NA,
+    "box_x0": _NAN,
+    "box_y0": _NAN,
+    "box_x1": _NAN,
+    "box_y1": _NAN,
+    "tbox_x0": INT_NA,
+    "tbox_y0": INT_NA,
+    "tbox_x1": INT_NA,
+    "tbox_y1": INT_NA,
+    "ibox_x0": INT_NA,
+    "ibox_y0": INT_NA,
+    "ibox_x1": INT_NA,
+    "ibox_y1": INT_NA,
     "ibox_overlaps": False,
     "swap_image_path": None,
     "swap_patient_id": None,
     "patient_id": None,
     "study_id": None,
-    "age": np.nan,
+    "age": _NAN,
     "sex": None,
     "view": None,
     "source": None,
@@ -68,36 +78,133 @@ OPTIONAL_COLUMNS: dict[str, Any] = {
     "report": None,
 }
 INT_COLUMNS = [f"{p}_{c}" for p in ("tbox", "ibox") for c in ("x0", "y0", "x1", "y1")] + ["image_width", "image_height"]
+FLOAT_COLUMNS = ("box_x0", "box_y0", "box_x1", "box_y1", "age")
+#: provenance key holding the manifest file's SHA-256 and the content hash of what it loads as
+MANIFEST_FILE_KEY = "manifest_file"
 META_COLUMNS = ("patient_id", "study_id", "age", "sex", "view", "source", "split")
 BINARY_KINDS = {"finding_presence", "report_error"}
 
 
 def _none(v: Any) -> Any:
-    if v is None or v is pd.NA:
+    if v is None or type(v).__name__ == "NAType":  # pandas.NA, recognised without importing pandas
         return None
     if isinstance(v, float) and math.isnan(v):
         return None
     return v
 
 
-@dataclass
-class ProbeSet:
-    """A manifest DataFrame, the folder image paths are relative to, and provenance."""
+class ManifestRows(Sequence[dict[str, Any]]):
+    """A manifest's rows kept as columns (as compact as a table: a 10,000-case manifest as dicts held ~15 MB for
+    the whole run), each row a dict built when it is read."""
 
-    df: pd.DataFrame
-    image_root: Path
-    provenance: dict[str, Any] = field(default_factory=dict)
-    name: str = "probeset"
+    __slots__ = ("_cols", "_names", "_n")
 
-    def __post_init__(self) -> None:
-        self.df = normalize_manifest(self.df)
+    def __init__(self, cols: dict[str, list[Any]], n: int) -> None:
+        self._cols, self._names, self._n = cols, list(cols), n
 
     def __len__(self) -> int:
-        return len(self.df)
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return {c: v[i] for c, v in self._cols.items()}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        names = self._names
+        for vals in zip(*self._cols.values()):
+            yield dict(zip(names, vals))
+
+    def column(self, name: str) -> list[Any]:
+        return self._cols[name]
+
+
+class ProbeSet:
+    """A manifest table, the folder image paths are relative to, and provenance.
+
+    Built from a DataFrame (the builders), or by :meth:`load` from plain rows (``df`` then read on first use)."""
+
+    def __init__(self, df: pd.DataFrame, image_root: Path, provenance: dict[str, Any] | None = None,
+                 name: str = "probeset") -> None:
+        self._df: pd.DataFrame | None = normalize_manifest(df)
+        self._rows: ManifestRows | None = None
+        self._manifest: Path | None = None
+        self._hash: str | None = None
+        self.image_root = image_root
+        self.provenance: dict[str, Any] = {} if provenance is None else provenance
+        self.name = name
+
+    @classmethod
+    def _from_rows(cls, rows: ManifestRows, manifest: Path, image_root: Path, provenance: dict[str, Any],
+                   name: str, content_hash: str | None) -> ProbeSet:
+        ps = cls.__new__(cls)
+        ps._df, ps._rows, ps._manifest, ps._hash = None, rows, manifest, content_hash
+        ps.image_root, ps.provenance, ps.name = image_root, provenance, name
+        return ps
+
+    @property
+    def df(self) -> pd.DataFrame:
+        """The manifest as a normalised pandas table (read from the manifest file on first use after ``load``). Of
+        a loaded set it is for reading: the cases, rows and hash come from the rows read at load, so an edited
+        table becomes a probe set as ``ProbeSet(edited, ps.image_root, ps.provenance, name=...)``."""
+        if self._df is None:
+            import pandas as pd
+
+            assert self._manifest is not None
+            self._df = normalize_manifest(pd.read_parquet(self._manifest))
+        return self._df
+
+    @df.setter
+    def df(self, value: pd.DataFrame) -> None:
+        self._df, self._rows, self._manifest, self._hash = normalize_manifest(value), None, None, None
+
+    def __len__(self) -> int:
+        return len(self._rows) if self._rows is not None else len(self.df)
+
+    def __repr__(self) -> str:
+        return f"ProbeSet(name={self.name!r}, cases={len(self)}, image_root={str(self.image_root)!r})"
 
     @property
     def content_hash(self) -> str:
-        return manifest_hash(self.df)
+        """pandas' hash of the normalised manifest (every value, row order); of a set read by :meth:`load`, the
+        one recorded beside the unchanged manifest file, else computed once (a table built in memory may be
+        edited in place, so its hash is computed on every call)."""
+        if self._rows is None:
+            return manifest_hash(self.df)
+        if self._hash is None:
+            self._hash = manifest_hash(self.df)
+        return self._hash
+
+    def rows(self) -> Sequence[dict[str, Any]]:
+        """The manifest's rows as plain dicts (column order kept; pandas' values where built from a table)."""
+        if self._rows is None:
+            cols = list(self.df.columns)
+            return [dict(zip(cols, row)) for row in self.df.itertuples(index=False, name=None)]
+        return self._rows
+
+    def case_records(self) -> Sequence[dict[str, Any]]:
+        """The rows as the run store records them (JSON-ready: Python scalars, None where missing)."""
+        if self._rows is not None:
+            return self._rows
+        df = self.df
+        return df.astype(object).where(df.notna(), None).to_dict("records")
+
+    def boxed_case_ids(self) -> list[str]:
+        """The ids of the cases with a working target box (``tbox_x0`` given)."""
+        if self._rows is not None:
+            return [str(c) for c, x in zip(self._rows.column("case_id"), self._rows.column("tbox_x0"))
+                    if _none(x) is not None]
+        return [str(r["case_id"]) for r in self.rows() if _none(r.get("tbox_x0")) is not None]
 
     @property
     def allow_outside_root(self) -> bool:
@@ -119,18 +226,31 @@ class ProbeSet:
         return full
 
     def cases(self) -> Iterator[Case]:
+        if self._rows is not None:
+            for r in self._rows:
+                yield row_to_case(r)
+            return
         cols = list(self.df.columns)
         for row in self.df.itertuples(index=False, name=None):
             yield row_to_case(dict(zip(cols, row)))
 
     def case(self, case_id: str) -> Case:
+        if self._rows is not None:
+            ids = self._rows.column("case_id")
+            if case_id in ids:
+                return row_to_case(self._rows[ids.index(case_id)])
+            raise KeyError(f"case {case_id!r} not in probe set {self.name!r}")
         rows = self.df[self.df["case_id"] == case_id]
         if rows.empty:
             raise KeyError(f"case {case_id!r} not in probe set {self.name!r}")
         return row_to_case(rows.iloc[0].to_dict())
 
     def validate(self, check_files: bool = True) -> None:
-        validate_manifest(self.df, self.image_root if check_files else None, name=self.name)
+        root = self.image_root if check_files else None
+        if self._rows is not None:
+            validate_rows(self._rows, root, name=self.name)
+        else:
+            validate_manifest(self.df, root, name=self.name)
 
     def save(self, folder: str | Path) -> Path:
         """Write manifest + provenance atomically (a temp folder renamed into place)."""
@@ -138,10 +258,17 @@ class ProbeSet:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(mkdtemp_shared(prefix=f".{folder.name}.", dir=folder.parent))
         try:
+            import pandas as pd
+
             self.df.to_parquet(tmp / MANIFEST, index=False)
-            prov = dict(self.provenance)
+            prov = {k: v for k, v in self.provenance.items() if k != MANIFEST_FILE_KEY}
             prov.setdefault("package_version", __version__)  # provenance only: not part of the content hash
             prov.update(name=self.name, n_cases=len(self.df), content_hash=self.content_hash)
+            # what the file loads as, hashed once here so that `load` needs no pandas while the file is unchanged
+            prov[MANIFEST_FILE_KEY] = {
+                "sha256": _file_sha256(tmp / MANIFEST),
+                "content_hash": manifest_hash(normalize_manifest(pd.read_parquet(tmp / MANIFEST))),
+            }
             root = self.image_root.resolve()
             prov["image_root"] = os.path.relpath(root, folder.resolve()) if _same_drive(root, folder) else str(root)
             (tmp / PROVENANCE).write_text(json.dumps(prov, indent=2, default=str))
@@ -164,22 +291,118 @@ class ProbeSet:
         man, prov_path = folder / MANIFEST, folder / PROVENANCE
         if not man.exists():
             raise ProbeSetError(f"{man}: probe-set manifest not found")
-        try:
-            df = pd.read_parquet(man)
-        except Exception as e:  # pragma: no cover - depends on the corruption
-            raise ProbeSetError(f"{man}: cannot read manifest ({e})") from e
         prov: dict[str, Any] = {}
         if prov_path.exists():
             try:
                 prov = json.loads(prov_path.read_text())
             except json.JSONDecodeError as e:
                 raise ProbeSetError(f"{prov_path}: invalid JSON ({e})") from e
+        recorded = prov.pop(MANIFEST_FILE_KEY, None)  # not part of the provenance a run records
         root = Path(prov.get("image_root", "."))
-        root = root if root.is_absolute() else (folder / root)
-        ps = cls(df, root.resolve(), prov, name=str(prov.get("name", folder.name)))
+        root = (root if root.is_absolute() else (folder / root)).resolve()
+        name = str(prov.get("name", folder.name))
+        try:
+            raw = man.read_bytes()
+            rows = manifest_rows(raw)
+        except Exception as e:  # pragma: no cover - depends on the corruption
+            raise ProbeSetError(f"{man}: cannot read manifest ({e})") from e
+        if rows is not None:
+            known = None
+            if isinstance(recorded, dict) and recorded.get("sha256") == hashlib.sha256(raw).hexdigest():
+                known = recorded.get("content_hash")
+            ps = cls._from_rows(rows, man, root, prov, name, known if isinstance(known, str) else None)
+        else:  # column types plain rows cannot mirror: the pandas table, as before
+            import pandas as pd
+
+            try:
+                df = pd.read_parquet(man)
+            except Exception as e:  # pragma: no cover - depends on the corruption
+                raise ProbeSetError(f"{man}: cannot read manifest ({e})") from e
+            ps = cls(df, root, prov, name=name)
         if validate:
             ps.validate()
         return ps
+
+
+def _file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _arrow_kind(t: Any) -> str | None:
+    """The kind of an Arrow column type whose values plain rows hold exactly as pandas does, else None."""
+    import pyarrow as pa
+
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_null(t):
+        return "null"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return None if pa.types.is_uint64(t) else "int"  # uint64 beyond int64 has no nullable-integer mirror
+    if pa.types.is_float32(t) or pa.types.is_float64(t):
+        return "float"
+    return None
+
+
+def manifest_rows(raw: bytes) -> ManifestRows | None:
+    """A manifest file's rows, normalised as :func:`normalize_manifest` does, as plain dicts whose values equal
+    the pandas table's (``astype(object)`` with missing values None), read with pyarrow; None where a column's
+    type has no exact plain mirror (lists, dates, decimals, dictionaries, numbers stored as text...): the caller
+    then reads it with pandas. Raises ProbeSetError for a missing required column, as the pandas path does."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(pa.BufferReader(raw)).read()  # not read_table: its dataset layer imports pandas
+    numpy_types: dict[str, str] = {}
+    if table.schema.metadata and b"pandas" in table.schema.metadata:
+        meta = json.loads(table.schema.metadata[b"pandas"])
+        # pandas restores a saved index: a RangeIndex (what `to_parquet` stores by default: no column, the rows'
+        # values and order unchanged, and normalize_manifest resets it) is harmless; an index stored as a column
+        # (``set_index``) or columns of several levels change the table
+        if any(not (isinstance(ix, dict) and ix.get("kind") == "range") for ix in meta.get("index_columns") or ()):
+            return None
+        if len(meta.get("column_indexes") or ()) > 1:
+            return None
+        numpy_types = {str(c.get("name")): str(c.get("numpy_type")) for c in meta.get("columns", [])}
+    names = table.column_names
+    if len(set(names)) != len(names):
+        return None
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
+    if missing:
+        raise ProbeSetError(f"manifest lacks required column(s) {missing}")
+    kinds = {c: _arrow_kind(table.schema.field(c).type) for c in names}
+    if any(k is None for k in kinds.values()):
+        return None
+    if kinds["case_id"] != "str" or table.column("case_id").null_count:
+        return None
+    if any(kinds.get(c, "null") not in ("int", "null") for c in INT_COLUMNS):
+        return None
+    if any(kinds.get(c, "null") not in ("int", "float", "null") for c in FLOAT_COLUMNS):
+        return None
+    if kinds.get("ibox_overlaps", "null") not in ("bool", "null"):
+        return None
+    cols: dict[str, list[Any]] = {}
+    n = table.num_rows
+    for c in names:
+        vals = table.column(c).to_pylist()
+        if c in FLOAT_COLUMNS:
+            vals = [None if v is None or v != v else float(v) for v in vals]
+        elif c == "ibox_overlaps":
+            vals = [bool(v) for v in vals]  # fillna(False).astype(bool)
+        elif kinds[c] == "int" and c not in INT_COLUMNS and None in vals:
+            if not numpy_types.get(c, "").lstrip("U").startswith("Int"):  # not a nullable-integer column
+                vals = [None if v is None else float(v) for v in vals]  # pandas reads it as float64
+        elif kinds[c] == "float":
+            vals = [None if v is None or v != v else v for v in vals]
+        elif kinds[c] == "str":  # one object per distinct text (finding, sex, view... repeat in every row)
+            seen: dict[str, str] = {}
+            vals = [v if v is None else seen.setdefault(v, v) for v in vals]
+        cols[c] = vals
+    for col, fill in OPTIONAL_COLUMNS.items():
+        if col not in cols:
+            cols[col] = [False if fill is False else None] * n
+    return ManifestRows(cols, n)
 
 
 @functools.lru_cache(maxsize=64)
@@ -219,16 +442,18 @@ def _same_drive(a: Path, b: Path) -> bool:
 
 def normalize_manifest(df: pd.DataFrame) -> pd.DataFrame:
     """Add missing optional columns with their fill values and fix dtypes (no row is dropped)."""
+    import pandas as pd
+
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ProbeSetError(f"manifest lacks required column(s) {missing}")
     df = df.copy()
     for col, fill in OPTIONAL_COLUMNS.items():
         if col not in df.columns:
-            df[col] = fill
+            df[col] = pd.NA if fill is INT_NA else fill
     for col in INT_COLUMNS:
         df[col] = pd.array(pd.to_numeric(df[col], errors="coerce"), dtype="Int64")
-    for col in ("box_x0", "box_y0", "box_x1", "box_y1", "age"):
+    for col in FLOAT_COLUMNS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     df["case_id"] = df["case_id"].astype(str)
     df["ibox_overlaps"] = df["ibox_overlaps"].fillna(False).astype(bool)
@@ -237,6 +462,8 @@ def normalize_manifest(df: pd.DataFrame) -> pd.DataFrame:
 
 def manifest_hash(df: pd.DataFrame) -> str:
     """Content hash of the manifest (row order and every value), independent of the parquet encoding."""
+    import pandas as pd
+
     h = hashlib.sha256()
     h.update(json.dumps(list(df.columns)).encode())
     h.update(pd.util.hash_pandas_object(df.astype(str), index=False).values.tobytes())
@@ -251,7 +478,8 @@ def row_to_case(r: dict[str, Any]) -> Case:
     label = _none(r.get("label"))
     meta = {k: _none(r.get(k)) for k in META_COLUMNS}
     known = set(REQUIRED_COLUMNS) | set(OPTIONAL_COLUMNS)
-    meta.update({k: _none(v) for k, v in r.items() if k not in known and not isinstance(v, (list, np.ndarray))})
+    meta.update({k: _none(v) for k, v in r.items()
+                 if k not in known and not isinstance(v, list) and type(v).__name__ != "ndarray"})
     opts = r.get("options")
     w, h = _none(r.get("image_width")), _none(r.get("image_height"))
     return Case(
@@ -294,14 +522,26 @@ def validate_manifest(df: pd.DataFrame, image_root: Path | None, name: str = "pr
     A source box is checked against ``image_width`` x ``image_height``; where those are missing and files are
     checked (``image_root`` given), against the size in the image file's header.
     """
+    cols = list(df.columns)
+    validate_rows((dict(zip(cols, row)) for row in df.itertuples(index=False, name=None)), image_root, name=name)
+
+
+def validate_rows(rows: Iterable[dict[str, Any]], image_root: Path | None, name: str = "probeset") -> None:
+    """:func:`validate_manifest` on the manifest's rows (dicts of column -> value)."""
     problems: list[str] = []
-    if len(df) == 0:
+    rows = rows if isinstance(rows, Sequence) else list(rows)
+    if len(rows) == 0:
         raise ProbeSetError(f"probe set {name!r} is empty")
-    dup = df["case_id"][df["case_id"].duplicated()].unique()
+    seen: set[Any] = set()
+    dup: list[Any] = []
+    for r in rows:
+        cid = r["case_id"]
+        if cid in seen and cid not in dup:
+            dup.append(cid)
+        seen.add(cid)
     if len(dup):
         problems.append(f"duplicate case_id(s): {list(dup[:5])}")
-    for row in df.itertuples(index=False):
-        r = row._asdict()
+    for r in rows:
         cid = r["case_id"]
         kind = r["kind"]
         if kind not in KINDS:

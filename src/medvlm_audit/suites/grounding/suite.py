@@ -7,8 +7,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import numpy as np
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from medvlm_audit.demo_options import DemoOption
@@ -20,6 +18,9 @@ from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, RESOLUTIONS
 from medvlm_audit.suites.grounding.prompts import PROMPT_VARIANTS
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from medvlm_audit.columns import Columns
     from medvlm_audit.readers.tasks import ReaderTask
 
 DEFAULT_IMAGE_CONDITIONS = ["original", "swap", "target_mask", "irrelevant_mask", "no_image"]
@@ -86,7 +87,7 @@ def plan_stage(ctx: StageContext) -> Plan:
             raise AuditError(str(e)) from None
     res_ids: frozenset[str] | None = None
     if any(r != 224 for r in opts.resolutions) and opts.res512_boxed_only:
-        res_ids = frozenset(cid for s in sets for cid in s.df.loc[s.df["tbox_x0"].notna(), "case_id"])
+        res_ids = frozenset(cid for s in sets for cid in s.boxed_case_ids())
     return plan_grounding(sets, GroundingOptions(
         conditions=tuple(opts.conditions),
         resolutions=tuple(opts.resolutions),
@@ -111,6 +112,9 @@ THINKING_NOTE = ("thinking model: its first generated token opens its reasoning,
 
 def tidy_grounding(store: RunStore) -> pd.DataFrame:
     """The scored tidy table of a grounding run (``condition`` is the image condition)."""
+    import numpy as np
+    import pandas as pd
+
     from medvlm_audit.export import raw_table
     from medvlm_audit.suites.grounding.scoring import score_grounding
 
@@ -140,6 +144,82 @@ def tidy_grounding(store: RunStore) -> pd.DataFrame:
     return scored[TIDY_COLUMNS].reset_index(drop=True)
 
 
+def tidy_grounding_columns(store: RunStore) -> Columns | None:
+    """:func:`tidy_grounding` without pandas (the run's end-of-run export: issue 23): the same table as plain
+    columns with the dtypes pandas gives them there, so that the files written are the same bytes
+    (tests/test_lean_run_path.py checks it against :func:`tidy_grounding`). None where it does not mirror the
+    pandas table (see :func:`medvlm_audit.export.raw_columns`; case fields of other types): use
+    :func:`tidy_grounding` then."""
+    import math
+
+    from medvlm_audit.columns import Columns
+    from medvlm_audit.export import raw_columns
+    from medvlm_audit.scorers.yesno import UNPARSED, p_yes, parse_yes_no_each
+
+    raw = raw_columns(store, case_fields=("tbox_x0", "ibox_overlaps"), imported=True)
+    if raw is None:
+        return None
+    d, dt = raw.data, raw.dtypes
+    n = len(raw)
+    has_box = [not (v is None or v != v) for v in d["tbox_x0"]]
+    if dt["ibox_overlaps"] is None or dt["ibox_overlaps"] == "str":
+        return None
+    if any(v is not None and v == v and v not in (0, 1) for v in d["ibox_overlaps"]):
+        return None  # astype("boolean") refuses it
+    ibox = [v is not None and v == v and bool(v) for v in d["ibox_overlaps"]]
+    image_condition, resolution, prompt_variant = [], [], []
+    for c in d["condition"]:
+        base, _, variant = c.partition("|prompt=")
+        op, _, res = base.partition("@")
+        if res and not (res.isascii() and res.isdigit()):
+            return None
+        image_condition.append(op)
+        resolution.append(int(res) if res else 224)
+        prompt_variant.append(variant or "default")
+    # score_grounding
+    parsed = parse_yes_no_each(d["answer_text"])
+    for i, v in enumerate(d["imported_parsed"]):
+        if v is not None and v == v:
+            if not -128 <= v < 128 or v != int(v):
+                return None
+            parsed[i] = int(v)
+    conf = [p_yes(tl) for tl in d["top_logprobs"]]
+    for i, v in enumerate(d["imported_parsed"]):
+        if v is not None and v == v:
+            ic = d["imported_confidence"][i]
+            conf[i] = math.nan if ic is None else float(ic)
+    if dt["label"] not in ("int64", "float64", "object"):
+        return None
+    labels = [None if v is None or v != v else float(v) for v in d["label"]]
+    if any(v is not None and (v != int(v) or abs(v) >= 2**63) for v in labels):
+        return None  # astype("Int64") refuses it
+    correct = [float(p == lab) if p != UNPARSED and lab is not None else math.nan for p, lab in zip(parsed, labels)]
+    failed = [v is not None for v in d["error_kind"]]
+    thinking = [v is not None for v in d["reasoning"]]
+    status = []
+    for i in range(n):
+        if failed[i]:
+            parsed[i], correct[i] = -1, math.nan
+        if thinking[i]:
+            conf[i] = math.nan
+        status.append("no_response" if failed[i] else "answer" if parsed[i] in (0, 1) else "unparsed")
+    out = Columns()
+    made: dict[str, tuple[list[Any], str | None]] = {
+        "label": ([None if v is None else int(v) for v in labels], "Int64"),
+        "has_box": (has_box, "bool"), "ibox_overlaps": (ibox, "bool"),
+        "condition": (image_condition, "str"), "resolution": (resolution, "int64"),
+        "prompt_variant": (prompt_variant, "str"), "parsed": (parsed, "int8"), "confidence": (conf, "float64"),
+        "correct": (correct, "float64"), "status": (status, "str"),
+        "confidence_note": ([THINKING_NOTE if t else None for t in thinking], "str" if any(thinking) else "object"),
+    }
+    for col in TIDY_COLUMNS:
+        vals, dtype = made[col] if col in made else (d[col], dt[col])
+        if dtype is None or (dtype == "object" and any(v is not None and not isinstance(v, str) for v in vals)):
+            return None
+        out.add(col, vals, dtype)
+    return out
+
+
 #: the files a grounding report folder holds, in the order they are written (report.html last)
 REPORT_FILES: tuple[str, ...] = (
     "metrics.parquet", "metrics.csv", "comparisons.csv", "categories.csv", "summary.json", "report.html",
@@ -151,6 +231,8 @@ def grounding_result(analysis: Any, *, figures: Sequence[Any] | None = None, fmt
                      designed: dict[str, str] | None = None) -> SuiteResult:
     """A GroundingAnalysis as the suite result the report writer renders (its fields checked first, errors naming
     the field and the column)."""
+    import pandas as pd
+
     from medvlm_audit.report.write import validate_result
     from medvlm_audit.suites.grounding.sections import CATEGORIES_COLUMNS, INTRO, grounding_sections
 
@@ -277,6 +359,9 @@ class GroundingSuite(Suite):
 
     def tidy(self, store: RunStore) -> pd.DataFrame:
         return tidy_grounding(store)
+
+    def tidy_columns(self, store: RunStore) -> Columns | None:
+        return tidy_grounding_columns(store)
 
     def analyse(self, tidy: pd.DataFrame, options: BaseModel, *, B: int = 10_000, seed: int = 0,
                 mode: Literal["exact-counts", "index"] = "exact-counts",

@@ -313,8 +313,9 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
     pools = benchmark_pools(items)
     req = required_ids(items, opts.required)
     plan = Plan()
-    rows = item_set.frame()
-    rows.insert(0, "case_id", rows["item_id"])  # the run store keys source rows by case_id
+    # the run store keys source rows by case_id; the rows as the store records them (what the item table's
+    # records are: no column here mixes numbers with missing values, so no value changes type), without pandas
+    rows = [{"case_id": r["item_id"], **r} for r in item_set.rows()]
     plan.sources.append(
         PlanSource(
             name, item_set.source or "", items_hash(items), rows,

@@ -30,13 +30,14 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Literal
 
 from medvlm_audit.atomic import write_bytes_atomic
 from medvlm_audit.errors import ProbeSetError
 from medvlm_audit.scorers.option import LETTERS, norm_option
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 OnError = Literal["raise", "exclude"]
 
@@ -105,6 +106,8 @@ class Exclusion:
 
 def exclusions_frame(exclusions: Iterable[Exclusion]) -> pd.DataFrame:
     """The exclusion log as a table (item_id, stage, condition, source, reason)."""
+    import pandas as pd
+
     rows = [
         {"item_id": e.item_id, "stage": e.stage, "condition": e.condition, "source": e.source, "reason": e.reason}
         for e in exclusions
@@ -113,7 +116,7 @@ def exclusions_frame(exclusions: Iterable[Exclusion]) -> pd.DataFrame:
 
 
 def _missing(v: Any) -> bool:
-    if v is None or v is pd.NA:
+    if v is None or type(v).__name__ == "NAType":  # pandas.NA, recognised without importing pandas
         return True
     if isinstance(v, float) and math.isnan(v):
         return True
@@ -296,25 +299,27 @@ class ItemSet:
 
     def frame(self) -> pd.DataFrame:
         """One row per item (options as tuples, gold as letter) for the run store and the reports."""
-        return pd.DataFrame(
-            [
-                {
-                    "item_id": it.item_id,
-                    "benchmark": it.benchmark,
-                    "question": it.question,
-                    "options": it.options,
-                    "n_options": it.k,
-                    "gold": it.gold_letter,
-                    "images": it.images,
-                    "needs_image": it.needs_image,
-                    "substitute_image": it.substitute_image,
-                    "substitute_answer": (
-                        None if it.substitute_answer is None else LETTERS[it.substitute_answer]
-                    ),
-                }
-                for it in self.items
-            ]
-        )
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """:meth:`frame`'s rows as dicts (what the frame is built from)."""
+        return [
+            {
+                "item_id": it.item_id,
+                "benchmark": it.benchmark,
+                "question": it.question,
+                "options": it.options,
+                "n_options": it.k,
+                "gold": it.gold_letter,
+                "images": it.images,
+                "needs_image": it.needs_image,
+                "substitute_image": it.substitute_image,
+                "substitute_answer": None if it.substitute_answer is None else LETTERS[it.substitute_answer],
+            }
+            for it in self.items
+        ]
 
 
 def validate_records(

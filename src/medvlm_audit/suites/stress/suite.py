@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from medvlm_audit.demo_options import DemoOption
@@ -24,6 +23,9 @@ from medvlm_audit.suites.stress.conditions import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from medvlm_audit.columns import Columns
     from medvlm_audit.readers.tasks import ReaderTask
 
 
@@ -75,6 +77,84 @@ def tidy_stress(store: Any) -> pd.DataFrame:
             scored[c] = None
     out = scored[list(TIDY_COLUMNS)].reset_index(drop=True)
     out["options"] = [json.dumps(list(o), ensure_ascii=False) for o in out["options"]]
+    return out
+
+
+def tidy_stress_columns(store: Any) -> Columns | None:
+    """:func:`tidy_stress` without pandas (the run's end-of-run export, issue 23): the same table as plain columns
+    with the dtypes pandas gives them there, so that the files are the same bytes (tests/test_lean_run_path.py
+    checks it against :func:`tidy_stress`); None where it does not mirror the pandas table (see
+    :func:`medvlm_audit.export.raw_columns`; trials without a payload or with payloads of other fields)."""
+    import math
+
+    from medvlm_audit.columns import Columns, infer_dtype
+    from medvlm_audit.export import raw_columns
+    from medvlm_audit.scorers.option import parse_option
+
+    raw = raw_columns(store)
+    if raw is None:
+        return None
+    d, dt = raw.data, raw.dtypes
+    keep = [i for i, e in enumerate(d["error_kind"]) if e != "not_asked"]
+    if not keep:
+        return None
+    payloads = [d["payload"][i] for i in keep]
+    if not all(isinstance(p, str) for p in payloads):
+        return None
+    pl = [json.loads(p) for p in payloads]
+    if not all(isinstance(p, dict) for p in pl) or len({tuple(p) for p in pl}) != 1:
+        return None  # pandas fills a field some payloads lack with NaN
+    fields = list(pl[0])
+    if not {"item_id", "required", "options", "gold", "n_options", "benchmark"} <= set(fields):
+        return None  # normalize_tidy derives these
+    extra = {f: [p[f] for p in pl] for f in fields if f not in d}
+    edt = {f: infer_dtype(v) for f, v in extra.items() if f != "options"}
+    col = {n: [d[n][i] for i in keep] for n in d if n != "payload"}
+    failed = [e is not None for e in col["error_kind"]]
+    texts = [None if f else t for t, f in zip(col["answer_text"], failed)]
+    opts = [tuple(o) if isinstance(o, (list, tuple)) else None for o in extra["options"]]
+    if None in opts or not all(isinstance(x, str) for o in opts for x in o):  # type: ignore[union-attr]
+        return None
+    if edt.get("required") != "bool":
+        return None  # fillna(False).astype(bool) of anything else
+    memo: dict[tuple[Any, tuple[str, ...]], Any] = {}
+    status, letter, via = [], [], []
+    for t, o in zip(texts, opts):
+        parsed = memo.get((t, o))
+        if parsed is None:
+            parsed = memo[(t, o)] = parse_option(t, o)
+        status.append(parsed.status)
+        letter.append(parsed.letter)
+        via.append(parsed.via)
+    gold = extra["gold"]
+    correct = []
+    for i, st in enumerate(status):
+        if st == "answer":
+            correct.append(float(letter[i] is not None and letter[i] == gold[i]))
+        elif st in ("abstain", "unparsed", "refusal"):
+            correct.append(0.0)
+        else:
+            correct.append(math.nan)
+    made: dict[str, tuple[list[Any], str | None]] = {
+        "answer_text": (texts, dt["answer_text"]),
+        "options": ([json.dumps(list(o), ensure_ascii=False) for o in opts], "str"),  # type: ignore[arg-type]
+        "required": (extra["required"], "bool"),
+        "status": (status, infer_dtype(status)), "parsed": (letter, infer_dtype(letter)),
+        "via": (via, infer_dtype(via)), "correct": (correct, "float64"),
+    }
+    out = Columns()
+    for c in TIDY_COLUMNS:
+        if c in made:
+            vals, dtype = made[c]
+        elif c in col:
+            vals, dtype = col[c], dt[c]
+        elif c in extra:
+            vals, dtype = extra[c], edt[c]
+        else:
+            vals, dtype = [None] * len(keep), "object"
+        if dtype is None or (dtype == "object" and any(v is not None and not isinstance(v, str) for v in vals)):
+            return None
+        out.add(c, vals, dtype)
     return out
 
 
@@ -151,10 +231,27 @@ class StressSuite(Suite):
     def tidy(self, store: RunStore) -> pd.DataFrame:
         return tidy_stress(store)
 
+    def tidy_columns(self, store: RunStore) -> Columns | None:
+        return tidy_stress_columns(store)
+
     def parse_rate_lines(self, results_parquet: Path) -> Sequence[str]:
         """The analysis's not-assessable rule and denominators (:func:`~.analysis.parse_rate_lines`): refusals
         are parsed where the image was removed, the rates are over the trials with a response, and a model that
-        chose an option in under half the trials of every condition has no usable answer."""
+        chose an option in under half the trials of every condition has no usable answer. A scored table (what
+        a run exports) is read with pyarrow (:mod:`~.parse_rates`: a run's path imports no pandas)."""
+        import pyarrow.parquet as pq
+
+        from medvlm_audit.suites.stress.parse_rates import NEEDED, parse_rate_lines_of
+
+        try:
+            names = set(pq.read_schema(results_parquet).names)
+            if {"status", "parsed", "correct", *NEEDED} <= names:
+                table = pq.ParquetFile(results_parquet).read(columns=list(NEEDED))
+                return parse_rate_lines_of({c: table.column(c).to_pylist() for c in NEEDED}) or []
+        except (OSError, ValueError):
+            return []
+        import pandas as pd
+
         from medvlm_audit.suites.stress.analysis import parse_rate_lines
 
         try:
