@@ -136,6 +136,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--source-size", type=int, default=512,
                     help="source image size: 512 (decode + resize every source) or 224 (already at working size)")
+    ap.add_argument("--margin-cases", type=int, default=0,
+                    help="also run (a), (e) and (b) on a probe set of this many cases, alternately with the main size, "
+                         "and print the CPU per answer at the margin (the slope between the two sizes)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     ps = make_probeset(tmp / "data", args.cases, args.source_size)
@@ -145,20 +148,25 @@ def main() -> None:
     try:
         ideal = args.concurrency / (args.delay_ms / 1000)
         dec = Decoding(max_new_tokens=8, top_logprobs=5)
-        # the exact bodies the runner sends, built once for the bare loop
-        store = RunStore(tmp / "probe.sqlite")
-        plan = plan_grounding([ps], opts)
-        model = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
-        hashes = hash_images(store, plan.trials, SourceCache(256))
-        work = ModelWork(model, dec, set())
-        _, _, pending = work.admit(plan.trials, hashes)
-        cache = SourceCache(256)
-        bodies = [json.dumps(model.build_body(_materialise(i, r, cache))).encode() for _, i, r in pending]
-        jobs = []  # (recipe, body before the image URL, body after it) for the bare loop with images
-        for _, i, r in pending:
-            head, _, tail = json.dumps(model._body(i, ["@IMAGE@"])).encode().partition(b"@IMAGE@")
-            jobs.append((r[0], head, tail))
         url = base_url.rstrip("/") + "/chat/completions"
+
+        def prepare(ps_, name: str) -> tuple[list[bytes], list[tuple[ImageRecipe, bytes, bytes]]]:
+            """The exact bodies the runner sends (for the bare loop) and (recipe, body head, body tail) for (e)."""
+            store_ = RunStore(tmp / f"probe-{name}.sqlite")
+            plan_ = plan_grounding([ps_], opts)
+            model = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
+            hashes = hash_images(store_, plan_.trials, SourceCache(256))
+            _, _, pending = ModelWork(model, dec, set()).admit(plan_.trials, hashes)
+            cache = SourceCache(256)
+            bodies_ = [json.dumps(model.build_body(_materialise(i, r, cache))).encode() for _, i, r in pending]
+            jobs_ = []
+            for _, i, r in pending:
+                head, _, tail = json.dumps(model._body(i, ["@IMAGE@"])).encode().partition(b"@IMAGE@")
+                jobs_.append((r[0], head, tail))
+            store_.close()
+            return bodies_, jobs_
+
+        bodies, jobs = prepare(ps, "main")
         bare, harness, first, planned, second, with_images = [], [], [], [], [], []
         cpu: dict[str, list[tuple[float, float]]] = {"a": [], "b": [], "e": [], "d": []}
         pid = srv.pid
@@ -208,6 +216,24 @@ def main() -> None:
             cl = float(np.median([c for c, _ in cpu[k]])) / n * 1000
             sv = float(np.median([s_ for _, s_ in cpu[k]])) / n * 1000
             print(f"    CPU-ms per answer ({k}) {name:20s}: client {cl:5.2f} (render workers included), server {sv:5.2f}")
+        if args.margin_cases:
+            small = make_probeset(tmp / "small", args.margin_cases, args.source_size)
+            sb, sj = prepare(small, "small")
+            sc: dict[str, list[float]] = {"a": [], "e": [], "b": []}
+            for rnd in range(args.rounds):
+                sc["a"].append(timed(pid, bare_aiohttp_loop, url, sb, args.concurrency)[1][0])
+                sc["e"].append(timed(pid, bare_loop_with_images, url, sj, args.concurrency)[1][0])
+                st = RunStore(tmp / f"small{rnd}.sqlite")
+                m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
+                sc["b"].append(timed(pid, lambda st=st, m=m: asyncio.run(execute(
+                    st, plan_grounding([small], opts), [m], dec, progress=False)))[1][0])
+                st.close()
+            dn = len(bodies) - len(sb)
+            slope = {k: (float(np.median([c for c, _ in cpu[k]])) - float(np.median(sc[k]))) / dn * 1000
+                     for k in ("a", "e", "b")}
+            print(f"    at the margin ({len(sb)} -> {len(bodies)} answers), client CPU-ms per answer: (a) "
+                  f"{slope['a']:.3f}, (e) {slope['e']:.3f}, (b) {slope['b']:.3f}; (b)/(a) {slope['b'] / slope['a']:.2f}, "
+                  f"(b)/(e) {slope['b'] / slope['e']:.2f} (target <= 1.2)")
         print(f"    client CPU ratio (b)/(a) {np.median([c for c, _ in cpu['b']]) / np.median([c for c, _ in cpu['a']]):.2f}"
               f", (b)/(e) {np.median([c for c, _ in cpu['b']]) / np.median([c for c, _ in cpu['e']]):.2f}; "
               f"load {os.getloadavg()[0]:.1f}")

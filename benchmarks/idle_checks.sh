@@ -26,7 +26,7 @@ say "start: $(nproc) CPUs, $($PY -c 'import sys, numpy, pandas, pyarrow, aiohttp
 for w in $WHAT; do case $w in
 runner)
   say runner 224
-  timeout 300 $PY benchmarks/bench_runner.py --cases 667 --rounds $R --source-size 224 2>&1 | tee "$OUT/runner.txt"
+  timeout 300 $PY benchmarks/bench_runner.py --cases 667 --margin-cases 250 --rounds $R --source-size 224 2>&1 | tee "$OUT/runner.txt"
   if [ "$MODE" = full ]; then say runner 512
     timeout 300 $PY benchmarks/bench_runner.py --cases 667 --rounds 2 --source-size 512 2>&1 | tee -a "$OUT/runner.txt"; fi ;;
 fixed)
