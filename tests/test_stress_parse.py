@@ -109,3 +109,12 @@ def test_the_requested_answer_format_always_parses_back(options, data) -> None:
                  f"Reasoning first.\n<answer>{LETTERS[i]}. {options[i]}</answer>"):
         p = parse_option(text, options)
         assert (p.status, p.index) == ("answer", i), text
+
+
+def test_the_requested_format_after_reasoning_is_not_an_echo_of_the_options() -> None:
+    # found by Hypothesis: option A's text is the letter of option B, so "B. 0" held both options' texts and
+    # was taken for the model listing the options ("echoes_options") although it is the requested format
+    assert parse_option("Reasoning first.\n<answer>B. 0</answer>", ["B", "0"]).index == 1
+    assert parse_option("Reasoning first.\n<answer>B</answer>", ["B", "0"]).index == 1
+    # a tag that lists the options still chose nothing
+    assert parse_option("Thinking.\n<answer>A. yes B. no</answer>", ["yes", "no"]).status == "unparsed"

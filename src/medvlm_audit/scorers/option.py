@@ -209,6 +209,11 @@ def parse_option(text: str | None, options: Sequence[str]) -> ParsedOption:
     tags = _TAG.findall(s)
     if tags:
         body = tags[-1].strip()
+        fast = _FAST.fullmatch(f"<answer>{body}</answer>")
+        if fast is not None:  # the requested format inside the last tag, after reasoning: "B. text" or "B"
+            i = LETTERS.find(fast.group(1))
+            if i < len(options) and (not fast.group(2) or fast.group(2) == options[i]):
+                return ParsedOption("answer", i, "tag_letter")
         if _echoes_options(body, keys):  # "<answer>A. x B. y C. z</answer>" chose nothing
             return ParsedOption("unparsed", None, "echoes_options")
         exact = _match_text(body, keys)
