@@ -130,3 +130,15 @@ def test_failing_models_by_error_share_and_red_box() -> None:
     assert 'class="failed"' in html and "bad" in html and "HTTP 500 &lt;b&gt;" in html and "ok<" not in html
     assert failing_models_html({"per_model": {"ok": {"asked": 5, "errors": 0}}}) == ""
     assert failing_models_html(None) == ""
+
+
+def test_max_error_rate_flag_is_the_runs_limit(tmp_path: Path, probeset: Path) -> None:
+    # audit defect: `run --max-error-rate` was accepted and ignored (the 5% default always applied)
+    with ThreadedFakeServer(fault_rates={"400": 0.4}, seed=3, max_faults_per_key=50) as srv:
+        cfg = _config(tmp_path, probeset, srv.base_url)
+        strict = CliRunner().invoke(app, ["run", str(cfg), "--no-progress", "--no-report"])
+        lenient = CliRunner().invoke(app, ["run", str(cfg), "--no-progress", "--no-report",
+                                           "--max-error-rate", "0.9"])
+    assert strict.exit_code == 1 and "limit 5.0%" in strict.output, strict.output
+    assert lenient.exit_code == 0, lenient.output
+    assert "limit" not in lenient.output

@@ -178,7 +178,7 @@ def run_cmd(
         with sigterm_as_interrupt():  # SIGTERM stops the run as Ctrl-C does (answers kept, lock released)
             res = api.run(cfg, retry_errors=retry_errors, progress=not no_progress,
                           retry_missing_logprobs=retry_missing_logprobs, batch_poll_s=batch_poll_s,
-                          batch_max_wait_s=batch_max_wait_s)
+                          batch_max_wait_s=batch_max_wait_s, max_error_rate=max_error_rate)
     except (AuditError, ValueError, KeyError) as e:
         _fail(e)
     except KeyboardInterrupt:
