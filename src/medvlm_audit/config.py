@@ -6,7 +6,6 @@ Every run records its fully resolved config, the package version and the seeds i
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -59,10 +58,9 @@ def default_render_workers(cores: int | None = None) -> int:
     (2, 3, 8, 8)
     """
     if cores is None:
-        try:
-            cores = len(os.sched_getaffinity(0))  # the cores this process may run on (a container's share)
-        except (AttributeError, OSError):
-            cores = os.cpu_count() or 2
+        from medvlm_audit.cpus import usable_cpus
+
+        cores = usable_cpus()  # the cores this process may run on (a container's share)
     return max(2, min(8, cores - 1))
 
 

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from medvlm_audit.cpus import usable_cpus
+
 #: at most this many worker processes (a report has about a dozen figures)
 MAX_WORKERS = 8
 
@@ -63,7 +65,7 @@ def warm_up() -> None:
 
 def _workers(workers: int | None, n_jobs: int) -> int:
     if workers is None:
-        workers = min(os.cpu_count() or 1, MAX_WORKERS)
+        workers = min(usable_cpus(), MAX_WORKERS)
     return max(1, min(int(workers), n_jobs))
 
 
@@ -190,7 +192,7 @@ def prepare(modules: Sequence[str] = (), *, first: str | None = None, first_args
     before the imports, and returns (value, more modules to import): the value is sent back for
     :func:`take_first` with this ``key`` (e.g. the run's table, read while this process imports the analysis)."""
     global _PREPARED, _FIRST
-    if ((not modules and first is None) or _PREPARED is not None or (os.cpu_count() or 1) < 2 or _JOBS
+    if ((not modules and first is None) or _PREPARED is not None or usable_cpus() < 2 or _JOBS
             or "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1):
         return False
     try:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from medvlm_audit.cpus import usable_cpus
 
 # Index-mode chunking: at most this many (resample x case) elements are materialised at once.
 # 2**20 int64 indices = 8 MiB, plus the gathered values.
@@ -44,7 +45,7 @@ def _chunk_rows(n: int) -> int:
 def _workers(workers: int | None, tasks: int) -> int:
     """Threads to use: ``workers`` (None: the CPU count, at most _MAX_WORKERS), never more than the tasks."""
     if workers is None:
-        workers = min(os.cpu_count() or 1, _MAX_WORKERS)
+        workers = min(usable_cpus(), _MAX_WORKERS)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
         raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
     return max(1, min(int(workers), tasks))
