@@ -42,6 +42,28 @@ def test_an_error_in_a_job_is_raised_by_wait() -> None:
     assert map_forked([lambda: "x", lambda: "y"], workers=2)() == ["x", "y"]  # the next pool starts clean
 
 
+@needs_fork
+def test_a_killed_worker_does_not_stall_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    # audit D2: a worker killed by a signal (the out-of-memory killer) lost its job, and the report waited out
+    # the 600 s timeout; now the pool breaks at once and the jobs run in this process
+    import signal
+    import time
+
+    parent = os.getpid()
+
+    def dies_in_a_worker() -> str:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "drawn here"
+
+    t0 = time.monotonic()
+    got = map_forked([lambda: "a", dies_in_a_worker, lambda: "c"], workers=2, timeout_s=120)()
+    assert got == ["a", "drawn here", "c"]
+    assert time.monotonic() - t0 < 30
+    assert "worker process died" in capsys.readouterr().err
+    assert map_forked([lambda: "x", lambda: "y"], workers=2)() == ["x", "y"]  # the next pool starts clean
+
+
 @pytest.mark.slow
 @needs_fork
 def test_grounding_page_is_the_same_with_worker_processes() -> None:

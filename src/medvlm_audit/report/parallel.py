@@ -29,10 +29,14 @@ import importlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import wait as futures_wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -86,34 +90,48 @@ def map_forked(jobs: Sequence[Callable[[], Any]], *, workers: int | None = None,
     _JOBS = jobs
     if warm:
         warm_up()
+    head = [i for i in dict.fromkeys(first) if 0 <= i < len(jobs)]
+    order = head + [i for i in range(len(jobs)) if i not in set(head)]
     gc.freeze()  # the workers' garbage collector leaves the inherited objects alone: fewer copied pages
     try:
         with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process that has (idle) threads
             warnings.simplefilter("ignore", DeprecationWarning)
-            pool = multiprocessing.get_context("fork").Pool(w)
+            # a fork-context executor forks all its workers at the first submit (here, while frozen); a worker
+            # that dies (the out-of-memory killer) breaks the pool at once (BrokenProcessPool), where a
+            # multiprocessing.Pool lost the job and waited out the timeout
+            pool = ProcessPoolExecutor(w, mp_context=multiprocessing.get_context("fork"))
+            futures = {i: pool.submit(_run, i) for i in order}
     except OSError:
         _JOBS = []
         return lambda: [job() for job in jobs]
     finally:
         gc.unfreeze()
-    head = [i for i in dict.fromkeys(first) if 0 <= i < len(jobs)]
-    order = head + [i for i in range(len(jobs)) if i not in set(head)]
-    pending = pool.map_async(_run, order, chunksize=1)
 
     def wait() -> list[Any]:
         global _JOBS
         try:
-            got = dict(zip(order, pending.get(timeout_s)))
-            return [got[i] for i in range(len(jobs))]
-        except multiprocessing.TimeoutError:
-            pool.terminate()
+            done, _ = futures_wait(futures.values(), timeout=timeout_s)
+            if len(done) < len(futures):
+                raise TimeoutError
+            return [futures[i].result() for i in range(len(jobs))]
+        except (TimeoutError, BrokenProcessPool) as e:
+            why = "did not finish in time" if isinstance(e, TimeoutError) else "died (killed?)"
+            print(f"warning: a worker process {why}; its jobs run in this process", file=sys.stderr)
+            _stop(pool)
             return [job() for job in jobs]
         finally:
-            pool.terminate()
-            pool.join()
+            _stop(pool)
             _JOBS = []
 
     return wait
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers now (a figure job left running is not waited for)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 #: seconds the parent waits for the prepared process's answer before it runs the function itself
