@@ -291,3 +291,23 @@ def test_cli_run_on_a_full_filesystem_exits_non_zero_and_a_resume_completes(tmp_
     assert fields["RC2"].startswith("0"), out
     n_resp, n_keys, n_err = (int(x) for x in fields["FINAL"].split())
     assert n_resp == n_keys and n_err == 0
+
+
+def test_a_lone_surrogate_in_an_answer_is_stored_as_a_replacement_character(tmp_path: Path) -> None:
+    # audit D4: a server's JSON with "\ud800" decodes to an unpaired surrogate, which SQLite's UTF-8 binding
+    # refused: the run stopped with a traceback, and every resume asked again and crashed again
+    import json as _json
+
+    from medvlm_audit.models.base import ErrorInfo, Response
+    from medvlm_audit.store import RunStore
+
+    lone = _json.loads(r'"yes \ud800 lone"')
+    store = RunStore(tmp_path / "run.sqlite")
+    store.put_responses([("k1", Response(text=lone, reasoning=lone)),
+                         ("k2", Response(text=None, error=ErrorInfo("http_4xx", "bad " + lone, 1, False))),
+                         ("k3", Response(text="plain é 😀"))])
+    rows = dict(store.db.execute("SELECT key, text FROM responses").fetchall())
+    assert rows == {"k1": "yes \ufffd lone", "k2": None, "k3": "plain é 😀"}
+    assert store.db.execute("SELECT error_message FROM responses WHERE key='k2'").fetchone()[0] == "bad yes \ufffd lone"
+    assert store.db.execute("SELECT reasoning FROM answer_details WHERE key='k1'").fetchone()[0] == "yes \ufffd lone"
+    store.close()

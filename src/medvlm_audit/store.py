@@ -86,6 +86,23 @@ def store_error(path: Path, e: sqlite3.Error | OSError, doing: str = "write to")
     return StoreError(f"cannot {doing} the run store {path}: {cause}", cause)
 
 
+def _utf8(text: str | None) -> str | None:
+    r"""``text`` as SQLite can store it: a lone surrogate (a server's JSON may hold ``"\ud800"``, which Python
+    decodes to an unpaired surrogate that has no UTF-8) becomes U+FFFD; every other text is returned as is.
+
+    >>> import json
+    >>> _utf8("ok"), _utf8(json.loads(r'"a\ud800b"')), _utf8("é😀")
+    ('ok', 'a�b', 'é😀')
+    """
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class RunStore:
     """Thin typed wrapper over the run's SQLite file. Use from one thread (the runner's event loop).
 
@@ -417,14 +434,14 @@ class RunStore:
         rows = [
             (
                 key,
-                r.text,
+                _utf8(r.text),
                 json.dumps(r.top_logprobs) if r.top_logprobs is not None else None,
                 r.finish_reason,
                 r.prompt_tokens,
                 r.completion_tokens,
                 r.latency_s,
                 r.error.kind if r.error else None,
-                r.error.message if r.error else None,
+                _utf8(r.error.message) if r.error else None,
                 r.error.attempts if r.error else 1,
                 now,
             )
@@ -449,7 +466,7 @@ class RunStore:
                     hit = memo[id(r.effective)] = (r.effective, hashlib.sha1(text.encode()).hexdigest()[:20], text)
                 eid = hit[1]
                 decodings[eid] = hit[2]
-            details.append((key, eid, r.reasoning))
+            details.append((key, eid, _utf8(r.reasoning)))
 
         def write() -> None:
             self.db.executemany("INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
