@@ -421,7 +421,9 @@ class ModelWork:
 
     ``claimed`` is shared by every model of a run: a key another model already queued (a byte-identical
     request, e.g. a text-only wrapper's question that its served model also asks under ``no_image``) is not
-    queued again; its answer is stored once under that key and serves both models' trials.
+    queued again; its answer is stored once under that key and serves both models' trials. ``None``: no other
+    model shares the run (its own ``keys`` already say what it queued; a second set of a large plan's keys is
+    ~2 MB per 30,000).
 
     ``keys`` and ``claimed`` hold each key as its 32-byte SHA-256 digest (the store, ``answered`` and the queued
     inputs have the hex string, ``digest.hex()``): a set of a large plan's keys costs half as much
@@ -430,7 +432,7 @@ class ModelWork:
     model: Model
     decoding: Decoding
     answered: set[str]
-    claimed: set[bytes] = field(default_factory=set)
+    claimed: set[bytes] | None = field(default_factory=set)
     n_trials: int = 0
     identity: dict[str, Any] = field(default_factory=dict)
     keys: set[bytes] = field(default_factory=set)
@@ -468,8 +470,10 @@ class ModelWork:
             if digest not in self.keys:
                 self.keys.add(digest)
                 requests.append((key, model.name, tpl.request_json(shas), tpl.logprobs))
-                if key not in self.answered and digest not in self.claimed:
-                    self.claimed.add(digest)
+                claimed = self.claimed
+                if key not in self.answered and (claimed is None or digest not in claimed):
+                    if claimed is not None:
+                        claimed.add(digest)
                     self.n_pending += 1
                     inp = tpl.input
                     if shas:
@@ -1182,7 +1186,8 @@ async def _execute(
     answered = store.answered_keys(include_errors=not retry_errors, missing_logprobs=lp)
     per_dec = model_decoding or {}
     works = []
-    claimed: set[bytes] = set()  # keys (digests) queued by any model: a byte-identical request is asked once
+    # keys (digests) queued by any model: a byte-identical request is asked once per run
+    claimed: set[bytes] | None = set() if len(models) > 1 else None
     for m in models:
         record_model(store, m)
         works.append(ModelWork(m, per_dec.get(m.name, decoding), answered, claimed))
