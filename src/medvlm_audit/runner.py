@@ -167,19 +167,22 @@ class SourceKeys(MutableMapping[ImageRecipe, str]):
     (40,000 recipes: 8 MB). Iterates in the order recipes were added; ``del``/``pop`` drop a recipe."""
 
     def __init__(self) -> None:
-        self._stats: dict[str, tuple[int, int]] = {}
+        #: source -> its (size, mtime_ns) as one int, mtime_ns * 2**64 + size (~45 bytes, a tuple of two ~120)
+        self._stats: dict[str, int] = {}
         self._recipes: dict[ImageRecipe, None] = {}
 
     def add(self, r: ImageRecipe) -> None:
         """Take a recipe, its file stat once per source (ImageError naming a missing file)."""
         if r.source not in self._stats:
-            self._stats[r.source] = r.file_stat()
+            size, mtime_ns = r.file_stat()
+            self._stats[r.source] = mtime_ns * 2**64 + size
         self._recipes[r] = None
 
     def __getitem__(self, r: ImageRecipe) -> str:
         if r not in self._recipes:
             raise KeyError(r)
-        return r.cache_key(self._stats[r.source])
+        mtime_ns, size = divmod(self._stats[r.source], 2**64)
+        return r.cache_key((size, mtime_ns))
 
     def __setitem__(self, r: ImageRecipe, key: str) -> None:
         raise TypeError("SourceKeys are built from the files: use add()")
