@@ -452,8 +452,6 @@ def manifest_rows(raw: bytes) -> ManifestRows | None:
                 cols[c] = _ArrowColumn(arr, _int_as_float)  # pandas reads it as float64
         elif kinds[c] == "float":
             cols[c] = _ArrowColumn(arr, _nan_none)
-        elif kinds[c] == "str" and n >= 64 and 4 * len(arr.unique()) <= n:
-            cols[c] = _ArrowColumn(arr.dictionary_encode(), None)  # few distinct texts: 4 bytes per row
         else:  # texts, ints, booleans, nulls: Arrow's values are pandas' (``astype(object)``, None where missing)
             cols[c] = _ArrowColumn(arr, None)
     for col, fill in OPTIONAL_COLUMNS.items():
