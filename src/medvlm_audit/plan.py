@@ -96,12 +96,19 @@ class CompactTrials(Sequence[Trial]):
         return len(self._case_ids)
 
     def _get(self, i: int) -> Trial:
-        ps, cond, msgs, sample, dec = (values[codes[i]] for codes, values in zip(self._codes, self._values))
+        c, v = self._codes, self._values
         im = self._images[i]
-        return Trial(ps, self._case_ids[i], cond, msgs, im if type(im) is tuple else (im,), sample,
-                     self._payloads.get(i), dec)
+        return Trial(v[0][c[0][i]], self._case_ids[i], v[1][c[1][i]], v[2][c[2][i]],
+                     im if type(im) is tuple else (im,), v[3][c[3][i]], self._payloads.get(i), v[4][c[4][i]])
+
+    def image_tuples(self) -> Iterator[tuple[ImageRecipe, ...]]:
+        """Each trial's images, in order, without building the trials (what the runner's index reads)."""
+        for im in self._images:
+            yield im if type(im) is tuple else (im,)
 
     def __getitem__(self, i: int | slice) -> Any:
+        if type(i) is int and 0 <= i < len(self._case_ids):  # the runner's reads
+            return self._get(i)
         if isinstance(i, slice):
             return [self._get(j) for j in range(*i.indices(len(self)))]
         if i < 0:

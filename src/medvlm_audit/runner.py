@@ -113,8 +113,9 @@ class TrialIndex:
         #: the images of multi-image trials: recipe -> how many such trials show it
         self.multi: Counter[ImageRecipe] = Counter()
         waiting, missing, multi = self.waiting, self.missing, self.multi
-        for i, t in enumerate(trials):  # one pass (a compact plan builds each trial it reads)
-            images = t.images
+        # one pass over the images only (a compact plan hands them over without building its trials)
+        fast = getattr(trials, "image_tuples", None)
+        for i, images in enumerate(fast() if fast is not None else (t.images for t in trials)):
             if not images:
                 continue
             if len(images) > 1:
