@@ -4,9 +4,9 @@ On disk a probe set is a folder with ``manifest.parquet`` (one row per case) and
 (provenance: builder, parameters, seed, package version, content hash). Image paths point at the
 user's files (relative to ``image_root`` or absolute); source images are never copied or edited.
 
-:meth:`ProbeSet.load` reads the manifest with pyarrow (rows served from its Arrow columns), so planning a run never imports pandas
-(issue 23: ~0.25 CPU-s of every invocation); the pandas table (``ProbeSet.df``) is read on first use. The rows are
-the values the pandas table holds (Python scalars, None where missing; checked against it in
+:meth:`ProbeSet.load` reads the manifest with pyarrow (its rows served from the Arrow columns), so planning a run
+never imports pandas (issue 23: ~0.25 CPU-s of every invocation); the pandas table (``ProbeSet.df``) is read on
+first use. The rows are the values the pandas table holds (Python scalars, None where missing; checked against it in
 tests/test_lean_run_path.py); a manifest whose column types the rows cannot mirror exactly (a list, date or
 text-typed number column) is read with pandas as before. The content hash is pandas' (it is recorded in every run
 store): ``save`` records it beside the manifest file's SHA-256 in ``probeset.json``, and ``load`` takes it from
