@@ -33,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable, Container, Iterable, Iterator, MutableMapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -107,13 +108,20 @@ class TrialIndex:
         self.trials = trials
         #: recipe -> the trial index waiting on it, or a list of them; insertion order is the plan's
         self.waiting: dict[ImageRecipe, int | list[int]] = {}
-        self.missing = [0] * len(trials)
-        waiting, missing = self.waiting, self.missing
-        for i, t in enumerate(trials):
-            images = t.images
+        #: per trial, how many of its distinct images are not hashed yet (4 bytes per trial)
+        self.missing = array("I", bytes(4 * len(trials)))
+        #: the images of multi-image trials: recipe -> how many such trials show it
+        self.multi: Counter[ImageRecipe] = Counter()
+        waiting, missing, multi = self.waiting, self.missing, self.multi
+        # one pass over the images only (a compact plan hands them over without building its trials)
+        fast = getattr(trials, "image_tuples", None)
+        for i, images in enumerate(fast() if fast is not None else (t.images for t in trials)):
             if not images:
                 continue
-            for r in images if len(images) == 1 else dict.fromkeys(images):
+            if len(images) > 1:
+                images = tuple(dict.fromkeys(images))
+                multi.update(images)
+            for r in images:
                 w = waiting.get(r)
                 if w is None:
                     waiting[r] = i
@@ -160,19 +168,22 @@ class SourceKeys(MutableMapping[ImageRecipe, str]):
     (40,000 recipes: 8 MB). Iterates in the order recipes were added; ``del``/``pop`` drop a recipe."""
 
     def __init__(self) -> None:
-        self._stats: dict[str, tuple[int, int]] = {}
+        #: source -> its (size, mtime_ns) as one int, mtime_ns * 2**64 + size (~45 bytes, a tuple of two ~120)
+        self._stats: dict[str, int] = {}
         self._recipes: dict[ImageRecipe, None] = {}
 
     def add(self, r: ImageRecipe) -> None:
         """Take a recipe, its file stat once per source (ImageError naming a missing file)."""
         if r.source not in self._stats:
-            self._stats[r.source] = r.file_stat()
+            size, mtime_ns = r.file_stat()
+            self._stats[r.source] = mtime_ns * 2**64 + size
         self._recipes[r] = None
 
     def __getitem__(self, r: ImageRecipe) -> str:
         if r not in self._recipes:
             raise KeyError(r)
-        return r.cache_key(self._stats[r.source])
+        mtime_ns, size = divmod(self._stats[r.source], 2**64)
+        return r.cache_key((size, mtime_ns))
 
     def __setitem__(self, r: ImageRecipe, key: str) -> None:
         raise TypeError("SourceKeys are built from the files: use add()")
@@ -414,15 +425,21 @@ class ModelWork:
 
     ``claimed`` is shared by every model of a run: a key another model already queued (a byte-identical
     request, e.g. a text-only wrapper's question that its served model also asks under ``no_image``) is not
-    queued again; its answer is stored once under that key and serves both models' trials."""
+    queued again; its answer is stored once under that key and serves both models' trials. ``None``: no other
+    model shares the run (its own ``keys`` already say what it queued; a second set of a large plan's keys is
+    ~2 MB per 30,000).
+
+    ``keys`` and ``claimed`` hold each key as its 32-byte SHA-256 digest (the store, ``answered`` and the queued
+    inputs have the hex string, ``digest.hex()``): a set of a large plan's keys costs half as much
+    (:meth:`key_hexes` gives them as the store writes them)."""
 
     model: Model
     decoding: Decoding
     answered: set[str]
-    claimed: set[str] = field(default_factory=set)
+    claimed: set[bytes] | None = field(default_factory=set)
     n_trials: int = 0
     identity: dict[str, Any] = field(default_factory=dict)
-    keys: set[str] = field(default_factory=set)
+    keys: set[bytes] = field(default_factory=set)
     #: inputs queued to ask in this run (their count; the inputs themselves go to the queue, not kept here)
     n_pending: int = 0
     _templates: dict[tuple, _KeyTemplate] = field(default_factory=dict)
@@ -436,6 +453,10 @@ class ModelWork:
     def n_keys(self) -> int:
         return len(self.keys)
 
+    def key_hexes(self) -> set[str]:
+        """The keys of the trials admitted so far, as the store writes them (hex)."""
+        return {d.hex() for d in self.keys}
+
     def admit(
         self, trials: Iterable[Trial], hashes: dict[ImageRecipe, str]
     ) -> tuple[list[tuple], list[tuple[str, str, str, int]], list[Pending]]:
@@ -448,12 +469,15 @@ class ModelWork:
             tpl = self._template(t)
             n = len(tpl.input.images)
             shas = [hashes[r] for r in t.images][:n] if n else []
-            key = hashlib.sha256(tpl.key_json(shas).encode()).hexdigest()
-            if key not in self.keys:
-                self.keys.add(key)
+            digest = hashlib.sha256(tpl.key_json(shas).encode()).digest()
+            key = digest.hex()  # what the store holds: the hex digest
+            if digest not in self.keys:
+                self.keys.add(digest)
                 requests.append((key, model.name, tpl.request_json(shas), tpl.logprobs))
-                if key not in self.answered and key not in self.claimed:
-                    self.claimed.add(key)
+                claimed = self.claimed
+                if key not in self.answered and (claimed is None or digest not in claimed):
+                    if claimed is not None:
+                        claimed.add(digest)
                     self.n_pending += 1
                     inp = tpl.input
                     if shas:
@@ -1069,7 +1093,23 @@ def check_models(models: Sequence[Model]) -> None:
 _RESUME_HINT = "Fix the cause, then run the same command again to resume."
 
 
-def _stored_health(keys: set[str], stored_errors: dict[str, tuple[str, str]], asked_now: dict[str, Any]
+def _digest_keys(by_hex: dict[str, Any]) -> dict[bytes, Any]:
+    """A table keyed by hex keys, keyed by their digests (as :class:`ModelWork` holds keys); a key that is not
+    a hex digest (no plan has it) is left out.
+
+    >>> _digest_keys({"0aff": 1, "zz": 2})
+    {b'\\n\\xff': 1}
+    """
+    out = {}
+    for k, v in by_hex.items():
+        try:
+            out[bytes.fromhex(k)] = v
+        except ValueError:
+            continue
+    return out
+
+
+def _stored_health(keys: set[Any], stored_errors: dict[Any, tuple[str, str]], asked_now: dict[str, Any]
                    ) -> dict[str, Any]:
     """A model's errors over the whole plan as the store holds them after this invocation (errors an earlier
     invocation stored count too; those re-asked with success do not), with this invocation's inputs not asked:
@@ -1150,7 +1190,8 @@ async def _execute(
     answered = store.answered_keys(include_errors=not retry_errors, missing_logprobs=lp)
     per_dec = model_decoding or {}
     works = []
-    claimed: set[str] = set()  # keys queued by any model: a byte-identical request is asked once per run
+    # keys (digests) queued by any model: a byte-identical request is asked once per run
+    claimed: set[bytes] | None = set() if len(models) > 1 else None
     for m in models:
         record_model(store, m)
         works.append(ModelWork(m, per_dec.get(m.name, decoding), answered, claimed))
@@ -1172,7 +1213,7 @@ async def _execute(
         # rendering pauses while a model has this many image inputs queued: a few batches per worker
         caps = [max(64, 4 * max(1, m.max_concurrency) * max(1, m.batch_size)) for m in models]
         feed = _Feed(queues, encoder_of, caps, pixels if want_pixels else None)
-        feed.encoded.need.update(r for t in plan.trials if len(t.images) > 1 for r in dict.fromkeys(t.images))
+        feed.encoded.need.update(index.multi)
 
         def admit(trial_ids: list[int]) -> None:
             if not trial_ids:
@@ -1265,7 +1306,7 @@ async def _execute(
         if commit.error is not None:  # the last answers could not be saved
             raise commit.stopped_error()
     per_model: dict[str, dict[str, Any]] = {}
-    stored_errors = store.stored_errors()
+    stored_errors = _digest_keys(store.stored_errors())
     for w, r in zip(works, results):
         per_model[w.model.name] = {"trials": w.n_trials, "distinct_inputs": w.n_keys, "pending": w.n_pending, **r,
                                    "stored": _stored_health(w.keys, stored_errors, r)}

@@ -316,11 +316,12 @@ class RunStore:
         records = (rows.astype(object).where(rows.notna(), None).to_dict("records") if hasattr(rows, "to_dict")
                    else rows)
         ps_row = (name, path, content_hash, len(rows), json.dumps(provenance, default=str))
-        case_rows = [(name, str(r["case_id"]), json.dumps(r, default=str)) for r in records]
 
         def write() -> None:
             self.db.execute("INSERT OR REPLACE INTO probe_sets VALUES(?, ?, ?, ?, ?)", ps_row)
-            self.db.executemany("INSERT OR IGNORE INTO cases VALUES(?, ?, ?)", case_rows)
+            # streamed: the rows' JSON (~800 bytes per case) is never held for the whole set at once
+            self.db.executemany("INSERT OR IGNORE INTO cases VALUES(?, ?, ?)",
+                                ((name, str(r["case_id"]), json.dumps(r, default=str)) for r in records))
 
         self._write(write)
 

@@ -122,7 +122,7 @@ def plan_models(cfg: RunConfig, names: Collection[str] | None = None, *, retry_e
                 work = ModelWork(model, dec, answered)
                 _, _, new = work.admit(plan.trials, hashes)
                 p = out.setdefault(spec.name, Planned(model))
-                p.keys |= work.keys
+                p.keys |= work.key_hexes()
                 for key, inp, recipes in new:
                     p.pending.append((key, _materialise(inp, recipes, cache) if render_pending else inp))
                     if recipes:

@@ -7,7 +7,9 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
+from medvlm_audit.plan import CompactTrials
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.grounding.conditions import IMAGE_OPS, Condition
 from medvlm_audit.suites.grounding.probeset import ProbeSet
@@ -44,9 +46,13 @@ def conditions_for(opts: GroundingOptions) -> list[Condition]:
 
 
 def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Plan:
-    plan = Plan()
+    """The trials of every case under every condition, held compactly (:class:`CompactTrials`: a 10,000-case
+    plan has 50,000 trials). An image two trials show (a case's image is another case's swap image) is one
+    recipe object."""
+    plan = Plan(trials=CompactTrials())
     conds = conditions_for(opts)
     messages: dict[str, tuple[Message, ...]] = {}
+    recipes: dict[ImageRecipe, ImageRecipe] = {}  # planning only: one object per distinct recipe
     for ps in probe_sets:
         plan.sources.append(PlanSource(ps.name, str(ps.image_root), ps.content_hash, ps.case_records(),
                                        ps.provenance))
@@ -64,6 +70,8 @@ def plan_grounding(probe_sets: Iterable[ProbeSet], opts: GroundingOptions) -> Pl
                     plan.skipped.append(Skip(ps.name, case.case_id, cond.name, reason))
                     continue
                 recipe = cond.recipe(case, resolve)
+                if recipe is not None:
+                    recipe = recipes.setdefault(recipe, recipe)
                 text = grounding_prompt(case, cond.prompt_variant)
                 msgs = messages.get(text)  # one message tuple per distinct question: a run holds few
                 if msgs is None:

@@ -4,9 +4,9 @@ On disk a probe set is a folder with ``manifest.parquet`` (one row per case) and
 (provenance: builder, parameters, seed, package version, content hash). Image paths point at the
 user's files (relative to ``image_root`` or absolute); source images are never copied or edited.
 
-:meth:`ProbeSet.load` reads the manifest with pyarrow into plain rows, so planning a run never imports pandas
-(issue 23: ~0.25 CPU-s of every invocation); the pandas table (``ProbeSet.df``) is read on first use. The rows are
-the values the pandas table holds (Python scalars, None where missing; checked against it in
+:meth:`ProbeSet.load` reads the manifest with pyarrow (its rows served from the Arrow columns), so planning a run
+never imports pandas (issue 23: ~0.25 CPU-s of every invocation); the pandas table (``ProbeSet.df``) is read on
+first use. The rows are the values the pandas table holds (Python scalars, None where missing; checked against it in
 tests/test_lean_run_path.py); a manifest whose column types the rows cannot mirror exactly (a list, date or
 text-typed number column) is read with pandas as before. The content hash is pandas' (it is recorded in every run
 store): ``save`` records it beside the manifest file's SHA-256 in ``probeset.json``, and ``load`` takes it from
@@ -21,7 +21,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -93,13 +93,65 @@ def _none(v: Any) -> Any:
     return v
 
 
+class _ArrowColumn:
+    """A manifest column kept as its Arrow array (a few bytes per value) and turned into Python values, normalised
+    by ``norm``, only when read: a column of distinct texts or of floats held as Python objects costs ~60 bytes
+    per row for the whole run (issue 23: 6.9 MB of a 10,000-case manifest, against ~1 MB as Arrow arrays)."""
+
+    __slots__ = ("arr", "norm")
+
+    def __init__(self, arr: Any, norm: Callable[[list[Any]], list[Any]] | None) -> None:
+        self.arr, self.norm = arr, norm
+
+    def values(self, start: int = 0, stop: int | None = None) -> list[Any]:
+        arr = self.arr
+        if start or stop is not None:
+            arr = arr.slice(start, (len(arr) if stop is None else stop) - start)
+        vals = arr.to_pylist()
+        return vals if self.norm is None else self.norm(vals)
+
+
+class _Constant:
+    """A column of one value (an optional column the manifest lacks)."""
+
+    __slots__ = ("n", "value")
+
+    def __init__(self, value: Any, n: int) -> None:
+        self.value, self.n = value, n
+
+    def values(self, start: int = 0, stop: int | None = None) -> list[Any]:
+        return [self.value] * ((self.n if stop is None else stop) - start)
+
+
+def _bools(vals: list[Any]) -> list[Any]:
+    return [bool(v) for v in vals]  # fillna(False).astype(bool)
+
+
+def _float_values(vals: list[Any]) -> list[Any]:
+    return [None if v is None or v != v else float(v) for v in vals]
+
+
+def _nan_none(vals: list[Any]) -> list[Any]:
+    return [None if v is None or v != v else v for v in vals]
+
+
+def _int_as_float(vals: list[Any]) -> list[Any]:
+    return [None if v is None else float(v) for v in vals]
+
+
 class ManifestRows(Sequence[dict[str, Any]]):
-    """A manifest's rows kept as columns (as compact as a table: a 10,000-case manifest as dicts held ~15 MB for
-    the whole run), each row a dict built when it is read."""
+    """A manifest's rows kept as its Arrow columns, turned into Python values (pandas' values: normalised per
+    column) a block of rows at a time as they are read, each row a dict built when it is read. A 10,000-case
+    manifest holds ~3 MB of Arrow arrays for the whole run, against 6.9 MB as Python lists (the strings and floats
+    of every row as objects) and ~15 MB as dicts; reading the rows again costs a conversion (~10 ms per 10,000
+    rows), done a few times per run (validation, the store's copy, planning)."""
 
     __slots__ = ("_cols", "_names", "_n")
 
-    def __init__(self, cols: dict[str, list[Any]], n: int) -> None:
+    #: rows turned into Python values at a time while iterating
+    BLOCK = 2048
+
+    def __init__(self, cols: dict[str, _ArrowColumn | _Constant], n: int) -> None:
         self._cols, self._names, self._n = cols, list(cols), n
 
     def __len__(self) -> int:
@@ -118,15 +170,18 @@ class ManifestRows(Sequence[dict[str, Any]]):
             i += self._n
         if not 0 <= i < self._n:
             raise IndexError(i)
-        return {c: v[i] for c, v in self._cols.items()}
+        return {c: v.values(i, i + 1)[0] for c, v in self._cols.items()}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         names = self._names
-        for vals in zip(*self._cols.values()):
-            yield dict(zip(names, vals))
+        for start in range(0, self._n, self.BLOCK):
+            stop = min(start + self.BLOCK, self._n)
+            block = [v.values(start, stop) for v in self._cols.values()]
+            for vals in zip(*block):
+                yield dict(zip(names, vals))
 
     def column(self, name: str) -> list[Any]:
-        return self._cols[name]
+        return self._cols[name].values()
 
 
 class ProbeSet:
@@ -382,26 +437,26 @@ def manifest_rows(raw: bytes) -> ManifestRows | None:
         return None
     if kinds.get("ibox_overlaps", "null") not in ("bool", "null"):
         return None
-    cols: dict[str, list[Any]] = {}
+    cols: dict[str, _ArrowColumn | _Constant] = {}
     n = table.num_rows
     for c in names:
-        vals = table.column(c).to_pylist()
+        arr = table.column(c).combine_chunks()
         if c in FLOAT_COLUMNS:
-            vals = [None if v is None or v != v else float(v) for v in vals]
+            cols[c] = _ArrowColumn(arr, _float_values)
         elif c == "ibox_overlaps":
-            vals = [bool(v) for v in vals]  # fillna(False).astype(bool)
-        elif kinds[c] == "int" and c not in INT_COLUMNS and None in vals:
-            if not numpy_types.get(c, "").lstrip("U").startswith("Int"):  # not a nullable-integer column
-                vals = [None if v is None else float(v) for v in vals]  # pandas reads it as float64
+            cols[c] = _ArrowColumn(arr, _bools)
+        elif kinds[c] == "int" and c not in INT_COLUMNS and arr.null_count:
+            if numpy_types.get(c, "").lstrip("U").startswith("Int"):  # a nullable-integer column
+                cols[c] = _ArrowColumn(arr, None)
+            else:
+                cols[c] = _ArrowColumn(arr, _int_as_float)  # pandas reads it as float64
         elif kinds[c] == "float":
-            vals = [None if v is None or v != v else v for v in vals]
-        elif kinds[c] == "str":  # one object per distinct text (finding, sex, view... repeat in every row)
-            seen: dict[str, str] = {}
-            vals = [v if v is None else seen.setdefault(v, v) for v in vals]
-        cols[c] = vals
+            cols[c] = _ArrowColumn(arr, _nan_none)
+        else:  # texts, ints, booleans, nulls: Arrow's values are pandas' (``astype(object)``, None where missing)
+            cols[c] = _ArrowColumn(arr, None)
     for col, fill in OPTIONAL_COLUMNS.items():
         if col not in cols:
-            cols[col] = [False if fill is False else None] * n
+            cols[col] = _Constant(False if fill is False else None, n)
     return ManifestRows(cols, n)
 
 
