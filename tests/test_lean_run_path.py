@@ -17,30 +17,38 @@ from medvlm_audit.suites.grounding.probeset import MANIFEST, ProbeSet
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
+def _run_listing_imports(tmp_path: Path, suite: str, probe_sets: str, timeout: int = 120):
+    """``medvlm-audit run`` of an HTTP-model config of ``suite`` against the fake server in its own process under
+    ``-X importtime``: (the finished process, the names of every module it imported)."""
+    import os
+    import subprocess
+    import sys
+
+    from medvlm_audit.testing.fake_openai import ThreadedFakeServer
+
+    with ThreadedFakeServer() as srv:
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(f"suite: {suite}\nprobe_sets: [{probe_sets}]\nrun_dir: {tmp_path / 'run'}\n"
+                       f"models: [{{name: vlm, backend: openai, model: fake-vlm, base_urls: [{srv.base_url}]}}]\n")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                            os.environ.get("PYTHONPATH", "")])}
+        res = subprocess.run([sys.executable, "-X", "importtime", "-m", "medvlm_audit", "run", str(cfg),
+                              "--no-progress", "--no-report"], capture_output=True, text=True, env=env,
+                             timeout=timeout)
+    assert res.returncode == 0, res.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    return res, imported
+
+
 @pytest.mark.slow
 def test_http_grounding_run_imports_no_pandas(tmp_path: Path) -> None:
     """`medvlm-audit run` of an HTTP-model grounding config against the fake server, in its own process: every
     module it imports is listed by ``-X importtime``; pandas (~0.25 CPU-s of each invocation) is not among them,
     and the run still leaves its results files."""
-    import os
-    import subprocess
-    import sys
-
     from conftest import make_tiny_probeset
 
-    from medvlm_audit.testing.fake_openai import ThreadedFakeServer
-
     make_tiny_probeset(tmp_path / "data", n=6)
-    with ThreadedFakeServer() as srv:
-        cfg = tmp_path / "run.yaml"
-        cfg.write_text(f"suite: grounding\nprobe_sets: [{tmp_path / 'data' / 'probeset'}]\nrun_dir: {tmp_path / 'run'}\n"
-                       f"models: [{{name: vlm, backend: openai, model: fake-vlm, base_urls: [{srv.base_url}]}}]\n")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
-                                                            os.environ.get("PYTHONPATH", "")])}
-        res = subprocess.run([sys.executable, "-X", "importtime", "-m", "medvlm_audit", "run", str(cfg),
-                              "--no-progress", "--no-report"], capture_output=True, text=True, env=env, timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    _, imported = _run_listing_imports(tmp_path, "grounding", str(tmp_path / "data" / "probeset"))
     assert "medvlm_audit.api" in imported  # the listing works
     assert "pandas" not in imported, "a run of an HTTP grounding config imported pandas"
     assert (tmp_path / "run" / "results.csv").exists() and (tmp_path / "run" / "results.parquet").exists()
@@ -51,22 +59,7 @@ def test_http_grounding_run_imports_no_pandas(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_http_stress_run_imports_no_pandas(tmp_path: Path) -> None:
     """The same for a stress run of the phantom MCQ set: no pandas, its results files and its warning printed."""
-    import os
-    import subprocess
-    import sys
-
-    from medvlm_audit.testing.fake_openai import ThreadedFakeServer
-
-    with ThreadedFakeServer() as srv:
-        cfg = tmp_path / "run.yaml"
-        cfg.write_text(f"suite: stress\nprobe_sets: [phantom]\nrun_dir: {tmp_path / 'run'}\n"
-                       f"models: [{{name: vlm, backend: openai, model: fake-vlm, base_urls: [{srv.base_url}]}}]\n")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
-                                                            os.environ.get("PYTHONPATH", "")])}
-        res = subprocess.run([sys.executable, "-X", "importtime", "-m", "medvlm_audit", "run", str(cfg),
-                              "--no-progress", "--no-report"], capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time:")}
+    res, imported = _run_listing_imports(tmp_path, "stress", "phantom", timeout=300)
     assert "medvlm_audit.suites.stress.parse_rates" in imported  # the warning was read without pandas
     assert "pandas" not in imported, "a run of an HTTP stress config imported pandas"
     from medvlm_audit.suites.stress.analysis import parse_rate_lines
@@ -254,16 +247,23 @@ def test_infer_dtype_is_pandas_inference(values: list) -> None:
     assert {"object": "object", "str": "str", "float64": "float64", "int64": "int64", "bool": "bool"}[got] == want
 
 
-def _export_bytes_both_ways(run_dir: Path) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes]]:
+def _bytes_both_ways(run_dir: Path, lean_tidy, pandas_tidy) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes]]:
+    """(CSV, Parquet) bytes of a run's export from the pandas-free table (None: the suite fell back to pandas)
+    and from the pandas tidy table (the oracle)."""
     from medvlm_audit import atomic, columns
     from medvlm_audit.store import RunStore
-    from medvlm_audit.suites.grounding.suite import tidy_grounding, tidy_grounding_columns
 
     with RunStore.open_dir(run_dir, readonly=True) as store:
-        lean = tidy_grounding_columns(store)
-        df = tidy_grounding(store)
+        lean = lean_tidy(store)
+        df = pandas_tidy(store)
     want = (atomic.csv_bytes(df), atomic.parquet_bytes(df))
     return (None if lean is None else (columns.csv_bytes(lean), columns.parquet_bytes(lean))), want
+
+
+def _export_bytes_both_ways(run_dir: Path) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes]]:
+    from medvlm_audit.suites.grounding.suite import tidy_grounding, tidy_grounding_columns
+
+    return _bytes_both_ways(run_dir, tidy_grounding_columns, tidy_grounding)
 
 
 @pytest.fixture(scope="module")
@@ -439,15 +439,9 @@ def stress_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _stress_bytes_both_ways(run_dir: Path) -> tuple[tuple[bytes, bytes] | None, tuple[bytes, bytes]]:
-    from medvlm_audit import atomic, columns
-    from medvlm_audit.store import RunStore
     from medvlm_audit.suites.stress.suite import tidy_stress, tidy_stress_columns
 
-    with RunStore.open_dir(run_dir, readonly=True) as store:
-        lean = tidy_stress_columns(store)
-        df = tidy_stress(store)
-    want = (atomic.csv_bytes(df), atomic.parquet_bytes(df))
-    return (None if lean is None else (columns.csv_bytes(lean), columns.parquet_bytes(lean))), want
+    return _bytes_both_ways(run_dir, tidy_stress_columns, tidy_stress)
 
 
 @pytest.mark.slow
