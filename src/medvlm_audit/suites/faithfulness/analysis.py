@@ -36,6 +36,7 @@ import pandas as pd
 
 from medvlm_audit import stats
 from medvlm_audit.export import expand_payload
+from medvlm_audit.health import ASSESSABLE_PARSE_RATE  # the floor every suite shares (DESIGN.md)
 from medvlm_audit.results import COMPARISONS_COLUMNS, MetricRow, metrics_frame
 from medvlm_audit.suites.faithfulness.judge import (
     STATUSES,
@@ -234,8 +235,6 @@ def _subsets(df: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
     return out
 
 
-#: a model whose parse rate in a condition is below this is not assessable there (DESIGN.md, every suite)
-ASSESSABLE_PARSE_RATE = 0.5
 
 
 def _not_assessable(parsed: np.ndarray, responded: np.ndarray, mask: np.ndarray, what: str) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from medvlm_audit import stats
+from medvlm_audit.health import ASSESSABLE_PARSE_RATE  # the floor every suite shares (DESIGN.md)
 from medvlm_audit.results import METRICS_COLUMNS
 from medvlm_audit.suites.grounding.categories import (
     SUPPORT_DRAWS,
@@ -111,8 +112,6 @@ def _main_rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, Rate]]:
     return out
 
 
-#: a model whose parse rate under a condition is below this is not assessable for every metric using it
-ASSESSABLE_PARSE_RATE = 0.5
 #: the conditions each metric reads (parse-rate rows read none: they are the parse rate)
 METRIC_CONDITIONS: dict[str, tuple[str, ...]] = {
     "accuracy": ("original",), "sensitivity": ("original",), "specificity": ("original",),

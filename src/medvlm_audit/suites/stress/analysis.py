@@ -45,16 +45,12 @@ from medvlm_audit import stats
 from medvlm_audit.results import MetricRow, metrics_frame
 from medvlm_audit.scorers.option import STATUSES
 from medvlm_audit.suites.stress.items import LETTERS
+from medvlm_audit.suites.stress.parse_rates import ASSESSABLE_PARSE_RATE, NOT_ASSESSABLE
 from medvlm_audit.suites.stress.robustness import StressAccuracies, robustness_score, robustness_score_arrays
 from medvlm_audit.suites.stress.scoring import normalize_tidy, score_stress  # noqa: F401  (score_stress re-exported)
 from medvlm_audit.suites.stress.verdicts import VERDICT_COLUMNS, Evidence, evidence_text, verdict_table
 
 SUBSETS: tuple[str, ...] = ("all", "required", "substitution")
-#: a model whose parse rate under a condition is below this is ``not assessable`` there: no accuracy, change or
-#: robustness term is computed from that condition (DESIGN.md, stress audit; issue 21 item 3)
-ASSESSABLE_PARSE_RATE = 0.5
-#: the word every not-assessable row, note and verdict starts with
-NOT_ASSESSABLE = "not assessable"
 
 # -------------------------------------------------------------------------------------------- scoring
 

@@ -10,8 +10,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: the analysis's assessable floor and its words (medvlm_audit.suites.stress.analysis)
-ASSESSABLE_PARSE_RATE = 0.5
+from medvlm_audit.health import ASSESSABLE_PARSE_RATE  # the floor every suite shares (DESIGN.md)
+
+#: the word every not-assessable row, note and verdict of the stress suite starts with
 NOT_ASSESSABLE = "not assessable"
 _RESPONDED = ("answer", "abstain", "refusal", "unparsed")
 #: what the cube needs of the table (a KeyError there: no lines)
