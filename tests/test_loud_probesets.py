@@ -171,6 +171,30 @@ def test_allow_outside_root_is_explicit_said_in_the_summary_and_checked_at_run_t
     assert ps.resolve("im1.png") == tmp_path / "imgs" / "im1.png"
 
 
+def test_outside_root_follows_symlinked_folders_and_files_as_resolve_does(tmp_path: Path) -> None:
+    """The per-folder shortcut (each folder resolved once, one lstat per file) judges every path as a full
+    ``resolve()`` does: a folder symlinked out of the root, a file symlinked out, a symlink that stays inside,
+    a missing file, nested folders."""
+    from medvlm_audit.suites.grounding.probeset import outside_root
+
+    root = tmp_path / "imgs"
+    _images(root / "sub" / "deep", 2)
+    _images(tmp_path / "elsewhere", 2)
+    (root / "out_dir").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (root / "sub" / "in_link.png").symlink_to(root / "sub" / "deep" / "im0.png")
+    (root / "sub" / "out_link.png").symlink_to(tmp_path / "elsewhere" / "im1.png")
+    (root / "alias").symlink_to(root / "sub", target_is_directory=True)
+    paths = ["sub/deep/im0.png", "sub/in_link.png", "sub/out_link.png", "out_dir/im0.png", "out_dir/missing.png",
+             "sub/missing.png", "alias/deep/im1.png", "alias/out_link.png", "./sub/deep/im1.png"]
+    got = {p: outside_root(p, root) for p in paths}
+    for p, why in got.items():  # the oracle: resolve() of the whole path against the real root
+        real = (root.resolve() / p).resolve()
+        inside = real == root.resolve() or root.resolve() in real.parents
+        assert (why is None) == inside, (p, why)
+    assert got["sub/deep/im0.png"] is None and got["alias/deep/im1.png"] is None
+    assert "a symlink out of the root" in got["out_dir/im0.png"] and "a symlink out" in got["alias/out_link.png"]
+
+
 @pytest.mark.parametrize("bad", ["column", "label", "case_id"])
 def test_a_build_that_fails_validation_creates_no_output_folder(tmp_path: Path, bad: str) -> None:
     from typer.testing import CliRunner
