@@ -138,10 +138,11 @@ def test_images_are_encoded_by_render_workers_and_arrive_exact(tmp_path: Path, r
     got = {pixel_sha256(decode_data_url(u)) for u in urls}
     assert got == set(df.image_sha256)
     assert np.all(df.groupby("case_id").image_sha256.nunique() == 3)
-    # workers ship compact PNG bytes (not base64 data URLs); the model frames them where it builds the body
-    assert all(b.startswith(b"\x89PNG\r\n\x1a\n") for b in shipped.values())
-    framed = {"data:image/png;base64," + base64.b64encode(b).decode() for b in shipped.values()}
-    assert set(urls) == framed
+    # workers ship each image as the model sends it, its data URL (PNG encoding and base64 both done beside
+    # the event loop), and the body carries exactly those bytes
+    assert all(b.startswith(b"data:image/png;base64,iVBORw0KGgo") for b in shipped.values())
+    assert set(urls) == {b.decode("ascii") for b in shipped.values()}
+    assert all(base64.b64decode(b.split(b",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n") for b in shipped.values())
 
 
 def test_template_keys_equal_the_documented_key_function(tmp_path: Path) -> None:
@@ -346,3 +347,56 @@ def test_source_keys_equal_each_recipe_s_cache_key_from_one_stat_per_file(tmp_pa
     assert keys.pop(r) == want[r] and r not in keys and len(keys) == len(recipes) - 1
     with pytest.raises(KeyError):
         keys[r]
+
+
+def test_answers_and_plan_rows_are_committed_by_the_writer_thread_as_they_arrive(tmp_path: Path, monkeypatch) -> None:
+    """During a run only the writer thread writes the store (SQLite's work beside the event loop), each answer is
+    committed while the run goes on (not all at the end), and every answer and plan row is in the store after."""
+    import threading
+
+    ps = make_tiny_probeset(tmp_path / "data", n=8)
+    writes: list[tuple[str, str, int]] = []
+    seen_mid_run: list[int] = []
+    put, plan_rows = RunStore.put_responses, RunStore.add_plan_rows
+
+    def spy_put(self, items, **kw):
+        writes.append(("answers", threading.current_thread().name, len(items)))
+        return put(self, items, **kw)
+
+    def spy_plan(self, *a, **kw):
+        writes.append(("plan", threading.current_thread().name, sum(map(len, a))))
+        return plan_rows(self, *a, **kw)
+
+    monkeypatch.setattr(RunStore, "put_responses", spy_put)
+    monkeypatch.setattr(RunStore, "add_plan_rows", spy_plan)
+    path = tmp_path / "run.sqlite"
+
+    async def go() -> None:
+        async with FakeOpenAIServer(delay_ms=20) as srv:
+            m = OpenAIChatModel("vlm", "fake-vlm", srv.base_url, max_concurrency=1)
+            store = RunStore(path)
+
+            async def watch() -> None:  # what another reader of the store sees while the run goes on
+                import sqlite3
+
+                while True:
+                    await asyncio.sleep(0.05)
+                    db = sqlite3.connect(path)
+                    seen_mid_run.append(db.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+                    db.close()
+
+            w = asyncio.ensure_future(watch())
+            try:
+                await execute(store, plan_grounding([ps], OPTS), [m], Decoding(max_new_tokens=4), progress=False)
+            finally:
+                w.cancel()
+            store.close()
+
+    asyncio.run(go())
+    names = {name for _, name, _ in writes}
+    assert names == {"medvlm-store-writer"}, writes
+    assert sum(n for kind, _, n in writes if kind == "answers") == 24
+    assert any(0 < n < 24 for n in seen_mid_run), seen_mid_run  # answers were visible mid-run
+    store = RunStore(path, readonly=True)
+    assert store.db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 24
+    assert store.db.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 24

@@ -9,7 +9,8 @@ Before any model call every source file is checked (exists, header decodes, PNG 
 rendered, hashed and (for HTTP models) encoded by workers while the models already answer the inputs keyed
 so far, so the image work overlaps the model time. Workers are processes when every image model takes
 encoded bytes (they then run beside the event loop, which threads cannot: they share its GIL), else threads.
-An input is queued once its image is ready, so the event loop never renders. A source whose pixel data
+An input is queued once its image is ready, so the event loop never renders. Answers and the plan's rows
+are committed by one writer thread, beside the event loop. A source whose pixel data
 fails to decode later stops the run with an error naming the case; every answer committed until then stays
 in the store and a rerun resumes.
 
@@ -28,6 +29,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import queue
 import re
 import signal
 import sys
@@ -40,13 +42,14 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own escaping (ensure_ascii)
+from queue import Empty
 from typing import Any, Literal, Self
 
 import numpy as np
 
 from medvlm_audit.aio import run_sync
 from medvlm_audit.config import default_render_workers
-from medvlm_audit.errors import EndpointError, ImageError, StoreError, StoreLockedError
+from medvlm_audit.errors import EndpointError, ImageError, StoreError
 from medvlm_audit.images import ImageRecipe, PixelCache, SourceCache, check_image_header
 from medvlm_audit.models.base import (
     NOT_ASKED,
@@ -692,9 +695,9 @@ class _Room:
 
 
 class _Encoded:
-    """The encoded images (compact bytes, e.g. PNG) render workers made for the models' encoders, each kept
-    until the last queued input that needs it was handed to its model: (recipe, encoder index) -> bytes,
-    with use counts."""
+    """The encoded images (as each model sends them, e.g. a PNG's data URL) render workers made for the models'
+    encoders, each kept until the last queued input that needs it was handed to its model: (recipe, encoder
+    index) -> bytes, with use counts."""
 
     def __init__(self) -> None:
         self.data: dict[tuple[ImageRecipe, int], bytes] = {}
@@ -861,11 +864,15 @@ class _Feed:
 
 class _PlanRows:
     """Trial, request and image-hash rows, written in large transactions. They are derivable from the plan
-    (a resumed run writes them again), so unlike answers they need not be committed one by one."""
+    (a resumed run writes them again), so unlike answers they need not be committed one by one. ``sink`` takes
+    each batch (the run's :class:`_GroupCommit`, whose writer thread commits it); without one they are written
+    here."""
 
-    def __init__(self, store: RunStore, max_rows: int = 5_000) -> None:
+    def __init__(self, store: RunStore, max_rows: int = 5_000,
+                 sink: Callable[[dict[str, list[tuple]]], None] | None = None) -> None:
         self.store = store
         self.max_rows = max_rows
+        self.sink = sink
         self.rows: dict[str, list[tuple]] = {"trials": [], "requests": [], "image_hashes": []}
         self.n = 0
 
@@ -879,68 +886,97 @@ class _PlanRows:
     def flush(self) -> None:
         if not self.n:
             return
-        self.store.add_plan_rows(self.rows["image_hashes"], self.rows["trials"], self.rows["requests"])
-        self.rows = {k: [] for k in self.rows}
-        self.n = 0
+        rows, self.rows, self.n = self.rows, {k: [] for k in self.rows}, 0
+        if self.sink is not None:
+            self.sink(rows)
+        else:
+            self.store.add_plan_rows(rows["image_hashes"], rows["trials"], rows["requests"])
+
+
+_STOP = object()
 
 
 class _GroupCommit:
-    """Commits answers at the end of the event-loop turn in which they arrive, all of that turn's answers in
-    one transaction: nothing is awaited between an answer's arrival and its commit.
+    """Commits the run's writes from one writer thread: each answer is handed over as it arrives and committed
+    at once, with every answer that arrived while the previous commit ran, in one transaction (nothing waits
+    for a timer or a batch size). The plan's rows (:class:`_PlanRows`) go through the same thread, so during a
+    run only this thread uses the store's connection. SQLite runs without the GIL, so commits proceed beside
+    the event loop instead of between its turns.
 
-    While another process holds the store's write lock the answers stay buffered and the commit is retried
-    with backoff (off the event loop's critical path) for up to the store's ``lock_wait_s``; a commit that
-    still fails (locked too long, disk full, read-only file) sets ``failed``, which stops the run at once.
-    Answers are never dropped without being counted in ``unsaved``."""
+    While another process holds the store's write lock a commit is retried with backoff (in this thread) for up
+    to the store's ``lock_wait_s``; a commit that still fails (locked too long, disk full, read-only file) sets
+    ``error`` and resolves ``failed`` on the loop, which stops the run at once; nothing more is committed.
+    Answers are never dropped without being counted in ``unsaved``. :meth:`flush` with ``final=True`` (from
+    the loop's thread, after the last answer) waits until everything handed over is committed."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
-        self.buf: list[tuple[str, Response]] = []
+        self.added = 0
         self.saved = 0
         self.error: StoreError | None = None
-        self.failed: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._scheduled = False
-        self._locked_since: float | None = None
-        self._pause = 0.02
+        self._loop = asyncio.get_running_loop()
+        self.failed: asyncio.Future = self._loop.create_future()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = threading.Thread(target=self._write, name="medvlm-store-writer",
+                                                                 daemon=True)
+        self._thread.start()
 
     @property
     def unsaved(self) -> int:
-        return len(self.buf)
+        return self.added - self.saved
 
     def add(self, key: str, resp: Response) -> None:
-        self.buf.append((key, resp))
-        if not self._scheduled and self.error is None:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+        self.added += 1
+        self._queue.put((key, resp))
+
+    def add_plan(self, rows: dict[str, list[tuple]]) -> None:
+        self._queue.put(rows)
+
+    def _write(self) -> None:
+        q = self._queue
+        stop = False
+        while not stop:
+            items = [q.get()]
+            while True:  # everything handed over meanwhile joins this transaction
+                try:
+                    items.append(q.get_nowait())
+                except Empty:
+                    break
+            stop = any(i is _STOP for i in items)
+            answers = [i for i in items if type(i) is tuple]
+            try:
+                # the plan's rows first, in their own transaction: a failing answer commit does not take them along
+                for rows in (i for i in items if type(i) is dict):
+                    self.store.add_plan_rows(rows["image_hashes"], rows["trials"], rows["requests"])
+                if answers:
+                    self.store.put_responses(answers)  # one transaction, retried while another process holds the lock
+            except StoreError as e:
+                self._fail(e)
+                return
+            except BaseException as e:  # noqa: BLE001  never die silently: the run must stop
+                self._fail(StoreError(f"cannot save answers to the run store {self.store.path}: {e}", str(e)))
+                return
+            self.saved += len(answers)
 
     def flush(self, final: bool = False) -> None:
-        self._scheduled = False
-        if not self.buf or self.error is not None:
+        """With ``final``: wait until every write handed over is committed (or has failed), then end the writer."""
+        if not final or self._thread is None:
             return
-        try:
-            # a single non-blocking attempt inside the loop; the final flush may wait out the lock
-            self.store.put_responses(self.buf, wait_s=None if final else 0)
-        except StoreLockedError as e:
-            now = time.monotonic()
-            self._locked_since = self._locked_since or now
-            if not final and now - self._locked_since < self.store.lock_wait_s:
-                self._scheduled = True
-                asyncio.get_running_loop().call_later(self._pause, self.flush)
-                self._pause = min(self._pause * 2, 1.0)
-                return
-            cause = f"database is locked (another process held its write lock for more than {self.store.lock_wait_s:g} s)"
-            self._fail(StoreLockedError(str(e), cause))
-        except StoreError as e:
-            self._fail(e)
-        else:
-            self.saved += len(self.buf)
-            self.buf = []
-            self._locked_since, self._pause = None, 0.02
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
 
     def _fail(self, e: StoreError) -> None:
         self.error = e
-        if not self.failed.done():
-            self.failed.set_result(None)
+
+        def resolve() -> None:
+            if not self.failed.done():
+                self.failed.set_result(None)
+
+        try:
+            self._loop.call_soon_threadsafe(resolve)
+        except RuntimeError:  # the loop has closed: the final flush reads ``error``
+            pass
 
     def stopped_error(self) -> StoreError:
         """The one-line error of a run stopped by a failed commit: cause, what is kept, how to resume."""
@@ -1208,7 +1244,8 @@ async def _execute(
 
     with _progress(progress, works) as bar:
 
-        planned = _PlanRows(store)
+        # the plan's rows go through the commit's writer thread (made below, beside the models' workers)
+        planned = _PlanRows(store, sink=lambda rows: commit.add_plan(rows))
 
         # rendering pauses while a model has this many image inputs queued: a few batches per worker
         caps = [max(64, 4 * max(1, m.max_concurrency) * max(1, m.batch_size)) for m in models]

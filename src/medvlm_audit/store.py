@@ -104,7 +104,7 @@ def _utf8(text: str | None) -> str | None:
 
 
 class RunStore:
-    """Thin typed wrapper over the run's SQLite file. Use from one thread (the runner's event loop).
+    """Thin typed wrapper over the run's SQLite file. Use from one thread at a time (in a run: its writer thread).
 
     Every write runs in its own ``BEGIN IMMEDIATE`` transaction; while another process holds the write lock it
     is retried with backoff for up to ``lock_wait_s`` seconds, then fails with :class:`StoreLockedError`. Any
@@ -428,7 +428,8 @@ class RunStore:
         self.put_responses([(key, r)])
 
     def put_responses(self, items: Sequence[tuple[str, Response]], *, wait_s: float | None = None) -> None:
-        """Commit answers in one transaction (the runner's group commit of one event-loop turn).
+        """Commit answers in one transaction (the runner's writer thread: the answers that arrived while it
+        committed the previous ones).
 
         ``wait_s``: how long to retry while another process holds the write lock (default ``lock_wait_s``)."""
         now = time.time()

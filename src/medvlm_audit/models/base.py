@@ -230,11 +230,11 @@ class Model:
         raise NotImplementedError
 
     def image_encoder(self) -> Callable[[np.ndarray], bytes] | None:
-        """A picklable pure function from final pixels to the compact encoded image this model sends (e.g.
-        PNG bytes; any framing such as a base64 data URL is the model's, where it builds the request), or None.
+        """A picklable pure function from final pixels to the image bytes this model puts in its requests (e.g.
+        the ASCII data URL of the PNG, base64 included), or None.
 
         The runner may run it in its render workers (beside the event loop) and hand the bytes back
-        through :meth:`prime_image`, so request building does not encode on the event loop."""
+        through :meth:`prime_image`, so request building neither encodes nor frames on the event loop."""
         return None
 
     def prime_image(self, sha256: str, encoded: bytes) -> None:

@@ -55,7 +55,7 @@ from medvlm_audit.models.base import (
     ModelInput,
     Response,
 )
-from medvlm_audit.models.encoding import data_url_prefix, encode_image
+from medvlm_audit.models.encoding import data_url_bytes
 from medvlm_audit.models.flavours import FLAVOURS, UNKNOWN, implies_reasoning, request_fields
 from medvlm_audit.models.flavours import check as check_flavour
 from medvlm_audit.models.flavours import effective as effective_decoding
@@ -161,16 +161,15 @@ class _Endpoint:
 
 
 class _DataUrlCache:
-    """LRU of encoded images keyed by pixel hash, bounded in bytes: one image is often asked with several
-    prompts (and a swap partner is another case's original image). It keeps the compact encoded bytes (PNG
-    or JPEG, as render workers hand them over through ``prime_image``); the base64 data-URL framing is done
-    by :meth:`get`, where a request body is built."""
+    """LRU of images' data URLs (ASCII bytes, ``data:image/png;base64,...``) keyed by pixel hash, bounded in
+    bytes: one image is often asked with several prompts (and a swap partner is another case's original
+    image). Render workers hand them over framed (``prime_image``), so neither the encoding nor the base64
+    runs on the event loop; an image not handed over is encoded by :meth:`get`."""
 
     def __init__(self, max_bytes: int, fmt: str, png_level: int) -> None:
         self.max_bytes = max_bytes
         self.fmt = fmt
         self.png_level = png_level
-        self.prefix = data_url_prefix(fmt)
         self._lru = LRU(max_bytes=max_bytes)
 
     @property
@@ -178,20 +177,20 @@ class _DataUrlCache:
         return self._lru.nbytes
 
     def peek(self, image: ImageData) -> bytes | None:
-        """The image's encoded bytes when kept (not framed)."""
+        """The image's data URL when kept."""
         return self._lru.peek(image.sha256)
 
-    def put(self, key: str, encoded: bytes) -> None:
-        self._lru.put(key, encoded)
+    def put(self, key: str, url: bytes) -> None:
+        self._lru.put(key, url)
 
     def get(self, image: ImageData) -> bytes:
         """The image's data URL (ASCII bytes), encoding its pixels when they are not kept."""
         key = image.sha256
-        encoded = self._lru.get(key)
-        if encoded is None:
-            encoded = encode_image(image.pixels, self.fmt, self.png_level)
-            self.put(key, encoded)
-        return self.prefix + base64.b64encode(encoded)
+        url = self._lru.get(key)
+        if url is None:
+            url = data_url_bytes(image.pixels, self.fmt, self.png_level)
+            self.put(key, url)
+        return url
 
 
 class _Failure:
@@ -390,11 +389,11 @@ class OpenAIChatModel(Model):
         return h
 
     def image_encoder(self) -> Callable[[np.ndarray], bytes] | None:
-        """The encoded image (PNG or JPEG bytes) this client sends, framed as a data URL where the request is
-        built (so the runner can encode in its render workers and ship compact bytes back)."""
+        """The image as this client splices it into a request: its data URL (ASCII bytes of the base64 PNG or
+        JPEG), so the runner's render workers do the encoding and the base64 beside the event loop."""
         if self.modality == "text_only":
             return None
-        return functools.partial(encode_image, fmt=self.image_format, png_level=self.png_level)
+        return functools.partial(data_url_bytes, fmt=self.image_format, png_level=self.png_level)
 
     def prime_image(self, sha256: str, encoded: bytes) -> None:
         self._images.put(sha256, encoded)
