@@ -220,13 +220,36 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _read_results(run_dir: Path) -> pd.DataFrame:
+def _read_results(run_dir: Path, suite: Any = None) -> pd.DataFrame:
+    """The run's tidy table: results.parquet (or results.csv); where neither is there (a read-only copy, an
+    export never written), the table `export` would write, built in memory from the run store through the
+    suite's tidy (its Parquet bytes read back, so the dtypes are the file's); nothing is written."""
     pq, csv = run_dir / "results.parquet", run_dir / "results.csv"
     if pq.is_file():
         return pd.read_parquet(pq)
     if csv.is_file():
         return pd.read_csv(csv)
+    if callable(getattr(suite, "tidy", None)):
+        return results_in_memory(run_dir, suite)
     raise AuditError(f"{run_dir}: no results table (results.parquet); write it with `medvlm-audit export {run_dir}`")
+
+
+def results_in_memory(run_dir: Path, suite: Any) -> pd.DataFrame:
+    """The results table `export` writes, built from the run store (opened read-only) without writing a file."""
+    import io
+
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        tidy_columns = getattr(suite, "tidy_columns", None)
+        cols = tidy_columns(store) if callable(tidy_columns) else None
+        if cols is not None:
+            from medvlm_audit.columns import parquet_bytes as column_parquet
+
+            data = column_parquet(cols)
+        else:
+            from medvlm_audit.atomic import parquet_bytes
+
+            data = parquet_bytes(suite.tidy(store))
+    return pd.read_parquet(io.BytesIO(data))
 
 
 def _flips(df: pd.DataFrame, spec: ViewSpec) -> pd.Series:
@@ -264,7 +287,8 @@ def _categories(run_dir: Path, table: str | None, column: str = "category") -> d
 
 class RunSuite(Protocol):
     """What the explorer reads of the suite that made a run: its name and its ``view`` mapping (a
-    :class:`~medvlm_audit.suites.base.Suite` is one)."""
+    :class:`~medvlm_audit.suites.base.Suite` is one; its ``tidy`` / ``tidy_columns``, where it has them, build the
+    results table in memory for a run folder without one)."""
 
     name: str
     view: dict[str, Any]
@@ -278,7 +302,7 @@ def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
     if not (run / STORE_FILE).is_file():
         raise AuditError(f"{run}: no run store ({STORE_FILE}); give a run folder (the one holding {STORE_FILE})")
     suite_name = suite.name
-    df = _read_results(run).reset_index(drop=True)
+    df = _read_results(run, suite).reset_index(drop=True)
     spec = ViewSpec.of(suite.view, list(df.columns))
     if spec.item not in df.columns:
         raise AuditError(f"{run}: the results table has no {spec.item!r} column")
