@@ -97,3 +97,31 @@ def test_a_changed_item_set_is_still_refused(tmp_path: Path) -> None:
     items.write_text(items.read_text().replace('"meta": {', '"meta": {"edited": 1, ', 1))
     with pytest.raises(ValueError, match="changed since this run was started"):
         api.run(_faith(run), progress=False)
+
+
+def _view_images_ok(run_dir: Path) -> int:
+    """Every image of the run rendered by the explorer, checked against its stored pixel hash; how many."""
+    from medvlm_audit.view.data import load_run
+
+    view = load_run(run_dir, api.suite_of_run(run_dir))
+    shas = {s for s in view.rows["image_sha256"].dropna().astype(str) if s}
+    assert shas
+    for sha in shas:
+        _, ok = view.render(sha)
+        assert ok, sha
+    return len(shas)
+
+
+def test_the_explorer_shows_the_images_of_a_moved_run_or_one_started_from_another_folder(tmp_path: Path,
+                                                                                        monkeypatch) -> None:
+    """The image recipes a run records name its source files as the run was started (relative to the working
+    directory of a relative --run-dir, or absolute): the explorer finds them where they lie relative to the run
+    folder it is shown, whatever the working directory and wherever the folder was moved with its files."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    api.run(_faith("a"), progress=False)  # recorded as a/phantom_vqa/images/...
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert _view_images_ok(tmp_path / "a")
+    shutil.move(tmp_path / "a", tmp_path / "elsewhere" / "b")
+    monkeypatch.chdir(tmp_path)
+    assert _view_images_ok(tmp_path / "elsewhere" / "b")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,6 +112,9 @@ class RunView:
     references: dict[str, str] = field(default_factory=dict)  # reference text by id (suite support)
     terms: dict[tuple[str, str], dict[str, tuple[str, bool]]] = field(default_factory=dict)  # words to mark
     sources: SourceCache = field(default_factory=lambda: SourceCache(16))
+    #: the run folder as the run recorded it (its config's ``run_dir``: relative to the working directory it was
+    #: started from, or absolute); image sources are looked for where they lie relative to it
+    recorded_run_dir: str | None = None
 
     # ------------------------------------------------------------------ filtering
 
@@ -208,8 +212,32 @@ class RunView:
 
         key = self.recipes[sha]
         source, _size, _mtime, mode, ops = json.loads(key)
-        px = ImageRecipe(str(source), tuple((n, p) for n, p in ops), str(mode)).render(self.sources)
+        first: tuple[np.ndarray, bool] | None = None
+        candidates = self.source_candidates(str(source))
+        for path in candidates:  # the first whose pixels are the model's; else the first that exists
+            if not Path(path).is_file():
+                continue
+            px = ImageRecipe(path, tuple((n, p) for n, p in ops), str(mode)).render(self.sources)
+            if pixel_sha256(px) == sha:
+                return px, True
+            first = first or (px, False)
+        if first is not None:
+            return first
+        px = ImageRecipe(str(source), tuple((n, p) for n, p in ops), str(mode)).render(self.sources)  # its error
         return px, pixel_sha256(px) == sha
+
+    def source_candidates(self, source: str) -> list[str]:
+        """Where a recorded image source may be now: at the same place relative to the run folder shown (the
+        run moved with its files, or was started from another working directory with a relative ``--run-dir``),
+        then as recorded."""
+        out: list[str] = []
+        rec = self.recorded_run_dir
+        if rec and os.path.isabs(rec) == os.path.isabs(source):
+            rel = os.path.relpath(os.path.normpath(source), os.path.normpath(rec))
+            out.append(os.path.normpath(os.path.join(os.path.abspath(self.run_dir), rel)))
+        if source not in out:
+            out.append(source)
+        return out
 
 
 def _text(content: Any) -> str:
@@ -343,6 +371,8 @@ def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
     df["category"] = [categories.get(m, "") for m in df["model"].astype(str)] if "model" in df.columns else ""
     with RunStore.open_dir(run, readonly=True) as store:
         recipes = {sha: key for key, sha in store.image_hashes().items()}
+        config = store.meta().get("config")
+        recorded = config.get("run_dir") if isinstance(config, dict) else None
     fv: dict[str, list[str]] = {}
     for col in ("model", "condition", *spec.filters):
         if col in df.columns and col not in fv:
@@ -353,7 +383,8 @@ def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
         fv["flipped"] = list(_TRI)
     if spec.answer in df.columns or spec.unparsed_column or spec.parsed_status:
         fv["parsed"] = list(_TRI)
-    view = RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged)
+    view = RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged,
+                   recorded_run_dir=str(recorded) if isinstance(recorded, str) and recorded else None)
     if spec.support:  # a module the suite itself names (never a value from a request)
         import importlib
 
