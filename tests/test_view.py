@@ -315,3 +315,12 @@ def test_a_run_without_its_results_table_is_viewed_read_only_from_its_store(run:
     for url in re.findall(r'<img src="([^"]+)"', page.text):
         assert c.get(url).status_code == 200
     assert snapshot() == before and not (copy / "results.parquet").exists()
+
+
+def test_grounding_first_token_p_yes_is_called_so_not_a_confidence_in_the_answer(client: TestClient) -> None:
+    """The grounding table's ``confidence`` is the first-token P(yes) (0.05 beside the answer "No" is a confident
+    No): the explorer names it by the suite's title for the column, on the trials list and the case page."""
+    listing = client.get(f"/v/{TOKEN}/").text
+    assert "<th>P(yes)</th>" in listing and "<th>confidence</th>" not in listing
+    case = client.get(f"/v/{TOKEN}/case/0").text
+    assert "<dt>P(yes)</dt>" in case and "<dt>confidence</dt>" not in case

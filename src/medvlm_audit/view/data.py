@@ -71,6 +71,11 @@ class ViewSpec:
     #: gold letter's column, shown per condition with the gold and the chosen option marked
     options_column: str | None = None
     gold_column: str | None = None
+    #: what a column is called on the pages where its name would mislead (e.g. {"confidence": "P(yes)"})
+    titles: dict[str, str] = field(default_factory=dict)
+
+    def title(self, column: str) -> str:
+        return self.titles.get(column, column)
 
     @classmethod
     def of(cls, raw: dict[str, Any] | None, columns: list[str]) -> ViewSpec:
