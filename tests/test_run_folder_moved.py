@@ -125,3 +125,19 @@ def test_the_explorer_shows_the_images_of_a_moved_run_or_one_started_from_anothe
     shutil.move(tmp_path / "a", tmp_path / "elsewhere" / "b")
     monkeypatch.chdir(tmp_path)
     assert _view_images_ok(tmp_path / "elsewhere" / "b")
+
+
+@pytest.mark.parametrize(("config", "name"), [(_faith, "phantom"), (_stress, "stress")])
+def test_a_resumed_copy_records_its_own_item_files(tmp_path: Path, config, name: str) -> None:
+    """The case rows a resumed copy's store holds name the files where they now are (a reader study drawn from
+    the run, `readers create`, reads them), not the original folder's."""
+    import json
+
+    api.run(config(tmp_path / "a"), progress=False)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "a")
+    api.run(config(tmp_path / "b"), progress=False)
+    with sqlite3.connect(tmp_path / "b" / "run.sqlite") as db:
+        rows = [json.loads(r) for (r,) in db.execute("SELECT row FROM cases WHERE probe_set = ?", (name,))]
+    paths = [p for r in rows for p in ([r["image"]] if "image" in r else r["images"])]
+    assert paths and all(Path(p).is_file() for p in paths), paths[:3]

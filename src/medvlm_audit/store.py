@@ -320,8 +320,10 @@ class RunStore:
 
         def write() -> None:
             self.db.execute("INSERT OR REPLACE INTO probe_sets VALUES(?, ?, ?, ?, ?)", ps_row)
-            # streamed: the rows' JSON (~800 bytes per case) is never held for the whole set at once
-            self.db.executemany("INSERT OR IGNORE INTO cases VALUES(?, ?, ?)",
+            # streamed: the rows' JSON (~800 bytes per case) is never held for the whole set at once; a row that
+            # differs (the same set in a moved run folder: its file paths) is rewritten, an equal one left alone
+            self.db.executemany("INSERT INTO cases VALUES(?, ?, ?) ON CONFLICT(probe_set, case_id) DO UPDATE "
+                                "SET row = excluded.row WHERE row != excluded.row",
                                 ((name, str(r["case_id"]), json.dumps(r, default=str)) for r in records))
 
         self._write(write)
