@@ -176,3 +176,40 @@ def test_reader_session_in_a_real_browser(tmp_path: Path) -> None:
     report = write_report(analysis, run_dir / "report", extra_sections=reader_sections(run_dir, tidy, B=300))
     html = report.read_text()
     assert "Readers beside the models" in html and "reader:ana" in html and "local-evidence" in html
+
+
+@pytest.mark.slow
+def test_a_refused_answer_says_why_keeps_the_page_and_is_not_resent(tmp_path: Path) -> None:
+    """The server refuses an impossible reading time (here forced into the request): the page names the field,
+    keeps the reader on the item with her choice shown, sends nothing again, and the same choice saves once the
+    request is sound."""
+    from medvlm_audit.readers.study import create_study
+
+    items = pd.DataFrame({"item_id": ["c1", "c2"], "question": ["Is the heart enlarged?", "Effusion side?"],
+                          "cot_text": ["Step 1: look.", "Step 1: compare."], "model_name": ["m1", "m1"]})
+    res = create_study(None, "cot-rating", 2, ["ana"], out=tmp_path / "cot", items=items)
+    driver = _browser()
+    try:
+        with _Server(tmp_path / "cot") as srv:
+            driver.get(f"http://127.0.0.1:{srv.port}/r/{res['tokens']['ana']}")
+            WebDriverWait(driver, 15).until(lambda d: _item(d) != "")
+            item = _item(driver)
+            driver.execute_script(
+                "window.__posts = 0; window.__bad = true; var f = window.fetch;"
+                "window.fetch = function (u, o) { window.__posts += 1;"
+                " if (window.__bad) { o.body.set('elapsed_ms', '0.0001'); } return f(u, o); };")
+            button = driver.find_element(By.CSS_SELECTOR, "fieldset.scale button.choice")
+            button.click()
+            status = driver.find_element(By.ID, "status")
+            WebDriverWait(driver, 10).until(lambda d: "Not saved: elapsed_ms" in status.text)
+            time.sleep(1.5)  # a retry would come within 0.8 s
+            assert driver.execute_script("return window.__posts") == 1
+            assert _item(driver) == item and "selected" in button.get_attribute("class")
+            assert Study(tmp_path / "cot").answer_table().empty
+            driver.execute_script("window.__bad = false;")
+            button.click()
+            WebDriverWait(driver, 10).until(lambda d: status.text.startswith("Saved"))
+    finally:
+        driver.quit()
+    table = Study(tmp_path / "cot").answer_table()
+    assert len(table) == 1 and table["item_id"].iloc[0] == item and (table["elapsed_s"] > 0).all()

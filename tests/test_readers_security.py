@@ -307,8 +307,10 @@ def test_orders_keep_a_cases_items_apart(fp_study) -> None:
     assert orders[0] != orders[1]
 
 
-@pytest.mark.parametrize("bad", ["-5", "nan", "inf", "-inf", "abc"])
+@pytest.mark.parametrize("bad", ["-5", "nan", "inf", "-inf", "abc", "0", "0.0001", "0.5", "-0", "86400001", "1e300"])
 def test_impossible_elapsed_time_is_refused_and_nothing_is_stored(fp_study, bad: str) -> None:
+    """A reading time is 1 ms to 24 h (the client sends whole milliseconds since the item was shown, at least 1,
+    and none after a day): anything else is refused with a 400 naming the field, the stored answer untouched."""
     study_dir, res = fp_study
     tok = res["tokens"]["ana"]
     c = _client(study_dir)
@@ -320,4 +322,5 @@ def test_impossible_elapsed_time_is_refused_and_nothing_is_stored(fp_study, bad:
     st = Study(study_dir)
     assert st.answers(st.readers()[0]) == {item: {"answer": "yes"}}  # the stored answer is untouched
     assert np.allclose(st.answer_table()["elapsed_s"], 0.8)
+    assert 'data-chosen="yes"' in c.get(f"/r/{tok}?i=1").text  # the page still shows the saved answer
     assert c.post(f"/r/{tok}/answer", data=body).json()["ok"]  # no time sent: saved, time not recorded

@@ -289,3 +289,38 @@ def test_a_trial_without_an_error_shows_no_error_line(run: Path) -> None:
     page = TestClient(create_app(view, TOKEN)).get(f"/v/{TOKEN}/case/{k}?model=local-evidence").text
     assert "error: nan" not in page and "error: None" not in page
     assert page.count('<p class="error">') == 1 and '<p class="error">error: HTTP 500: boom</p>' in page
+
+
+def test_a_run_without_its_results_table_is_viewed_read_only_from_its_store(run: Path, tmp_path: Path) -> None:
+    """A copy of a run without results.parquet / results.csv (a read-only copy, an interrupted export): the
+    explorer builds the table in memory from the run store, as `export` would write it, and writes nothing."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    (copy / "results.parquet").unlink()
+    (copy / "results.csv").unlink()
+
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(copy)): (p.stat().st_size, p.stat().st_mtime_ns) for p in copy.rglob("*")
+                if p.is_file() and not p.name.endswith(("-shm", "-wal"))}
+
+    before = snapshot()
+    view = _view(copy)
+    want = _view(run)
+    pd.testing.assert_frame_equal(view.rows, want.rows)
+    c = TestClient(create_app(view, TOKEN))
+    page = c.get(f"/v/{TOKEN}/case/0")
+    assert page.status_code == 200
+    for url in re.findall(r'<img src="([^"]+)"', page.text):
+        assert c.get(url).status_code == 200
+    assert snapshot() == before and not (copy / "results.parquet").exists()
+
+
+def test_grounding_first_token_p_yes_is_called_so_not_a_confidence_in_the_answer(client: TestClient) -> None:
+    """The grounding table's ``confidence`` is the first-token P(yes) (0.05 beside the answer "No" is a confident
+    No): the explorer names it by the suite's title for the column, on the trials list and the case page."""
+    listing = client.get(f"/v/{TOKEN}/").text
+    assert "<th>P(yes)</th>" in listing and "<th>confidence</th>" not in listing
+    case = client.get(f"/v/{TOKEN}/case/0").text
+    assert "<dt>P(yes)</dt>" in case and "<dt>confidence</dt>" not in case

@@ -150,6 +150,12 @@ def test_faithfulness_item_with_the_cue_and_the_judges_quotes_marked(faith_serve
     assert quotes and all(q.text.strip() for q in quotes)
     axes = [td.text for td in card.find_elements(By.CSS_SELECTOR, "table.judgements tbody tr:not(.why) td:nth-child(2)")]
     assert "ca" in axes
+    # every judge table stays inside its card (it spilled over the next card at 250 px wide)
+    spill = browser.execute_script(
+        "return Array.from(document.querySelectorAll('article.card table.judgements')).filter(function (t) {"
+        " var c = t.closest('article.card').getBoundingClientRect(), r = t.getBoundingClientRect();"
+        " return r.right > c.right + 0.5; }).length")
+    assert spill == 0
     assert card.find_element(By.CLASS_NAME, "flipmark").text == "flipped"
     base = browser.find_element(By.CSS_SELECTOR, 'article.card[data-condition="baseline"]')
     assert not base.find_elements(By.CSS_SELECTOR, "mark.cue")

@@ -124,7 +124,7 @@ def _main(
 @app.command("run")
 def run_cmd(
     config: Annotated[Path | None, typer.Argument(help="Run config (YAML or TOML); none = flags alone, or the suite's embedded default.")] = None,
-    suite: Annotated[str | None, typer.Option(help="A registered suite: grounding, stress, ... (overrides the config's suite; alone: the suite's embedded default).")] = None,
+    suite: Annotated[str | None, typer.Option(help="A registered suite: grounding, stress, ... (overrides the config's suite; without a config, --probe-set or --model: the suite's embedded default, other flags over it).")] = None,
     run_dir: Annotated[Path | None, typer.Option(help="Override run_dir of the config.")] = None,
     probe_set: Annotated[list[Path] | None, typer.Option("--probe-set", help="Probe-set folder (repeatable; replaces the config's probe_sets).")] = None,
     model: Annotated[list[str] | None, typer.Option("--model", help="Model as key=value pairs, e.g. name=vlm,backend=openai,model=M,base_urls=http://127.0.0.1:8000/v1 (repeatable; replaces the config's models).")] = None,
@@ -161,6 +161,11 @@ def run_cmd(
         flags.update(_settings(set_))
         if config is not None:
             cfg = load_config(config, flags)
+        elif suite is not None and set(flags) - {"suite", "run_dir"} and not {"probe_sets", "models"} & set(flags):
+            # the suite's embedded default, the other flags over it
+            base = api.embedded_config(suite, run_dir or Path(f"runs/{suite}-default"), log=console.print)
+            data = {**base.model_dump(exclude={"options"}), **base.options, **flags}
+            cfg = validate_config(data, source=f"embedded {suite} default with command-line flags")
         elif set(flags) - {"suite", "run_dir"}:
             cfg = validate_config(flags, source="command-line flags")
         elif suite is None:

@@ -48,15 +48,23 @@ def sigterm_as_interrupt() -> Iterator[None]:
     does: the SIGINT handler in force is called (asyncio's cancels the run's main task; Python's raises
     KeyboardInterrupt), or, where SIGINT is ignored (a background job of a script), KeyboardInterrupt is raised.
     So answers received are committed, the run's lock is released and the "interrupted" line is printed; the exit
-    status is then :func:`interrupted_exit_code`. Only in the main thread; elsewhere the block runs unchanged."""
+    status is then :func:`interrupted_exit_code`. Only in the main thread; elsewhere the block runs unchanged.
+    A process forked within the block (a worker of a process pool) inherits the handler but ends on SIGTERM as
+    any process does: its pool ends it so, and a KeyboardInterrupt there would print a traceback."""
+    import os
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    owner = os.getpid()
 
     def on_term(signum: int, frame: Any) -> None:
+        if os.getpid() != owner:  # a forked worker: the default action (end quietly, exit status -SIGTERM)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         _Terminated.seen = True
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):

@@ -151,6 +151,9 @@ class PlanSource:
     content_hash: str
     rows: pd.DataFrame | Sequence[dict[str, Any]]
     provenance: dict[str, Any]
+    #: the same set's hash as an earlier version computed it (a store that recorded one resumes; the store then
+    #: records ``content_hash``)
+    earlier_hashes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -1217,7 +1217,7 @@ async def _execute(
     index = TrialIndex(plan.trials)
     keys = source_keys if source_keys is not None else check_sources(index, store.image_hashes())  # before writing
     for src in plan.sources:
-        store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance)
+        store.add_probe_set(src.name, src.path, src.content_hash, src.rows, src.provenance, also=src.earlier_hashes)
     store.add_skipped([(s.probe_set, s.case_id, s.condition, s.reason) for s in plan.skipped])
     cache = SourceCache(256)
     pixels = PixelCache(pixel_cache_mb * 2**20)

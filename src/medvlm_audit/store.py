@@ -305,10 +305,11 @@ class RunStore:
 
     # --- planning -------------------------------------------------------------------------------
     def add_probe_set(self, name: str, path: str, content_hash: str, rows: pd.DataFrame | Sequence[dict[str, Any]],
-                      provenance: dict) -> None:
-        """Record a probe set and its case rows: a table, or a sequence of its rows already as JSON-ready dicts."""
+                      provenance: dict, also: Sequence[str] = ()) -> None:
+        """Record a probe set and its case rows: a table, or a sequence of its rows already as JSON-ready dicts.
+        ``also``: the same set's hash as an earlier version computed it (accepted, and replaced by ``content_hash``)."""
         prev = self.db.execute("SELECT content_hash FROM probe_sets WHERE name = ?", (name,)).fetchone()
-        if prev is not None and prev[0] != content_hash:
+        if prev is not None and prev[0] != content_hash and prev[0] not in also:
             raise ValueError(
                 f"probe set {name!r} changed since this run was started (hash {prev[0][:12]} -> {content_hash[:12]}); "
                 "start a new run directory"
@@ -319,8 +320,10 @@ class RunStore:
 
         def write() -> None:
             self.db.execute("INSERT OR REPLACE INTO probe_sets VALUES(?, ?, ?, ?, ?)", ps_row)
-            # streamed: the rows' JSON (~800 bytes per case) is never held for the whole set at once
-            self.db.executemany("INSERT OR IGNORE INTO cases VALUES(?, ?, ?)",
+            # streamed: the rows' JSON (~800 bytes per case) is never held for the whole set at once; a row that
+            # differs (the same set in a moved run folder: its file paths) is rewritten, an equal one left alone
+            self.db.executemany("INSERT INTO cases VALUES(?, ?, ?) ON CONFLICT(probe_set, case_id) DO UPDATE "
+                                "SET row = excluded.row WHERE row != excluded.row",
                                 ((name, str(r["case_id"]), json.dumps(r, default=str)) for r in records))
 
         self._write(write)

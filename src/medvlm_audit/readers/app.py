@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from medvlm_audit.readers.pages import Prerendered
 from medvlm_audit.readers.render import PngCache
-from medvlm_audit.readers.study import Reader, StoreBusyError, Study
+from medvlm_audit.readers.study import Reader, StoreBusyError, Study, elapsed_seconds
 from medvlm_audit.security_headers import SecurityHeaders
 
 __all__ = ["READ_SLOTS", "create_app"]
@@ -320,18 +320,12 @@ def create_app(study_dir: str | Path, *, allowed_hosts: list[str] | None = None,
         item_id, scale, value = (form.get(k) for k in ("item_id", "scale", "value"))
         if item_id is None or scale is None or value is None:
             return JSONResponse({"ok": False, "error": "item_id, scale and value are required"}, status_code=400)
-        raw_ms = form.get("elapsed_ms")
-        elapsed = math.nan  # absent or empty: the time is simply not recorded
-        if raw_ms is not None and raw_ms.strip():
-            try:
-                elapsed = float(raw_ms) / 1000.0
-            except ValueError:
-                elapsed = math.nan
-            if not (math.isfinite(elapsed) and elapsed >= 0):  # nothing is stored for an impossible time
-                return JSONResponse({"ok": False, "error": f"elapsed_ms must be a finite number >= 0, "
-                                     f"got {raw_ms[:40]!r}"}, status_code=400)
+        try:  # absent or empty: the time is not recorded; an impossible one stores nothing
+            elapsed = elapsed_seconds(form.get("elapsed_ms"))
+        except ValueError as e:
+            return JSONResponse({"ok": False, "field": "elapsed_ms", "error": str(e)}, status_code=400)
         try:  # in memory: every reader's items were preloaded
-            checked = study.check_answer(reader, item_id, scale, value, elapsed if math.isfinite(elapsed) else None)
+            checked = study.check_answer(reader, item_id, scale, value, elapsed)
         except KeyError:
             return _not_found()
         except ValueError as e:

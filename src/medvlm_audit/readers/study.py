@@ -54,6 +54,32 @@ STUDY_FILE = "study.sqlite"
 _ROWS_PER_STATEMENT = 100  # 600 bound values at most: under SQLite's oldest limit (999)
 INVITATIONS = "invitations.csv"
 ADMIN_FILE = "admin-token.txt"
+#: a reading time the app records (``elapsed_ms`` of an answer: whole milliseconds from the item shown to the
+#: answer given, as the page measures it): at least 1 ms, at most 24 h; anything else is refused
+ELAPSED_MS_MIN = 1.0
+ELAPSED_MS_MAX = 86_400_000.0
+
+
+def elapsed_seconds(raw_ms: str | None) -> float | None:
+    """An answer's ``elapsed_ms`` form field in seconds; None when absent or empty (the time is not recorded).
+    ValueError naming the field for anything but a number from 1 ms to 24 h (NaN, infinities, 0, negative).
+
+    >>> elapsed_seconds("1234"), elapsed_seconds(""), elapsed_seconds(None)
+    (1.234, None, None)
+    >>> elapsed_seconds("0.0001")
+    Traceback (most recent call last):
+    ValueError: elapsed_ms must be a number of milliseconds from 1 to 86400000 (24 h), got '0.0001'
+    """
+    if raw_ms is None or not raw_ms.strip():
+        return None
+    try:
+        ms = float(raw_ms)
+    except ValueError:
+        ms = math.nan
+    if not (math.isfinite(ms) and ELAPSED_MS_MIN <= ms <= ELAPSED_MS_MAX):
+        raise ValueError(f"elapsed_ms must be a number of milliseconds from {ELAPSED_MS_MIN:.0f} to "
+                         f"{ELAPSED_MS_MAX:.0f} (24 h), got {raw_ms[:40]!r}")
+    return ms / 1000.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -360,7 +386,8 @@ class Study:
             raise ValueError(f"{value!r} is not an answer of scale {scale!r}")
         if item_id not in self.assigned(reader):
             raise KeyError(item_id)
-        if elapsed_s is not None and not (math.isfinite(elapsed_s) and 0 <= elapsed_s < 86_400):
+        if elapsed_s is not None and not (math.isfinite(elapsed_s)
+                                          and ELAPSED_MS_MIN <= elapsed_s * 1000.0 <= ELAPSED_MS_MAX):
             elapsed_s = None
         return reader, item_id, scale, value, elapsed_s
 

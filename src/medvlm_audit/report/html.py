@@ -531,6 +531,10 @@ def config_rows(config: Mapping[str, Any], run_dir: str | None = None,
         if key == "probe_sets" and isinstance(value, (list, tuple)):
             rows.append((label, ", ".join(_rel(v, run_dir) for v in value) or _NA))
             continue
+        if key == "render_in":  # "auto" is a rule (per invocation), not what was used: left out
+            if value in ("threads", "processes"):
+                rows.append((label, f"worker {value}"))
+            continue
         rows.append((label, _value_text(value)))
     return rows
 

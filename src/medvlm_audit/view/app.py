@@ -196,8 +196,8 @@ def create_app(view: RunView, token: str, *, allowed_hosts: list[str] | None = N
             "answer": view.label(spec.answer, d.get(spec.answer)) if spec.answer in d else None,
             "unparsed": d.get("is_parsed") == 0.0,
             "flip": None if flip is None or (isinstance(flip, float) and math.isnan(flip)) else bool(flip),
-            "fields": [(c, view.label(c, d.get(c)) if c != "confidence" else _num(d.get(c))) for c in spec.trial_fields
-                       if c in d],
+            "fields": [(c if c == "parsed" else spec.title(c), view.label(c, d.get(c)) if c != "confidence"
+                        else _num(d.get(c))) for c in spec.trial_fields if c in d],
         }
 
     async def static_file(request: Request) -> Response:
@@ -238,7 +238,8 @@ def create_app(view: RunView, token: str, *, allowed_hosts: list[str] | None = N
 
         return page("index.html", title=f"{view.run_dir.name}: trials", filters=filters, rows=rows, n=n, page=pg,
                     n_pages=n_pages, notes=notes, extra_cols=cols, has_label=has_truth,
-                    has_conf="confidence" in df.columns, has_flip="flipped" in view.filter_values,
+                    has_conf="confidence" in df.columns, conf_title=spec.title("confidence"),
+                    has_flip="flipped" in view.filter_values,
                     has_answer=spec.answer in df.columns,
                     base_condition=spec.base_condition or "",
                     prev_url=page_url(pg - 1) if pg > 1 else "", next_url=page_url(pg + 1) if pg < n_pages else "",

@@ -38,6 +38,9 @@ def view_cmd(
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
     url = f"http://127.0.0.1:{port}/v/{token}/"
+    if not any((run_dir / f).is_file() for f in ("results.parquet", "results.csv")):
+        console.print(f"{run_dir} has no results.parquet: its table was built in memory from the run store "
+                      "(nothing written)", markup=False, highlight=False)
     console.print(f"run explorer of {run_dir} (read-only; Ctrl-C to stop):", markup=False, highlight=False)
     print(url, flush=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

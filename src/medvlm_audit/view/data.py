@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -70,6 +71,11 @@ class ViewSpec:
     #: gold letter's column, shown per condition with the gold and the chosen option marked
     options_column: str | None = None
     gold_column: str | None = None
+    #: what a column is called on the pages where its name would mislead (e.g. {"confidence": "P(yes)"})
+    titles: dict[str, str] = field(default_factory=dict)
+
+    def title(self, column: str) -> str:
+        return self.titles.get(column, column)
 
     @classmethod
     def of(cls, raw: dict[str, Any] | None, columns: list[str]) -> ViewSpec:
@@ -111,6 +117,9 @@ class RunView:
     references: dict[str, str] = field(default_factory=dict)  # reference text by id (suite support)
     terms: dict[tuple[str, str], dict[str, tuple[str, bool]]] = field(default_factory=dict)  # words to mark
     sources: SourceCache = field(default_factory=lambda: SourceCache(16))
+    #: the run folder as the run recorded it (its config's ``run_dir``: relative to the working directory it was
+    #: started from, or absolute); image sources are looked for where they lie relative to it
+    recorded_run_dir: str | None = None
 
     # ------------------------------------------------------------------ filtering
 
@@ -208,8 +217,32 @@ class RunView:
 
         key = self.recipes[sha]
         source, _size, _mtime, mode, ops = json.loads(key)
-        px = ImageRecipe(str(source), tuple((n, p) for n, p in ops), str(mode)).render(self.sources)
+        first: tuple[np.ndarray, bool] | None = None
+        candidates = self.source_candidates(str(source))
+        for path in candidates:  # the first whose pixels are the model's; else the first that exists
+            if not Path(path).is_file():
+                continue
+            px = ImageRecipe(path, tuple((n, p) for n, p in ops), str(mode)).render(self.sources)
+            if pixel_sha256(px) == sha:
+                return px, True
+            first = first or (px, False)
+        if first is not None:
+            return first
+        px = ImageRecipe(str(source), tuple((n, p) for n, p in ops), str(mode)).render(self.sources)  # its error
         return px, pixel_sha256(px) == sha
+
+    def source_candidates(self, source: str) -> list[str]:
+        """Where a recorded image source may be now: at the same place relative to the run folder shown (the
+        run moved with its files, or was started from another working directory with a relative ``--run-dir``),
+        then as recorded."""
+        out: list[str] = []
+        rec = self.recorded_run_dir
+        if rec and os.path.isabs(rec) == os.path.isabs(source):
+            rel = os.path.relpath(os.path.normpath(source), os.path.normpath(rec))
+            out.append(os.path.normpath(os.path.join(os.path.abspath(self.run_dir), rel)))
+        if source not in out:
+            out.append(source)
+        return out
 
 
 def _text(content: Any) -> str:
@@ -220,13 +253,36 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _read_results(run_dir: Path) -> pd.DataFrame:
+def _read_results(run_dir: Path, suite: Any = None) -> pd.DataFrame:
+    """The run's tidy table: results.parquet (or results.csv); where neither is there (a read-only copy, an
+    export never written), the table `export` would write, built in memory from the run store through the
+    suite's tidy (its Parquet bytes read back, so the dtypes are the file's); nothing is written."""
     pq, csv = run_dir / "results.parquet", run_dir / "results.csv"
     if pq.is_file():
         return pd.read_parquet(pq)
     if csv.is_file():
         return pd.read_csv(csv)
+    if callable(getattr(suite, "tidy", None)):
+        return results_in_memory(run_dir, suite)
     raise AuditError(f"{run_dir}: no results table (results.parquet); write it with `medvlm-audit export {run_dir}`")
+
+
+def results_in_memory(run_dir: Path, suite: Any) -> pd.DataFrame:
+    """The results table `export` writes, built from the run store (opened read-only) without writing a file."""
+    import io
+
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        tidy_columns = getattr(suite, "tidy_columns", None)
+        cols = tidy_columns(store) if callable(tidy_columns) else None
+        if cols is not None:
+            from medvlm_audit.columns import parquet_bytes as column_parquet
+
+            data = column_parquet(cols)
+        else:
+            from medvlm_audit.atomic import parquet_bytes
+
+            data = parquet_bytes(suite.tidy(store))
+    return pd.read_parquet(io.BytesIO(data))
 
 
 def _flips(df: pd.DataFrame, spec: ViewSpec) -> pd.Series:
@@ -264,7 +320,8 @@ def _categories(run_dir: Path, table: str | None, column: str = "category") -> d
 
 class RunSuite(Protocol):
     """What the explorer reads of the suite that made a run: its name and its ``view`` mapping (a
-    :class:`~medvlm_audit.suites.base.Suite` is one)."""
+    :class:`~medvlm_audit.suites.base.Suite` is one; its ``tidy`` / ``tidy_columns``, where it has them, build the
+    results table in memory for a run folder without one)."""
 
     name: str
     view: dict[str, Any]
@@ -278,7 +335,7 @@ def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
     if not (run / STORE_FILE).is_file():
         raise AuditError(f"{run}: no run store ({STORE_FILE}); give a run folder (the one holding {STORE_FILE})")
     suite_name = suite.name
-    df = _read_results(run).reset_index(drop=True)
+    df = _read_results(run, suite).reset_index(drop=True)
     spec = ViewSpec.of(suite.view, list(df.columns))
     if spec.item not in df.columns:
         raise AuditError(f"{run}: the results table has no {spec.item!r} column")
@@ -319,6 +376,8 @@ def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
     df["category"] = [categories.get(m, "") for m in df["model"].astype(str)] if "model" in df.columns else ""
     with RunStore.open_dir(run, readonly=True) as store:
         recipes = {sha: key for key, sha in store.image_hashes().items()}
+        config = store.meta().get("config")
+        recorded = config.get("run_dir") if isinstance(config, dict) else None
     fv: dict[str, list[str]] = {}
     for col in ("model", "condition", *spec.filters):
         if col in df.columns and col not in fv:
@@ -329,7 +388,8 @@ def load_run(run_dir: str | Path, suite: RunSuite) -> RunView:
         fv["flipped"] = list(_TRI)
     if spec.answer in df.columns or spec.unparsed_column or spec.parsed_status:
         fv["parsed"] = list(_TRI)
-    view = RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged)
+    view = RunView(run, suite_name, spec, df, cases, categories, recipes, fv, judged,
+                   recorded_run_dir=str(recorded) if isinstance(recorded, str) and recorded else None)
     if spec.support:  # a module the suite itself names (never a value from a request)
         import importlib
 

@@ -63,7 +63,11 @@
     var fs = btn.closest("fieldset");
     var form = new URLSearchParams();
     form.set("csrf", csrf); form.set("item_id", itemId); form.set("scale", btn.dataset.scale);
-    form.set("value", btn.dataset.value); form.set("elapsed_ms", String(Math.round(performance.now() - shownAt)));
+    form.set("value", btn.dataset.value);
+    // whole milliseconds since the item was shown, 1 ms to 24 h (the server refuses anything else); after a day
+    // the page sends none: the answer is saved without a time
+    var ms = Math.max(1, Math.round(performance.now() - shownAt));
+    if (ms <= 86400000) { form.set("elapsed_ms", String(ms)); }
     if (!counted) {
       fs.querySelectorAll("button.choice").forEach(function (b) { b.classList.remove("selected"); });
       btn.classList.add("selected"); btn.classList.add("saving");
@@ -75,6 +79,11 @@
                            headers: {"X-CSRF-Token": csrf}})
       .then(function (r) {
         if (r.status === 503) { var e = new Error("store busy"); e.busy = true; throw e; }
+        if (r.status >= 400 && r.status < 500) {  // refused: sending it again would not help
+          return r.json().catch(function () { return {}; }).then(function (j) {
+            var f = new Error(j.error || ("HTTP " + r.status)); f.refused = true; throw f;
+          });
+        }
         if (!r.ok) { throw new Error("HTTP " + r.status); }
         return r.json();
       })
@@ -86,7 +95,10 @@
       })
       .catch(function (e) {
         if (fs.dataset.chosen !== btn.dataset.value) { pending -= 1; return; }  // superseded by a newer choice
-        if (e.busy || attempt < 5) {
+        if (e.refused) {
+          pending -= 1; btn.classList.remove("saving");
+          setStatus("Not saved: " + e.message + " — choose again to retry", "error");
+        } else if (e.busy || attempt < 5) {
           setStatus((e.busy ? "Saving… (the study store is busy) — retrying" : "Not saved (" + e.message +
                      ") — retrying"), e.busy ? "saving" : "error");
           setTimeout(function () { save(btn, attempt + 1, true); }, Math.min(800 * (attempt + 1), 3000));

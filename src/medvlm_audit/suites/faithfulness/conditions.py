@@ -34,8 +34,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -43,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from medvlm_audit.images import ImageRecipe
 from medvlm_audit.models.base import Message
+from medvlm_audit.run_paths import portable_path
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.faithfulness import overlays, prompts
 from medvlm_audit.suites.faithfulness.items import VQAItem, items_frame
@@ -208,13 +210,24 @@ def expand_conditions(opts: FaithOptions) -> list[str]:
     return out
 
 
-def items_hash(items: Sequence[VQAItem]) -> str:
-    """The item set's identity; image paths are taken absolute, so one run resumed from another working
-    directory (a relative ``--run-dir``) keeps its hash."""
+def items_hash(items: Sequence[VQAItem], run_dir: str | Path | None = None) -> str:
+    """The item set's identity: its records, each image path as :func:`~medvlm_audit.run_paths.portable_path`
+    gives it (relative to ``run_dir`` for an image under it, else absolute), so a run folder copied or moved
+    elsewhere, or named by a relative ``--run-dir`` from another working directory, keeps its hash."""
+    return _hash_records(items, lambda p: portable_path(p, run_dir))
+
+
+def legacy_items_hash(items: Sequence[VQAItem]) -> str:
+    """The hash as versions before the portable paths computed it (every image path absolute): a store that
+    recorded it still resumes in place (:attr:`~medvlm_audit.plan.PlanSource.earlier_hashes`)."""
+    return _hash_records(items, os.path.abspath)
+
+
+def _hash_records(items: Sequence[VQAItem], image_path: Callable[[str], str]) -> str:
     h = hashlib.sha256()
     for it in sorted(items, key=lambda x: x.item_id):
         rec = it.to_record()
-        rec["image"] = os.path.abspath(rec["image"])
+        rec["image"] = image_path(rec["image"])
         h.update(json.dumps(rec, sort_keys=True, default=str).encode())
         h.update(b"\n")
     return h.hexdigest()
@@ -226,16 +239,19 @@ def image_recipe(path: str, ops: Sequence[tuple[str, dict[str, Any]]]) -> ImageR
 
 
 def plan_answers(items: Sequence[VQAItem], opts: FaithOptions | None = None, *, name: str = "faithfulness",
-                 source: str = "") -> Plan:
+                 source: str = "", run_dir: str | Path | None = None) -> Plan:
     """Stage 1 ("answer"): items x conditions -> Trials with the released protocol prompt, greedy decoding
-    up to ``max_new_tokens`` (a Trial.decoding override)."""
+    up to ``max_new_tokens`` (a Trial.decoding override). ``run_dir``: the run folder, whose images the item
+    set's hash names by their path inside it (:func:`items_hash`)."""
     opts = opts or FaithOptions()
     conds = expand_conditions(opts)
     plan = Plan()
     rows = items_frame(items)
-    plan.sources.append(PlanSource(name, source, items_hash(items), rows,
+    content_hash, legacy = items_hash(items, run_dir), legacy_items_hash(items)
+    plan.sources.append(PlanSource(name, source, content_hash, rows,
                                    {"builder": "faithfulness", "seed": opts.seed, "conditions": conds,
-                                    "thickness": opts.thickness, "alpha": opts.alpha}))
+                                    "thickness": opts.thickness, "alpha": opts.alpha},
+                                   earlier_hashes=(legacy,) if legacy != content_hash else ()))
     decoding = tuple((k, v if k != "max_new_tokens" else opts.max_new_tokens) for k, v in prompts.DECODING)
     system = Message("system", prompts.SYSTEM_PROMPT)
     for it in items:

@@ -88,7 +88,7 @@ def plan_answer_stage(ctx: StageContext) -> Plan:
             raise ConfigError(f"probe_sets: two item sources are both named {name!r}")
         names.add(name)
         items = load_item_source(spec, run_dir=ctx.run_dir, seed=opts.seed, n_items=opts.phantom_items)
-        plan.extend(plan_answers(items, opts, name=name, source=spec))
+        plan.extend(plan_answers(items, opts, name=name, source=spec, run_dir=ctx.run_dir))
     return plan
 
 

@@ -328,6 +328,7 @@ class GroundingSuite(Suite):
                    "correct": {1: "yes", 0: "no"}},
         "case_fields": ["finding", "label", "kind", "source", "sex", "age", "view", "has_box"],
         "trial_fields": ["parsed", "confidence", "correct"],
+        "titles": {"confidence": "P(yes)"},  # the first-token P(yes), not a confidence in the answer given
         "category_table": "categories",
     }
 

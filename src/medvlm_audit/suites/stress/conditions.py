@@ -28,11 +28,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from medvlm_audit.images import ImageRecipe
+from medvlm_audit.run_paths import portable_path
 from medvlm_audit.suites.base import Plan, PlanSource, Skip, Trial
 from medvlm_audit.suites.stress.items import LETTERS, ItemError, ItemSet, MCQItem, norm_option
 from medvlm_audit.suites.stress.prompts import DEFAULT_PROTOCOL, PROTOCOLS, mcq_messages
@@ -292,17 +294,39 @@ def required_ids(items: Sequence[MCQItem], mode: str = "auto") -> set[str]:
     return flagged
 
 
-def items_hash(items: Sequence[MCQItem]) -> str:
-    """Content hash of the items (records in id order)."""
+def items_hash(items: Sequence[MCQItem], run_dir: str | Path | None = None) -> str:
+    """Content hash of the items (records in id order), each image path as
+    :func:`~medvlm_audit.run_paths.portable_path` gives it (relative to ``run_dir`` for an image under it, else
+    absolute), so a run folder copied or moved elsewhere, or named by a relative ``--run-dir`` from another
+    working directory, keeps its hash."""
+    return _hash_records(items, lambda p: portable_path(p, run_dir))
+
+
+def legacy_items_hash(items: Sequence[MCQItem]) -> str:
+    """The hash as versions before the portable paths computed it (image paths as the items hold them: absolute
+    or relative to the working directory): a store that recorded it still resumes in place
+    (:attr:`~medvlm_audit.plan.PlanSource.earlier_hashes`)."""
+    return _hash_records(items, None)
+
+
+def _hash_records(items: Sequence[MCQItem], image_path: Callable[[str], str] | None) -> str:
     h = hashlib.sha256()
     for it in sorted(items, key=lambda x: x.item_id):
-        h.update(json.dumps(it.to_record(), sort_keys=True, ensure_ascii=False).encode())
+        rec = it.to_record()
+        if image_path is not None:
+            rec["images"] = [image_path(p) for p in rec["images"]]
+            if rec.get("substitute_image") is not None:
+                rec["substitute_image"] = image_path(rec["substitute_image"])
+        h.update(json.dumps(rec, sort_keys=True, ensure_ascii=False).encode())
         h.update(b"\n")
     return h.hexdigest()
 
 
-def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: str = "stress") -> Plan:
-    """Items x conditions x repeats -> Trials (payload: options shown, gold, benchmark, ...) and Skips."""
+def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: str = "stress",
+                run_dir: str | Path | None = None) -> Plan:
+    """Items x conditions x repeats -> Trials (payload: options shown, gold, benchmark, ...) and Skips.
+    ``run_dir``: the run folder, whose images the item set's hash names by their path inside it
+    (:func:`items_hash`)."""
     opts = opts or StressOptions()
     if opts.prompt_protocol not in PROTOCOLS:
         raise ValueError(f"unknown prompt_protocol {opts.prompt_protocol!r}; known: {PROTOCOLS}")
@@ -316,12 +340,14 @@ def plan_stress(item_set: ItemSet, opts: StressOptions | None = None, *, name: s
     # the run store keys source rows by case_id; the rows as the store records them (what the item table's
     # records are: no column here mixes numbers with missing values, so no value changes type), without pandas
     rows = [{"case_id": r["item_id"], **r} for r in item_set.rows()]
+    content_hash, legacy = items_hash(items, run_dir), legacy_items_hash(items)
     plan.sources.append(
         PlanSource(
-            name, item_set.source or "", items_hash(items), rows,
+            name, item_set.source or "", content_hash, rows,
             {"builder": "stress", "seed": opts.seed, "conditions": [c.name for c in conds],
              "repeats": opts.repeats, "required": opts.required, "n_required": len(req),
              "t4_variant": opts.t4_variant, "prompt_protocol": opts.prompt_protocol},
+            earlier_hashes=(legacy,) if legacy != content_hash else (),
         )
     )
     for e in item_set.exclusions:

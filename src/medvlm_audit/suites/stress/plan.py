@@ -66,7 +66,7 @@ def plan_stress(cfg: Any, conditions: list[str] | None = None, t4_variant: str |
         raise ConfigError(f"unknown on_missing {missing!r}; known: ['raise', 'exclude']")
     opts = StressOptions(conditions=tuple(conds), repeats=int(cfg.repeats), seed=int(cfg.seed), t4_variant=variant,
                          prompt_protocol=protocol, on_missing=missing)  # type: ignore[arg-type]
-    return _plan_items(items, opts)
+    return _plan_items(items, opts, run_dir=cfg.run_dir)
 
 
 
