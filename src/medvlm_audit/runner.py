@@ -1355,13 +1355,17 @@ async def _execute(
 
 
 def skipped_lines(summary: dict[str, Any]) -> list[str]:
-    """What the skipped conditions were: conditions that do not apply to a case (a mask on a case without a box,
-    a swap without a partner...), counted by condition and reason."""
+    """What the skipped conditions were: conditions that do not apply to their case (the suite names why, e.g.
+    a grounding mask on a case without a box), counted by condition and reason. The head line is the same for
+    every suite; the examples are the suite's own reasons, listed below it.
+
+    >>> skipped_lines({"n_skipped": 2, "skipped_by": {"swap: no partner": 2}})
+    ['2 skipped conditions: conditions that do not apply to their case, asked of no model', '  swap: no partner: 2']
+    """
     by = summary.get("skipped_by") or {}
     if not summary.get("n_skipped"):
         return []
-    head = (f"{summary['n_skipped']:,} skipped conditions: conditions that do not apply to a case (e.g. a mask on a "
-            "case without a box), asked of no model")
+    head = f"{summary['n_skipped']:,} skipped conditions: conditions that do not apply to their case, asked of no model"
     return [head, *(f"  {k}: {v:,}" for k, v in by.items())]
 
 
