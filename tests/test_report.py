@@ -391,6 +391,24 @@ def test_figure_functions_return_figures_with_n_captions() -> None:
     assert "33.3\nn = 60" in texts and "33.3\nn = 12" in texts
 
 
+def test_empty_triad_and_one_category_sweep_say_why_in_words() -> None:
+    """The triad with CGR estimable but IS not says which one is missing (not 'CGR and IS'); a threshold sweep where
+    every model is indeterminate at every threshold names the category, not its internal colour code."""
+    from medvlm_audit.report.figures import information
+
+    nan = float("nan")
+    cats = pd.DataFrame({"probe_set": [PS, PS], "model": ["a", "b"], "modality": ["multimodal"] * 2,
+                         "category": ["indeterminate"] * 2, "cgr": [40.0, nan], "cgr_low": [20.0, nan],
+                         "cgr_high": [60.0, nan], "is_": [nan, nan], "is_low": [nan, nan], "is_high": [nan, nan],
+                         "n_cgr": [16, 0], "n_is": [0, 0]})
+    level, why = information(F.triad_figure(cats, probe_set=PS))
+    assert level == "none" and why.startswith("IS not estimable for any model (n = 0); CGR is for 1 of 2"), why
+    sweep = pd.DataFrame([{"probe_set": PS, "model": m, "threshold": t, "category": "indeterminate"}
+                          for m in ("a", "b") for t in (50.0, 60.0, 70.0)])
+    level, why = information(F.threshold_sweep_figure(sweep, cats, probe_set=PS))
+    assert level == "none" and why == "every model is 'indeterminate' at every threshold (nothing varies)", why
+
+
 def test_accuracy_brackets_follow_comparisons() -> None:
     a = make_analysis()
     fig = F.accuracy_figure(a.metrics, a.categories, a.comparisons, probe_set=PS)

@@ -309,9 +309,9 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
     ax.set_xlabel("Irrelevant-mask stability, IS (%)")
     ax.set_ylabel("Causal grounding rate, CGR (%)")
     ax.set_title(f"Causal triad — {probe_set}")
-    if not len(ok):
-        ax.text(0.5, 0.5, "CGR and IS not estimable for any model (n = 0)", transform=ax.transAxes,
-                ha="center", color=_GREY, style="italic")
+    none_why = _triad_missing(cats) if not len(ok) else None
+    if none_why:
+        ax.text(0.5, 0.5, none_why, transform=ax.transAxes, ha="center", color=_GREY, style="italic")
     ax.legend(handles=_legend_handles(info), loc="center left", frameon=False)
     _margins(fig, left=0.6, right=0.15, bottom=0.5, top=0.3)
     ntab = pd.DataFrame({"model": [str(m) for m in ok["model"]], "CGR n": [_nfmt(v) for v in ok["n_cgr"]],
@@ -324,7 +324,27 @@ def triad_figure(categories: pd.DataFrame, *, probe_set: str) -> Figure:
     if skipped:
         cap += f" Not shown (CGR or IS not estimable, n = 0): {', '.join(skipped)}."
     return _captioned(fig, "Causal triad", cap, n_table=ntab,
-                      empty=None if len(ok) else "CGR and IS not estimable for any model (n = 0)")
+                      empty=none_why)
+
+
+def _triad_missing(cats: pd.DataFrame) -> str:
+    """Why no model has a point in the triad: which of CGR and IS is estimable for none (n = 0).
+
+    >>> _triad_missing(pd.DataFrame({"cgr": [40.0, float("nan")], "is_": [float("nan")] * 2}))
+    'IS not estimable for any model (n = 0); CGR is for 1 of 2, but a point needs both'
+    >>> _triad_missing(pd.DataFrame({"cgr": [float("nan")], "is_": [float("nan")]}))
+    'CGR and IS not estimable for any model (n = 0)'
+    """
+    n = len(cats)
+    has_cgr = sum(_fin(c) for c in cats["cgr"]) if n else 0
+    has_is = sum(_fin(i) for i in cats["is_"]) if n else 0
+    if not has_cgr and not has_is:
+        return "CGR and IS not estimable for any model (n = 0)"
+    if not has_is:
+        return f"IS not estimable for any model (n = 0); CGR is for {has_cgr} of {n}, but a point needs both"
+    if not has_cgr:
+        return f"CGR not estimable for any model (n = 0); IS is for {has_is} of {n}, but a point needs both"
+    return "no model has both CGR and IS estimable (n = 0 for one of them)"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -744,7 +764,10 @@ def threshold_sweep_figure(threshold_sweep: pd.DataFrame, categories: pd.DataFra
     if len(cc):
         cap += " IS n per model in the table below."
         ntab = pd.DataFrame({"model": [str(m) for m in cc["model"]], "IS n": [_nfmt(v) for v in cc["n_is"]]})
-    return _captioned(fig, "Category stability under the threshold sweep", cap, n_table=ntab)
+    one = {int(k) for k in grid.ravel()}
+    same = (f"every model is '{CATEGORY_LABELS[codes[one.pop()]]}' at every threshold (nothing varies)"
+            if len(one) == 1 and grid.size >= 2 else None)
+    return _captioned(fig, "Category stability under the threshold sweep", cap, n_table=ntab, empty=same)
 
 
 @_styled
