@@ -265,10 +265,14 @@ def _report_table(run_dir: str) -> tuple[Any, tuple[str, ...]]:
 
 def _prepare_report(run_dir: Path) -> bool:
     """Fork the report's prepared process before the analysis is imported: it reads the run's table (taken by
-    ``api.report``), then imports the figure code of the run's suite. pandas first, so that it inherits it."""
+    ``api.report``), then imports the figure code of the run's suite. pandas first, so that it inherits it. The
+    C allocator keeps at most 2 arenas (before any thread: the resampling threads' arenas held ~40 MB)."""
     import pandas  # noqa: F401
 
+    from medvlm_audit.cpus import limit_malloc_arenas
     from medvlm_audit.report.parallel import prepare, run_key
+
+    limit_malloc_arenas()
 
     key = run_key(run_dir)
     return prepare(first=f"{__name__}:_report_table", first_args=(key,), key=key)
