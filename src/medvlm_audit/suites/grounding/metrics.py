@@ -32,6 +32,7 @@ __all__ = [
     "Vec",
     "build_panels",
     "model_metric_rows",
+    "model_rate_rows",
     "model_vectors",
     "rate_row",
     "subgroup_masks",
