@@ -13,7 +13,9 @@ comparisons.csv and categories.csv of the two trees are compared cell by cell.
     PYTHONPATH=src python benchmarks/bench_report_cli.py [--repeats 3] [--before /tmp/old/src] [--run DIR] [--stages]
 
 ``--stages`` adds, per tree, the CPU seconds of each stage split into the main thread, the resampling kernels'
-threads and the forked figure workers, and from them the wall the report would take on 2 idle cores.
+threads and the forked figure workers, and from them the wall the report would take on 2 idle cores, and on
+``--cores`` (16) idle cores its critical path: the main thread's CPU per stage plus the waits more cores cannot
+remove (the table read in forked parts where the tree does so, the slowest figure), at this machine's speed.
 """
 
 from __future__ import annotations
@@ -124,6 +126,25 @@ def read_path(run_dir: Path, cores: int) -> dict:
     return got
 
 
+def slowest_figure(an: object) -> float:
+    """CPU seconds of the report's slowest figure (built and drawn as SVG here, one after another, after the
+    figure machinery's warm-up): on many cores the sections take at least that long. 0 where the tree lacks the
+    functions."""
+    try:
+        from medvlm_audit.report.parallel import warm_up
+        from medvlm_audit.suites.grounding.figures import figure_builders
+        from medvlm_audit.suites.grounding.sections import _figure_html
+    except ImportError:
+        return 0.0
+    warm_up()
+    worst = 0.0
+    for i, build in enumerate(figure_builders(an), 1):
+        t = time.thread_time()
+        _figure_html(i, build, "svg")
+        worst = max(worst, time.thread_time() - t)
+    return worst
+
+
 def child_stages(run_dir: Path, B: int, many: int = 16) -> None:
     """The report's stages in this process (imports, store read + scoring, analysis, sections with figures, the
     files), each as CPU seconds of the main thread, of this process's other threads (the resampling kernels) and
@@ -201,7 +222,8 @@ def child_stages(run_dir: Path, B: int, many: int = 16) -> None:
     out[0]["after_fork"] = start_main + out[0]["main"] - at_fork  # the imports beside the prepared process's read
     caps = {"threads": getattr(importlib.import_module("medvlm_audit.stats.kernels"), "_MAX_WORKERS", 2),
             "workers": getattr(P, "MAX_WORKERS", 1) if P is not None else 1}
-    print(json.dumps({"stages": out, "read": read_path(run_dir, many), "caps": caps}))
+    print(json.dumps({"stages": out, "read": read_path(run_dir, many), "caps": caps,
+                      "slowest_figure": slowest_figure(an)}))
 
 
 def stages(src: Path, run_dir: Path, B: int, cores: int, many: int) -> tuple[float, float]:
@@ -216,8 +238,8 @@ def stages(src: Path, run_dir: Path, B: int, cores: int, many: int) -> tuple[flo
     main-thread CPU of each stage plus the waits more cores cannot remove: the imports; the wait for the table
     (the prepared process's read path, :func:`read_path`, beyond the imports after the fork); the unpickling; the
     analysis, max(main + threads / T, children / W) with the tree's caps T threads and W worker processes; the
-    prepared process's imports only where they outlast the analysis; the sections, max(main, children / W); the
-    page."""
+    prepared process's imports only where they outlast the analysis; the sections, max(main, children / W, the
+    slowest figure's CPU); the page."""
     import json
 
     env = dict(os.environ, PYTHONPATH=str(src))
@@ -264,13 +286,14 @@ def stages(src: Path, run_dir: Path, B: int, cores: int, many: int) -> tuple[flo
     wait = max(0.0, path - imp["after_fork"]) if prepared else path
     a = max(an["main"] + an["threads"] / T, an["children"] / W)
     prep = max(0.0, by["prepared: imports, warm-up"]["children"] - a) if prepared else 0.0
-    sections = max(sec["main"], sec["children"] / W)
+    sections = max(sec["main"], sec["children"] / W, got["slowest_figure"])
     parts = [("imports", imp["main"]), ("wait for the table", wait), ("unpickling it", store["main"]),
              ("analysis", a), ("prepared imports beyond it", prep), ("sections", sections), ("page", page["main"])]
     crit = sum(v for _, v in parts)
     print(f"    on {many} idle cores (critical path, CPU at this machine's speed): table read path {path:.2f} s "
           f"({how}) beside {imp['after_fork']:.2f} s of imports; "
-          + " + ".join(f"{k} {v:.2f}" for k, v in parts) + f" = {crit:.2f} s")
+          + " + ".join(f"{k} {v:.2f}" for k, v in parts) + f" = {crit:.2f} s (slowest figure "
+          f"{got['slowest_figure']:.2f} CPU-s)")
     return est, crit
 
 
