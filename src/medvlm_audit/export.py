@@ -175,8 +175,10 @@ def model_groups(store: RunStore, parts: int) -> list[tuple[str, ...]]:
 #: beside them leave no core free, and the fork, the pickling and the concatenation would only add CPU)
 TIDY_PARTS_MIN_CPUS = 4
 
-#: and at most this many (each fork is a copy of a process that has imported pandas)
-TIDY_PARTS_MAX = 8
+#: and at most this many (each fork is a copy of a process that has imported pandas; a part's fixed cost, the
+#: case rows and pandas' per-call overhead, is ~0.03 CPU-s: the paper-sized run's 9 models read one per part in
+#: 0.08-0.10 CPU-s each, two in 0.15)
+TIDY_PARTS_MAX = 12
 
 
 def tidy_parts() -> int:
