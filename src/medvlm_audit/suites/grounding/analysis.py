@@ -57,6 +57,12 @@ from medvlm_audit.suites.grounding.metrics import (
 
 __all__ = ["CATEGORY_COLUMNS", "METRIC_COLUMNS", "GroundingAnalysis", "analyse_grounding"]
 
+#: forked workers for the models' rate rows (``workers=None``): the paper-sized run's 0.36 CPU-s over 4 finish
+#: beside the calibration draws (1.5 CPU-s in up to 8 threads), and each further fork of this process (~250 MB,
+#: the run's table in it) costs its main thread ~5 ms of CPU, more in a sandbox (8 workers started in 0.035-0.042
+#: CPU-s, 4 in 0.020-0.021)
+RATE_ROW_WORKERS = 4
+
 #: the shared long metrics schema (:data:`medvlm_audit.results.METRICS_COLUMNS`; ``suite`` is added by the report
 #: writer) with grounding's ``modality`` after ``model`` and its ``k`` and ``ci_method`` at the end
 METRIC_COLUMNS = [*METRICS_COLUMNS[1:3], "modality", *METRICS_COLUMNS[3:], "k", "ci_method"]
@@ -247,10 +253,12 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
         # any process), forked before the calibration threads start (a fork beside running threads is unsafe), so
         # that they run beside the calibration resampling and the comparisons; in this process with one worker,
         # one CPU or other threads running (then when collected below)
+        from medvlm_audit.cpus import usable_cpus
         from medvlm_audit.report.parallel import map_forked
 
+        rate_workers = opts.workers if opts.workers is not None else min(usable_cpus(), RATE_ROW_WORKERS)
         rate_rows = map_forked([partial(model_rate_rows, main, i, opts, vecs[m]) for i, m in enumerate(main.models)],
-                               workers=1 if threading.active_count() > 1 else opts.workers, warm=False)
+                               workers=1 if threading.active_count() > 1 else rate_workers, warm=False)
         # the calibration resampling (numpy kernels that release the GIL) runs in a thread while this one
         # computes what does not need it: parse rates, the support weights and the paired comparisons
         with ThreadPoolExecutor(max_workers=2) as pool:
