@@ -52,6 +52,21 @@ def test_nothing_to_split_reads_nothing(tmp_path) -> None:
     assert export.tidy_by_model(tidy_grounding, run, 0) is None
 
 
+def test_a_store_read_through_a_private_copy_is_read_whole(tmp_path, monkeypatch) -> None:
+    from medvlm_audit.suites.grounding.suite import tidy_grounding
+
+    run = _run(tmp_path)
+    real = RunStore._connect_readonly
+
+    def copied(self):  # as on read-only media with a pending WAL: a private copy per open
+        self._copy_dir = tmp_path
+        return real(self)
+
+    monkeypatch.setattr(RunStore, "_connect_readonly", copied)
+    monkeypatch.setattr(RunStore, "close", lambda self: self.db.close())
+    assert export.tidy_by_model(tidy_grounding, run, 3) is None
+
+
 def _pid_tidy(store: RunStore) -> pd.DataFrame:
     """A tidy whose dtype differs between the parts (ints in the first group's part, floats in the others)."""
     models = export._ONLY_MODELS or ()

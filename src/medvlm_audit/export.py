@@ -214,6 +214,8 @@ def tidy_by_model(tidy: Callable[[RunStore], pd.DataFrame], run_dir: str | Path,
     if parts < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return None  # the parts would run one after another in this process: slower than one read
     with RunStore.open_dir(run_dir, readonly=True) as store:
+        if store._copy_dir is not None:  # read-only media with a pending WAL: each reader would copy the store
+            return None
         groups = model_groups(store, parts)
     if len(groups) < 2:
         return None
