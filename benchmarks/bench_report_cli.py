@@ -11,9 +11,12 @@ child, from ``wait4``) and the peak RSS of each, and the before/after ratios. Th
 comparisons.csv and categories.csv of the two trees are compared cell by cell.
 
     PYTHONPATH=src python benchmarks/bench_report_cli.py [--repeats 3] [--before /tmp/old/src] [--run DIR] [--stages]
+        [--cores 16] [--syscalls]
 
 ``--stages`` adds, per tree, the CPU seconds of each stage split into the main thread, the resampling kernels'
-threads and the forked figure workers, and from them the wall the report would take on 2 idle cores.
+threads and the forked figure workers, and from them the wall the report would take on 2 idle cores, and on
+``--cores`` (16) idle cores its critical path: the main thread's CPU per stage plus the waits more cores cannot
+remove (the table read in forked parts where the tree does so, the slowest figure), at this machine's speed.
 """
 
 from __future__ import annotations
@@ -78,10 +81,82 @@ def run_report(src: Path, run_dir: Path, out: Path, B: int) -> tuple[float, floa
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
-def child_stages(run_dir: Path, B: int) -> None:
+def read_path(run_dir: Path, cores: int) -> dict:
+    """The prepared process's table read as it would run on ``cores`` idle cores, from CPU seconds measured here
+    one part after another: one whole read + scoring, or (a tree with ``export.tidy_by_model``, as many forked
+    readers as it would start there) the slowest part with its pickling, the parts' unpickling and concatenation,
+    and the start and collection of that many forked workers doing nothing (wall); then the table pickled across."""
+    import pickle
+
+    from medvlm_audit import export as E
+    from medvlm_audit.store import RunStore
+    from medvlm_audit.suites.grounding import suite as GS
+
+    t = time.thread_time()
+    whole = GS.tidy_grounding(RunStore(run_dir / "run.sqlite"))
+    got = {"whole": time.thread_time() - t}
+    t = time.thread_time()
+    pickled = pickle.dumps(whole, protocol=pickle.HIGHEST_PROTOCOL)
+    got["dumps"] = time.thread_time() - t
+    n = min(cores - 1, getattr(E, "TIDY_PARTS_MAX", 0))
+    if not hasattr(E, "tidy_by_model") or cores < getattr(E, "TIDY_PARTS_MIN_CPUS", 1) or n < 2:
+        return got
+    import pandas as pd
+
+    from medvlm_audit.report.parallel import map_forked
+
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        groups = E.model_groups(store, n)
+    part, tables, loads = 0.0, [], 0.0
+    for g in groups:
+        t = time.thread_time()
+        b = pickle.dumps(E._tidy_part(GS.tidy_grounding, str(run_dir), g), protocol=pickle.HIGHEST_PROTOCOL)
+        part = max(part, time.thread_time() - t)
+        t = time.thread_time()
+        tables.append(pickle.loads(b))
+        loads += time.thread_time() - t
+    E._ONLY_MODELS = None
+    t = time.thread_time()
+    pd.concat(tables, ignore_index=True)
+    concat = time.thread_time() - t
+    w = time.perf_counter()
+    map_forked([lambda: None] * len(groups), workers=len(groups), warm=False)()
+    forks = time.perf_counter() - w
+    del pickled
+    got.update(parts=len(groups), part=part, loads=loads, concat=concat, forks=forks)
+    return got
+
+
+def slowest_figure(an: object) -> float:
+    """CPU seconds of the report's slowest figure (built and drawn as SVG here, one after another, after the
+    figure machinery's warm-up): on many cores the sections take at least that long. 0 where the tree lacks the
+    functions."""
+    try:
+        from medvlm_audit.report.parallel import warm_up
+        from medvlm_audit.suites.grounding.figures import figure_builders
+        from medvlm_audit.suites.grounding.sections import _figure_html
+    except ImportError:
+        return 0.0
+    worst = 0.0
+    try:  # an older tree whose figure code differs: no figure bound (the estimate then uses the workers' CPU)
+        warm_up()
+        for i, build in enumerate(figure_builders(an), 1):
+            took = []
+            for _ in range(2):  # the lesser of two draws: one figure's CPU swings by a third on a loaded machine
+                t = time.thread_time()
+                _figure_html(i, build, "svg")
+                took.append(time.thread_time() - t)
+            worst = max(worst, min(took))
+    except Exception as e:  # noqa: BLE001
+        print(f"slowest figure not measured: {e!r}", file=sys.stderr)
+    return worst
+
+
+def child_stages(run_dir: Path, B: int, many: int = 16) -> None:
     """The report's stages in this process (imports, store read + scoring, analysis, sections with figures, the
     files), each as CPU seconds of the main thread, of this process's other threads (the resampling kernels) and
     of forked children (figure workers); one JSON line. Runs against whichever source tree PYTHONPATH names."""
+    import importlib
     import json
     import resource
 
@@ -91,6 +166,7 @@ def child_stages(run_dir: Path, B: int) -> None:
 
     out: list[dict] = []
     last = [time.thread_time(), time.process_time(), children(), time.perf_counter()]
+    start_main = last[0]
 
     def lap(name: str) -> None:
         t, p, c, w = time.thread_time(), time.process_time(), children(), time.perf_counter()
@@ -107,6 +183,7 @@ def child_stages(run_dir: Path, B: int) -> None:
         P = None
     if hasattr(C, "_prepare_report"):
         C._prepare_report(run_dir)  # it reads the run's table while this process imports
+    at_fork = time.thread_time()
     from medvlm_audit import api  # noqa: F401
     from medvlm_audit.report import write_report
     from medvlm_audit.store import RunStore
@@ -122,7 +199,8 @@ def child_stages(run_dir: Path, B: int) -> None:
             return 0.0
         with open(f"/proc/{P._PREPARED[0]}/stat") as f:
             ticks = f.read().rsplit(")", 1)[1].split()
-        return (int(ticks[11]) + int(ticks[12])) / os.sysconf("SC_CLK_TCK")
+        # its own CPU and that of its children reaped so far (the forked readers of a table read in parts)
+        return sum(int(x) for x in ticks[11:15]) / os.sysconf("SC_CLK_TCK")
 
     tidy = P.take_first(P.run_key(run_dir)) if P is not None and hasattr(P, "take_first") else None
     read_elsewhere = tidy is not None
@@ -148,19 +226,36 @@ def child_stages(run_dir: Path, B: int) -> None:
         if read:
             out.append({"stage": "prepared: read + scoring", "children": read, "beside": "imports"})
         out.append({"stage": "prepared: imports, warm-up", "children": prepared - read, "beside": "analysis"})
-    print(json.dumps({"stages": out}))
+    out[0]["after_fork"] = start_main + out[0]["main"] - at_fork  # the imports beside the prepared process's read
+    try:
+        threads = getattr(importlib.import_module("medvlm_audit.stats.kernels"), "_MAX_WORKERS", 2)
+    except ImportError:
+        threads = 2
+    caps = {"threads": threads, "workers": getattr(P, "MAX_WORKERS", 1) if P is not None else 1}
+    print(json.dumps({"stages": out, "read": read_path(run_dir, many), "caps": caps,
+                      "slowest_figure": slowest_figure(an)}))
 
 
-def stages(src: Path, run_dir: Path, B: int, cores: int) -> float:
-    """Print one tree's stage table; returns the 2-core estimate: per stage max(main + threads / cores,
-    children / cores) (the main thread waits while the kernels' threads run; forked workers run while the parent
-    renders or waits), summed; plus, where the tree forks a prepared process at the start, its table read beyond
-    the imports it runs beside, and its own imports shared over the cores (they run beside the analysis)."""
+def stages(src: Path, run_dir: Path, B: int, cores: int, many: int) -> tuple[float, float]:
+    """Print one tree's stage table; returns the estimated wall on ``cores`` and on ``many`` idle cores.
+
+    On ``cores`` (this machine's 2): per stage max(main + threads / cores, children / cores) (the main thread
+    waits while the kernels' threads run; forked workers run while the parent renders or waits), summed; plus,
+    where the tree forks a prepared process at the start, its table read beyond the imports it runs beside, and
+    its own imports shared over the cores (they run beside the analysis).
+
+    On ``many`` (an idle 16-core machine; at this machine's speed per core): the critical path, i.e. the
+    main-thread CPU of each stage plus the waits more cores cannot remove: the imports; the wait for the table
+    (the prepared process's read path, :func:`read_path`, beyond the imports after the fork); the unpickling; the
+    analysis, max(main + threads / T, children / W) with the tree's caps T threads and W worker processes; the
+    prepared process's imports only where they outlast the analysis; the sections, max(main, children / W, the
+    slowest figure's CPU); the page."""
     import json
 
     env = dict(os.environ, PYTHONPATH=str(src))
-    p = subprocess.run([sys.executable, __file__, "--child-stages", str(run_dir), "--B", str(B)], env=env,
-                       cwd=tempfile.gettempdir(), capture_output=True, text=True, check=False)
+    p = subprocess.run([sys.executable, __file__, "--child-stages", str(run_dir), "--B", str(B),
+                        "--cores", str(many)], env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True,
+                       check=False)
     if p.returncode:
         raise SystemExit(f"stages from {src} failed:\n{p.stderr[-3000:]}")
     got = json.loads(p.stdout.strip().splitlines()[-1])
@@ -185,7 +280,56 @@ def stages(src: Path, run_dir: Path, B: int, cores: int) -> float:
         est += e
         print(f"    {st['stage']:28s} {st['children']:5.2f} CPU-s in the prepared process, beside the "
               f"{st['beside']}; on {cores} idle cores ~{e:5.2f} s more")
-    return est
+    # the critical path on `many` idle cores
+    r, caps = got["read"], got["caps"]
+    T, W = min(many, caps["threads"]), min(many, caps["workers"])
+    imp, store, an, sec, page = (by[k] for k in ("imports", "store read + scoring", "analysis",
+                                                 "sections (figures, tables)", "page + files"))
+    prepared = "prepared: imports, warm-up" in by
+    if "parts" in r:
+        path = r["forks"] + r["part"] + r["loads"] + r["concat"] + r["dumps"]
+        how = (f"{r['parts']} forked readers: slowest part {r['part']:.2f} + their start {r['forks']:.2f} (wall) + "
+               f"unpickling {r['loads']:.2f} + concatenation {r['concat']:.2f} + pickling {r['dumps']:.2f}")
+    else:
+        path = r["whole"] + r["dumps"]
+        how = f"one read {r['whole']:.2f} + pickling {r['dumps']:.2f}"
+    # without a prepared process the read is this process's own (the store stage's main-thread CPU below)
+    wait = max(0.0, path - imp["after_fork"]) if prepared else 0.0
+    a = max(an["main"] + an["threads"] / T, an["children"] / W)
+    prep = max(0.0, by["prepared: imports, warm-up"]["children"] - a) if prepared else 0.0
+    sections = max(sec["main"], sec["children"] / W, got["slowest_figure"])
+    parts = [("imports", imp["main"]), ("wait for the table", wait), ("store stage (unpickling it)" if prepared else "store read + scoring", store["main"]),
+             ("analysis", a), ("prepared imports beyond it", prep), ("sections", sections), ("page", page["main"])]
+    crit = sum(v for _, v in parts)
+    print(f"    on {many} idle cores (critical path, CPU at this machine's speed): table read path {path:.2f} s "
+          f"({how}) beside {imp['after_fork']:.2f} s of imports; "
+          + " + ".join(f"{k} {v:.2f}" for k, v in parts) + f" = {crit:.2f} s (slowest figure "
+          f"{got['slowest_figure']:.2f} CPU-s)")
+    return est, crit
+
+
+def syscalls(src: Path, run_dir: Path, out: Path, B: int) -> str:
+    """The system calls of one report from ``src`` and its children, counted by ``strace -f -c`` (where installed;
+    gVisor, the lent 16-core machines' sandbox, has none): the total, the reads of the store's pages (pread64) and
+    the process starts (clone)."""
+    import shutil
+
+    if not shutil.which("strace"):
+        return "no strace here"
+    with tempfile.NamedTemporaryFile(suffix=".strace") as log:
+        env = dict(os.environ, PYTHONPATH=str(src))
+        p = subprocess.run(["strace", "-f", "-c", "-o", log.name, sys.executable, "-m", "medvlm_audit", "report",
+                            str(run_dir), "--out", str(out), "--B", str(B)], env=env, cwd=tempfile.gettempdir(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+        if p.returncode:
+            return f"strace failed ({p.returncode})"
+        calls = {}
+        for line in Path(log.name).read_text().splitlines():
+            f = line.split()
+            if len(f) >= 5 and f[-1] != "syscall" and f[3].isdigit():
+                calls[f[-1]] = int(f[3])
+    return (f"{calls.get('total', 0):,} system calls, pread64 {calls.get('pread64', 0):,}, "
+            f"clone {calls.get('clone', 0) + calls.get('clone3', 0):,}")
 
 
 def compare(a: Path, b: Path) -> list[str]:
@@ -210,10 +354,14 @@ def main() -> None:
     ap.add_argument("--run", type=Path, default=None, help="reuse (or build once into) this run folder")
     ap.add_argument("--stages", action="store_true",
                     help="also the per-stage CPU split of each tree and its estimated wall on 2 idle cores")
+    ap.add_argument("--cores", type=int, default=16,
+                    help="with --stages: also estimate the wall on this many idle cores (default 16)")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="also count each tree's system calls in one report (strace -f -c, where installed)")
     ap.add_argument("--child-stages", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_stages:
-        child_stages(args.child_stages, args.B)
+        child_stages(args.child_stages, args.B, args.cores)
         return
     tmp = Path(tempfile.mkdtemp(prefix="bench_report_cli_"))
     run_dir = args.run or tmp / "paper-sized"
@@ -246,7 +394,11 @@ def main() -> None:
     if args.stages:
         for side, src in sides:
             print(f"{side}: stages (in one process; load {os.getloadavg()[0]:.1f})")
-            print(f"{side}: estimated wall on 2 idle cores ~{stages(src, run_dir, args.B, 2):.2f} s")
+            two, many = stages(src, run_dir, args.B, 2, args.cores)
+            print(f"{side}: estimated wall on 2 idle cores ~{two:.2f} s, on {args.cores} idle cores ~{many:.2f} s")
+    if args.syscalls:
+        for side, src in sides:
+            print(f"{side}: {syscalls(src, run_dir, tmp / (side + '-strace'), args.B)}")
     print(f"load after: {os.getloadavg()}")
 
 

@@ -41,4 +41,4 @@ def test_pools_are_sized_by_the_cores_this_process_may_use(monkeypatch: pytest.M
     assert usable_cpus() == 1 and default_render_workers() == 2
     assert parallel._workers(None, 10) == 1 and kernels._workers(None, 20) == 1
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert parallel._workers(None, 10) == parallel.MAX_WORKERS and kernels._workers(None, 20) == 4
+    assert parallel._workers(None, 10) == parallel.MAX_WORKERS and kernels._workers(None, 20) == kernels._MAX_WORKERS

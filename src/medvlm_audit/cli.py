@@ -254,20 +254,30 @@ def export_cmd(
 def _report_table(run_dir: str) -> tuple[Any, tuple[str, ...]]:
     """The first job of a report's prepared process (``report.parallel.prepare``): the run's scored table (its
     suite's ``tidy``) and the modules its report's sections import (the suite's ``report_modules``)."""
+    from medvlm_audit.export import tidy_by_model, tidy_parts
     from medvlm_audit.store import RunStore
     from medvlm_audit.suites import get_suite
 
     with RunStore.open_dir(run_dir, readonly=True) as store:
         suite = get_suite(str(store.meta()["suite"]))
-        return suite.tidy(store), tuple(suite.report_modules)
+    # on many cores, forked readers read and score groups of models (closed here first: no connection forked)
+    table = tidy_by_model(suite.tidy, run_dir, tidy_parts()) if suite.tidy_by_model else None
+    if table is None:
+        with RunStore.open_dir(run_dir, readonly=True) as store:
+            table = suite.tidy(store)
+    return table, tuple(suite.report_modules)
 
 
 def _prepare_report(run_dir: Path) -> bool:
     """Fork the report's prepared process before the analysis is imported: it reads the run's table (taken by
-    ``api.report``), then imports the figure code of the run's suite. pandas first, so that it inherits it."""
+    ``api.report``), then imports the figure code of the run's suite. pandas first, so that it inherits it. The
+    C allocator keeps at most 2 arenas (before any thread: the resampling threads' arenas held ~40 MB)."""
     import pandas  # noqa: F401
 
+    from medvlm_audit.cpus import limit_malloc_arenas
     from medvlm_audit.report.parallel import prepare, run_key
+
+    limit_malloc_arenas()
 
     key = run_key(run_dir)
     return prepare(first=f"{__name__}:_report_table", first_args=(key,), key=key)

@@ -12,6 +12,7 @@ run path of an HTTP-model run imports no pandas).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +25,16 @@ if TYPE_CHECKING:  # pragma: no cover
 
 CASE_COLUMNS = ("kind", "finding", "label", "source", "patient_id", "study_id", "age", "sex", "view", "split")
 
+#: the models whose trials :func:`raw_table` and :func:`raw_columns` read (None: every model); set only in the
+#: forked readers of :func:`tidy_by_model`, each of which reads one group of models
+_ONLY_MODELS: tuple[str, ...] | None = None
+
 
 def _raw_sql(store: RunStore) -> str:
+    """The raw table's query; its parameters are ``_ONLY_MODELS`` (or none)."""
     # absent from runs written before they existed
     details = store.has_table("answer_details") and store.has_table("effective_decodings")
+    only = f"WHERE t.model IN ({', '.join('?' * len(_ONLY_MODELS))})" if _ONLY_MODELS is not None else ""
     return f"""
         SELECT t.model, m.modality, t.probe_set, t.case_id, t.condition, t.sample_index, t.key, t.image_sha256,
                t.payload, r.text AS answer_text, r.top_logprobs, r.finish_reason, r.latency_s,
@@ -40,6 +47,7 @@ def _raw_sql(store: RunStore) -> str:
         LEFT JOIN imported i ON i.key = t.key
         {"LEFT JOIN answer_details d ON d.key = t.key LEFT JOIN effective_decodings e ON e.id = d.effective"
          if details else ""}
+        {only}
         ORDER BY t.model, t.probe_set, t.case_id, t.condition, t.sample_index
         """
 
@@ -54,7 +62,7 @@ def raw_table(store: RunStore, *, case_fields: tuple[str, ...] = (), imported: b
     import numpy as np
     import pandas as pd
 
-    df = store.frame(_raw_sql(store))
+    df = store.frame(_raw_sql(store), _ONLY_MODELS or ())
     missing = df["answer_text"].isna() & df["error_kind"].isna() & df["imported_parsed"].isna()
     df.loc[missing, "error_kind"] = "not_asked"
     if not imported:
@@ -83,7 +91,7 @@ def raw_columns(store: RunStore, *, case_fields: tuple[str, ...] = (), imported:
     table could differ in more than a column's dtype (no trials, a trial whose case row is missing, a case field
     it reads that some case rows lack, a run id that is not text): the caller then builds it with
     :func:`raw_table`."""
-    names, rows = store.rows(_raw_sql(store))
+    names, rows = store.rows(_raw_sql(store), _ONLY_MODELS or ())
     if not rows:
         return None
     data: dict[str, list[Any]] = {n: list(v) for n, v in zip(names, zip(*rows))}
@@ -131,6 +139,92 @@ def raw_columns(store: RunStore, *, case_fields: tuple[str, ...] = (), imported:
     for n, v in data.items():
         out.data[n], out.dtypes[n] = v, dtypes[n]  # type: ignore[assignment]
     return out
+
+
+def model_groups(store: RunStore, parts: int) -> list[tuple[str, ...]]:
+    """The run's models with trials, in the order the raw table sorts them, as at most ``parts`` runs of
+    consecutive models holding about equal numbers of trials.
+
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> store = RunStore(Path(tempfile.mkdtemp()) / "run.sqlite")
+    >>> for m in "abc":
+    ...     store.add_model(m, "multimodal", {})
+    >>> store.add_trials([(m, "p", f"c{i}", "original", 0, f"{m}{i}", None, None) for m in "abc" for i in range(3)])
+    >>> model_groups(store, 2), model_groups(store, 5)
+    ([('a', 'b'), ('c',)], [('a',), ('b',), ('c',)])
+    """
+    counts = store.db.execute("SELECT model, COUNT(*) FROM trials GROUP BY model ORDER BY model").fetchall()
+    total, k = sum(n for _, n in counts), max(1, min(parts, len(counts)))
+    groups: list[tuple[str, ...]] = []
+    group: list[str] = []
+    done = 0
+    for model, n in counts:
+        # a model goes to the next group where more than half of its trials lie beyond this group's share
+        if group and (2 * done + n) * k > 2 * total * (len(groups) + 1):
+            groups.append(tuple(group))
+            group = []
+        group.append(model)
+        done += n
+    if group:
+        groups.append(tuple(group))
+    return groups
+
+
+#: :func:`tidy_parts`: forked readers only with at least this many usable cores (on fewer, the parent's imports
+#: beside them leave no core free, and the fork, the pickling and the concatenation would only add CPU)
+TIDY_PARTS_MIN_CPUS = 4
+
+#: and at most this many (each fork is a copy of a process that has imported pandas; a part's fixed cost, the
+#: case rows and pandas' per-call overhead, is ~0.03 CPU-s: the paper-sized run's 9 models read one per part in
+#: 0.08-0.10 CPU-s each, two in 0.15)
+TIDY_PARTS_MAX = 12
+
+
+def tidy_parts() -> int:
+    """How many forked readers :func:`tidy_by_model` may use here: every usable core but one (the report's own
+    process imports meanwhile), at most ``TIDY_PARTS_MAX``; 0 below ``TIDY_PARTS_MIN_CPUS`` cores."""
+    from medvlm_audit.cpus import usable_cpus
+
+    cpus = usable_cpus()
+    return 0 if cpus < TIDY_PARTS_MIN_CPUS else min(cpus - 1, TIDY_PARTS_MAX)
+
+
+def _tidy_part(tidy: Callable[[RunStore], pd.DataFrame], run_dir: str, models: tuple[str, ...]) -> pd.DataFrame:
+    """One forked reader of :func:`tidy_by_model`: the tidy table of these models' trials alone."""
+    global _ONLY_MODELS
+    _ONLY_MODELS = models
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        return tidy(store)
+
+
+def tidy_by_model(tidy: Callable[[RunStore], pd.DataFrame], run_dir: str | Path, parts: int) -> pd.DataFrame | None:
+    """``tidy`` (a suite's ``tidy``, row-wise per model: ``Suite.tidy_by_model``) of the run store in ``run_dir``,
+    read in up to ``parts`` forked processes, each reading and scoring the trials of some consecutive models, then
+    put together in order: the same table as ``tidy(store)``, in a fraction of the wall (issue 23: the paper-sized
+    report's table read). None where there is nothing to split (one model, ``parts`` < 2, no ``fork``) or where
+    the parts do not have the same columns and dtypes (a column one part infers as text and another as all
+    missing): the caller then reads it whole."""
+    import multiprocessing
+
+    import pandas as pd
+
+    from medvlm_audit.report.parallel import map_forked
+
+    if parts < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None  # the parts would run one after another in this process: slower than one read
+    with RunStore.open_dir(run_dir, readonly=True) as store:
+        if store._copy_dir is not None:  # read-only media with a pending WAL: each reader would copy the store
+            return None
+        groups = model_groups(store, parts)
+    if len(groups) < 2:
+        return None
+    jobs = [lambda g=g: _tidy_part(tidy, str(run_dir), g) for g in groups]
+    tables = map_forked(jobs, workers=len(groups), warm=False)()
+    first = tables[0]
+    if any(list(t.columns) != list(first.columns) or not t.dtypes.equals(first.dtypes) for t in tables[1:]):
+        return None
+    return pd.concat(tables, ignore_index=True)
 
 
 def export_columns(cols: Columns, out: Path) -> tuple[Path, Path]:

@@ -27,6 +27,47 @@ STYLE: dict[str, Any] = {
 }
 
 
+
+
+class _FontFiles:
+    """``matplotlib.ft2font`` as ``matplotlib.font_manager`` sees it, but the fonts it opens for drawing come from
+    memory: FreeType reads a font through its file object a few bytes at a time, each read a seek and a read
+    system call (the paper-sized grounding report: ~70,000 calls on DejaVuSans.ttf, issue 23), where every call
+    is dearer in a sandbox such as gVisor. The same bytes, so the same glyphs. Only the fonts ``_get_font`` opens
+    for drawing (it passes ``_kerning_factor``); fonts opened to be listed keep their path as ``fname``."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        self._data: dict[str, bytes] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def FT2Font(self, filename: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 (matplotlib's name)
+        import io
+        import os
+
+        if "_kerning_factor" in kwargs and isinstance(filename, (str, os.PathLike)):
+            path = os.fspath(filename)
+            if path not in self._data:
+                with open(path, "rb") as f:
+                    self._data[path] = f.read()
+            filename = io.BytesIO(self._data[path])
+        return self._module.FT2Font(filename, *args, **kwargs)
+
+
+def fonts_from_memory() -> None:
+    """Let matplotlib read the fonts it draws with from memory (:class:`_FontFiles`); once per process, before
+    the first figure (a forked worker inherits the fonts already opened)."""
+    from matplotlib import font_manager
+
+    if not isinstance(font_manager.ft2font, _FontFiles):
+        font_manager.ft2font = _FontFiles(font_manager.ft2font)  # type: ignore[assignment]
+
+
+fonts_from_memory()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # captions and small helpers
 

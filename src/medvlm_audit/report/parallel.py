@@ -43,7 +43,7 @@ from typing import Any
 from medvlm_audit.cpus import usable_cpus
 
 #: at most this many worker processes (a report has about a dozen figures)
-MAX_WORKERS = 4
+MAX_WORKERS = 8
 
 #: the jobs of the pool being filled (inherited by the forked workers, which get only an index)
 _JOBS: list[Callable[[], Any]] = []

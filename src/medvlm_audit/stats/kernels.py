@@ -29,7 +29,7 @@ _CELLS_MAX = 64
 
 
 #: default number of worker threads of the fast kernels (numpy's draws, sorts and gathers release the GIL).
-_MAX_WORKERS = 4
+_MAX_WORKERS = 8
 
 
 def _draw_dtype(n: int) -> type[np.signedinteger[Any]]:

@@ -41,6 +41,9 @@ class Suite(Protocol):
     * ``report_modules``: modules its report's sections need (e.g. the figure code and matplotlib), imported in a
       process forked when a report starts, while the run is read and analysed (``report.parallel.prepare``);
     * ``analysis_modules``: modules its analysis needs, imported by a report while that process reads the run;
+    * ``tidy_by_model``: its :meth:`tidy` is row-wise within each model (the tidy table of a store restricted to
+      some models is those models' rows of the whole table, in order), so a report on many cores reads it in
+      forked parts, one group of models each (``export.tidy_by_model``; default: read whole);
     * ``view``: what the run explorer shows of its tidy table (default: the generic view);
     * :meth:`commands`: this suite's own CLI commands (default: none);
     * :meth:`preflight`: problems found before the run (default: none);
@@ -58,6 +61,7 @@ class Suite(Protocol):
     parquet_tables: ClassVar[bool] = False
     report_modules: ClassVar[tuple[str, ...]] = ()
     analysis_modules: ClassVar[tuple[str, ...]] = ()
+    tidy_by_model: ClassVar[bool] = False
     #: what the run explorer (`medvlm-audit view`) shows of this suite's tidy table (``view.data.ViewSpec``: the
     #: item column, the base condition, the columns that make two trials comparable, filters, labels); empty: the
     #: explorer's generic view

@@ -50,11 +50,18 @@ from medvlm_audit.suites.grounding.metrics import (
     Options,
     build_panels,
     calibration_draws,
-    model_metric_rows,
+    calibration_rows,
+    model_rate_rows,
     model_vectors,
 )
 
 __all__ = ["CATEGORY_COLUMNS", "METRIC_COLUMNS", "GroundingAnalysis", "analyse_grounding"]
+
+#: forked workers for the models' rate rows (``workers=None``): the paper-sized run's 0.36 CPU-s over 4 finish
+#: beside the calibration draws (1.5 CPU-s in up to 8 threads), and each further fork of this process (~250 MB,
+#: the run's table in it) costs its main thread ~5 ms of CPU, more in a sandbox (8 workers started in 0.035-0.042
+#: CPU-s, 4 in 0.020-0.021)
+RATE_ROW_WORKERS = 4
 
 #: the shared long metrics schema (:data:`medvlm_audit.results.METRICS_COLUMNS`; ``suite`` is added by the report
 #: writer) with grounding's ``modality`` after ``model`` and its ``k`` and ``ci_method`` at the end
@@ -242,6 +249,16 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                        "n_ibox_overlaps": int((main.has_box & main.ibox_overlaps).sum()),
                        "models": list(main.models), "conditions": answered}
         vecs = {m: model_vectors(main, i, opts.is_denominator) for i, m in enumerate(main.models)}
+        # each model's rate rows in forked worker processes (their bootstraps are seeded per row: the same rows in
+        # any process), forked before the calibration threads start (a fork beside running threads is unsafe), so
+        # that they run beside the calibration resampling and the comparisons; in this process with one worker,
+        # one CPU or other threads running (then when collected below)
+        from medvlm_audit.cpus import usable_cpus
+        from medvlm_audit.report.parallel import map_forked
+
+        rate_workers = opts.workers if opts.workers is not None else min(usable_cpus(), RATE_ROW_WORKERS)
+        rate_rows = map_forked([partial(model_rate_rows, main, i, opts, vecs[m]) for i, m in enumerate(main.models)],
+                               workers=1 if threading.active_count() > 1 else rate_workers, warm=False)
         # the calibration resampling (numpy kernels that release the GIL) runs in a thread while this one
         # computes what does not need it: parse rates, the support weights and the paired comparisons
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -255,15 +272,10 @@ def analyse_grounding(tidy: pd.DataFrame, *, B: int = 10_000, seed: int = 0,
                         + pairwise_comparisons(main, vecs, opts) + subgroup_tests(main, vecs, opts))
             sup_w = sup_job.result()
             calib = calib_job.result()
-        # each model's metric rows in forked worker processes (their bootstraps are seeded per row: the same rows
-        # in any process); in this process with one worker, one CPU or other threads running
-        from medvlm_audit.report.parallel import map_forked
-
-        per_model = map_forked([partial(model_metric_rows, main, i, opts, vecs[m], calib[i])
-                                for i, m in enumerate(main.models)],
-                               workers=1 if threading.active_count() > 1 else opts.workers, warm=False)()
+        # a model's metric rows: its rate rows, then its calibration rows (model_metric_rows)
         rows_ps: list[dict[str, Any]] = []
-        for m, mrows in zip(main.models, per_model):
+        for i, (m, mrows) in enumerate(zip(main.models, rate_rows())):
+            mrows = mrows + calibration_rows(main, i, opts, vecs[m], calib[i])
             _mark_not_assessable(mrows, prates[m])
             rows_ps.extend(mrows)
         metric_rows.extend(rows_ps)

@@ -896,13 +896,16 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                             key=lambda s: (_LEVEL_ORDER.index(s) if s in _LEVEL_ORDER else 99, s))
             handles = []
             for k, lev in enumerate(levels):
-                rows = sub[sub["subset"] == lev].drop_duplicates("model").set_index("model")
+                rows = sub[sub["subset"] == lev].drop_duplicates("model")
+                # each model's row position and the columns as arrays (what rows.loc gave, without its cost)
+                at = {mdl: r for r, mdl in enumerate(rows["model"])}
+                point, low, high, n = (rows[c].to_numpy() for c in ("point", "ci_low", "ci_high", "n"))
                 off = (k - (len(levels) - 1) / 2) * 0.22
                 px, py, plo, phi = [], [], [], []
                 for y, mdl in zip(ys, models):
-                    if mdl in rows.index and _fin(rows.loc[mdl, "point"]):
-                        lo, hi = rows.loc[mdl, "ci_low"], rows.loc[mdl, "ci_high"]
-                        px.append(float(rows.loc[mdl, "point"]))
+                    if mdl in at and _fin(point[at[mdl]]):
+                        lo, hi = low[at[mdl]], high[at[mdl]]
+                        px.append(float(point[at[mdl]]))
                         py.append(y + off)
                         plo.append(float(lo) if _fin(lo) else np.nan)
                         phi.append(float(hi) if _fin(hi) else np.nan)
@@ -910,7 +913,7 @@ def subgroup_figure(metrics: pd.DataFrame, comparisons: pd.DataFrame, categories
                 _marks(ax, px, py, [color] * len(px), ["o"] * len(px), x_lo=plo, x_hi=phi, size=14, lw=0.9)
                 handles.append(Line2D([], [], marker="o", color=color, linestyle="", label=lev.split("=", 1)[1]))
                 caps.append((f"{metric_words(metric)} {lev.replace('=', ' ')}",
-                             {mdl: _nfmt(rows.loc[mdl, "n"]) for mdl in models if mdl in rows.index}))
+                             {mdl: _nfmt(n[at[mdl]]) for mdl in models if mdl in at}))
             trans = blended_transform_factory(ax.transAxes, ax.transData)
             for y, mdl in zip(ys, models):
                 q = subgroup_q(mdl, metric, dim)

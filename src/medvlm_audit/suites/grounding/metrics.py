@@ -32,6 +32,7 @@ __all__ = [
     "Vec",
     "build_panels",
     "model_metric_rows",
+    "model_rate_rows",
     "model_vectors",
     "rate_row",
     "subgroup_masks",
@@ -463,6 +464,14 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
     """All metric rows (schema of ``GroundingAnalysis.metrics``) of model ``i`` on a main panel; ``calib``: its
     entry of :func:`calibration_draws` when computed for several models at once."""
     vecs = vecs if vecs is not None else model_vectors(panel, i, opts.is_denominator)
+    return model_rate_rows(panel, i, opts, vecs) + calibration_rows(panel, i, opts, vecs, calib)
+
+
+def model_rate_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] | None = None
+                    ) -> list[dict[str, Any]]:
+    """:func:`model_metric_rows` before its calibration rows (:func:`calibration_rows`): the rates overall and per
+    source, finding and subgroup, and GSP; they need no calibration draws."""
+    vecs = vecs if vecs is not None else model_vectors(panel, i, opts.is_denominator)
     model = panel.models[i]
     rows: list[dict[str, Any]] = []
 
@@ -511,7 +520,6 @@ def model_metric_rows(panel: Panel, i: int, opts: Options, vecs: dict[str, Vec] 
         add("uar", name, _rate(vecs["uar"], panel, opts, sel))
         if (panel.has_box & sel).any():
             add("cgr", name, _rate(vecs["cgr"], panel, opts, sel))
-    rows.extend(calibration_rows(panel, i, opts, vecs, calib))
     return rows
 
 

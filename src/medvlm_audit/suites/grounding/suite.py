@@ -300,6 +300,7 @@ class GroundingSuite(Suite):
     report_modules: ClassVar[tuple[str, ...]] = ("medvlm_audit.suites.grounding.sections",
                                                  "medvlm_audit.suites.grounding.figures")
     analysis_modules: ClassVar[tuple[str, ...]] = ("medvlm_audit.suites.grounding.analysis",)
+    tidy_by_model: ClassVar[bool] = True  # raw_table's rows, scored row by row (tidy_grounding)
     #: ``demo --set`` options of the embedded default (checked by medvlm_audit.demo_options)
     embedded_options: ClassVar[dict[str, DemoOption]] = {
         "n_cases": DemoOption(int, 800, "phantom probe cases", minimum=60),
