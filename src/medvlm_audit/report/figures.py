@@ -27,8 +27,6 @@ STYLE: dict[str, Any] = {
 }
 
 
-
-
 class _FontFiles:
     """``matplotlib.ft2font`` as ``matplotlib.font_manager`` sees it, but the fonts it opens for drawing come from
     memory: FreeType reads a font through its file object a few bytes at a time, each read a seek and a read
@@ -61,8 +59,10 @@ def fonts_from_memory() -> None:
     the first figure (a forked worker inherits the fonts already opened)."""
     from matplotlib import font_manager
 
-    if not isinstance(font_manager.ft2font, _FontFiles):
-        font_manager.ft2font = _FontFiles(font_manager.ft2font)  # type: ignore[assignment]
+    module = getattr(font_manager, "ft2font", None)
+    if module is not None and not isinstance(module, _FontFiles) and callable(getattr(module, "FT2Font", None)):
+        font_manager.ft2font = _FontFiles(module)  # type: ignore[assignment]
+    # else: a matplotlib laid out otherwise reads its font files itself, as before (same glyphs, more reads)
 
 
 fonts_from_memory()
