@@ -400,3 +400,39 @@ def test_answers_and_plan_rows_are_committed_by_the_writer_thread_as_they_arrive
     store = RunStore(path, readonly=True)
     assert store.db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 24
     assert store.db.execute("SELECT COUNT(*) FROM requests").fetchone()[0] == 24
+
+
+def test_first_images_are_rendered_before_the_render_processes_are_forked(tmp_path: Path, monkeypatch) -> None:
+    """With worker processes, the first task (one source file) is rendered in a thread of the run's process, so
+    its inputs are queued at once; the pool's processes are forked after it (in ~7 ms here instead of ~46 ms)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    events: list[str] = []
+
+    class Recording(ProcessPoolExecutor):
+        def submit(self, *a, **kw):
+            events.append("pool submit")
+            return super().submit(*a, **kw)
+
+    rendered = runner._Feed.rendered
+
+    def spy(self, recipes):
+        events.append("rendered")
+        return rendered(self, recipes)
+
+    monkeypatch.setattr(runner, "ProcessPoolExecutor", Recording)
+    monkeypatch.setattr(runner._Feed, "rendered", spy)
+    ps = make_tiny_probeset(tmp_path / "data", n=12)
+
+    async def go() -> None:
+        async with FakeOpenAIServer() as srv:
+            m = OpenAIChatModel("vlm", "fake-vlm", srv.base_url, max_concurrency=2)
+            store = RunStore(tmp_path / "run.sqlite")
+            await execute(store, plan_grounding([ps], OPTS), [m], Decoding(max_new_tokens=4), progress=False,
+                          render_in="processes")
+            assert store.db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 36
+            store.close()
+
+    asyncio.run(go())
+    assert "pool submit" in events
+    assert events.index("rendered") < events.index("pool submit"), events[:8]

@@ -630,11 +630,19 @@ async def _render_stream(
         pool = ThreadPoolExecutor(max(1, workers))
         args = (encoders, True, cache, True)
     inflight: dict[asyncio.Future, list[ImageRecipe]] = {}  # a task -> its recipes, in order
+    # with worker processes, the first task (one source file) is rendered in a thread of this process, and the
+    # processes are forked once it is back: the first requests go out while the pool starts, not after
+    hold = processes
+    if processes:
+        first = next(chunks)
+        f = loop.run_in_executor(None, render_sources, first, encoders, True, cache, True)
+        f.add_done_callback(finished.put_nowait)
+        inflight[f] = [r for g in first for r in g]
     with pool:
         try:
             more = True
             while True:
-                while more and len(inflight) < max_inflight and (room is None or room.free()):
+                while more and not hold and len(inflight) < max_inflight and (room is None or room.free()):
                     chunk = next(chunks, None)
                     if chunk is None:
                         more = False
@@ -651,6 +659,7 @@ async def _render_stream(
                 done = [await finished.get()]
                 while not finished.empty():
                     done.append(finished.get_nowait())
+                hold = False
                 out: list[tuple[ImageRecipe, str | Exception, tuple[bytes, ...]]] = []
                 for f in done:
                     named = inflight.pop(f)
