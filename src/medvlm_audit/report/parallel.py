@@ -42,8 +42,10 @@ from typing import Any
 
 from medvlm_audit.cpus import usable_cpus
 
-#: at most this many worker processes (a report has about a dozen figures)
-MAX_WORKERS = 8
+#: at most this many worker processes (a report has about a dozen figures). 8 was measured against 4 on an idle
+#: 16-core machine (paper-sized report, 3 alternating repeats): 3.91 against 3.73 s median wall, 11.1 against
+#: 10.0 CPU-s, so 4
+MAX_WORKERS = 4
 
 #: the jobs of the pool being filled (inherited by the forked workers, which get only an index)
 _JOBS: list[Callable[[], Any]] = []

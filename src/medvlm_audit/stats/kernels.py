@@ -28,8 +28,9 @@ _CACHE_ELEMS = 1 << 17
 _CELLS_MAX = 64
 
 
-#: default number of worker threads of the fast kernels (numpy's draws, sorts and gathers release the GIL).
-_MAX_WORKERS = 8
+#: default number of worker threads of the fast kernels (numpy's draws, sorts and gathers release the GIL);
+#: 4, as the report's worker processes (``report.parallel.MAX_WORKERS``, measured there).
+_MAX_WORKERS = 4
 
 
 def _draw_dtype(n: int) -> type[np.signedinteger[Any]]:
