@@ -96,7 +96,9 @@ def test_sigkill_of_a_run_leaves_no_render_worker(tmp_path: Path, big_probeset: 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path: Path, big_probeset: Path) -> None:
     probeset = big_probeset
-    with ThreadedFakeServer(delay_ms=100) as srv:
+    # 300 ms per answer at concurrency 2: asking the 40 cases takes ~6 s, so the signal lands mid-run even when
+    # this process is slow to send it (a loaded machine)
+    with ThreadedFakeServer(delay_ms=300) as srv:
         cfg = _config(tmp_path, probeset, srv.base_url)
         cmd = [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"]
         # its own process group, as a shell runs a foreground job: Ctrl-C signals the run and its workers
@@ -105,6 +107,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path:
         deadline = time.monotonic() + 60
         while srv.stats.total < 3 and time.monotonic() < deadline:  # some answers in, render workers still busy
             time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         deadline = time.monotonic() + 10

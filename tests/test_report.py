@@ -364,8 +364,10 @@ def test_missing_conditions_render(tmp_path: Path) -> None:
     path = write_report(analysis, tmp_path, title="no swap, no irrelevant mask", run_info={})
     page = path.read_text()
     assert not NAN_WORD.search(page)
-    # the triad has no estimable point: a one-line note instead of an empty figure (report.figures.information)
-    assert "Causal triad:</strong> not drawn, CGR and IS not estimable for any model (n = 0)" in page
+    # the triad has no estimable point: a one-line note instead of an empty figure (report.figures.information),
+    # naming which of the two is missing (no irrelevant mask here: IS; CGR is estimable for 4 of the 5 models)
+    assert ("Causal triad:</strong> not drawn, IS not estimable for any model (n = 0); CGR is for 4 of 5, but a point "
+            "needs both") in page
     assert "No comparisons were computed" in page
     assert "Unrelated-image answer rate on" not in page  # no UAR rows: no UAR figure
     assert len(pd.read_csv(tmp_path / "comparisons.csv")) == 0
