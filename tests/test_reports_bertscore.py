@@ -127,3 +127,20 @@ def test_corpus_audit_cli_clinical_spec_errors(tmp_path):
     r = CliRunner().invoke(app, [*base, "--clinical", f"chexbrt={tmp_path}"])
     assert r.exit_code == 2 and "did you mean chexbert" in r.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_loading_the_backbones_draws_no_progress_bar() -> None:
+    """A report's log is its own: transformers' "Loading weights" bars are not drawn while the suite loads its
+    scorer backbones (a fresh process, so the model is really loaded), and the setting is restored after."""
+    import subprocess
+    import sys
+
+    code = ("from medvlm_audit.suites.reports import bertscore as bs, embeddings as em\n"
+            "from transformers.utils import logging as tl\n"
+            "bs.bertscore(['no acute findings'], ['no acute disease'])\n"
+            "em.embed(['heart size normal'])\n"
+            "print('bars restored', tl.is_progress_bar_enabled())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert "Loading weights" not in out.stdout + out.stderr, out.stderr[-500:]
+    assert "bars restored True" in out.stdout

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 from medvlm_audit.errors import ConfigError
@@ -90,3 +92,25 @@ def install_command(extra: str, *, torchxrayvision: bool = False) -> str | None:
     if torchxrayvision and torchxrayvision_data_dir() is None:
         steps.append(TORCHXRAYVISION)
     return " && ".join(steps) or None
+
+
+@contextlib.contextmanager
+def quiet_model_loading() -> Iterator[None]:
+    """Within the block, transformers draws no progress bar while it loads a local model ("Loading weights"): a
+    command's output is its own (and a report's log is not a wall of bars). The setting is restored after.
+
+    >>> with quiet_model_loading():
+    ...     pass
+    """
+    try:
+        from transformers.utils import logging as tf_logging
+    except ImportError:  # transformers not installed: nothing draws bars
+        yield
+        return
+    was = tf_logging.is_progress_bar_enabled()
+    tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            tf_logging.enable_progress_bar()

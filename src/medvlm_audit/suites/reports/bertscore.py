@@ -85,8 +85,11 @@ def _scorer(path: Path, layer: int) -> Any:
         if key not in _scorers:
             from bert_score import BERTScorer
 
-            _scorers[key] = BERTScorer(model_type=str(path), num_layers=layer, device="cpu", idf=False,
-                                       rescale_with_baseline=False)
+            from medvlm_audit.extras import quiet_model_loading
+
+            with quiet_model_loading():
+                _scorers[key] = BERTScorer(model_type=str(path), num_layers=layer, device="cpu", idf=False,
+                                           rescale_with_baseline=False)
         return _scorers[key]
 
 

@@ -42,7 +42,10 @@ def load_embedder() -> Any:
         if _model is None:
             from sentence_transformers import SentenceTransformer
 
-            _model = SentenceTransformer(str(backbone_path()), device="cpu", local_files_only=True)
+            from medvlm_audit.extras import quiet_model_loading
+
+            with quiet_model_loading():
+                _model = SentenceTransformer(str(backbone_path()), device="cpu", local_files_only=True)
         return _model
 
 
