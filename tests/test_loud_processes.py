@@ -96,13 +96,14 @@ def test_sigkill_of_a_run_leaves_no_render_worker(tmp_path: Path, big_probeset: 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(tmp_path: Path, big_probeset: Path) -> None:
     probeset = big_probeset
-    # 300 ms per answer at concurrency 2: asking the 40 cases takes ~6 s, so the signal lands mid-run even when
-    # this process is slow to send it (a loaded machine)
-    with ThreadedFakeServer(delay_ms=300) as srv:
+    with ThreadedFakeServer(delay_ms=100) as srv:
         cfg = _config(tmp_path, probeset, srv.base_url)
         cmd = [sys.executable, "-m", "medvlm_audit", "run", str(cfg), "--no-progress", "--no-report"]
         # its own process group, as a shell runs a foreground job: Ctrl-C signals the run and its workers
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        # Ctrl-C in a terminal reaches a foreground job whose SIGINT is not ignored; a test runner started as a
+        # background job of a script ignores SIGINT, and a child would inherit that: reset it there
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         workers = _wait_for_workers(proc)
         deadline = time.monotonic() + 60
         while srv.stats.total < 3 and time.monotonic() < deadline:  # some answers in, render workers still busy
