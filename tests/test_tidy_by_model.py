@@ -81,7 +81,10 @@ def test_parts_whose_dtypes_differ_are_not_put_together(tmp_path) -> None:
 
 
 @needs_fork
-def test_each_part_is_read_in_its_own_process(tmp_path) -> None:
+def test_the_parts_are_read_in_forked_processes(tmp_path) -> None:
+    """Every part is read in a forked reader, never in this process, and the parts come back in model order. Which
+    reader takes which part is the pool's choice: a reader done early takes the next part (a CI run on a loaded
+    machine gave two readers for three parts), so the number of distinct readers is not asserted."""
     def tidy(store: RunStore) -> pd.DataFrame:
         models = export._ONLY_MODELS or ()
         return pd.DataFrame({"model": list(models), "pid": os.getpid()})
@@ -89,7 +92,7 @@ def test_each_part_is_read_in_its_own_process(tmp_path) -> None:
     run = _run(tmp_path)
     got = export.tidy_by_model(tidy, run, 3)
     assert got is not None and list(got["model"]) == ["gpt", "llava", "textlm"]
-    assert os.getpid() not in set(got["pid"]) and got["pid"].nunique() == 3
+    assert os.getpid() not in set(got["pid"])
 
 
 def test_readers_only_on_enough_cores(monkeypatch) -> None:
