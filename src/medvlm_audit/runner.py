@@ -872,16 +872,13 @@ class _Feed:
 
 
 class _PlanRows:
-    """Trial, request and image-hash rows, written in large transactions. They are derivable from the plan
-    (a resumed run writes them again), so unlike answers they need not be committed one by one. ``sink`` takes
-    each batch (the run's :class:`_GroupCommit`, whose writer thread commits it); without one they are written
-    here."""
+    """Trial, request and image-hash rows, handed to ``sink`` (the run's :class:`_GroupCommit`, whose writer thread
+    commits them) in large batches. They are derivable from the plan (a resumed run writes them again), so unlike
+    answers they need not be committed one by one."""
 
-    def __init__(self, store: RunStore, max_rows: int = 5_000,
-                 sink: Callable[[dict[str, list[tuple]]], None] | None = None) -> None:
-        self.store = store
-        self.max_rows = max_rows
+    def __init__(self, sink: Callable[[dict[str, list[tuple]]], None], max_rows: int = 5_000) -> None:
         self.sink = sink
+        self.max_rows = max_rows
         self.rows: dict[str, list[tuple]] = {"trials": [], "requests": [], "image_hashes": []}
         self.n = 0
 
@@ -893,13 +890,9 @@ class _PlanRows:
             self.flush()
 
     def flush(self) -> None:
-        if not self.n:
-            return
-        rows, self.rows, self.n = self.rows, {k: [] for k in self.rows}, 0
-        if self.sink is not None:
+        if self.n:
+            rows, self.rows, self.n = self.rows, {k: [] for k in self.rows}, 0
             self.sink(rows)
-        else:
-            self.store.add_plan_rows(rows["image_hashes"], rows["trials"], rows["requests"])
 
 
 _STOP = object()
@@ -915,7 +908,7 @@ class _GroupCommit:
     While another process holds the store's write lock a commit is retried with backoff (in this thread) for up
     to the store's ``lock_wait_s``; a commit that still fails (locked too long, disk full, read-only file) sets
     ``error`` and resolves ``failed`` on the loop, which stops the run at once; nothing more is committed.
-    Answers are never dropped without being counted in ``unsaved``. :meth:`flush` with ``final=True`` (from
+    Answers are never dropped without being counted in ``unsaved``. :meth:`close` (from
     the loop's thread, after the last answer) waits until everything handed over is committed."""
 
     def __init__(self, store: RunStore) -> None:
@@ -967,9 +960,9 @@ class _GroupCommit:
                 return
             self.saved += len(answers)
 
-    def flush(self, final: bool = False) -> None:
-        """With ``final``: wait until every write handed over is committed (or has failed), then end the writer."""
-        if not final or self._thread is None:
+    def close(self) -> None:
+        """Wait until every write handed over is committed (or has failed), then end the writer thread."""
+        if self._thread is None:
             return
         self._queue.put(_STOP)
         self._thread.join()
@@ -1254,7 +1247,7 @@ async def _execute(
     with _progress(progress, works) as bar:
 
         # the plan's rows go through the commit's writer thread (made below, beside the models' workers)
-        planned = _PlanRows(store, sink=lambda rows: commit.add_plan(rows))
+        planned = _PlanRows(lambda rows: commit.add_plan(rows))
 
         # rendering pauses while a model has this many image inputs queued: a few batches per worker
         caps = [max(64, 4 * max(1, m.max_concurrency) * max(1, m.batch_size)) for m in models]
@@ -1341,14 +1334,14 @@ async def _execute(
             for t in (main, *tasks):
                 t.cancel()
             await asyncio.gather(main, *tasks, return_exceptions=True)
-            commit.flush(final=True)  # answers that arrived before the error are kept
+            commit.close()  # answers that arrived before the error are kept
             if commit.error is not None and not isinstance(e, StoreError):
                 raise commit.stopped_error() from e  # answers lost outrank the error that stopped the run
             raise
         finally:
             for m in models:
                 await m.aclose()
-        commit.flush(final=True)
+        commit.close()
         if commit.error is not None:  # the last answers could not be saved
             raise commit.stopped_error()
     per_model: dict[str, dict[str, Any]] = {}
