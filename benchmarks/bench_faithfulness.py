@@ -22,7 +22,9 @@ Two baselines, each in the same invocation against the same servers, with the sa
   judge-like bodies (a 3,000-character prompt), posted; nothing built in the timed part;
 * the bare loop building each body (like for like): the large run's own distinct requests, the answer stage's
   cue overlay rendered from its source file and PNG + base64 encoded in two worker threads (as
-  ``bench_runner.py``'s (e)), the judge stage's real prompts JSON-encoded; no keying, store or scoring.
+  ``bench_runner.py``'s (e)), the judge stage's real prompts JSON-encoded; no keying, store or scoring;
+* the same as a durable client: each answer committed to SQLite as it arrives, with the request it answers
+  (``bench_runner.py``'s (f)): what any client that keeps its answers through a crash pays on top.
 Target (issue 23): each stage <= 1.3x the bare loop's CPU per request at the margin. ``--rounds`` repeats both
 sizes and both baselines and prints the medians.
 """
@@ -42,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def _cpu() -> float:
@@ -148,13 +151,19 @@ def bare_cpu_per_request(url: str, kind: str, n: int, concurrency: int) -> float
     return (_cpu() - c0) / n
 
 
-async def _bare_building(url: str, jobs: list, kind: str, concurrency: int, workers: int = 2) -> None:
+async def _bare_building(url: str, jobs: list, kind: str, concurrency: int, workers: int = 2,
+                         persist: Path | None = None) -> None:
     """The bare loop plus only the work any client must do to build each body: the answer stage's cue overlay
     rendered from its source file and PNG + base64 encoded (worker threads, as ``bench_runner.py``'s (e)),
-    the judge stage's body JSON-encoded. No keying, store, or parsing beyond the answer text."""
+    the judge stage's body JSON-encoded. No keying, store, or parsing beyond the answer text.
+
+    ``persist`` (a new SQLite file): the same loop as a durable client (``bench_runner.py``'s (f)): each answer
+    committed as it arrives with the request it answers (the judge's body, the answer stage's body without its
+    image), as the run store keeps both."""
     from concurrent.futures import ThreadPoolExecutor
 
     import aiohttp
+    from bench_http_client import AnswerWriter
 
     from medvlm_audit.images import SourceCache
     from medvlm_audit.models.encoding import data_url_bytes
@@ -163,9 +172,10 @@ async def _bare_building(url: str, jobs: list, kind: str, concurrency: int, work
     ready: asyncio.Queue = asyncio.Queue()
     cache = SourceCache(64)
     headers = {"Content-Type": "application/json"}
+    writer = AnswerWriter(persist) if persist is not None else None
 
-    def render(group: list) -> list[bytes]:
-        return [head + (data_url_bytes(r.render(cache), "png", 0) + tail if r is not None else b"")
+    def render(group: list) -> list[tuple[bytes, bytes]]:
+        return [(head + (data_url_bytes(r.render(cache), "png", 0) + tail if r is not None else b""), head + tail)
                 for r, head, tail in group]
 
     with ThreadPoolExecutor(workers) as pool:
@@ -178,25 +188,36 @@ async def _bare_building(url: str, jobs: list, kind: str, concurrency: int, work
                     lambda f: [ready.put_nowait(b) for b in f.result()])
         else:
             for body in jobs:
-                ready.put_nowait(body)
+                ready.put_nowait((body, None))
         left = len(jobs)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as s:
             async def worker() -> None:
                 nonlocal left
                 while left > 0:
                     left -= 1
-                    b = await ready.get()
+                    i = left
+                    b, desc = await ready.get()
                     if isinstance(b, dict):
-                        b = json.dumps(b, separators=(",", ":")).encode()
+                        b = desc = json.dumps(b, separators=(",", ":")).encode()
+                    t = time.perf_counter()
                     async with s.post(url, data=b, headers=headers) as r:
-                        json.loads(await r.read())["choices"][0]["message"]["content"]
+                        data = json.loads(await r.read())
+                        choice = data["choices"][0]
+                        text = choice["message"]["content"]
+                        if writer is not None:
+                            usage = data.get("usage") or {}
+                            writer.put((str(i), text, None, choice.get("finish_reason"), usage.get("prompt_tokens"),
+                                        usage.get("completion_tokens"), time.perf_counter() - t), desc.decode())
 
             await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if writer is not None and writer.close() != len(jobs):
+        raise RuntimeError("bare durable loop: not every answer stored")
 
 
-def building_cpu_per_request(url: str, jobs: list, kind: str, concurrency: int) -> float:
+def building_cpu_per_request(url: str, jobs: list, kind: str, concurrency: int, persist: Path | None = None
+                             ) -> float:
     c0 = _cpu()
-    asyncio.run(_bare_building(url.rstrip("/") + "/chat/completions", jobs, kind, concurrency))
+    asyncio.run(_bare_building(url.rstrip("/") + "/chat/completions", jobs, kind, concurrency, persist=persist))
     return (_cpu() - c0) / len(jobs)
 
 
@@ -231,7 +252,7 @@ def main() -> None:
     for n in (args.small, args.large):
         (tmp / "items" / f"items{n}.jsonl").write_text("".join(lines[:n]))
     try:
-        rows: dict[str, list[tuple[float, float, float, float]]] = {"answer": [], "judge": []}
+        rows: dict[str, list[tuple[float, float, float, float, float]]] = {"answer": [], "judge": []}
         for rnd in range(args.rounds):  # each round: fresh runs of both sizes, then both baselines
             res = {}
             for n in (args.small, args.large):
@@ -251,12 +272,15 @@ def main() -> None:
             jobs = pickle.loads((tmp / "jobs.pickle").read_bytes())
             building = {"answer": building_cpu_per_request(su, jobs["answer"], "answer", args.concurrency),
                         "judge": building_cpu_per_request(ju, jobs["judge"], "judge", args.concurrency)}
+            durable = {stage: building_cpu_per_request(url, jobs[stage], stage, args.concurrency,
+                                                       persist=tmp / f"durable-{rnd}-{stage}.sqlite")
+                       for stage, url in (("answer", su), ("judge", ju))}
             for stage in ("answer", "judge"):
                 s, l_ = res[args.small][stage], res[args.large][stage]
                 dn = l_["asked"] - s["asked"]
                 margin = (l_["cpu_s"] - s["cpu_s"]) / dn if dn > 0 else float("nan")
                 m_exec = (l_["execute_cpu_s"] - s["execute_cpu_s"]) / dn if dn > 0 else float("nan")
-                rows[stage].append((margin, m_exec, bare[stage], building[stage]))
+                rows[stage].append((margin, m_exec, bare[stage], building[stage], durable[stage]))
                 print(f"round {rnd}: {stage} stage: {1000 * margin:.2f} CPU-ms per request at the margin, whole "
                       f"invocation ({dn} requests), {1000 * m_exec:.2f} in runner.execute alone; bare loop "
                       f"{1000 * bare[stage]:.2f} CPU-ms; ratios {margin / bare[stage]:.2f} / "
@@ -265,13 +289,15 @@ def main() -> None:
                 print(f"    like for like, the bare loop building each body ({len(jobs[stage])} distinct requests "
                       f"of the large run{', overlay rendered and PNG-encoded' if stage == 'answer' else ', JSON-encoded'}"
                       f"): {1000 * building[stage]:.2f} CPU-ms; ratios {margin / building[stage]:.2f} / "
-                      f"{m_exec / building[stage]:.2f}", flush=True)
+                      f"{m_exec / building[stage]:.2f}; as a durable client {1000 * durable[stage]:.2f} CPU-ms; "
+                      f"ratios {margin / durable[stage]:.2f} / {m_exec / durable[stage]:.2f}", flush=True)
         for stage in ("answer", "judge"):
-            m, e, b, w = (float(np.median([r[i] for r in rows[stage]])) for i in range(4))
+            m, e, b, w, d = (float(np.median([r[i] for r in rows[stage]])) for i in range(5))
             print(f"median of {args.rounds} round(s), {stage} stage: margin {1000 * m:.2f} CPU-ms per request (whole "
                   f"invocation), {1000 * e:.2f} in runner.execute; bare loop {1000 * b:.2f}, building each body "
                   f"{1000 * w:.2f}; ratios to the bare loop {m / b:.2f} / {e / b:.2f}, to the body-building loop "
-                  f"{m / w:.2f} / {e / w:.2f} (target <= 1.3)", flush=True)
+                  f"{m / w:.2f} / {e / w:.2f} (target <= 1.3); durable body-building loop {1000 * d:.2f}, ratios "
+                  f"{m / d:.2f} / {e / d:.2f}", flush=True)
     finally:
         subj.stop()
         jud.stop()

@@ -37,6 +37,64 @@ from medvlm_audit.models.openai_compat import OpenAIChatModel
 from medvlm_audit.testing.fake_openai import spawn_fake_server
 
 
+class AnswerWriter:
+    """A bare durable client's store (``bench_runner.py``'s (f), ``bench_faithfulness.py``'s durable loop): one
+    SQLite file in WAL mode with ``synchronous=NORMAL`` (the run store's settings) and one writer thread; each
+    answer is handed over as it arrives and committed at once, with every answer that arrived while the previous
+    commit ran, in one transaction (the runner's rule). A row per answer with the run store's ``responses``
+    columns (key, text, log-probabilities as JSON, finish reason, token counts, latency) and, where given, the
+    request it answers (its key and the text that describes it, as the run store's ``requests`` row)."""
+
+    def __init__(self, path: Path) -> None:
+        import queue
+        import sqlite3
+        import threading
+
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE responses(key TEXT PRIMARY KEY, text TEXT, top_logprobs TEXT, "
+                        "finish_reason TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, "
+                        "created_at REAL NOT NULL)")
+        self.db.execute("CREATE TABLE requests(key TEXT PRIMARY KEY, input TEXT NOT NULL)")
+        self._q: Any = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write, daemon=True)
+        self._thread.start()
+
+    def put(self, answer: tuple, request: str | None = None) -> None:
+        """Hand over an answer row (without its time, added at commit) and the request's description."""
+        self._q.put((answer, request))
+
+    def _write(self) -> None:
+        from queue import Empty
+
+        while True:
+            items = [self._q.get()]
+            while True:
+                try:
+                    items.append(self._q.get_nowait())
+                except Empty:
+                    break
+            got = [i for i in items if i is not None]
+            now = time.time()
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR REPLACE INTO requests VALUES(?, ?)",
+                                [(a[0], r) for a, r in got if r is not None])
+            self.db.executemany("INSERT OR REPLACE INTO responses VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                                [(*a, now) for a, _ in got])
+            self.db.execute("COMMIT")
+            if len(got) < len(items):
+                return
+
+    def close(self) -> int:
+        """Commit what is handed over, end the thread; the number of answers stored."""
+        self._q.put(None)
+        self._thread.join()
+        n = self.db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        self.db.close()
+        return n
+
+
 async def _bare(url: str, bodies: Sequence[bytes], concurrency: int) -> tuple[float, int]:
     headers = {"Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=concurrency)

@@ -6,6 +6,9 @@
 (b) medvlm_audit.runner.execute on a fresh run store, end to end: planning the suite, checking every source
     file, decoding, transforming and hashing every image (in worker threads, overlapping the requests), keying,
     PNG-encoding per request, HTTP, parsing, and one SQLite commit per answer.
+(e) (a) plus the image work any client does (render, PNG, base64 in 2 threads); (f) (e) as a durable client: each
+    answer committed to SQLite as it arrives (the run store's settings, one writer thread);
+(d) (b) for a second model added to the same run (image hashes stored).
 Both against the ideal concurrency / delay. Target: (b) >= 0.80 x (a). The image-intervention rate per core
 is measured by ``benchmarks/bench_interventions.py``.
 """
@@ -30,7 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_http_client import bare_aiohttp_loop
+from bench_http_client import AnswerWriter, bare_aiohttp_loop
 
 from medvlm_audit.images import ImageRecipe, SourceCache
 from medvlm_audit.models.base import Decoding
@@ -81,10 +84,14 @@ def make_probeset(folder: Path, n: int, size: int = 512):
 
 
 def bare_loop_with_images(url: str, jobs: list[tuple[ImageRecipe, bytes, bytes]], concurrency: int,
-                          workers: int = 2, png_level: int = 0) -> float:
+                          workers: int = 2, png_level: int = 0, persist: Path | None = None) -> float:
     """(e) the bare loop plus only the image work any client must do: each body's image rendered from its
     source file (one decode per source, box fill) and PNG + base64 encoded in worker threads, fed to the
-    same 32 aiohttp workers. No hashing, keying, parsing of log-probabilities or store."""
+    same 32 aiohttp workers. No hashing, keying, parsing of log-probabilities or store.
+
+    ``persist`` (a new SQLite file): (f), the same loop as a durable client, each answer committed as it arrives
+    (:class:`AnswerWriter`) under the body's index as its key, with its text, log-probabilities, finish reason,
+    token counts and latency read off the response."""
 
     async def go() -> tuple[float, int]:
         loop = asyncio.get_running_loop()
@@ -104,6 +111,7 @@ def bare_loop_with_images(url: str, jobs: list[tuple[ImageRecipe, bytes, bytes]]
         ok = 0
         headers = {"Content-Type": "application/json"}
         t0 = time.perf_counter()
+        writer = AnswerWriter(persist) if persist is not None else None
         with ThreadPoolExecutor(workers) as pool:
             for g in by_source.values():
                 loop.run_in_executor(pool, render, g).add_done_callback(deliver)
@@ -114,12 +122,24 @@ def bare_loop_with_images(url: str, jobs: list[tuple[ImageRecipe, bytes, bytes]]
                     nonlocal ok, left
                     while left > 0:
                         left -= 1
+                        i = left
                         body = await ready.get()
+                        t = time.perf_counter()
                         async with session.post(url, data=body, headers=headers) as resp:
                             data = json.loads(await resp.read())
-                            ok += resp.status == 200 and bool(data["choices"][0]["message"]["content"])
+                            choice = data["choices"][0]
+                            ok += resp.status == 200 and bool(choice["message"]["content"])
+                            if writer is not None:
+                                lp, usage = choice.get("logprobs"), data.get("usage") or {}
+                                writer.put((str(i), choice["message"]["content"],
+                                            json.dumps(lp) if lp is not None else None, choice.get("finish_reason"),
+                                            usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                                            time.perf_counter() - t))
 
                 await asyncio.gather(*(worker() for _ in range(concurrency)))
+        stored = writer.close() if writer is not None else ok
+        if stored != ok:
+            raise RuntimeError(f"bare durable loop: {stored} of {ok} answers stored")
         return time.perf_counter() - t0, ok
 
     elapsed, ok = asyncio.run(go())
@@ -167,8 +187,8 @@ def main() -> None:
             return bodies_, jobs_
 
         bodies, jobs = prepare(ps, "main")
-        bare, harness, first, planned, second, with_images = [], [], [], [], [], []
-        cpu: dict[str, list[tuple[float, float]]] = {"a": [], "b": [], "e": [], "d": []}
+        bare, harness, first, planned, second, with_images, durable = [], [], [], [], [], [], []
+        cpu: dict[str, list[tuple[float, float]]] = {"a": [], "b": [], "e": [], "d": [], "f": []}
         pid = srv.pid
         for rnd in range(args.rounds):
             r, c = timed(pid, bare_aiohttp_loop, url, bodies, args.concurrency)
@@ -177,6 +197,9 @@ def main() -> None:
             r, c = timed(pid, bare_loop_with_images, url, jobs, args.concurrency)
             with_images.append(r)
             cpu["e"].append(c)
+            r, c = timed(pid, bare_loop_with_images, url, jobs, args.concurrency, persist=tmp / f"bare{rnd}.sqlite")
+            durable.append(r)
+            cpu["f"].append(c)
             store = RunStore(tmp / f"run{rnd}.sqlite")
             m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
             t0 = time.perf_counter()
@@ -199,6 +222,7 @@ def main() -> None:
             store.close()
         b, h, e = float(np.median(bare)), float(np.median(harness)), float(np.median(with_images))
         d = float(np.median(second))
+        f = float(np.median(durable))
         print(f"distinct inputs per run: {len(bodies)} ({args.cases} cases x 4 image conditions, deduplicated); "
               f"sources {args.source_size}x{args.source_size} PNG")
         print(f"ideal ({args.concurrency} / {args.delay_ms:.0f} ms):      {ideal:8.0f} answers/s")
@@ -209,20 +233,26 @@ def main() -> None:
               f"{np.median(planned):.3f} s (overlapping the requests); whole run {len(bodies) / h:.3f} s")
         print(f"(e) bare loop + rendering and encoding each image (2 threads): {e:8.0f} answers/s  ratio (e)/(a) "
               f"{e / b:.2f}; runner / (e) = {h / e:.2f}  rounds {[round(x) for x in with_images]}")
+        print(f"(f) (e) as a durable client (each answer committed to SQLite as it arrives, WAL, one writer thread): "
+              f"{f:8.0f} answers/s  ratio (f)/(a) {f / b:.2f}; runner / (f) = {h / f:.2f}  rounds "
+              f"{[round(x) for x in durable]}")
         print(f"(d) runner, end to end, image hashes already stored (another model added to the run): {d:8.0f} "
               f"answers/s  ratio (d)/(a) {d / b:.2f}")
         n = len(bodies)
-        for k, name in (("a", "bare loop"), ("e", "bare loop + images"), ("b", "runner"), ("d", "runner, 2nd model")):
+        for k, name in (("a", "bare loop"), ("e", "bare loop + images"), ("f", "(e), durable"), ("b", "runner"),
+                        ("d", "runner, 2nd model")):
             cl = float(np.median([c for c, _ in cpu[k]])) / n * 1000
             sv = float(np.median([s_ for _, s_ in cpu[k]])) / n * 1000
             print(f"    CPU-ms per answer ({k}) {name:20s}: client {cl:5.2f} (render workers included), server {sv:5.2f}")
         if args.margin_cases:
             small = make_probeset(tmp / "small", args.margin_cases, args.source_size)
             sb, sj = prepare(small, "small")
-            sc: dict[str, list[float]] = {"a": [], "e": [], "b": []}
+            sc: dict[str, list[float]] = {"a": [], "e": [], "f": [], "b": []}
             for rnd in range(args.rounds):
                 sc["a"].append(timed(pid, bare_aiohttp_loop, url, sb, args.concurrency)[1][0])
                 sc["e"].append(timed(pid, bare_loop_with_images, url, sj, args.concurrency)[1][0])
+                sc["f"].append(timed(pid, bare_loop_with_images, url, sj, args.concurrency,
+                                     persist=tmp / f"bare-small{rnd}.sqlite")[1][0])
                 st = RunStore(tmp / f"small{rnd}.sqlite")
                 m = OpenAIChatModel("bench", "fake-vlm", base_url, max_concurrency=args.concurrency)
                 sc["b"].append(timed(pid, lambda st=st, m=m: asyncio.run(execute(
@@ -230,10 +260,11 @@ def main() -> None:
                 st.close()
             dn = len(bodies) - len(sb)
             slope = {k: (float(np.median([c for c, _ in cpu[k]])) - float(np.median(sc[k]))) / dn * 1000
-                     for k in ("a", "e", "b")}
+                     for k in ("a", "e", "f", "b")}
             print(f"    at the margin ({len(sb)} -> {len(bodies)} answers), client CPU-ms per answer: (a) "
-                  f"{slope['a']:.3f}, (e) {slope['e']:.3f}, (b) {slope['b']:.3f}; (b)/(a) {slope['b'] / slope['a']:.2f}, "
-                  f"(b)/(e) {slope['b'] / slope['e']:.2f} (target <= 1.2)")
+                  f"{slope['a']:.3f}, (e) {slope['e']:.3f}, (f) {slope['f']:.3f}, (b) {slope['b']:.3f}; (b)/(a) "
+                  f"{slope['b'] / slope['a']:.2f}, (b)/(e) {slope['b'] / slope['e']:.2f} (target <= 1.2), (b)/(f) "
+                  f"{slope['b'] / slope['f']:.2f}")
         print(f"    client CPU ratio (b)/(a) {np.median([c for c, _ in cpu['b']]) / np.median([c for c, _ in cpu['a']]):.2f}"
               f", (b)/(e) {np.median([c for c, _ in cpu['b']]) / np.median([c for c, _ in cpu['e']]):.2f}; "
               f"load {os.getloadavg()[0]:.1f}")
