@@ -39,6 +39,7 @@ def main() -> None:
     import medvlm_audit.store as st
     from medvlm_audit import api, runner
     from medvlm_audit.suites.faithfulness import plan as fplan
+    from medvlm_audit.suites.faithfulness import suite as fsuite
     from medvlm_audit.suites.faithfulness.embedded import build_phantom_vqa
     from medvlm_audit.testing.fake_openai import FakeServerProcess
 
@@ -70,6 +71,8 @@ def main() -> None:
     wrap(api, "execute", "execute", is_async=True)
     wrap(api, "tidy_store", "tidy")
     wrap(api, "export_table", "export_table")
+    wrap(api, "export", "export (tidy + files)")
+    wrap(fsuite, "tidy_faithfulness", "tidy (faithfulness)")
     wrap(st.RunStore, "model_totals", "store totals")
     wrap(st.RunStore, "put_responses", "answer commits")
     wrap(st.RunStore, "add_plan_rows", "plan rows (store)")
