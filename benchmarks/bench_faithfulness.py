@@ -174,9 +174,10 @@ async def _bare_building(url: str, jobs: list, kind: str, concurrency: int, work
     headers = {"Content-Type": "application/json"}
     writer = AnswerWriter(persist) if persist is not None else None
 
-    def render(group: list) -> list[tuple[bytes, bytes]]:
-        return [(head + (data_url_bytes(r.render(cache), "png", 0) + tail if r is not None else b""), head + tail)
-                for r, head, tail in group]
+    def render(group: list) -> list[tuple[bytes, bytes | None]]:
+        # the body, and for the durable client its description: the body without the image
+        return [(head + (data_url_bytes(r.render(cache), "png", 0) + tail if r is not None else b""),
+                 head + tail if writer is not None else None) for r, head, tail in group]
 
     with ThreadPoolExecutor(workers) as pool:
         if kind == "answer":
